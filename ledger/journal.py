@@ -1,0 +1,314 @@
+"""The journal: every change to Signoff is an event appended here, and nothing else is truth.
+
+Streams (`approval:<id>`, `call:<run>/<call id>`, ...) hold versioned, hash-chained events. Appends
+name the version they expect; a lost race raises `VersionConflict` and writes nothing.
+
+Global order. `read_all` orders events by (id of the appending transaction, position) and reads
+only below the oldest transaction still running (`pg_snapshot_xmin`). Positions come from a
+sequence at insert time, so a transaction can take position 10, commit after another took 11, and
+a reader that had passed 11 would skip 10 forever. Transaction ids below the horizon are final: any
+transaction that commits later has a larger id. So once read, the order never changes, and a reader
+never skips an event. One long transaction anywhere on the cluster holds readers back; keep
+transactions short.
+
+Waking others. PostgreSQL holds one cluster-wide lock through each notifying commit's flush, so a
+NOTIFY in every append would serialize commits. Appends notify only when asked (`notify=channel`),
+for the few events someone waits on; tailing readers poll the horizon (`follow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+import asyncpg
+
+from .canonical import GENESIS_HASH, canonical_json, chain_hash, event_bytes
+from .db import Database
+from .errors import InvalidEvent, VersionConflict
+
+__all__ = [
+    "MAX_DATA_BYTES",
+    "MAX_EVENTS_PER_APPEND",
+    "Appended",
+    "BadEvent",
+    "Event",
+    "Journal",
+    "NewEvent",
+    "VerifyReport",
+]
+
+MAX_DATA_BYTES = 256 * 1024
+"""Largest canonical JSON payload of one event. Bulky values belong elsewhere (encrypted results
+are stored beside their call, not in the journal)."""
+MAX_EVENTS_PER_APPEND = 1000
+_MAX_NAME = {"stream id": 200, "type": 100, "actor": 200}
+_CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+_APPEND = "SELECT signoff_append($1, $2, $3, $4, $5, $6, $7, $8)"
+_HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
+_COLUMNS = (
+    "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash"
+)
+_READ_STREAM = f"""
+SELECT {_COLUMNS} FROM events WHERE stream_id = $1 AND version > $2 ORDER BY version
+"""
+_CURSOR_OF = "SELECT txid::text::bigint FROM events WHERE position = $1"
+_READ_ALL = f"""
+SELECT {_COLUMNS} FROM events
+WHERE (txid, position) > ($1::text::xid8, $2)
+  AND txid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY txid, position
+LIMIT $3
+"""
+_VERIFY = f"SELECT {_COLUMNS} FROM events ORDER BY stream_id, version"
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append. `data` must be a JSON object; `actor` says who caused it."""
+
+    type: str
+    data: dict[str, Any]
+    actor: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event as recorded in the journal."""
+
+    position: int
+    txid: int
+    stream_id: str
+    version: int
+    type: str
+    data_json: str
+    actor: str
+    recorded_at: datetime
+    hash: bytes
+
+    @cached_property
+    def data(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.data_json)
+        return value
+
+    def canonical_bytes(self) -> bytes:
+        return event_bytes(
+            self.stream_id, self.version, self.type, self.actor, self.recorded_at, self.data_json
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append wrote: the stream's new version and each event's position."""
+
+    stream_id: str
+    version: int
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BadEvent:
+    stream_id: str
+    version: int
+    position: int
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    events: int
+    streams: int
+    bad: tuple[BadEvent, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad
+
+    @property
+    def first_bad(self) -> BadEvent | None:
+        """The bad event earliest in the journal (lowest position)."""
+        return min(self.bad, key=lambda b: b.position) if self.bad else None
+
+
+class Journal:
+    """Append to and read the event journal of one database."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def append(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: int,
+        notify: str | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> Appended:
+        """Append `events` to `stream_id`, which must be at `expected_version` (0: new stream).
+
+        Args:
+            notify: a channel to NOTIFY (payload: the stream id) when the append commits; only for
+                events somebody waits on.
+            connection: run inside this connection's open transaction instead of on its own.
+
+        Raises:
+            InvalidEvent: malformed input; nothing was written.
+            VersionConflict: the stream is not at `expected_version`; nothing was written.
+        """
+        args = _append_args(stream_id, events, expected_version, notify)
+        try:
+            if connection is not None:
+                positions = await connection.fetchval(_APPEND, *args)
+            else:
+                async with self.db.connection() as conn:
+                    positions = await conn.fetchval(_APPEND, *args)
+        except asyncpg.UniqueViolationError as e:
+            raise VersionConflict(stream_id, expected_version, None) from e
+        except asyncpg.PostgresError as e:
+            if e.sqlstate == "SG409":
+                raise VersionConflict(stream_id, expected_version, int(e.detail or -1)) from e
+            raise
+        return Appended(stream_id, expected_version + len(events), tuple(positions))
+
+    async def stream_version(self, stream_id: str) -> int:
+        """The version of the newest event in `stream_id` (0 when it has none)."""
+        async with self.db.connection() as conn:
+            version: int = await conn.fetchval(_HEAD, stream_id)
+        return version
+
+    async def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[Event]:
+        """The events of one stream, oldest first."""
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(_READ_STREAM, stream_id, after_version)
+        return [Event(*row) for row in rows]
+
+    async def read_all(self, *, after: int = 0, batch_size: int = 1000) -> AsyncIterator[Event]:
+        """Every event after position `after` (0: from the start) in the global order, up to
+        the events committed so far. Resume later with the last event's position.
+
+        Raises:
+            InvalidEvent: `after` is not the position of an event.
+        """
+        cursor = await self._cursor_of(after)
+        while True:
+            async with self.db.connection() as conn:
+                rows = await conn.fetch(_READ_ALL, str(cursor[0]), cursor[1], batch_size)
+            for row in rows:
+                yield Event(*row)
+            if len(rows) < batch_size:
+                return
+            cursor = (rows[-1][1], rows[-1][0])
+
+    async def follow(self, *, after: int = 0, poll_interval: float = 0.05) -> AsyncIterator[Event]:
+        """Like `read_all`, but never ends: waits `poll_interval` seconds for new events."""
+        while True:
+            async for event in self.read_all(after=after):
+                after = event.position
+                yield event
+            await asyncio.sleep(poll_interval)
+
+    async def verify(self) -> VerifyReport:
+        """Recompute every stream's hash chain; report the events that do not match."""
+        bad: list[BadEvent] = []
+        events = streams = 0
+        stream: str | None = None
+        previous_hash, previous_version = GENESIS_HASH, 0
+        async with self.db.transaction() as conn:
+            async for row in conn.cursor(_VERIFY, prefetch=5000):
+                event = Event(*row)
+                events += 1
+                if event.stream_id != stream:
+                    stream, streams = event.stream_id, streams + 1
+                    previous_hash, previous_version = GENESIS_HASH, 0
+                problem = _check(event, previous_hash, previous_version)
+                if problem is not None:
+                    bad.append(BadEvent(event.stream_id, event.version, event.position, problem))
+                # Chain from the stored hash, so one altered event is reported alone.
+                previous_hash, previous_version = event.hash, event.version
+        return VerifyReport(events, streams, tuple(bad))
+
+    async def _cursor_of(self, position: int) -> tuple[int, int]:
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise InvalidEvent(f"a journal position is a whole number >= 0, not {position!r}")
+        if position == 0:
+            return (0, 0)
+        async with self.db.connection() as conn:
+            txid = await conn.fetchval(_CURSOR_OF, position)
+        if txid is None:
+            raise InvalidEvent(f"no event at position {position}")
+        return (txid, position)
+
+
+def _check(event: Event, previous_hash: bytes, previous_version: int) -> str | None:
+    if event.version != previous_version + 1:
+        return f"version {previous_version + 1} is missing before version {event.version}"
+    expected = chain_hash(previous_hash, event.canonical_bytes())
+    if expected != event.hash:
+        return f"hash differs: stored {event.hash.hex()}, recomputed {expected.hex()}"
+    return None
+
+
+def _append_args(
+    stream_id: str, events: Sequence[NewEvent], expected_version: int, notify: str | None
+) -> tuple[Any, ...]:
+    _check_name("stream id", stream_id)
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
+        raise InvalidEvent(f"expected_version must be an int, not {expected_version!r}")
+    if expected_version < 0:
+        raise InvalidEvent(f"expected_version must be >= 0, not {expected_version}")
+    if not events:
+        raise InvalidEvent("an append needs at least one event")
+    if len(events) > MAX_EVENTS_PER_APPEND:
+        raise InvalidEvent(f"at most {MAX_EVENTS_PER_APPEND} events per append, not {len(events)}")
+    if notify is not None and not _CHANNEL.fullmatch(notify):
+        raise InvalidEvent(f"not a notification channel name: {notify!r}")
+    types, payloads, actors, times, canonical = [], [], [], [], []
+    for offset, event in enumerate(events, start=1):
+        _check_name("type", event.type)
+        _check_name("actor", event.actor)
+        payload = _payload(event)
+        recorded_at = datetime.now(UTC)
+        types.append(event.type)
+        payloads.append(payload)
+        actors.append(event.actor)
+        times.append(recorded_at)
+        canonical.append(
+            event_bytes(
+                stream_id, expected_version + offset, event.type, event.actor, recorded_at, payload
+            )
+        )
+    return (stream_id, expected_version, types, payloads, actors, times, canonical, notify)
+
+
+def _payload(event: NewEvent) -> str:
+    if not isinstance(event.data, dict):
+        raise InvalidEvent(
+            f"event {event.type!r}: data must be a JSON object, not {type(event.data).__name__}"
+        )
+    try:
+        text = canonical_json(event.data)
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError) as e:  # UnicodeEncodeError is a ValueError
+        raise InvalidEvent(f"event {event.type!r}: data is not JSON: {e}") from e
+    if size > MAX_DATA_BYTES:
+        raise InvalidEvent(
+            f"event {event.type!r}: data is {size} bytes, more than the limit of {MAX_DATA_BYTES}"
+        )
+    return text
+
+
+def _check_name(what: str, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidEvent(f"{what} must be a non-empty string, not {value!r}")
+    if len(value) > _MAX_NAME[what]:
+        raise InvalidEvent(f"{what} is longer than {_MAX_NAME[what]} characters")
+    if "\x00" in value or not value.isprintable():
+        raise InvalidEvent(f"{what} {value!r} contains control characters")

@@ -1,0 +1,40 @@
+"""Schema migrations (alembic), usable from code and from the `signoff db` commands."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+
+__all__ = ["alembic_config", "downgrade", "head_revision", "upgrade"]
+
+_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    """An alembic configuration for `url` that finds our migrations wherever we are installed."""
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["signoff_url"] = url
+    return config
+
+
+@cache
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config("")).get_current_head()
+    if head is None:
+        raise RuntimeError(f"no migrations found in {_MIGRATIONS}")
+    return head
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the database at `url` up to `revision` (blocking; call outside an event loop)."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate the database at `url` down to `revision` (blocking; call outside an event loop)."""
+    command.downgrade(alembic_config(url), revision)

@@ -1,0 +1,55 @@
+"""Alembic environment: async, on asyncpg, serialized by an advisory lock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging.config
+from functools import partial
+
+import asyncpg
+from alembic import context
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from ledger.config import resolve_url
+from ledger.schema import metadata
+
+# Concurrent `upgrade`s (several workers starting at once) take turns instead of racing.
+MIGRATION_LOCK = 0x5167_0FF0
+
+config = context.config
+if config.config_file_name is not None:
+    logging.config.fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection, target_metadata=metadata, transaction_per_migration=True
+    )
+    connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+    connection.commit()  # the session-level lock outlives this transaction
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+        connection.commit()
+
+
+async def _run_online() -> None:
+    url = config.attributes.get("signoff_url") or resolve_url()
+    engine = create_async_engine(
+        "postgresql+asyncpg://", async_creator=partial(asyncpg.connect, url), poolclass=NullPool
+    )
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(_run)
+    finally:
+        await engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (--sql) migrations are not supported; run against a database")
+asyncio.run(_run_online())

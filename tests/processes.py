@@ -1,0 +1,60 @@
+"""Starting the test workers as real OS processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def start_worker(*args: str) -> asyncio.subprocess.Process:
+    """Start `python -m tests.workers ARGS...` with stdout piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.workers",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+async def finish(process: asyncio.subprocess.Process, within: float = 120) -> str:
+    """Wait for a worker; return its stdout, failing with its stderr if it failed."""
+    stdout, stderr = await asyncio.wait_for(process.communicate(), within)
+    if process.returncode != 0:
+        raise AssertionError(f"worker exited {process.returncode}: {stderr.decode()[-2000:]}")
+    return stdout.decode()
+
+
+@dataclass(frozen=True)
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+async def run_cli(*args: str, database_url: str | None = None, within: float = 120) -> CliResult:
+    """Run `signoff ARGS...` in its own process, against `database_url` when given."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if database_url is not None:
+        env["SIGNOFF_DATABASE_URL"] = database_url
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "adapters.cli",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), within)
+    assert process.returncode is not None
+    return CliResult(process.returncode, stdout.decode(), stderr.decode())
