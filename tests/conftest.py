@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from ledger import Database, Journal, resolve_url
+from ledger.log import configure_logging
 from ledger.scratch import scratch_database
 
 
@@ -42,3 +43,8 @@ async def db(database_url: str) -> AsyncIterator[Database]:
 @pytest.fixture(scope="session")
 def journal(db: Database) -> Journal:
     return Journal(db)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quiet_logs() -> None:
+    configure_logging("WARNING")
