@@ -9,10 +9,17 @@ from __future__ import annotations
 __all__ = [
     "ConfigurationError",
     "DatabaseUnavailable",
+    "DecryptionFailed",
     "EmbeddedServerError",
     "InvalidEvent",
+    "KekMismatch",
+    "KekMissing",
+    "KeyRingError",
+    "KeyStateError",
+    "NoActiveKey",
     "SchemaOutOfDate",
     "SignoffError",
+    "UnknownKey",
     "VersionConflict",
 ]
 
@@ -66,3 +73,62 @@ class VersionConflict(SignoffError):
         self.stream_id = stream_id
         self.expected_version = expected_version
         self.actual_version = actual_version
+
+
+class KeyRingError(SignoffError):
+    """Base of the key ring's errors."""
+
+
+class KekMissing(KeyRingError):
+    """No key-encryption key is configured, but data keys exist that need one."""
+
+    def __init__(self, needed: str) -> None:
+        super().__init__(
+            f"no key-encryption key configured; the data keys are wrapped by KEK {needed}: "
+            "set SIGNOFF_KEK (base64 of 32 bytes) or SIGNOFF_KEK_FILE"
+        )
+        self.needed = needed
+
+
+class KekMismatch(KeyRingError):
+    """The configured key-encryption key is not the one that wrapped the data keys."""
+
+    def __init__(self, needed: str, configured: str) -> None:
+        super().__init__(
+            f"the data keys are wrapped by KEK {needed}, but the configured KEK is {configured}"
+        )
+        self.needed = needed
+        self.configured = configured
+
+
+class UnknownKey(KeyRingError):
+    """A ciphertext, MAC or signature names a key id the key ring does not have."""
+
+    def __init__(self, key_id: str, reason: str = "no such key") -> None:
+        super().__init__(f"key {key_id!r}: {reason}")
+        self.key_id = key_id
+        self.reason = reason
+
+
+class NoActiveKey(KeyRingError):
+    """No active key exists for a purpose (run `signoff keys init`)."""
+
+    def __init__(self, purpose: str) -> None:
+        super().__init__(f"no active {purpose} key: run `signoff keys init`")
+        self.purpose = purpose
+
+
+class DecryptionFailed(KeyRingError):
+    """A ciphertext did not decrypt: altered, or moved from where it was written."""
+
+    def __init__(self, key_id: str, context: str) -> None:
+        super().__init__(
+            f"ciphertext under key {key_id!r} does not belong to {context} "
+            "(altered, or copied from another row)"
+        )
+        self.key_id = key_id
+        self.context = context
+
+
+class KeyStateError(KeyRingError):
+    """A key operation is not allowed in the key's current state."""

