@@ -85,8 +85,16 @@ class Database:
         return await cls.connect(url, **options)
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """Borrow a pooled asyncpg connection (autocommit unless you open a transaction)."""
+    async def connection(
+        self, existing: asyncpg.Connection | None = None
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """Borrow a pooled asyncpg connection (autocommit unless you open a transaction).
+
+        With `existing` (a caller's connection, perhaps in its own transaction), use that one.
+        """
+        if existing is not None:
+            yield existing
+            return
         async with self.engine.connect() as conn:
             raw = await conn.get_raw_connection()
             yield raw.driver_connection

@@ -36,7 +36,7 @@ import structlog
 
 from ledger.errors import EmbeddedServerError
 
-__all__ = ["default_home", "ensure_server", "stop_server"]
+__all__ = ["default_home", "ensure_server", "home_of", "stop_server"]
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +83,16 @@ def ensure_server(home: Path | None = None) -> str:
         srv.ensure_database()
     query = urllib.parse.urlencode({"host": str(srv.run), "port": PORT}, safe="/")
     return f"postgresql://{PG_USER}@/{DATABASE}?{query}"
+
+
+def home_of(url: str) -> Path | None:
+    """The embedded home whose server `url` points at, or None for any other server."""
+    sockets = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("host", [])
+    if len(sockets) == 1 and Path(sockets[0]).name == "run":
+        home = Path(sockets[0]).parent
+        if (home / "data").is_dir() or home == default_home():
+            return home
+    return None
 
 
 def stop_server(home: Path | None = None) -> None:

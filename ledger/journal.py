@@ -165,11 +165,8 @@ class Journal:
         """
         args = _append_args(stream_id, events, expected_version, notify)
         try:
-            if connection is not None:
-                positions = await connection.fetchval(_APPEND, *args)
-            else:
-                async with self.db.connection() as conn:
-                    positions = await conn.fetchval(_APPEND, *args)
+            async with self.db.connection(connection) as conn:
+                positions = await conn.fetchval(_APPEND, *args)
         except asyncpg.UniqueViolationError as e:
             raise VersionConflict(stream_id, expected_version, None) from e
         except asyncpg.PostgresError as e:
@@ -178,9 +175,11 @@ class Journal:
             raise
         return Appended(stream_id, expected_version + len(events), tuple(positions))
 
-    async def stream_version(self, stream_id: str) -> int:
+    async def stream_version(
+        self, stream_id: str, *, connection: asyncpg.Connection | None = None
+    ) -> int:
         """The version of the newest event in `stream_id` (0 when it has none)."""
-        async with self.db.connection() as conn:
+        async with self.db.connection(connection) as conn:
             version: int = await conn.fetchval(_HEAD, stream_id)
         return version
 

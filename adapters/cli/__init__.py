@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ledger import SignoffError, __version__
 from ledger.log import configure_logging
 
-from . import db, ledger_commands
+from . import db, keys, ledger_commands
 
 __all__ = ["main"]
 
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="log level (default: WARNING)")
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     db.register(groups)
+    keys.register(groups)
     ledger_commands.register(groups)
     return parser
 

@@ -6,9 +6,9 @@ import argparse
 import asyncio
 from dataclasses import asdict
 
-from ledger import Database, Journal, VerifyReport
-from ledger.config import resolve_url
+from ledger import Journal, VerifyReport
 
+from .context import open_database
 from .output import add_json_flag, emit
 
 
@@ -23,7 +23,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report = asyncio.run(_verify_journal(resolve_url(args.database_url)))
+    report = asyncio.run(_verify_journal(args))
     first = report.first_bad
     if first is None:
         text = f"journal intact: {report.events} events in {report.streams} streams"
@@ -45,6 +45,6 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-async def _verify_journal(url: str) -> VerifyReport:
-    async with await Database.connect(url, pool_size=1) as db:
+async def _verify_journal(args: argparse.Namespace) -> VerifyReport:
+    async with open_database(args) as db:
         return await Journal(db).verify()

@@ -1,0 +1,135 @@
+"""`signoff keys ...`: the data keys and the KEK that wraps them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+from ledger.keys import KeyInfo, KeyRing, LocalKek, Purpose
+
+from .context import open_database
+from .output import add_json_flag, emit
+
+
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    keys = groups.add_parser("keys", help="data keys (wrapped by the KEK) and rotation")
+    commands = keys.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init = commands.add_parser("init", help="create an active key for every purpose lacking one")
+    add_json_flag(init)
+    init.set_defaults(run=lambda a: asyncio.run(_init(a)))
+
+    listing = commands.add_parser("list", help="list the keys and their states")
+    add_json_flag(listing)
+    listing.set_defaults(run=lambda a: asyncio.run(_list(a)))
+
+    rotate = commands.add_parser("rotate", help="new active key; the old one stays decrypt-only")
+    rotate.add_argument("purpose", choices=[p.value for p in Purpose])
+    add_json_flag(rotate)
+    rotate.set_defaults(run=lambda a: asyncio.run(_rotate(a)))
+
+    retire = commands.add_parser("retire", help="retire a decrypt-only key (it opens nothing)")
+    retire.add_argument("key_id")
+    add_json_flag(retire)
+    retire.set_defaults(run=lambda a: asyncio.run(_retire(a)))
+
+    rewrap = commands.add_parser("rewrap", help="rewrap every data key under a new KEK")
+    rewrap.add_argument("--new-kek-file", type=Path, required=True, help="base64 of 32 bytes")
+    add_json_flag(rewrap)
+    rewrap.set_defaults(run=lambda a: asyncio.run(_rewrap(a)))
+
+    export = commands.add_parser("export-public", help="the digest-signing public keys")
+    export.add_argument("--out", type=Path, help="write to this file instead of stdout")
+    export.set_defaults(run=lambda a: asyncio.run(_export_public(a)))
+
+
+def _row(info: KeyInfo) -> dict[str, Any]:
+    return {
+        "key_id": info.key_id,
+        "purpose": info.purpose.value,
+        "state": info.state.value,
+        "kek_id": info.kek_id,
+        "created_at": info.created_at.isoformat(),
+        "rotated_at": info.rotated_at.isoformat() if info.rotated_at else None,
+        "retired_at": info.retired_at.isoformat() if info.retired_at else None,
+    }
+
+
+async def _init(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        ring = await KeyRing.open(db, create_missing=False)
+        created = await ring.init()
+    text = f"created {', '.join(created)}" if created else "every purpose has an active key"
+    emit(args, text, {"created": created})
+    return 0
+
+
+async def _list(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        ring = await KeyRing.open(db, create_missing=False)
+    rows = [_row(k) for k in ring.all_keys()]
+    lines = [f"{'KEY':<22} {'PURPOSE':<15} {'STATE':<13} {'KEK':<21} CREATED"]
+    lines += [
+        f"{r['key_id']:<22} {r['purpose']:<15} {r['state']:<13} {r['kek_id']:<21} {r['created_at']}"
+        for r in rows
+    ]
+    emit(args, "\n".join(lines), {"keys": rows})
+    return 0
+
+
+async def _rotate(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        ring = await KeyRing.open(db)
+        key_id = await ring.rotate(Purpose(args.purpose))
+    text = (
+        f"{args.purpose}: {key_id} is active; running processes switch to it within "
+        f"{ring.refresh_seconds:g} s and keep reading data under the old key"
+    )
+    emit(args, text, {"purpose": args.purpose, "key_id": key_id})
+    return 0
+
+
+async def _retire(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        ring = await KeyRing.open(db)
+        await ring.retire(args.key_id)
+    emit(args, f"{args.key_id} retired", {"key_id": args.key_id, "state": "retired"})
+    return 0
+
+
+async def _rewrap(args: argparse.Namespace) -> int:
+    new_kek = LocalKek.from_file(args.new_kek_file)
+    async with open_database(args) as db:
+        ring = await KeyRing.open(db, create_missing=False)
+        count = await ring.rewrap(new_kek)
+    text = (
+        f"rewrapped {count} data keys under {new_kek.kek_id}; "
+        f"configure SIGNOFF_KEK_FILE={args.new_kek_file} from now on"
+    )
+    emit(args, text, {"rewrapped": count, "kek_id": new_kek.kek_id})
+    return 0
+
+
+async def _export_public(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        ring = await KeyRing.open(db)
+    keys = [
+        {
+            "key_id": k.key_id,
+            "algorithm": "Ed25519",
+            "state": k.state.value,
+            "public_key": base64.b64encode(k.public_key).decode(),
+        }
+        for k in ring.all_keys()
+        if k.purpose is Purpose.DIGEST_SIGNING and k.public_key is not None
+    ]
+    document = json.dumps({"signoff_public_keys": 1, "keys": keys}, indent=2) + "\n"
+    if args.out:
+        args.out.write_text(document)
+    else:
+        print(document, end="")
+    return 0

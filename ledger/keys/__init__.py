@@ -1,0 +1,17 @@
+"""Keys: the KEK outside the database, data keys inside it (wrapped), and Signoff's ciphertexts."""
+
+from .kek import Kek, LocalKek, create_kek_file, kek_from_env
+from .ring import KeyInfo, KeyRing, KeyState, Purpose
+from .sealing import key_id_of
+
+__all__ = [
+    "Kek",
+    "KeyInfo",
+    "KeyRing",
+    "KeyState",
+    "LocalKek",
+    "Purpose",
+    "create_kek_file",
+    "kek_from_env",
+    "key_id_of",
+]

@@ -1,0 +1,103 @@
+"""The key-encryption key (KEK): it wraps the data keys and never enters the database.
+
+`Kek` is the small interface a KMS can implement later: an id, `wrap` and `unwrap`. `LocalKek`
+holds 32 bytes from `SIGNOFF_KEK` (base64) or the file named by `SIGNOFF_KEK_FILE` (base64 text).
+Its id is derived from the key, so an error can name the KEK a database needs without storing it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+from pathlib import Path
+from typing import Protocol
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from ..errors import ConfigurationError
+from ..log import get_logger
+
+__all__ = ["Kek", "LocalKek", "create_kek_file", "kek_from_env"]
+
+log = get_logger(__name__)
+_NONCE = 12
+
+
+class Kek(Protocol):
+    """What the key ring needs from a key-encryption key."""
+
+    @property
+    def kek_id(self) -> str: ...
+
+    def wrap(self, plaintext: bytes, associated_data: bytes) -> bytes: ...
+
+    def unwrap(self, wrapped: bytes, associated_data: bytes) -> bytes:
+        """Raises `cryptography.exceptions.InvalidTag` when `wrapped` is not ours."""
+        ...
+
+
+class LocalKek:
+    """A KEK held in this process's memory (AES-256-GCM, random 96-bit nonces)."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) != 32:
+            raise ConfigurationError(f"a KEK is 32 bytes, not {len(key)}")
+        self._aead = AESGCM(key)
+        self.kek_id = "kek-" + hashlib.sha256(b"signoff.kek.id.v1" + key).hexdigest()[:16]
+
+    def wrap(self, plaintext: bytes, associated_data: bytes) -> bytes:
+        nonce = os.urandom(_NONCE)
+        return nonce + self._aead.encrypt(nonce, plaintext, associated_data)
+
+    def unwrap(self, wrapped: bytes, associated_data: bytes) -> bytes:
+        return self._aead.decrypt(wrapped[:_NONCE], wrapped[_NONCE:], associated_data)
+
+    @classmethod
+    def from_base64(cls, text: str, source: str) -> LocalKek:
+        try:
+            return cls(base64.b64decode(text.strip(), validate=True))
+        except (binascii.Error, ValueError) as e:
+            raise ConfigurationError(f"{source} is not base64 of 32 bytes: {e}") from e
+
+    @classmethod
+    def from_file(cls, path: Path) -> LocalKek:
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigurationError(f"cannot read the KEK file {path}: {e.strerror}") from e
+        return cls.from_base64(text, f"KEK file {path}")
+
+
+def kek_from_env(local_file: Path | None = None) -> LocalKek | None:
+    """The KEK from `SIGNOFF_KEK` or `SIGNOFF_KEK_FILE`.
+
+    With neither set: when `local_file` is given (the embedded default), that file, created on
+    first use and readable only by its owner; otherwise None.
+    """
+    if text := os.environ.get("SIGNOFF_KEK"):
+        return LocalKek.from_base64(text, "SIGNOFF_KEK")
+    if path := os.environ.get("SIGNOFF_KEK_FILE"):
+        return LocalKek.from_file(Path(path))
+    if local_file is None:
+        return None
+    if not local_file.exists():
+        create_kek_file(local_file)
+        log.warning(
+            "created a local key-encryption key; back it up, without it nothing encrypted can "
+            "be read",
+            path=str(local_file),
+        )
+    return LocalKek.from_file(local_file)
+
+
+def create_kek_file(path: Path) -> None:
+    """Write a new random KEK (base64) to `path`, mode 0600; refuses to overwrite."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError as e:
+        raise ConfigurationError(f"{path} exists already; not overwriting a KEK") from e
+    with os.fdopen(fd, "w") as file:
+        file.write(base64.b64encode(os.urandom(32)).decode() + "\n")

@@ -1,0 +1,395 @@
+"""The key ring: data keys in the database, wrapped by the KEK, cached in every process.
+
+Every process loads the keys it may use (active and decrypt-only) and refreshes them when the
+cache is older than `refresh_seconds` (default 10, `SIGNOFF_KEY_REFRESH_SECONDS`). That bounds
+rotation: within that time after `signoff keys rotate`, every running process encrypts with the
+new key, and all of them keep decrypting with the old one until it is retired. A key id that is
+not in the cache triggers one refresh before it is called unknown, so data written under a key
+created seconds ago in another process still opens.
+
+Encryption and MACs are synchronous and use only the cache (callers on async paths first
+`await ring.fresh()`); key administration (init, rotate, retire, rewrap) is serialized by one
+advisory lock and recorded in the journal (stream `keys:<purpose>`; never the key material).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from ..db import Database
+from ..errors import KekMismatch, KekMissing, KeyStateError, NoActiveKey, UnknownKey
+from ..journal import Journal, NewEvent
+from ..log import get_logger
+from .kek import Kek, kek_from_env
+from .sealing import key_id_of, open_sealed, seal
+
+__all__ = ["KeyInfo", "KeyRing", "KeyState", "Purpose"]
+
+log = get_logger(__name__)
+
+
+class Purpose(StrEnum):
+    CHECKPOINT = "checkpoint"
+    RESULT = "result"
+    APPROVAL_MAC = "approval_mac"
+    DIGEST_SIGNING = "digest_signing"
+
+
+class KeyState(StrEnum):
+    ACTIVE = "active"  # encrypts, MACs, signs and opens
+    DECRYPT_ONLY = "decrypt_only"  # opens and verifies only
+    RETIRED = "retired"  # kept for the record; opens nothing
+
+
+_PREFIX = {
+    Purpose.CHECKPOINT: "ckpt",
+    Purpose.RESULT: "res",
+    Purpose.APPROVAL_MAC: "mac",
+    Purpose.DIGEST_SIGNING: "sig",
+}
+_ADMIN_LOCK = 0x5167_0FF1
+
+_SELECT_KEYS = """
+SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_at, retired_at
+FROM data_keys ORDER BY created_at, key_id
+"""
+_INSERT_KEY = """
+INSERT INTO data_keys (key_id, purpose, state, kek_id, wrapped, public_key)
+VALUES ($1, $2, 'active', $3, $4, $5)
+"""
+_DEMOTE_ACTIVE = """
+UPDATE data_keys SET state = 'decrypt_only', rotated_at = now()
+WHERE purpose = $1 AND state = 'active' RETURNING key_id
+"""
+_RETIRE = """
+UPDATE data_keys SET state = 'retired', retired_at = now()
+WHERE key_id = $1 AND state = 'decrypt_only' RETURNING key_id
+"""
+_REWRAP = "UPDATE data_keys SET kek_id = $2, wrapped = $3 WHERE key_id = $1"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """A data key as listed (never its material)."""
+
+    key_id: str
+    purpose: Purpose
+    state: KeyState
+    kek_id: str
+    public_key: bytes | None
+    created_at: datetime
+    rotated_at: datetime | None
+    retired_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    info: KeyInfo
+    material: bytes
+    aead: AESGCM | None
+
+
+def _wrap_context(key_id: str, purpose: str) -> bytes:
+    return f"signoff.datakey.v1|{key_id}|{purpose}".encode()
+
+
+def _info(row: asyncpg.Record) -> KeyInfo:
+    return KeyInfo(
+        row["key_id"],
+        Purpose(row["purpose"]),
+        KeyState(row["state"]),
+        row["kek_id"],
+        row["public_key"],
+        row["created_at"],
+        row["rotated_at"],
+        row["retired_at"],
+    )
+
+
+def _refresh_default() -> float:
+    return float(os.environ.get("SIGNOFF_KEY_REFRESH_SECONDS", "10"))
+
+
+class KeyRing:
+    """Data keys for one database, usable from any number of processes."""
+
+    def __init__(self, db: Database, kek: Kek | None, *, refresh_seconds: float | None = None):
+        self.db = db
+        self.kek = kek
+        self.refresh_seconds = _refresh_default() if refresh_seconds is None else refresh_seconds
+        self._keys: dict[str, _Loaded] = {}
+        self._all: dict[str, KeyInfo] = {}
+        self._active: dict[Purpose, str] = {}
+        self._loaded_at = -float("inf")
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls, db: Database, kek: Kek | None = None, *, create_missing: bool = True
+    ) -> KeyRing:
+        """Load the key ring; with `create_missing`, create an active key for every purpose
+        that has none. The KEK defaults to the environment's (`kek_from_env`); with the embedded
+        database and no KEK configured, a local KEK file is created beside the server.
+
+        Raises:
+            KekMissing: keys exist but no KEK is configured (names the KEK needed).
+            KekMismatch: the configured KEK did not wrap these keys; nothing is written.
+        """
+        if kek is None:
+            kek = kek_from_env(_local_kek_file(db.url))
+        ring = cls(db, kek)
+        await ring.refresh()
+        if create_missing and set(Purpose) - set(ring._active):
+            await ring.init()
+        return ring
+
+    # -- reading the cache -------------------------------------------------------------------
+
+    async def fresh(self) -> None:
+        """Refresh the cache if it is older than `refresh_seconds`."""
+        if time.monotonic() - self._loaded_at >= self.refresh_seconds:
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Reload every key from the database now."""
+        async with self._lock:
+            async with self.db.connection() as conn:
+                rows = await conn.fetch(_SELECT_KEYS)
+            keys: dict[str, _Loaded] = {}
+            infos: dict[str, KeyInfo] = {}
+            active: dict[Purpose, str] = {}
+            for row in rows:
+                info = _info(row)
+                infos[info.key_id] = info
+                if info.state is KeyState.RETIRED:
+                    continue
+                keys[info.key_id] = self._unwrap(info, row["wrapped"])
+                if info.state is KeyState.ACTIVE:
+                    active[info.purpose] = info.key_id
+            self._keys, self._all, self._active = keys, infos, active
+            self._loaded_at = time.monotonic()
+
+    def _unwrap(self, info: KeyInfo, wrapped: bytes) -> _Loaded:
+        if self.kek is None:
+            raise KekMissing(info.kek_id)
+        if info.kek_id != self.kek.kek_id:
+            raise KekMismatch(info.kek_id, self.kek.kek_id)
+        try:
+            material = self.kek.unwrap(wrapped, _wrap_context(info.key_id, info.purpose))
+        except InvalidTag as e:
+            raise KekMismatch(info.kek_id, self.kek.kek_id) from e
+        aead = AESGCM(material) if info.purpose in (Purpose.CHECKPOINT, Purpose.RESULT) else None
+        return _Loaded(info, material, aead)
+
+    def all_keys(self) -> list[KeyInfo]:
+        """Every key, retired ones included, as of the last refresh."""
+        return list(self._all.values())
+
+    def active_key_id(self, purpose: Purpose) -> str:
+        key_id = self._active.get(purpose)
+        if key_id is None:
+            raise NoActiveKey(purpose)
+        return key_id
+
+    def _key(self, key_id: str, purpose: Purpose) -> _Loaded:
+        loaded = self._keys.get(key_id)
+        if loaded is None:
+            info = self._all.get(key_id)
+            raise UnknownKey(key_id, "retired" if info is not None else "no such key")
+        if loaded.info.purpose is not purpose:
+            raise UnknownKey(key_id, f"a {loaded.info.purpose} key, not a {purpose} key")
+        return loaded
+
+    async def _key_fresh(self, key_id: str, purpose: Purpose) -> _Loaded:
+        if key_id not in self._keys and key_id not in self._all:
+            await self.refresh()  # created moments ago in another process?
+        return self._key(key_id, purpose)
+
+    # -- encryption ------------------------------------------------------------------------
+
+    def encrypt(self, purpose: Purpose, plaintext: bytes, context: bytes) -> bytes:
+        """Seal `plaintext` under the active key of `purpose`, bound to `context`."""
+        loaded = self._key(self.active_key_id(purpose), purpose)
+        assert loaded.aead is not None  # checkpoint and result keys always have one
+        return seal(loaded.aead, purpose, loaded.info.key_id, plaintext, context)
+
+    def decrypt(self, purpose: Purpose, sealed: bytes, context: bytes, where: str) -> bytes:
+        """Open a sealed value; `where` names its place for the error if it does not open.
+
+        Raises:
+            DecryptionFailed: altered, or bound to another place.
+            UnknownKey: the key it names is unknown or retired.
+        """
+        key_id = key_id_of(sealed)
+        if key_id is None:
+            raise UnknownKey("?", f"{where} is not a Signoff ciphertext")
+        loaded = self._key(key_id, purpose)
+        assert loaded.aead is not None
+        return open_sealed(loaded.aead, purpose, key_id, sealed, context, where)
+
+    async def decrypt_fresh(
+        self, purpose: Purpose, sealed: bytes, context: bytes, where: str
+    ) -> bytes:
+        """`decrypt`, refreshing the cache first if the key is one it has not seen."""
+        key_id = key_id_of(sealed)
+        if key_id is not None:
+            await self._key_fresh(key_id, purpose)
+        return self.decrypt(purpose, sealed, context, where)
+
+    # -- MACs and signatures -----------------------------------------------------------------
+
+    def mac(self, message: bytes) -> tuple[str, bytes]:
+        """HMAC-SHA256 of `message` under the active approval-MAC key: (key id, tag)."""
+        key_id = self.active_key_id(Purpose.APPROVAL_MAC)
+        material = self._key(key_id, Purpose.APPROVAL_MAC).material
+        return key_id, hmac.new(material, message, sha256).digest()
+
+    async def verify_mac(self, key_id: str, message: bytes, tag: bytes) -> bool:
+        """Whether `tag` is the MAC of `message` under `key_id` (constant-time comparison).
+
+        Raises:
+            UnknownKey: no such MAC key, or it is retired.
+        """
+        material = (await self._key_fresh(key_id, Purpose.APPROVAL_MAC)).material
+        return hmac.compare_digest(hmac.new(material, message, sha256).digest(), tag)
+
+    def sign(self, message: bytes) -> tuple[str, bytes]:
+        """Ed25519 signature of `message` under the active signing key: (key id, signature)."""
+        key_id = self.active_key_id(Purpose.DIGEST_SIGNING)
+        material = self._key(key_id, Purpose.DIGEST_SIGNING).material
+        return key_id, Ed25519PrivateKey.from_private_bytes(material).sign(message)
+
+    def public_key(self, key_id: str | None = None) -> tuple[str, bytes]:
+        """A signing key's raw Ed25519 public key (the active one by default)."""
+        key_id = key_id or self.active_key_id(Purpose.DIGEST_SIGNING)
+        info = self._all.get(key_id)
+        if info is None or info.purpose is not Purpose.DIGEST_SIGNING or info.public_key is None:
+            raise UnknownKey(key_id, "not a signing key")
+        return key_id, info.public_key
+
+    # -- administration ----------------------------------------------------------------------
+
+    async def init(self) -> list[str]:
+        """Create an active key for every purpose that has none; return the new key ids."""
+        created: list[str] = []
+        async with self._admin() as conn:
+            rows = await conn.fetch("SELECT purpose FROM data_keys WHERE state = 'active'")
+            have = {Purpose(r["purpose"]) for r in rows}
+            for purpose in Purpose:
+                if purpose not in have:
+                    created.append(await self._create(conn, purpose, "key.created"))
+        await self.refresh()
+        if created:
+            log.info("data keys created", key_ids=created)
+        return created
+
+    async def rotate(self, purpose: Purpose) -> str:
+        """Make a new active key for `purpose`; the old one becomes decrypt-only."""
+        async with self._admin() as conn:
+            old = await conn.fetchval(_DEMOTE_ACTIVE, purpose)
+            key_id = await self._create(conn, purpose, "key.rotated", replaces=old)
+        await self.refresh()
+        log.info("data key rotated", purpose=purpose, key_id=key_id, replaces=old)
+        return key_id
+
+    async def retire(self, key_id: str) -> None:
+        """Retire a decrypt-only key: nothing encrypted under it can be read afterwards."""
+        async with self._admin() as conn:
+            purpose = await conn.fetchval("SELECT purpose FROM data_keys WHERE key_id = $1", key_id)
+            if purpose is None:
+                raise UnknownKey(key_id)
+            if await conn.fetchval(_RETIRE, key_id) is None:
+                raise KeyStateError(f"key {key_id} is not decrypt-only; rotate it out first")
+            await self._record(conn, Purpose(purpose), "key.retired", {"key_id": key_id})
+        await self.refresh()
+
+    async def rewrap(self, new_kek: Kek) -> int:
+        """Rewrap every data key under `new_kek`, in one transaction; return how many."""
+        if self.kek is None:
+            raise KekMissing("(unknown)")
+        async with self._admin() as conn:
+            rows = await conn.fetch(_SELECT_KEYS)
+            for row in rows:
+                info = _info(row)
+                material = self._unwrap(info, row["wrapped"]).material
+                context = _wrap_context(info.key_id, info.purpose)
+                await conn.execute(
+                    _REWRAP, info.key_id, new_kek.kek_id, new_kek.wrap(material, context)
+                )
+            for purpose in {Purpose(r["purpose"]) for r in rows}:
+                await self._record(
+                    conn, purpose, "key.rewrapped", {"from": self.kek.kek_id, "to": new_kek.kek_id}
+                )
+        self.kek = new_kek
+        await self.refresh()
+        return len(rows)
+
+    async def _create(
+        self, conn: asyncpg.Connection, purpose: Purpose, event: str, replaces: str | None = None
+    ) -> str:
+        if self.kek is None:
+            raise KekMissing("(none yet: configure one)")
+        key_id = f"{_PREFIX[purpose]}-{secrets.token_hex(8)}"
+        public: bytes | None = None
+        if purpose is Purpose.DIGEST_SIGNING:
+            private = Ed25519PrivateKey.generate()
+            material = private.private_bytes_raw()
+            public = _raw_public(private.public_key())
+        else:
+            material = os.urandom(32)
+        wrapped = self.kek.wrap(material, _wrap_context(key_id, purpose))
+        await conn.execute(_INSERT_KEY, key_id, purpose, self.kek.kek_id, wrapped, public)
+        data = {"key_id": key_id, "kek_id": self.kek.kek_id, "replaces": replaces}
+        await self._record(conn, purpose, event, data)
+        return key_id
+
+    async def _record(
+        self, conn: asyncpg.Connection, purpose: Purpose, type_: str, data: dict[str, Any]
+    ) -> None:
+        stream = f"keys:{purpose}"
+        journal = Journal(self.db)
+        version = await journal.stream_version(stream, connection=conn)
+        await journal.append(
+            stream,
+            [NewEvent(type_, data, actor="signoff")],
+            expected_version=version,
+            connection=conn,
+        )
+
+    @asynccontextmanager
+    async def _admin(self) -> AsyncIterator[asyncpg.Connection]:
+        """One transaction holding the key-administration lock: admin steps take turns."""
+        async with self.db.transaction() as conn:
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _ADMIN_LOCK)
+            yield conn
+
+
+def _raw_public(public: Ed25519PublicKey) -> bytes:
+    return public.public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def _local_kek_file(url: str) -> Path | None:
+    """Where the embedded server keeps its KEK when `url` is the embedded server's; None for any
+    other database (then the KEK must be configured)."""
+    from ..embedded import home_of
+
+    home = home_of(url)
+    return None if home is None else home / "kek"

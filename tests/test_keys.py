@@ -1,0 +1,183 @@
+"""The key ring: wrapped data keys shared through the database, rotation, KEK errors."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ledger import ConfigurationError, Database, Journal
+from ledger.errors import DecryptionFailed, KekMismatch, KekMissing, KeyStateError, UnknownKey
+from ledger.keys import KeyRing, KeyState, LocalKek, Purpose, kek_from_env, key_id_of
+
+
+def new_kek() -> LocalKek:
+    return LocalKek(os.urandom(32))
+
+
+@pytest.fixture
+async def keys_db(fresh_database_url: str) -> AsyncIterator[Database]:
+    async with await Database.connect(fresh_database_url) as db:
+        yield db
+
+
+async def count(db: Database, sql: str) -> int:
+    async with db.connection() as conn:
+        value: int = await conn.fetchval(sql)
+    return value
+
+
+async def test_open_creates_one_active_key_per_purpose_once(keys_db: Database) -> None:
+    kek = new_kek()
+    ring = await KeyRing.open(keys_db, kek)
+    assert {k.purpose for k in ring.all_keys() if k.state is KeyState.ACTIVE} == set(Purpose)
+    assert await KeyRing.open(keys_db, kek) is not None
+    assert await count(keys_db, "SELECT count(*) FROM data_keys") == 4
+    events = await Journal(keys_db).read_stream("keys:checkpoint")
+    assert [e.type for e in events] == ["key.created"]
+    assert events[0].data["kek_id"] == kek.kek_id
+
+
+async def test_the_database_allows_one_active_key_per_purpose(keys_db: Database) -> None:
+    await KeyRing.open(keys_db, new_kek())
+    async with keys_db.connection() as conn:
+        with pytest.raises(asyncpg.UniqueViolationError):
+            await conn.execute(
+                "INSERT INTO data_keys (key_id, purpose, state, kek_id, wrapped)"
+                " VALUES ('ckpt-00000000', 'checkpoint', 'active', 'kek-x', '\\x00')"
+            )
+
+
+async def test_ciphertexts_carry_their_key_id_and_are_bound_to_their_place(
+    keys_db: Database,
+) -> None:
+    ring = await KeyRing.open(keys_db, new_kek())
+    sealed = ring.encrypt(Purpose.RESULT, b"refund 120 EUR", b"call:run-1/c1")
+    assert key_id_of(sealed) == ring.active_key_id(Purpose.RESULT)
+    assert b"refund" not in sealed
+    assert ring.decrypt(Purpose.RESULT, sealed, b"call:run-1/c1", "call c1") == b"refund 120 EUR"
+    with pytest.raises(DecryptionFailed, match="call c2"):
+        ring.decrypt(Purpose.RESULT, sealed, b"call:run-1/c2", "call c2")
+    tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
+    with pytest.raises(DecryptionFailed):
+        ring.decrypt(Purpose.RESULT, tampered, b"call:run-1/c1", "call c1")
+    with pytest.raises(UnknownKey, match="not a checkpoint key"):
+        ring.decrypt(Purpose.CHECKPOINT, sealed, b"call:run-1/c1", "call c1")
+    with pytest.raises(UnknownKey, match="not a Signoff ciphertext"):
+        ring.decrypt(Purpose.RESULT, b"plain text", b"", "call c1")
+
+
+async def test_rotation_reaches_a_running_process_and_old_data_still_opens(
+    keys_db: Database,
+) -> None:
+    kek = new_kek()
+    worker = await KeyRing.open(keys_db, kek, create_missing=True)
+    worker.refresh_seconds = 0.0  # refresh on every `fresh()`
+    admin = await KeyRing.open(keys_db, kek)
+    old_sealed = worker.encrypt(Purpose.CHECKPOINT, b"old", b"ctx")
+    old_key = worker.active_key_id(Purpose.CHECKPOINT)
+    new_key = await admin.rotate(Purpose.CHECKPOINT)
+    assert new_key != old_key
+    await worker.fresh()
+    assert key_id_of(worker.encrypt(Purpose.CHECKPOINT, b"new", b"ctx")) == new_key
+    assert worker.decrypt(Purpose.CHECKPOINT, old_sealed, b"ctx", "row") == b"old"
+    states = {k.key_id: k.state for k in admin.all_keys()}
+    assert (states[old_key], states[new_key]) == (KeyState.DECRYPT_ONLY, KeyState.ACTIVE)
+
+    with pytest.raises(KeyStateError, match="not decrypt-only"):
+        await admin.retire(new_key)
+    await admin.retire(old_key)
+    await worker.refresh()
+    with pytest.raises(UnknownKey, match="retired"):
+        worker.decrypt(Purpose.CHECKPOINT, old_sealed, b"ctx", "row")
+    assert worker.active_key_id(Purpose.CHECKPOINT) == new_key, "retired keys never encrypt"
+    types = [e.type for e in await Journal(keys_db).read_stream("keys:checkpoint")]
+    assert types == ["key.created", "key.rotated", "key.retired"]
+
+
+async def test_a_key_created_elsewhere_is_found_without_waiting(keys_db: Database) -> None:
+    kek = new_kek()
+    reader = await KeyRing.open(keys_db, kek)
+    reader.refresh_seconds = 3600.0
+    writer = await KeyRing.open(keys_db, kek)
+    await writer.rotate(Purpose.RESULT)
+    sealed = writer.encrypt(Purpose.RESULT, b"x", b"ctx")
+    assert await reader.decrypt_fresh(Purpose.RESULT, sealed, b"ctx", "row") == b"x"
+
+
+async def test_a_wrong_kek_names_the_kek_needed_and_writes_nothing(keys_db: Database) -> None:
+    right = new_kek()
+    await KeyRing.open(keys_db, right)
+    before = await count(keys_db, "SELECT count(*) FROM events")
+    wrong = new_kek()
+    with pytest.raises(KekMismatch) as caught:
+        await KeyRing.open(keys_db, wrong)
+    assert right.kek_id in str(caught.value)
+    assert (caught.value.needed, caught.value.configured) == (right.kek_id, wrong.kek_id)
+    assert await count(keys_db, "SELECT count(*) FROM data_keys") == 4
+    assert await count(keys_db, "SELECT count(*) FROM events") == before
+
+
+async def test_a_missing_kek_names_the_kek_needed(
+    keys_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    right = new_kek()
+    await KeyRing.open(keys_db, right)
+    monkeypatch.delenv("SIGNOFF_KEK", raising=False)
+    monkeypatch.delenv("SIGNOFF_KEK_FILE", raising=False)
+    with pytest.raises(KekMissing, match=right.kek_id):
+        await KeyRing.open(keys_db)
+
+
+async def test_rewrap_moves_every_key_to_a_new_kek_at_once(keys_db: Database) -> None:
+    old, new = new_kek(), new_kek()
+    ring = await KeyRing.open(keys_db, old)
+    sealed = ring.encrypt(Purpose.CHECKPOINT, b"state", b"ctx")
+    assert await ring.rewrap(new) == 4
+    with pytest.raises(KekMismatch):
+        await KeyRing.open(keys_db, old)
+    reopened = await KeyRing.open(keys_db, new)
+    assert reopened.decrypt(Purpose.CHECKPOINT, sealed, b"ctx", "row") == b"state"
+    kek_ids = await count(keys_db, "SELECT count(DISTINCT kek_id) FROM data_keys")
+    assert kek_ids == 1
+
+
+async def test_macs_and_signatures(keys_db: Database) -> None:
+    ring = await KeyRing.open(keys_db, new_kek())
+    key_id, tag = ring.mac(b"binding")
+    assert await ring.verify_mac(key_id, b"binding", tag)
+    assert not await ring.verify_mac(key_id, b"binding!", tag)
+    with pytest.raises(UnknownKey):
+        await ring.verify_mac("mac-0000000000000000", b"binding", tag)
+    signer, signature = ring.sign(b"tree head")
+    public_id, public = ring.public_key()
+    assert signer == public_id
+    Ed25519PublicKey.from_public_bytes(public).verify(signature, b"tree head")
+
+
+def test_kek_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SIGNOFF_KEK_FILE", raising=False)
+    key = os.urandom(32)
+    monkeypatch.setenv("SIGNOFF_KEK", base64.b64encode(key).decode())
+    from_env = kek_from_env()
+    assert from_env is not None and from_env.kek_id == LocalKek(key).kek_id
+    monkeypatch.setenv("SIGNOFF_KEK", "not base64!")
+    with pytest.raises(ConfigurationError, match="SIGNOFF_KEK is not base64"):
+        kek_from_env()
+    monkeypatch.setenv("SIGNOFF_KEK", base64.b64encode(b"short").decode())
+    with pytest.raises(ConfigurationError, match="32 bytes"):
+        kek_from_env()
+    monkeypatch.delenv("SIGNOFF_KEK")
+    assert kek_from_env() is None
+    local = tmp_path / "embedded" / "kek"
+    created = kek_from_env(local)
+    assert created is not None
+    assert stat.S_IMODE(local.stat().st_mode) == 0o600
+    again = kek_from_env(local)
+    assert again is not None and again.kek_id == created.kek_id
