@@ -1,3 +1,50 @@
 """Approval records, decisions, signed resume tokens and policies, built on the ledger's journal."""
 
-__all__: list[str] = []
+from .errors import (
+    ApprovalAlreadyDecided,
+    ApprovalError,
+    ApprovalExpired,
+    ApprovalPending,
+    DecisionNotAllowed,
+    InvalidApprovalRequest,
+    TokenBindingMismatch,
+    TokenError,
+    TokenForged,
+    TokenMalformed,
+    UnknownApproval,
+)
+from .model import (
+    Approval,
+    ApprovalPolicy,
+    ApprovalStatus,
+    Decision,
+    DecisionKind,
+    Reviewer,
+    args_digest,
+    binding_of,
+)
+from .store import NOTIFY_CHANNEL, ApprovalStore
+
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "Approval",
+    "ApprovalAlreadyDecided",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalPending",
+    "ApprovalPolicy",
+    "ApprovalStatus",
+    "ApprovalStore",
+    "Decision",
+    "DecisionKind",
+    "DecisionNotAllowed",
+    "InvalidApprovalRequest",
+    "Reviewer",
+    "TokenBindingMismatch",
+    "TokenError",
+    "TokenForged",
+    "TokenMalformed",
+    "UnknownApproval",
+    "args_digest",
+    "binding_of",
+]

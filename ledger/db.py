@@ -25,6 +25,14 @@ __all__ = ["Database", "open_raw_connection"]
 
 log = get_logger(__name__)
 
+_CONNECTION_LOST = (
+    asyncpg.InterfaceError,  # includes "connection is closed" / ConnectionDoesNotExistError
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CannotConnectNowError,
+    ConnectionError,
+)
+
 
 async def open_raw_connection(url: str) -> asyncpg.Connection:
     """A dedicated asyncpg connection (for LISTEN and the like), with errors translated."""
@@ -97,7 +105,14 @@ class Database:
             return
         async with self.engine.connect() as conn:
             raw = await conn.get_raw_connection()
-            yield raw.driver_connection
+            try:
+                yield raw.driver_connection
+            except _CONNECTION_LOST as e:
+                # The server restarted or the network dropped: every pooled connection is
+                # likely dead, so start a new pool rather than fail once per connection.
+                await conn.invalidate(e)
+                await self.engine.dispose(close=False)
+                raise DatabaseUnavailable(masked(self.url), str(e) or type(e).__name__) from e
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[asyncpg.Connection]:

@@ -23,10 +23,18 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
 
-__all__ = ["Xid8", "data_keys", "events", "metadata"]
+__all__ = [
+    "Xid8",
+    "approval_grants",
+    "approvals",
+    "data_keys",
+    "events",
+    "metadata",
+]
 
 metadata = MetaData()
 
@@ -77,6 +85,46 @@ data_keys = Table(
     ),
 )
 
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("approval_id", Text, primary_key=True),
+    Column("run_id", Text, nullable=False),
+    Column("thread_id", Text),
+    Column("tool", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("call_id", Text, nullable=False),
+    Column("args_digest", Text, nullable=False),
+    Column("binding", Text, nullable=False),
+    Column("requested_by", Text, nullable=False),
+    Column("policy", JSONB, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("reviews", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("decided_by", Text),
+    Column("decided_at", DateTime(timezone=True)),
+    Column("expires_at", DateTime(timezone=True)),
+    Column("consumed_by", Text),
+    Column("consumed_at", DateTime(timezone=True)),
+    Column("thread_config", JSONB),
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("version", Integer, nullable=False),
+    UniqueConstraint("run_id", "call_id", "args_digest", name="approvals_request_key"),
+    Index("approvals_pending_idx", "requested_at", postgresql_where=text("status = 'pending'")),
+    Index("approvals_run_idx", "run_id"),
+)
+
+approval_grants = Table(
+    "approval_grants",
+    metadata,
+    Column("grant_id", Text, primary_key=True),
+    Column("run_id", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("granted_by", Text, nullable=False),
+    Column("granted_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("approval_grants_run_tool_idx", "run_id", "tool", "expires_at"),
+)
 
 # Let reflection (and so alembic's drift check) recognize the type instead of warning about it.
 ischema_names["xid8"] = Xid8

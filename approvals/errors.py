@@ -1,0 +1,75 @@
+"""Errors of the approval store. Each carries the approval id it is about."""
+
+from __future__ import annotations
+
+from ledger.errors import SignoffError
+
+__all__ = [
+    "ApprovalAlreadyDecided",
+    "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalPending",
+    "DecisionNotAllowed",
+    "InvalidApprovalRequest",
+    "TokenBindingMismatch",
+    "TokenError",
+    "TokenForged",
+    "TokenMalformed",
+    "UnknownApproval",
+]
+
+
+class ApprovalError(SignoffError):
+    """Base of the approval errors."""
+
+    def __init__(self, approval_id: str, message: str) -> None:
+        super().__init__(f"approval {approval_id}: {message}")
+        self.approval_id = approval_id
+
+
+class UnknownApproval(ApprovalError):
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(approval_id, "no such approval")
+
+
+class ApprovalPending(ApprovalError):
+    """The approval has no final decision yet."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(approval_id, "still waiting for a decision")
+
+
+class ApprovalAlreadyDecided(ApprovalError):
+    """The decision was used already (or a decision was given twice); it is never used again."""
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval expired before it was decided: denied by default."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(approval_id, "expired before a decision; denied")
+
+
+class DecisionNotAllowed(ApprovalError):
+    """The policy does not allow this decision or this reviewer."""
+
+
+class InvalidApprovalRequest(SignoffError, ValueError):
+    """A request or decision is malformed (for example edited arguments that are not a JSON
+    object); nothing was recorded."""
+
+
+class TokenError(SignoffError):
+    """Base of the resume-token errors."""
+
+
+class TokenMalformed(TokenError):
+    """Not a resume token at all."""
+
+
+class TokenForged(TokenError):
+    """The token's MAC does not verify: altered or made without the key."""
+
+
+class TokenBindingMismatch(TokenError):
+    """The token is for another run, tool, argument set or call."""

@@ -1,0 +1,203 @@
+"""Approval records, decisions and policies: plain values and pure rules, no I/O."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from ledger.canonical import canonical_json
+
+__all__ = [
+    "Approval",
+    "ApprovalPolicy",
+    "ApprovalStatus",
+    "Decision",
+    "DecisionKind",
+    "Reviewer",
+    "args_digest",
+    "binding_of",
+]
+
+
+class DecisionKind(StrEnum):
+    """The decisions, as LangChain's HumanInTheLoopMiddleware names them."""
+
+    APPROVE = "approve"
+    REJECT = "reject"  # with a reason the model sees
+    EDIT = "edit"  # run with the reviewer's arguments instead
+    RESPOND = "respond"  # return the reviewer's answer instead of running the tool
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EDITED = "edited"
+    RESPONDED = "responded"
+    EXPIRED = "expired"  # no decision in time: denied
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self is not ApprovalStatus.PENDING
+
+    @property
+    def runs_tool(self) -> bool:
+        return self in (ApprovalStatus.APPROVED, ApprovalStatus.EDITED)
+
+
+STATUS_OF = {
+    DecisionKind.APPROVE: ApprovalStatus.APPROVED,
+    DecisionKind.REJECT: ApprovalStatus.REJECTED,
+    DecisionKind.EDIT: ApprovalStatus.EDITED,
+    DecisionKind.RESPOND: ApprovalStatus.RESPONDED,
+}
+
+
+@dataclass(frozen=True)
+class Reviewer:
+    """Who decides: an id, and the groups a policy may name as `group:<name>`."""
+
+    id: str
+    groups: frozenset[str] = frozenset()
+
+    def matches(self, approvers: frozenset[str]) -> bool:
+        return (
+            not approvers
+            or self.id in approvers
+            or any(f"group:{g}" in approvers for g in self.groups)
+        )
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """What one tool's approvals allow.
+
+    Attributes:
+        allowed: the decisions a reviewer may give.
+        approvers: reviewer ids or `group:<name>`; empty means anyone.
+        quorum: distinct approving reviewers needed; one reject denies. With a quorum above 1
+            only approve and reject are possible (an edit or an answer needs one owner).
+        allow_self_approval: whether the requester may decide its own request.
+        expires_in: after this the request is denied by default; None never expires.
+        description: shown to reviewers.
+    """
+
+    allowed: frozenset[DecisionKind] = frozenset(DecisionKind)
+    approvers: frozenset[str] = frozenset()
+    quorum: int = 1
+    allow_self_approval: bool = False
+    expires_in: timedelta | None = timedelta(hours=24)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.quorum < 1:
+            raise ValueError(f"quorum must be at least 1, not {self.quorum}")
+        if not self.allowed:
+            raise ValueError("a policy must allow at least one decision")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "allowed": sorted(self.allowed),
+            "approvers": sorted(self.approvers),
+            "quorum": self.quorum,
+            "allow_self_approval": self.allow_self_approval,
+            "expires_in_seconds": None
+            if self.expires_in is None
+            else self.expires_in.total_seconds(),
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ApprovalPolicy:
+        seconds = data.get("expires_in_seconds")
+        return cls(
+            allowed=frozenset(DecisionKind(k) for k in data["allowed"]),
+            approvers=frozenset(data["approvers"]),
+            quorum=int(data["quorum"]),
+            allow_self_approval=bool(data["allow_self_approval"]),
+            expires_in=None if seconds is None else timedelta(seconds=seconds),
+            description=str(data.get("description", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A reviewer's decision. `args` for edit, `message` for respond, `reason` for reject."""
+
+    kind: DecisionKind
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    message: str | None = None
+
+    @classmethod
+    def approve(cls) -> Decision:
+        return cls(DecisionKind.APPROVE)
+
+    @classmethod
+    def reject(cls, reason: str | None = None) -> Decision:
+        return cls(DecisionKind.REJECT, reason=reason)
+
+    @classmethod
+    def edit(cls, args: dict[str, Any]) -> Decision:
+        return cls(DecisionKind.EDIT, args=args)
+
+    @classmethod
+    def respond(cls, message: str) -> Decision:
+        return cls(DecisionKind.RESPOND, message=message)
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An approval as the store knows it (the `approvals` projection)."""
+
+    approval_id: str
+    run_id: str
+    thread_id: str | None
+    tool: str
+    kind: str
+    call_id: str
+    args_digest: str
+    binding: str
+    requested_by: str
+    policy: ApprovalPolicy
+    status: ApprovalStatus
+    requested_at: datetime
+    expires_at: datetime | None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    consumed_by: str | None = None
+    consumed_at: datetime | None = None
+    reviews: tuple[dict[str, Any], ...] = ()
+    thread_config: dict[str, Any] | None = None
+    version: int = 0
+    args: dict[str, Any] | None = field(default=None, compare=False)
+    decision: Decision | None = field(default=None, compare=False)
+
+    @property
+    def consumed(self) -> bool:
+        return self.consumed_at is not None
+
+
+def args_digest(args: dict[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of a call's arguments."""
+    return hashlib.sha256(canonical_json(args).encode()).hexdigest()
+
+
+def binding_of(
+    run_id: str, tool: str, kind: str, digest: str, call_id: str, approval_id: str
+) -> str:
+    """The binding hash: one approval, for this run, tool, kind, arguments and call only."""
+    fields = ["signoff.approval.v1", run_id, tool, kind, digest, call_id, approval_id]
+    return hashlib.sha256(canonical_json(fields).encode()).hexdigest()
+
+
+def is_expired(expires_at: datetime | None, now: datetime) -> bool:
+    return expires_at is not None and now >= expires_at
+
+
+def expiry(policy: ApprovalPolicy, requested_at: datetime) -> datetime | None:
+    return None if policy.expires_in is None else requested_at + policy.expires_in

@@ -1,0 +1,559 @@
+"""The approval store: approvals as events in the journal, decided in any process, used once.
+
+Every change appends to the stream `approval:<id>` and updates the `approvals` projection in the
+same transaction. Decisions lock the projection row (`FOR UPDATE`), so concurrent reviewers take
+turns; consuming is one conditional UPDATE, so exactly one consumer in any process wins. Final
+decisions NOTIFY `signoff_approvals` (after commit); waiters also re-check on a timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from ledger import Database, Journal, NewEvent
+from ledger.canonical import canonical_json
+from ledger.errors import DatabaseUnavailable
+from ledger.keys import KeyRing, Purpose
+from ledger.log import get_logger
+from ledger.notify import Listener
+
+from . import _sql
+from .errors import (
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    ApprovalPending,
+    DecisionNotAllowed,
+    InvalidApprovalRequest,
+    UnknownApproval,
+)
+from .model import (
+    STATUS_OF,
+    Approval,
+    ApprovalPolicy,
+    ApprovalStatus,
+    Decision,
+    DecisionKind,
+    Reviewer,
+    args_digest,
+    binding_of,
+    expiry,
+    is_expired,
+)
+
+__all__ = ["NOTIFY_CHANNEL", "ApprovalStore"]
+
+NOTIFY_CHANNEL = "signoff_approvals"
+log = get_logger(__name__)
+
+
+def _stream(approval_id: str) -> str:
+    return f"approval:{approval_id}"
+
+
+def _json_object(value: Any, what: str) -> str:
+    if not isinstance(value, dict):
+        raise InvalidApprovalRequest(f"{what} must be a JSON object, not {type(value).__name__}")
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidApprovalRequest(f"{what} is not JSON: {e}") from e
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidApprovalRequest(f"{what} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _row_to_approval(row: asyncpg.Record) -> Approval:
+    config = row["thread_config"]
+    return Approval(
+        approval_id=row["approval_id"],
+        run_id=row["run_id"],
+        thread_id=row["thread_id"],
+        tool=row["tool"],
+        kind=row["kind"],
+        call_id=row["call_id"],
+        args_digest=row["args_digest"],
+        binding=row["binding"],
+        requested_by=row["requested_by"],
+        policy=ApprovalPolicy.from_json(json.loads(row["policy"])),
+        status=ApprovalStatus(row["status"]),
+        requested_at=row["requested_at"],
+        expires_at=row["expires_at"],
+        decided_by=row["decided_by"],
+        decided_at=row["decided_at"],
+        consumed_by=row["consumed_by"],
+        consumed_at=row["consumed_at"],
+        reviews=tuple(json.loads(row["reviews"])),
+        thread_config=None if config is None else json.loads(config),
+        version=row["version"],
+    )
+
+
+class ApprovalStore:
+    """Approvals shared by every process that uses the same database."""
+
+    def __init__(self, db: Database, ring: KeyRing, *, poll_interval: float = 0.5) -> None:
+        self.db = db
+        self.ring = ring
+        self.journal = Journal(db)
+        self.poll_interval = poll_interval
+        self._listener: Listener | None = None
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def request(
+        self,
+        *,
+        run_id: str,
+        tool: str,
+        args: dict[str, Any],
+        call_id: str,
+        requested_by: str,
+        policy: ApprovalPolicy | None = None,
+        thread_id: str | None = None,
+        kind: str = "tool_call",
+        thread_config: dict[str, Any] | None = None,
+        connection: asyncpg.Connection | None = None,
+    ) -> Approval:
+        """Ask for approval of one call. The same (run, call id, arguments) returns the same
+        approval. A sticky grant for this run and tool approves it at once.
+
+        Raises:
+            InvalidApprovalRequest: empty ids, arguments or config that are not JSON objects.
+        """
+        for value, what in ((run_id, "run_id"), (tool, "tool"), (call_id, "call_id")):
+            _text(value, what)
+        _text(requested_by, "requested_by")
+        args_text = _json_object(args, "args")
+        config_text = None if thread_config is None else _json_object(thread_config, "config")
+        policy = policy or ApprovalPolicy()
+        digest = args_digest(args)
+        await self.ring.fresh()
+        async with self.db.connection(connection) as conn, conn.transaction():
+            existing = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
+            if existing is not None:
+                return _row_to_approval(existing)
+            now = datetime.now(UTC)
+            approval_id = f"apr-{uuid.uuid4().hex}"
+            binding = binding_of(run_id, tool, kind, digest, call_id, approval_id)
+            sealed = self._seal(args_text, approval_id, "args")
+            requested = {
+                "run_id": run_id,
+                "thread_id": thread_id,
+                "tool": tool,
+                "kind": kind,
+                "call_id": call_id,
+                "args_digest": digest,
+                "args_sealed": sealed,
+                "binding": binding,
+                "policy": policy.to_json(),
+                "thread_config": thread_config,
+            }
+            events = [NewEvent("approval.requested", requested, actor=requested_by)]
+            status, reviews, decided_by = ApprovalStatus.PENDING, [], None
+            grant = await conn.fetchrow(_sql.ACTIVE_GRANT, run_id, tool, now)
+            if grant is not None:
+                review = {"reviewer": grant["granted_by"], "decision": "approve", "at": now}
+                review |= {"grant_id": grant["grant_id"]}
+                reviews = [_review_json(review)]
+                status, decided_by = ApprovalStatus.APPROVED, grant["granted_by"]
+                events.append(
+                    NewEvent("approval.decided", {**reviews[0], "final": True}, actor=decided_by)
+                )
+            inserted = await conn.fetchval(
+                _sql.INSERT,
+                approval_id,
+                run_id,
+                thread_id,
+                tool,
+                kind,
+                call_id,
+                digest,
+                binding,
+                requested_by,
+                json.dumps(policy.to_json()),
+                status,
+                expiry(policy, now),
+                config_text,
+                now,
+                len(events),
+            )
+            if inserted is None:  # another process asked the same question a moment ago
+                return _row_to_approval(
+                    await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
+                )
+            await self.journal.append(
+                _stream(approval_id), events, expected_version=0, connection=conn
+            )
+            if reviews:
+                await conn.execute(
+                    _sql.UPDATE_DECISION,
+                    approval_id,
+                    status,
+                    json.dumps(reviews),
+                    decided_by,
+                    now,
+                    len(events),
+                )
+            row = await conn.fetchrow(_sql.BY_ID, approval_id)
+        log.info(
+            "approval requested",
+            approval_id=approval_id,
+            run_id=run_id,
+            call_id=call_id,
+            tool=tool,
+            status=str(status),
+        )
+        return _row_to_approval(row)
+
+    async def grant(self, *, run_id: str, tool: str, until: datetime, granted_by: str) -> str:
+        """A sticky grant: requests for `tool` in `run_id` are approved until `until`."""
+        _text(run_id, "run_id")
+        _text(tool, "tool")
+        _text(granted_by, "granted_by")
+        if until.tzinfo is None:
+            raise InvalidApprovalRequest("`until` must be timezone-aware")
+        grant_id = f"grant-{uuid.uuid4().hex}"
+        now = datetime.now(UTC)
+        data = {"run_id": run_id, "tool": tool, "until": until.isoformat()}
+        async with self.db.transaction() as conn:
+            await conn.execute(_sql.INSERT_GRANT, grant_id, run_id, tool, granted_by, now, until)
+            await self.journal.append(
+                f"grant:{grant_id}",
+                [NewEvent("approval.granted", data, actor=granted_by)],
+                expected_version=0,
+                connection=conn,
+            )
+        return grant_id
+
+    # -- decisions -------------------------------------------------------------------------
+
+    async def decide(
+        self, approval_id: str, decision: Decision, reviewer: Reviewer | str
+    ) -> Approval:
+        """Record one reviewer's decision. Final once the quorum approves or anyone rejects.
+
+        Raises:
+            UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
+            DecisionNotAllowed (policy), InvalidApprovalRequest (malformed decision).
+        """
+        who = Reviewer(reviewer) if isinstance(reviewer, str) else reviewer
+        _text(who.id, "reviewer")
+        payload = self._decision_payload(decision)
+        await self.ring.fresh()
+        async with self.db.transaction() as conn:
+            approval = await self._locked(conn, approval_id)
+            if approval.status is ApprovalStatus.PENDING and self._due(approval):
+                expired = await self._expire(conn, approval)
+            else:
+                expired = None
+                updated = await self._apply(conn, approval, decision, who, payload)
+        if expired is not None:
+            raise ApprovalExpired(approval_id)
+        log.info(
+            "approval decided",
+            approval_id=approval_id,
+            reviewer=who.id,
+            decision=str(decision.kind),
+            status=str(updated.status),
+        )
+        return updated
+
+    async def cancel(self, approval_id: str, by: str) -> Approval:
+        """Withdraw a pending request (it will never run)."""
+        async with self.db.transaction() as conn:
+            approval = await self._locked(conn, approval_id)
+            if approval.status.final:
+                raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
+            return await self._finish(
+                conn, approval, ApprovalStatus.CANCELLED, "approval.cancelled", {}, by
+            )
+
+    async def consume(
+        self, approval_id: str, task_run_id: str, *, connection: asyncpg.Connection | None = None
+    ) -> Approval:
+        """Use the final decision, exactly once across all processes; returns the approval with
+        its `decision` (edited arguments and answers decrypted). An expired request is consumed
+        as a denial. Runs in `connection`'s transaction when given.
+
+        Raises:
+            UnknownApproval, ApprovalPending, ApprovalAlreadyDecided (used before).
+        """
+        _text(task_run_id, "task_run_id")
+        await self.ring.fresh()
+        async with self.db.connection(connection) as conn, conn.transaction():
+            now = datetime.now(UTC)
+            row = await conn.fetchrow(_sql.CONSUME, approval_id, task_run_id, now)
+            if row is None:
+                approval = await self._locked(conn, approval_id)
+                if approval.consumed:
+                    raise ApprovalAlreadyDecided(
+                        approval_id, f"its decision was used already by {approval.consumed_by}"
+                    )
+                if not self._due(approval):
+                    raise ApprovalPending(approval_id)
+                await self._expire(conn, approval)
+                row = await conn.fetchrow(_sql.CONSUME, approval_id, task_run_id, now)
+            approval = _row_to_approval(row)
+            await self.journal.append(
+                _stream(approval_id),
+                [NewEvent("approval.consumed", {"task_run_id": task_run_id}, actor=task_run_id)],
+                expected_version=approval.version - 1,
+                connection=conn,
+            )
+        log.info("approval consumed", approval_id=approval_id, task_run_id=task_run_id)
+        return replace(approval, decision=self.final_decision(approval))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def get(self, approval_id: str, *, reveal: bool = False) -> Approval:
+        """One approval; with `reveal`, its arguments and decision decrypted."""
+        async with self.db.connection() as conn:
+            row = await conn.fetchrow(_sql.BY_ID, approval_id)
+        if row is None:
+            raise UnknownApproval(approval_id)
+        approval = _row_to_approval(row)
+        if not reveal:
+            return approval
+        await self.ring.fresh()
+        first = (await self.journal.read_stream(_stream(approval_id)))[0]
+        args = json.loads(self._open(first.data["args_sealed"], approval_id, "args"))
+        decision = self.final_decision(approval) if approval.status.final else None
+        return replace(approval, args=args, decision=decision)
+
+    async def find(
+        self, *, status: ApprovalStatus | None = None, run_id: str | None = None, limit: int = 100
+    ) -> list[Approval]:
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(_sql.LIST, status, run_id, limit)
+        return [_row_to_approval(r) for r in rows]
+
+    async def pending(
+        self, *, run_id: str | None = None, reviewer: Reviewer | None = None, limit: int = 100
+    ) -> list[Approval]:
+        """What reviewers have to decide (not yet expired), oldest first; for `reviewer`, only
+        what its policy lets it decide."""
+        now = datetime.now(UTC)
+        found = await self.find(status=ApprovalStatus.PENDING, run_id=run_id, limit=limit)
+        return [
+            a
+            for a in found
+            if not is_expired(a.expires_at, now)
+            and (reviewer is None or reviewer.matches(a.policy.approvers))
+        ]
+
+    async def wait(self, approval_id: str, seconds: float) -> Approval:
+        """Wait up to `seconds` for a final decision; return the approval as it then is.
+
+        Wakes on the NOTIFY sent when a decision commits in any process, and re-checks every
+        `poll_interval` seconds in case the listening connection was lost.
+        """
+        listener = await self._listening()
+        deadline = time.monotonic() + seconds
+        approval: Approval | None = None
+        with listener.waiting(_stream(approval_id)) as event:
+            while True:
+                event.clear()
+                try:
+                    approval = await self.get(approval_id)
+                    if approval.status is ApprovalStatus.PENDING and self._due(approval):
+                        async with self.db.transaction() as conn:
+                            approval = await self._expire(
+                                conn, await self._locked(conn, approval_id)
+                            )
+                except DatabaseUnavailable as e:
+                    log.warning(
+                        "approval wait: database unavailable", approval_id=approval_id, error=str(e)
+                    )
+                if approval is not None and approval.status.final:
+                    return approval
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if approval is None:
+                        raise DatabaseUnavailable(self.db.url, "no answer while waiting")
+                    return approval
+                try:
+                    async with asyncio.timeout(min(self.poll_interval, remaining)):
+                        await event.wait()
+                except TimeoutError:
+                    pass
+
+    def final_decision(self, approval: Approval) -> Decision:
+        """The decision a final approval stands for (expired and cancelled deny)."""
+        status = approval.status
+        last = approval.reviews[-1] if approval.reviews else {}
+        if status is ApprovalStatus.APPROVED:
+            return Decision.approve()
+        if status is ApprovalStatus.REJECTED:
+            return Decision.reject(last.get("reason"))
+        if status is ApprovalStatus.EDITED:
+            edited = self._open(
+                last["args_sealed"], approval.approval_id, f"edit:{last['reviewer']}"
+            )
+            return Decision.edit(json.loads(edited))
+        if status is ApprovalStatus.RESPONDED:
+            message = self._open(last["message_sealed"], approval.approval_id, "respond")
+            return Decision.respond(message)
+        if status is ApprovalStatus.EXPIRED:
+            return Decision.reject("the approval request expired before anyone decided")
+        if status is ApprovalStatus.CANCELLED:
+            return Decision.reject("the approval request was cancelled")
+        raise ApprovalPending(approval.approval_id)
+
+    # -- internals -------------------------------------------------------------------------
+
+    async def _listening(self) -> Listener:
+        if self._listener is None:
+            self._listener = Listener(self.db.url, NOTIFY_CHANNEL)
+            await self._listener.start()
+        return self._listener
+
+    async def _locked(self, conn: asyncpg.Connection, approval_id: str) -> Approval:
+        row = await conn.fetchrow(_sql.BY_ID_FOR_UPDATE, approval_id)
+        if row is None:
+            raise UnknownApproval(approval_id)
+        return _row_to_approval(row)
+
+    @staticmethod
+    def _due(approval: Approval) -> bool:
+        return is_expired(approval.expires_at, datetime.now(UTC))
+
+    def _decision_payload(self, decision: Decision) -> dict[str, Any]:
+        if decision.kind is DecisionKind.EDIT:
+            return {"args_text": _json_object(decision.args, "edited args")}
+        if decision.kind is DecisionKind.RESPOND:
+            return {"message": _text(decision.message, "response")}
+        if decision.reason is not None and not isinstance(decision.reason, str):
+            raise InvalidApprovalRequest("a reason must be text")
+        return {}
+
+    async def _apply(
+        self,
+        conn: asyncpg.Connection,
+        approval: Approval,
+        decision: Decision,
+        who: Reviewer,
+        payload: dict[str, Any],
+    ) -> Approval:
+        approval_id, policy = approval.approval_id, approval.policy
+        if approval.status.final:
+            raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
+        if decision.kind not in policy.allowed:
+            raise DecisionNotAllowed(approval_id, f"the policy does not allow {decision.kind}")
+        if who.id == approval.requested_by and not policy.allow_self_approval:
+            raise DecisionNotAllowed(approval_id, f"{who.id} requested it and may not decide it")
+        if not who.matches(policy.approvers):
+            raise DecisionNotAllowed(approval_id, f"{who.id} is not an approver of this tool")
+        if policy.quorum > 1 and decision.kind in (DecisionKind.EDIT, DecisionKind.RESPOND):
+            raise DecisionNotAllowed(approval_id, "with a quorum only approve or reject")
+        approvers = {r["reviewer"] for r in approval.reviews if r["decision"] == "approve"}
+        if decision.kind is DecisionKind.APPROVE and who.id in approvers:
+            raise DecisionNotAllowed(
+                approval_id, f"{who.id} approved already; {policy.quorum} distinct reviewers needed"
+            )
+        now = datetime.now(UTC)
+        review: dict[str, Any] = {"reviewer": who.id, "decision": str(decision.kind), "at": now}
+        if decision.reason is not None:
+            review["reason"] = decision.reason
+        if "args_text" in payload:
+            review["args_digest"] = args_digest(json.loads(payload["args_text"]))
+            review["args_sealed"] = self._seal(payload["args_text"], approval_id, f"edit:{who.id}")
+        if "message" in payload:
+            review["message_sealed"] = self._seal(payload["message"], approval_id, "respond")
+        review = _review_json(review)
+        final = decision.kind is not DecisionKind.APPROVE or len(approvers) + 1 >= policy.quorum
+        status = STATUS_OF[decision.kind] if final else ApprovalStatus.PENDING
+        reviews = [*approval.reviews, review]
+        decided_by = ",".join(
+            sorted({*approvers, who.id}) if decision.kind is DecisionKind.APPROVE else [who.id]
+        )
+        await self.journal.append(
+            _stream(approval_id),
+            [NewEvent("approval.decided", {**review, "final": final}, actor=who.id)],
+            expected_version=approval.version,
+            notify=NOTIFY_CHANNEL if final else None,
+            connection=conn,
+        )
+        await conn.execute(
+            _sql.UPDATE_DECISION,
+            approval_id,
+            status,
+            json.dumps(reviews),
+            decided_by if final else None,
+            now if final else None,
+            approval.version + 1,
+        )
+        return replace(
+            approval,
+            status=status,
+            reviews=tuple(reviews),
+            decided_by=decided_by if final else None,
+            decided_at=now if final else None,
+            version=approval.version + 1,
+        )
+
+    async def _expire(self, conn: asyncpg.Connection, approval: Approval) -> Approval:
+        data = {"expires_at": approval.expires_at.isoformat() if approval.expires_at else None}
+        return await self._finish(
+            conn, approval, ApprovalStatus.EXPIRED, "approval.expired", data, "signoff"
+        )
+
+    async def _finish(
+        self,
+        conn: asyncpg.Connection,
+        approval: Approval,
+        status: ApprovalStatus,
+        event: str,
+        data: dict[str, Any],
+        actor: str,
+    ) -> Approval:
+        now = datetime.now(UTC)
+        await self.journal.append(
+            _stream(approval.approval_id),
+            [NewEvent(event, data, actor=actor)],
+            expected_version=approval.version,
+            notify=NOTIFY_CHANNEL,
+            connection=conn,
+        )
+        await conn.execute(
+            _sql.UPDATE_DECISION,
+            approval.approval_id,
+            status,
+            json.dumps(list(approval.reviews)),
+            actor,
+            now,
+            approval.version + 1,
+        )
+        return replace(
+            approval, status=status, decided_by=actor, decided_at=now, version=approval.version + 1
+        )
+
+    def _seal(self, text: str, approval_id: str, part: str) -> str:
+        context = f"approval:{approval_id}:{part}".encode()
+        sealed = self.ring.encrypt(Purpose.RESULT, text.encode(), context)
+        return base64.b64encode(sealed).decode()
+
+    def _open(self, sealed: str, approval_id: str, part: str) -> str:
+        context = f"approval:{approval_id}:{part}".encode()
+        where = f"approval {approval_id} ({part})"
+        return self.ring.decrypt(Purpose.RESULT, base64.b64decode(sealed), context, where).decode()
+
+
+def _review_json(review: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in review.items()}

@@ -1,0 +1,106 @@
+"""Waking waiters in this process when another process commits something they wait for.
+
+One dedicated LISTEN connection per channel and process. PostgreSQL delivers a NOTIFY only after
+the notifying transaction commits, so a woken waiter always finds the change. The connection can
+drop (server restart, network): the listener reconnects in the background, and waiters must
+re-check the database on a timer anyway (`Listener.wait` returns on timeout too), so nothing is
+ever missed, only delayed by at most the poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import asyncpg
+
+from .db import open_raw_connection
+from .errors import SignoffError
+from .log import get_logger
+
+__all__ = ["Listener"]
+
+log = get_logger(__name__)
+
+
+class Listener:
+    """LISTEN on `channel`; wake the waiters registered for a payload."""
+
+    def __init__(self, url: str, channel: str, *, reconnect_delay: float = 0.25) -> None:
+        self.url = url
+        self.channel = channel
+        self.reconnect_delay = reconnect_delay
+        self._events: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._connection: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._lost = asyncio.Event()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._keep_listening(), name=f"listen:{self.channel}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._drop()
+
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None and not self._connection.is_closed()
+
+    @contextmanager
+    def waiting(self, payload: str) -> Iterator[asyncio.Event]:
+        """An event set whenever `payload` is notified (or the listener reconnected).
+
+        Enter it before checking the database, check, then wait on the event: a notification
+        that arrives between the check and the wait is not lost.
+        """
+        event = asyncio.Event()
+        self._events[payload].add(event)
+        try:
+            yield event
+        finally:
+            waiting = self._events.get(payload)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self._events[payload]
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        for event in self._events.get(payload, ()):
+            event.set()
+
+    def _terminated(self, _conn: object) -> None:
+        self._lost.set()
+
+    async def _keep_listening(self) -> None:
+        while True:
+            try:
+                connection = await open_raw_connection(self.url)
+                connection.add_termination_listener(self._terminated)
+                await connection.add_listener(self.channel, self._notified)
+            except (SignoffError, OSError, asyncpg.PostgresError) as e:
+                log.warning("listener cannot connect; retrying", channel=self.channel, error=str(e))
+                await asyncio.sleep(self.reconnect_delay)
+                continue
+            self._connection = connection
+            self._lost.clear()
+            # Wake everyone after a reconnect: a notification may have been sent while down.
+            for events in list(self._events.values()):
+                for event in events:
+                    event.set()
+            await self._lost.wait()
+            log.warning("listener connection lost; reconnecting", channel=self.channel)
+            await self._drop()
+
+    async def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None and not connection.is_closed():
+            with contextlib.suppress(Exception):
+                await connection.close(timeout=1)

@@ -1,0 +1,223 @@
+"""Approvals: idempotent requests, policies, quorum, expiry, single use across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from approvals import (
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    ApprovalPending,
+    ApprovalPolicy,
+    ApprovalStatus,
+    ApprovalStore,
+    Decision,
+    DecisionKind,
+    DecisionNotAllowed,
+    InvalidApprovalRequest,
+    Reviewer,
+    UnknownApproval,
+)
+from ledger import Database, Journal
+from ledger.keys import KeyRing, LocalKek
+
+KEK = os.urandom(32)
+
+
+@pytest.fixture(scope="module")
+async def store(db: Database) -> AsyncIterator[ApprovalStore]:
+    ring = await KeyRing.open(db, LocalKek(KEK))
+    approval_store = ApprovalStore(db, ring)
+    yield approval_store
+    await approval_store.close()
+
+
+def kek_env() -> dict[str, str]:
+    return {"SIGNOFF_KEK": base64.b64encode(KEK).decode()}
+
+
+async def ask(store: ApprovalStore, policy: ApprovalPolicy | None = None, **over: object) -> str:
+    fields: dict[str, object] = {
+        "run_id": f"run-{uuid.uuid4().hex[:8]}",
+        "tool": "refund",
+        "args": {"order": "A-1", "amount": 120},
+        "call_id": "call-1",
+        "requested_by": "agent",
+        "policy": policy,
+    }
+    fields.update(over)
+    approval = await store.request(**fields)  # type: ignore[arg-type]
+    return approval.approval_id
+
+
+async def test_requests_are_idempotent_and_arguments_are_sealed(
+    store: ApprovalStore, db: Database
+) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    first = await store.request(
+        run_id=run,
+        tool="refund",
+        args={"amount": 120, "note": "SECRET-ARG"},
+        call_id="c1",
+        requested_by="agent",
+    )
+    again = await store.request(
+        run_id=run,
+        tool="refund",
+        args={"note": "SECRET-ARG", "amount": 120},
+        call_id="c1",
+        requested_by="agent",
+    )
+    other = await store.request(
+        run_id=run, tool="refund", args={"amount": 121}, call_id="c1", requested_by="agent"
+    )
+    assert first.approval_id == again.approval_id != other.approval_id
+    assert first.status is ApprovalStatus.PENDING
+    events = await Journal(db).read_stream(f"approval:{first.approval_id}")
+    assert [e.type for e in events] == ["approval.requested"]
+    assert "SECRET-ARG" not in events[0].data_json
+    revealed = await store.get(first.approval_id, reveal=True)
+    assert revealed.args == {"amount": 120, "note": "SECRET-ARG"}
+
+
+async def test_approve_then_consume_once(store: ApprovalStore) -> None:
+    approval_id = await ask(store)
+    with pytest.raises(ApprovalPending):
+        await store.consume(approval_id, "task-1")
+    decided = await store.decide(approval_id, Decision.approve(), "alice")
+    assert (decided.status, decided.decided_by) == (ApprovalStatus.APPROVED, "alice")
+    used = await store.consume(approval_id, "task-1")
+    assert used.decision == Decision.approve()
+    with pytest.raises(ApprovalAlreadyDecided):
+        await store.consume(approval_id, "task-2")
+    with pytest.raises(ApprovalAlreadyDecided):
+        await store.decide(approval_id, Decision.reject("late"), "bob")
+
+
+@pytest.mark.parametrize(
+    ("decision", "status"),
+    [
+        (Decision.reject("too large"), ApprovalStatus.REJECTED),
+        (Decision.edit({"order": "A-1", "amount": 100}), ApprovalStatus.EDITED),
+        (Decision.respond("call the customer first"), ApprovalStatus.RESPONDED),
+    ],
+)
+async def test_each_decision_is_returned_when_consumed(
+    store: ApprovalStore, decision: Decision, status: ApprovalStatus
+) -> None:
+    approval_id = await ask(store)
+    assert (await store.decide(approval_id, decision, "alice")).status is status
+    assert (await store.consume(approval_id, "task")).decision == decision
+
+
+async def test_quorum_needs_distinct_reviewers_and_one_reject_denies(store: ApprovalStore) -> None:
+    approval_id = await ask(store, ApprovalPolicy(quorum=2))
+    assert (await store.decide(approval_id, Decision.approve(), "alice")).status is (
+        ApprovalStatus.PENDING
+    )
+    with pytest.raises(DecisionNotAllowed, match="approved already"):
+        await store.decide(approval_id, Decision.approve(), "alice")
+    assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
+    done = await store.decide(approval_id, Decision.approve(), "bob")
+    assert (done.status, done.decided_by) == (ApprovalStatus.APPROVED, "alice,bob")
+
+    denied = await ask(store, ApprovalPolicy(quorum=3))
+    await store.decide(denied, Decision.approve(), "alice")
+    assert (await store.decide(denied, Decision.reject("no"), "bob")).status is (
+        ApprovalStatus.REJECTED
+    )
+
+
+async def test_policy_rules(store: ApprovalStore) -> None:
+    approval_id = await ask(store, ApprovalPolicy(approvers=frozenset({"alice", "group:finance"})))
+    with pytest.raises(DecisionNotAllowed, match="not an approver"):
+        await store.decide(approval_id, Decision.approve(), "mallory")
+    with pytest.raises(DecisionNotAllowed, match="may not decide"):
+        await store.decide(approval_id, Decision.approve(), "agent")
+    by_group = await store.decide(
+        approval_id, Decision.approve(), Reviewer("carol", frozenset({"finance"}))
+    )
+    assert by_group.status is ApprovalStatus.APPROVED
+
+    only_yes_no = ApprovalPolicy(allowed=frozenset({DecisionKind.APPROVE, DecisionKind.REJECT}))
+    limited = await ask(store, only_yes_no)
+    with pytest.raises(DecisionNotAllowed, match="does not allow edit"):
+        await store.decide(limited, Decision.edit({"amount": 1}), "alice")
+    self_ok = await ask(store, ApprovalPolicy(allow_self_approval=True))
+    assert (await store.decide(self_ok, Decision.approve(), "agent")).status is (
+        ApprovalStatus.APPROVED
+    )
+
+
+async def test_an_expired_request_is_denied(store: ApprovalStore) -> None:
+    approval_id = await ask(store, ApprovalPolicy(expires_in=timedelta(milliseconds=50)))
+    await asyncio.sleep(0.1)
+    with pytest.raises(ApprovalExpired):
+        await store.decide(approval_id, Decision.approve(), "alice")
+    assert (await store.get(approval_id)).status is ApprovalStatus.EXPIRED
+    used = await store.consume(approval_id, "task")
+    assert used.decision is not None and used.decision.kind is DecisionKind.REJECT
+
+
+async def test_sticky_grant_approves_later_requests(store: ApprovalStore) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    until = datetime.now(UTC) + timedelta(minutes=5)
+    await store.grant(run_id=run, tool="lookup", until=until, granted_by="alice")
+    granted = await store.request(
+        run_id=run, tool="lookup", args={"q": 1}, call_id="c9", requested_by="agent"
+    )
+    assert (granted.status, granted.decided_by) == (ApprovalStatus.APPROVED, "alice")
+    other_tool = await store.request(
+        run_id=run, tool="refund", args={"q": 1}, call_id="c10", requested_by="agent"
+    )
+    assert other_tool.status is ApprovalStatus.PENDING
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda s: s.decide("apr-missing", Decision.approve(), "alice"), UnknownApproval),
+        (lambda s: s.consume("apr-missing", "task"), UnknownApproval),
+        (lambda s: s.get("apr-missing"), UnknownApproval),
+    ],
+)
+async def test_unknown_approval_ids(store: ApprovalStore, call: object, error: type) -> None:
+    with pytest.raises(error):
+        await call(store)  # type: ignore[operator]
+
+
+async def test_malformed_input_records_nothing(store: ApprovalStore, db: Database) -> None:
+    approval_id = await ask(store)
+    version = await Journal(db).stream_version(f"approval:{approval_id}")
+    with pytest.raises(InvalidApprovalRequest, match="JSON object"):
+        await store.decide(approval_id, Decision.edit(["not", "an", "object"]), "alice")  # type: ignore[arg-type]
+    with pytest.raises(InvalidApprovalRequest, match="not JSON"):
+        await store.decide(approval_id, Decision.edit({"x": {1, 2}}), "alice")
+    with pytest.raises(InvalidApprovalRequest):
+        await store.decide(approval_id, Decision.respond(""), "alice")
+    with pytest.raises(InvalidApprovalRequest):
+        await ask(store, args=["a list"])
+    assert await Journal(db).stream_version(f"approval:{approval_id}") == version
+    assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
+
+
+async def test_wait_wakes_on_a_decision(store: ApprovalStore) -> None:
+    approval_id = await ask(store)
+
+    async def decide_later() -> None:
+        await asyncio.sleep(0.2)
+        await store.decide(approval_id, Decision.approve(), "alice")
+
+    task = asyncio.create_task(decide_later())
+    waited = await store.wait(approval_id, 5)
+    await task
+    assert waited.status is ApprovalStatus.APPROVED
+    pending = await ask(store)
+    assert (await store.wait(pending, 0.3)).status is ApprovalStatus.PENDING
