@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import json
 import time
 import uuid
@@ -33,6 +34,7 @@ from .errors import (
     ApprovalPending,
     DecisionNotAllowed,
     InvalidApprovalRequest,
+    TokenBindingMismatch,
     UnknownApproval,
 )
 from .model import (
@@ -48,6 +50,7 @@ from .model import (
     expiry,
     is_expired,
 )
+from .tokens import parse_token, sign_token, token_mac_ok
 
 __all__ = ["NOTIFY_CHANNEL", "ApprovalStore"]
 
@@ -393,6 +396,53 @@ class ApprovalStore:
                         await event.wait()
                 except TimeoutError:
                     pass
+
+    async def issue_token(self, approval_id: str) -> str:
+        """A signed resume token for the approval's final decision.
+
+        Raises:
+            ApprovalPending: not decided yet.
+        """
+        approval = await self.get(approval_id)
+        if not approval.status.final:
+            raise ApprovalPending(approval_id)
+        await self.ring.fresh()
+        return sign_token(self.ring, approval_id, approval.binding, approval.status.value)
+
+    async def verify_token(
+        self,
+        token: str,
+        *,
+        run_id: str,
+        tool: str,
+        args: dict[str, Any],
+        call_id: str,
+        kind: str = "tool_call",
+    ) -> Approval:
+        """Check a resume token against the call it is meant for, in any process.
+
+        Raises:
+            TokenMalformed, TokenForged, UnknownKey (key id unknown or retired),
+            TokenBindingMismatch (another run, tool, arguments or call), UnknownApproval,
+            ApprovalExpired, ApprovalAlreadyDecided (its decision was consumed already).
+        """
+        parsed = parse_token(token)
+        await token_mac_ok(self.ring, parsed)
+        approval = await self.get(parsed.approval_id)
+        expected = binding_of(run_id, tool, kind, args_digest(args), call_id, approval.approval_id)
+        if not (
+            hmac.compare_digest(parsed.binding, expected)
+            and hmac.compare_digest(approval.binding, expected)
+        ):
+            raise TokenBindingMismatch(
+                f"resume token for approval {approval.approval_id} is bound to another run, "
+                "tool, arguments or call"
+            )
+        if approval.consumed:
+            raise ApprovalAlreadyDecided(approval.approval_id, "its decision was used already")
+        if approval.status is ApprovalStatus.EXPIRED:
+            raise ApprovalExpired(approval.approval_id)
+        return approval
 
     def final_decision(self, approval: Approval) -> Decision:
         """The decision a final approval stands for (expired and cancelled deny)."""

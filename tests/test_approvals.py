@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -23,9 +24,14 @@ from approvals import (
     DecisionNotAllowed,
     InvalidApprovalRequest,
     Reviewer,
+    TokenBindingMismatch,
+    TokenForged,
+    TokenMalformed,
     UnknownApproval,
 )
 from ledger import Database, Journal
+from ledger.canonical import canonical_json
+from ledger.errors import UnknownKey
 from ledger.keys import KeyRing, LocalKek
 
 KEK = os.urandom(32)
@@ -221,3 +227,43 @@ async def test_wait_wakes_on_a_decision(store: ApprovalStore) -> None:
     assert waited.status is ApprovalStatus.APPROVED
     pending = await ask(store)
     assert (await store.wait(pending, 0.3)).status is ApprovalStatus.PENDING
+
+
+async def test_tokens_verify_only_for_their_call_and_only_until_consumed(
+    store: ApprovalStore,
+) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    args = {"order": "A-1", "amount": 120}
+    approval = await store.request(
+        run_id=run, tool="refund", args=args, call_id="c1", requested_by="agent"
+    )
+    with pytest.raises(ApprovalPending):
+        await store.issue_token(approval.approval_id)
+    await store.decide(approval.approval_id, Decision.approve(), "alice")
+    token = await store.issue_token(approval.approval_id)
+    call = {"run_id": run, "tool": "refund", "args": args, "call_id": "c1"}
+    assert (await store.verify_token(token, **call)).approval_id == approval.approval_id  # type: ignore[arg-type]
+
+    for other in (
+        {"run_id": "other"},
+        {"tool": "delete"},
+        {"args": {"amount": 1}},
+        {"call_id": "c2"},
+    ):
+        with pytest.raises(TokenBindingMismatch):
+            await store.verify_token(token, **{**call, **other})  # type: ignore[arg-type]
+    prefix, body, mac = token.split(".")
+    forged_mac = mac[:-2] + ("AA" if mac[-2:] != "AA" else "BB")
+    with pytest.raises(TokenForged):
+        await store.verify_token(f"{prefix}.{body}.{forged_mac}", **call)  # type: ignore[arg-type]
+    with pytest.raises(TokenMalformed):
+        await store.verify_token("not-a-token", **call)  # type: ignore[arg-type]
+    fields = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    fields["key_id"] = "mac-00000000000000aa"
+    other_key = base64.urlsafe_b64encode(canonical_json(fields).encode()).rstrip(b"=").decode()
+    with pytest.raises(UnknownKey):
+        await store.verify_token(f"{prefix}.{other_key}.{mac}", **call)  # type: ignore[arg-type]
+
+    await store.consume(approval.approval_id, "task-1")
+    with pytest.raises(ApprovalAlreadyDecided):
+        await store.verify_token(token, **call)  # type: ignore[arg-type]
