@@ -23,6 +23,7 @@ from .model import (
     args_digest,
     binding_of,
 )
+from .port import StoreDecidedApproval
 from .store import NOTIFY_CHANNEL, ApprovalStore
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
     "Reviewer",
+    "StoreDecidedApproval",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",
