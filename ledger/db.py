@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 import asyncpg
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from . import migrate
@@ -103,16 +104,22 @@ class Database:
         if existing is not None:
             yield existing
             return
-        async with self.engine.connect() as conn:
+        try:
+            conn = await self.engine.connect().start()
             raw = await conn.get_raw_connection()
-            try:
-                yield raw.driver_connection
-            except _CONNECTION_LOST as e:
-                # The server restarted or the network dropped: every pooled connection is
-                # likely dead, so start a new pool rather than fail once per connection.
-                await conn.invalidate(e)
-                await self.engine.dispose(close=False)
-                raise DatabaseUnavailable(masked(self.url), str(e) or type(e).__name__) from e
+        except (*_CONNECTION_LOST, OSError, asyncpg.PostgresError, DBAPIError) as e:
+            # Connecting failed: the server is down, starting up or refusing us.
+            raise DatabaseUnavailable(masked(self.url), str(e) or type(e).__name__) from e
+        try:
+            yield raw.driver_connection
+        except _CONNECTION_LOST as e:
+            # The server restarted or the network dropped: every pooled connection is likely
+            # dead, so start a new pool rather than fail once per connection.
+            await conn.invalidate(e)
+            await self.engine.dispose(close=False)
+            raise DatabaseUnavailable(masked(self.url), str(e) or type(e).__name__) from e
+        finally:
+            await asyncio.shield(conn.close())  # hand the connection back even when cancelled
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[asyncpg.Connection]:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ledger import SignoffError, __version__
 from ledger.log import configure_logging
 
-from . import db, keys, ledger_commands
+from . import approvals, db, keys, ledger_commands
 
 __all__ = ["main"]
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.register(groups)
     keys.register(groups)
     ledger_commands.register(groups)
+    approvals.register(groups)
     return parser
 
 

@@ -1,0 +1,171 @@
+"""`signoff approvals ...`: list, show and decide approval requests from any shell."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from approvals import (
+    Approval,
+    ApprovalStatus,
+    ApprovalStore,
+    Decision,
+    InvalidApprovalRequest,
+    Reviewer,
+)
+from ledger import Database
+from ledger.keys import KeyRing
+
+from .context import open_database
+from .output import add_json_flag, emit
+
+
+def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    approvals = groups.add_parser("approvals", help="list, show and decide approval requests")
+    commands = approvals.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    listing = commands.add_parser("list", help="list approval requests, oldest first")
+    listing.add_argument(
+        "--status", choices=[s.value for s in ApprovalStatus], help="only this status"
+    )
+    listing.add_argument("--run", dest="run_id", metavar="RUN", help="only this run id")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    add_json_flag(listing)
+    listing.set_defaults(run=lambda a: asyncio.run(_list(a)))
+
+    show = commands.add_parser("show", help="one approval request and its reviews")
+    show.add_argument("approval_id")
+    show.add_argument(
+        "--reveal", action="store_true", help="decrypt the arguments and the decision"
+    )
+    add_json_flag(show)
+    show.set_defaults(run=lambda a: asyncio.run(_show(a)))
+
+    decide = commands.add_parser("decide", help="record a reviewer's decision")
+    decide.add_argument("approval_id")
+    kind = decide.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--approve", action="store_true", help="run the call as requested")
+    kind.add_argument("--reject", action="store_true", help="do not run it (see --reason)")
+    kind.add_argument("--edit", metavar="JSON", help="run it with these arguments (JSON object)")
+    kind.add_argument("--respond", metavar="TEXT", help="answer instead of running the tool")
+    decide.add_argument("--reason", help="why it was rejected (with --reject)")
+    decide.add_argument("--by", required=True, metavar="REVIEWER", help="the reviewer's id")
+    decide.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        metavar="G",
+        help="a group of the reviewer (repeatable)",
+    )
+    add_json_flag(decide)
+    decide.set_defaults(run=lambda a: asyncio.run(_decide(a)))
+
+
+def _no_keys(db: Database) -> KeyRing:
+    """A key ring that loads nothing: listing and showing (without --reveal) decrypt nothing,
+    so they work without the KEK."""
+    return KeyRing(db, None)
+
+
+def _row(approval: Approval) -> dict[str, Any]:
+    def when(value: Any) -> str | None:
+        return None if value is None else str(value.isoformat())
+
+    row: dict[str, Any] = {
+        "approval_id": approval.approval_id,
+        "run_id": approval.run_id,
+        "thread_id": approval.thread_id,
+        "tool": approval.tool,
+        "kind": approval.kind,
+        "call_id": approval.call_id,
+        "status": approval.status.value,
+        "requested_by": approval.requested_by,
+        "requested_at": when(approval.requested_at),
+        "expires_at": when(approval.expires_at),
+        "decided_by": approval.decided_by,
+        "decided_at": when(approval.decided_at),
+        "consumed_by": approval.consumed_by,
+        "consumed_at": when(approval.consumed_at),
+        "args_digest": approval.args_digest,
+        "policy": approval.policy.to_json(),
+        "reviews": [
+            {k: v for k, v in r.items() if not k.endswith("_sealed")} for r in approval.reviews
+        ],
+        "version": approval.version,
+    }
+    if approval.args is not None:
+        row["args"] = approval.args
+    if approval.decision is not None:
+        d = approval.decision
+        row["decision"] = {
+            "kind": d.kind.value,
+            "reason": d.reason,
+            "args": d.args,
+            "message": d.message,
+        }
+    return row
+
+
+def _parse_decision(args: argparse.Namespace) -> Decision:
+    if args.reason is not None and not args.reject:
+        raise InvalidApprovalRequest("--reason goes with --reject only")
+    if args.approve:
+        return Decision.approve()
+    if args.reject:
+        return Decision.reject(args.reason)
+    if args.edit is not None:
+        try:
+            edited = json.loads(args.edit)
+        except ValueError as e:
+            raise InvalidApprovalRequest(f"--edit is not valid JSON: {e}") from e
+        if not isinstance(edited, dict):
+            raise InvalidApprovalRequest(
+                f"--edit must be a JSON object, not {type(edited).__name__}"
+            )
+        return Decision.edit(edited)
+    return Decision.respond(args.respond)
+
+
+async def _list(args: argparse.Namespace) -> int:
+    status = None if args.status is None else ApprovalStatus(args.status)
+    async with open_database(args) as db:
+        found = await ApprovalStore(db, _no_keys(db)).find(
+            status=status, run_id=args.run_id, limit=args.limit
+        )
+    rows = [_row(a) for a in found]
+    lines = [f"{'APPROVAL':<37} {'STATUS':<10} {'TOOL':<16} {'RUN':<20} REQUESTED"]
+    lines += [
+        f"{r['approval_id']:<37} {r['status']:<10} {r['tool']:<16} {r['run_id']:<20} "
+        f"{r['requested_at']}"
+        for r in rows
+    ]
+    emit(args, "\n".join(lines), {"approvals": rows})
+    return 0
+
+
+async def _show(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        ring = await KeyRing.open(db, create_missing=False) if args.reveal else _no_keys(db)
+        approval = await ApprovalStore(db, ring).get(args.approval_id, reveal=args.reveal)
+    row = _row(approval)
+    lines = [
+        f"{k}: {json.dumps(v, default=str) if isinstance(v, (dict, list)) else v}"
+        for k, v in row.items()
+    ]
+    emit(args, "\n".join(lines), row)
+    return 0
+
+
+async def _decide(args: argparse.Namespace) -> int:
+    decision = _parse_decision(args)  # before touching the database: malformed records nothing
+    reviewer = Reviewer(args.by, frozenset(args.group))
+    async with open_database(args) as db:
+        ring = await KeyRing.open(db, create_missing=False)
+        approval = await ApprovalStore(db, ring).decide(args.approval_id, decision, reviewer)
+    text = f"{approval.approval_id}: {approval.status.value}"
+    if approval.status is ApprovalStatus.PENDING:
+        text += " (more approvals needed)"
+    emit(args, text, _row(approval))
+    return 0

@@ -1,0 +1,207 @@
+"""Approval round trips across processes: request -> decide (in another OS process) -> wake ->
+consume, with 8 concurrent flows, beside raw asyncpg single-row commits on the same server.
+
+The decider is this module run with `--decider URL`: it polls `pending()` and approves each new
+request, printing `<approval id> <time.time() right after decide() returned>` per decision. The
+bench process waits with `store.wait` (woken by NOTIFY) and measures, per round trip, the full
+latency and the wake delay (waiter woken minus the decider's commit time, same host clock).
+
+Prints one JSON object as its last line. The database comes from SIGNOFF_DATABASE_URL /
+DATABASE_URL, else the embedded server; a scratch database is created and dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+
+if __name__ == "__main__" and sys.path[0] == str(Path(__file__).resolve().parent):
+    # Run as `python bench/approvals.py`: this file would shadow the `approvals` package.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from approvals import ApprovalAlreadyDecided, ApprovalStore, Decision
+from ledger import Database, resolve_url
+from ledger.keys import KeyRing, LocalKek
+from ledger.log import configure_logging
+from ledger.scratch import scratch_database
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOWS = 8
+Op = Callable[[int], Awaitable[None]]
+
+
+async def rate(writers: int, seconds: float, op_for: Callable[[int], Op]) -> float:
+    """Operations per second of `writers` loops running for `seconds`."""
+    counts = [0] * writers
+    deadline = time.perf_counter() + seconds
+
+    async def loop(i: int) -> None:
+        op = op_for(i)
+        while time.perf_counter() < deadline:
+            await op(counts[i])
+            counts[i] += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(loop(i) for i in range(writers)))
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# -- the decider process ---------------------------------------------------------------------
+
+
+async def decider(url: str, interval: float) -> None:
+    """Approve every pending request as it appears (KEK from SIGNOFF_KEK), until stdin closes."""
+    async with await Database.connect(url, pool_size=FLOWS) as db:
+        store = ApprovalStore(db, await KeyRing.open(db))
+        seen: set[str] = set()
+
+        async def decide(approval_id: str) -> None:
+            try:
+                await store.decide(approval_id, Decision.approve(), "bench-reviewer")
+            except ApprovalAlreadyDecided:
+                return
+            decided_at = time.time()
+            sys.stdout.write(f"{approval_id} {decided_at:.6f}\n")
+            sys.stdout.flush()
+
+        stdin_closed = asyncio.create_task(asyncio.to_thread(sys.stdin.read))
+        print("ready", flush=True)
+        while not stdin_closed.done():
+            fresh = [a.approval_id for a in await store.pending() if a.approval_id not in seen]
+            seen.update(fresh)
+            await asyncio.gather(*(decide(a) for a in fresh))
+            if not fresh:
+                await asyncio.sleep(interval)
+        await store.close()
+
+
+# -- the bench process -----------------------------------------------------------------------
+
+
+async def main(seconds: float, baseline_seconds: float, interval: float) -> dict[str, float]:
+    kek = os.urandom(32)
+    async with scratch_database(await asyncio.to_thread(resolve_url), prefix="bench") as url:
+        pool = await asyncpg.create_pool(url, min_size=FLOWS, max_size=FLOWS)
+        await pool.execute("CREATE TABLE raw_inserts (id bigserial PRIMARY KEY, data json)")
+
+        def raw(_: int) -> Op:
+            async def op(n: int) -> None:
+                async with pool.acquire() as conn:
+                    await conn.execute("INSERT INTO raw_inserts (data) VALUES ($1)", '{"n":1}')
+
+            return op
+
+        await rate(FLOWS, 0.5, raw)
+        baseline = await rate(FLOWS, baseline_seconds, raw)
+        await pool.close()
+
+        db = await Database.connect(url, pool_size=FLOWS + 2)
+        store = ApprovalStore(db, await KeyRing.open(db, LocalKek(kek)))
+        env = {
+            **os.environ,
+            "SIGNOFF_KEK": base64.b64encode(kek).decode(),
+            "PYTHONPATH": str(ROOT),
+        }
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.approvals",
+            "--decider",
+            url,
+            "--interval",
+            str(interval),
+            cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        assert (await asyncio.wait_for(child.stdout.readline(), 60)).strip() == b"ready"
+        decided_at: dict[str, float] = {}
+
+        async def read_decisions() -> None:
+            assert child.stdout is not None
+            async for line in child.stdout:
+                approval_id, at = line.decode().split()
+                decided_at[approval_id] = float(at)
+
+        reader = asyncio.create_task(read_decisions())
+        latencies: list[float] = []
+        woken: list[tuple[str, float]] = []
+
+        def flow(i: int) -> Op:
+            run_id = f"bench-run-{i}-{uuid.uuid4().hex[:6]}"
+
+            async def op(n: int) -> None:
+                started = time.perf_counter()
+                approval = await store.request(
+                    run_id=run_id,
+                    tool="refund",
+                    args={"order": f"A-{n}", "amount": n},
+                    call_id=f"call-{n}",
+                    requested_by="bench-agent",
+                )
+                decided = await store.wait(approval.approval_id, 30)
+                woke = time.time()
+                if not decided.status.runs_tool:
+                    raise RuntimeError(f"not approved: {decided.status}")
+                await store.consume(approval.approval_id, f"{run_id}:{n}")
+                latencies.append(time.perf_counter() - started)
+                woken.append((approval.approval_id, woke))
+
+            return op
+
+        await rate(FLOWS, 0.5, flow)  # warm up
+        latencies.clear()
+        woken.clear()
+        ours = await rate(FLOWS, seconds, flow)
+        child.stdin.close()
+        await asyncio.wait_for(child.wait(), 30)
+        await reader
+        await store.close()
+        await db.close()
+    wakes = [woke - decided_at[a] for a, woke in woken if a in decided_at]
+    ms = 1000.0
+    return {
+        "ours": round(ours, 1),
+        "baseline": round(baseline, 1),
+        "ratio": round(ours / baseline, 4),
+        "round_trips": len(latencies),
+        "latency_p50_ms": round(percentile(latencies, 0.5) * ms, 2),
+        "latency_p99_ms": round(percentile(latencies, 0.99) * ms, 2),
+        "latency_mean_ms": round(statistics.fmean(latencies) * ms, 2),
+        "wake_p50_ms": round(percentile(wakes, 0.5) * ms, 2),
+        "wake_p99_ms": round(percentile(wakes, 0.99) * ms, 2),
+        "decider_poll_ms": interval * ms,
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the approval run")
+    parser.add_argument("--baseline-seconds", type=float, default=4.0, help="raw commit run")
+    parser.add_argument("--interval", type=float, default=0.002, help="decider poll (s)")
+    parser.add_argument("--decider", metavar="URL", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    configure_logging("WARNING")
+    if args.decider:
+        asyncio.run(decider(args.decider, args.interval))
+    else:
+        figures = asyncio.run(main(args.seconds, args.baseline_seconds, args.interval))
+        print(json.dumps({"benchmark": "approvals", "unit": "round trips/s", **figures}))

@@ -1,0 +1,255 @@
+"""Approvals across real OS processes on a real database: consume races, token replay, waking
+on a decision from the CLI, the CLI itself, and a waiter surviving a database restart."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from approvals import ApprovalStatus, ApprovalStore, Decision
+from ledger import Database, migrate
+from ledger.embedded import ensure_server, stop_server
+from ledger.keys import KeyRing, LocalKek
+from ledger.scratch import scratch_database
+
+from .processes import ROOT, finish, run_cli
+
+KEK = os.urandom(32)
+
+
+def kek_env() -> dict[str, str]:
+    return {**os.environ, "SIGNOFF_KEK": base64.b64encode(KEK).decode(), "PYTHONPATH": str(ROOT)}
+
+
+async def start(*args: str) -> asyncio.subprocess.Process:
+    """Start `python -m tests.approval_workers ARGS...` with the KEK in its environment."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.approval_workers",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=kek_env(),
+    )
+
+
+def last_json(output: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    return data
+
+
+@pytest.fixture(scope="module")
+async def database_url(server_url: str) -> AsyncIterator[str]:
+    """A database of this module's own (on the session's server): the session database's data
+    keys may be wrapped by another module's KEK, and the child processes need ours."""
+    async with scratch_database(server_url, prefix="signoff_test") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+async def store(database_url: str) -> AsyncIterator[ApprovalStore]:
+    db = await Database.connect(database_url)
+    approval_store = ApprovalStore(db, await KeyRing.open(db, LocalKek(KEK)))
+    yield approval_store
+    await approval_store.close()
+    await db.close()
+
+
+CALL_ARGS = {"order": "A-1", "amount": 120, "note": "SECRET-ARG"}
+
+
+async def ask(store: ApprovalStore, run_id: str | None = None) -> tuple[str, dict[str, Any]]:
+    call: dict[str, Any] = {
+        "run_id": run_id or f"run-{uuid.uuid4().hex[:8]}",
+        "tool": "refund",
+        "args": CALL_ARGS,
+        "call_id": f"call-{uuid.uuid4().hex[:6]}",
+    }
+    approval = await store.request(**call, requested_by="agent")
+    return approval.approval_id, call
+
+
+async def test_eight_processes_race_to_consume_one_decision(
+    store: ApprovalStore, database_url: str
+) -> None:
+    approval_id, _ = await ask(store)
+    await store.decide(approval_id, Decision.approve(), "alice")
+    start_at = time.time() + 3.0
+    racers = [
+        await start("consume", database_url, approval_id, f"task-{i}", str(start_at))
+        for i in range(8)
+    ]
+    results = [last_json(out) for out in await asyncio.gather(*(finish(p) for p in racers))]
+    winners = [r for r in results if r["result"] == "consumed"]
+    losers = [r for r in results if r["result"] != "consumed"]
+    assert len(winners) == 1, results
+    assert winners[0]["decision"] == "approve"
+    assert len(losers) == 7
+    assert {r["error"] for r in losers} == {"ApprovalAlreadyDecided"}, losers
+    approval = await store.get(approval_id)
+    assert approval.consumed_by == winners[0]["consumed_by"]
+    events = await store.journal.read_stream(f"approval:{approval_id}")
+    assert [e.type for e in events].count("approval.consumed") == 1
+
+
+async def test_token_replayed_in_another_process_is_refused(
+    store: ApprovalStore, database_url: str
+) -> None:
+    approval_id, call = await ask(store)
+    await store.decide(approval_id, Decision.approve(), "alice")
+    token = await store.issue_token(approval_id)
+    first = last_json(
+        await finish(await start("redeem", database_url, token, json.dumps(call), "A"))
+    )
+    assert first["result"] == "consumed", first
+    replay = last_json(
+        await finish(await start("redeem", database_url, token, json.dumps(call), "-"))
+    )
+    assert replay["result"] == "error"
+    assert replay["error"] == "ApprovalAlreadyDecided", replay
+    assert (await store.get(approval_id)).consumed_by == "A"
+
+
+async def test_wait_in_one_process_wakes_on_cli_decision_in_another(
+    store: ApprovalStore, database_url: str
+) -> None:
+    approval_id, _ = await ask(store)
+    waiter = await start("wait", database_url, approval_id, "60")
+    assert waiter.stdout is not None
+    ready = await asyncio.wait_for(waiter.stdout.readline(), 60)
+    assert ready.strip() == b"ready"
+    await asyncio.sleep(0.5)
+    decided = await run_cli(
+        "approvals", "decide", approval_id, "--approve", "--by", "bob", "--json",
+        database_url=database_url, env=kek_env(),
+    )  # fmt: skip
+    assert decided.code == 0, decided.stderr
+    assert json.loads(decided.stdout)["status"] == "approved"
+    result = last_json(await finish(waiter))
+    print(f"waiter in another process waited {result['waited']:.3f} s for the CLI decision")
+    assert result["status"] == "approved"
+    assert result["decided_by"] == "bob"
+    assert 0.5 <= result["waited"] < 20, result  # woke on the decision, far before 60 s
+
+
+async def test_cli_list_show_and_decide(store: ApprovalStore, database_url: str) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    approval_id, _ = await ask(store, run)
+    env = kek_env()
+
+    listed = await run_cli(
+        "approvals", "list", "--status", "pending", "--run", run, "--json",
+        database_url=database_url, env=env,
+    )  # fmt: skip
+    assert listed.code == 0, listed.stderr
+    rows = json.loads(listed.stdout)["approvals"]
+    assert [r["approval_id"] for r in rows] == [approval_id]
+    assert rows[0]["status"] == "pending"
+    assert "SECRET-ARG" not in listed.stdout
+
+    no_kek = {k: v for k, v in env.items() if k not in ("SIGNOFF_KEK", "SIGNOFF_KEK_FILE")}
+    hidden = await run_cli("approvals", "show", approval_id, database_url=database_url, env=no_kek)
+    assert hidden.code == 0, hidden.stderr
+    assert "SECRET-ARG" not in hidden.stdout
+    shown = await run_cli(
+        "approvals", "show", approval_id, "--reveal", "--json", database_url=database_url, env=env
+    )
+    assert shown.code == 0, shown.stderr
+    assert json.loads(shown.stdout)["args"] == CALL_ARGS
+    locked = await run_cli(
+        "approvals", "show", approval_id, "--reveal", database_url=database_url, env=no_kek
+    )
+    assert locked.code == 2 and "SECRET-ARG" not in locked.stdout + locked.stderr, locked
+
+    bad = await run_cli(
+        "approvals", "decide", approval_id, "--edit", "{not json", "--by", "bob",
+        database_url=database_url, env=env,
+    )  # fmt: skip
+    assert bad.code == 2
+    assert bad.stderr.startswith("error: ") and "--edit" in bad.stderr, bad.stderr
+    not_object = await run_cli(
+        "approvals", "decide", approval_id, "--edit", "[1, 2]", "--by", "bob",
+        database_url=database_url, env=env,
+    )  # fmt: skip
+    assert not_object.code == 2 and "JSON object" in not_object.stderr, not_object.stderr
+    approval = await store.get(approval_id)
+    assert approval.status is ApprovalStatus.PENDING and approval.reviews == ()
+    assert approval.version == 1  # only the request event: nothing recorded
+
+    unknown = await run_cli("approvals", "show", "apr-nope", database_url=database_url, env=env)
+    assert unknown.code == 2 and unknown.stderr.startswith("error: "), unknown.stderr
+    unknown_decide = await run_cli(
+        "approvals", "decide", "apr-nope", "--approve", "--by", "bob",
+        database_url=database_url, env=env,
+    )  # fmt: skip
+    assert unknown_decide.code == 2 and "no such approval" in unknown_decide.stderr
+
+    edited = await run_cli(
+        "approvals", "decide", approval_id, "--edit", '{"order": "A-1", "amount": 60}',
+        "--by", "bob", "--json", database_url=database_url, env=env,
+    )  # fmt: skip
+    assert edited.code == 0, edited.stderr
+    assert json.loads(edited.stdout)["status"] == "edited"
+    again = await run_cli(
+        "approvals", "decide", approval_id, "--approve", "--by", "carol",
+        database_url=database_url, env=env,
+    )  # fmt: skip
+    assert again.code == 2 and "already" in again.stderr, again.stderr
+    consumed = await store.consume(approval_id, "task-1")
+    assert consumed.decision == Decision.edit({"order": "A-1", "amount": 60})
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A private embedded server's home, two levels below a fresh temporary folder."""
+    base = Path(tempfile.mkdtemp(prefix="so-apr-"))
+    base.chmod(0o711)  # as root the server user must be able to traverse it
+    home = base / "x" / "home"
+    try:
+        yield home
+    finally:
+        stop_server(home)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_waiter_survives_a_database_restart(home: Path) -> None:
+    url = await asyncio.to_thread(ensure_server, home)
+    await asyncio.to_thread(migrate.upgrade, url)
+    db = await Database.connect(url, pool_size=2)
+    store = ApprovalStore(db, await KeyRing.open(db, LocalKek(KEK)), poll_interval=0.2)
+    try:
+        approval_id, _ = await ask(store)
+        waiter = asyncio.create_task(store.wait(approval_id, 30))
+        await asyncio.sleep(0.5)
+        assert not waiter.done()
+        await asyncio.to_thread(stop_server, home)
+        await asyncio.sleep(1.0)  # the waiter polls a server that is down
+        assert not waiter.done(), waiter  # an error escaping the wait loop would end it here
+        assert await asyncio.to_thread(ensure_server, home) == url
+        started = time.monotonic()
+        decided = await run_cli(
+            "approvals", "decide", approval_id, "--approve", "--by", "bob",
+            database_url=url, env=kek_env(),
+        )  # fmt: skip
+        assert decided.code == 0, decided.stderr
+        approval = await asyncio.wait_for(waiter, 30)
+        assert approval.status is ApprovalStatus.APPROVED
+        assert approval.decided_by == "bob"
+        assert time.monotonic() - started < 20
+    finally:
+        await store.close()
+        await db.close()
