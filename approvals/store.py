@@ -38,7 +38,6 @@ from .errors import (
     UnknownApproval,
 )
 from .model import (
-    STATUS_OF,
     Approval,
     ApprovalPolicy,
     ApprovalStatus,
@@ -50,16 +49,13 @@ from .model import (
     expiry,
     is_expired,
 )
+from .projection import apply, approval_id_of, stream_of
 from .tokens import parse_token, sign_token, token_mac_ok
 
 __all__ = ["NOTIFY_CHANNEL", "ApprovalStore"]
 
 NOTIFY_CHANNEL = "signoff_approvals"
 log = get_logger(__name__)
-
-
-def _stream(approval_id: str) -> str:
-    return f"approval:{approval_id}"
 
 
 def _json_object(value: Any, what: str) -> str:
@@ -144,7 +140,8 @@ class ApprovalStore:
             _text(value, what)
         _text(requested_by, "requested_by")
         args_text = _json_object(args, "args")
-        config_text = None if thread_config is None else _json_object(thread_config, "config")
+        if thread_config is not None:
+            _json_object(thread_config, "thread config")
         policy = policy or ApprovalPolicy()
         digest = args_digest(args)
         await self.ring.fresh()
@@ -154,8 +151,7 @@ class ApprovalStore:
                 return _row_to_approval(existing)
             now = datetime.now(UTC)
             approval_id = f"apr-{uuid.uuid4().hex}"
-            binding = binding_of(run_id, tool, kind, digest, call_id, approval_id)
-            sealed = self._seal(args_text, approval_id, "args")
+            expires_at = expiry(policy, now)
             requested = {
                 "run_id": run_id,
                 "thread_id": thread_id,
@@ -163,67 +159,33 @@ class ApprovalStore:
                 "kind": kind,
                 "call_id": call_id,
                 "args_digest": digest,
-                "args_sealed": sealed,
-                "binding": binding,
+                "args_sealed": self._seal(args_text, approval_id, "args"),
+                "binding": binding_of(run_id, tool, kind, digest, call_id, approval_id),
                 "policy": policy.to_json(),
                 "thread_config": thread_config,
+                "requested_at": now.isoformat(),
+                "expires_at": None if expires_at is None else expires_at.isoformat(),
             }
             events = [NewEvent("approval.requested", requested, actor=requested_by)]
-            status, reviews, decided_by = ApprovalStatus.PENDING, [], None
             grant = await conn.fetchrow(_sql.ACTIVE_GRANT, run_id, tool, now)
             if grant is not None:
-                review = {"reviewer": grant["granted_by"], "decision": "approve", "at": now}
-                review |= {"grant_id": grant["grant_id"]}
-                reviews = [_review_json(review)]
-                status, decided_by = ApprovalStatus.APPROVED, grant["granted_by"]
-                events.append(
-                    NewEvent("approval.decided", {**reviews[0], "final": True}, actor=decided_by)
-                )
-            inserted = await conn.fetchval(
-                _sql.INSERT,
-                approval_id,
-                run_id,
-                thread_id,
-                tool,
-                kind,
-                call_id,
-                digest,
-                binding,
-                requested_by,
-                json.dumps(policy.to_json()),
-                status,
-                expiry(policy, now),
-                config_text,
-                now,
-                len(events),
-            )
-            if inserted is None:  # another process asked the same question a moment ago
-                return _row_to_approval(
-                    await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
-                )
-            await self.journal.append(
-                _stream(approval_id), events, expected_version=0, connection=conn
-            )
-            if reviews:
-                await conn.execute(
-                    _sql.UPDATE_DECISION,
-                    approval_id,
-                    status,
-                    json.dumps(reviews),
-                    decided_by,
-                    now,
-                    len(events),
-                )
-            row = await conn.fetchrow(_sql.BY_ID, approval_id)
+                by = grant["granted_by"]
+                decided = {"reviewer": by, "decision": "approve", "at": now.isoformat()}
+                decided |= {"grant_id": grant["grant_id"], "final": True, "decided_by": by}
+                events.append(NewEvent("approval.decided", decided, actor=by))
+            approval = await self._commit(conn, approval_id, None, events)
+            if approval is None:  # another process asked the same question a moment ago
+                row = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
+                return _row_to_approval(row)
         log.info(
             "approval requested",
             approval_id=approval_id,
             run_id=run_id,
             call_id=call_id,
             tool=tool,
-            status=str(status),
+            status=str(approval.status),
         )
-        return _row_to_approval(row)
+        return approval
 
     async def grant(self, *, run_id: str, tool: str, until: datetime, granted_by: str) -> str:
         """A sticky grant: requests for `tool` in `run_id` are approved until `until`."""
@@ -234,7 +196,7 @@ class ApprovalStore:
             raise InvalidApprovalRequest("`until` must be timezone-aware")
         grant_id = f"grant-{uuid.uuid4().hex}"
         now = datetime.now(UTC)
-        data = {"run_id": run_id, "tool": tool, "until": until.isoformat()}
+        data = {"run_id": run_id, "tool": tool, "at": now.isoformat(), "until": until.isoformat()}
         async with self.db.transaction() as conn:
             await conn.execute(_sql.INSERT_GRANT, grant_id, run_id, tool, granted_by, now, until)
             await self.journal.append(
@@ -262,31 +224,33 @@ class ApprovalStore:
         await self.ring.fresh()
         async with self.db.transaction() as conn:
             approval = await self._locked(conn, approval_id)
-            if approval.status is ApprovalStatus.PENDING and self._due(approval):
-                expired = await self._expire(conn, approval)
+            if approval.status is ApprovalStatus.PENDING and _due(approval):
+                await self._commit(conn, approval_id, approval, [_closing("approval.expired")])
+                expired = True
             else:
-                expired = None
-                updated = await self._apply(conn, approval, decision, who, payload)
-        if expired is not None:
+                expired = False
+                event = self._review(approval, decision, who, payload)
+                approval = _committed(await self._commit(conn, approval_id, approval, [event]))
+        if expired:
             raise ApprovalExpired(approval_id)
         log.info(
             "approval decided",
             approval_id=approval_id,
             reviewer=who.id,
             decision=str(decision.kind),
-            status=str(updated.status),
+            status=str(approval.status),
         )
-        return updated
+        return approval
 
     async def cancel(self, approval_id: str, by: str) -> Approval:
         """Withdraw a pending request (it will never run)."""
+        _text(by, "by")
         async with self.db.transaction() as conn:
             approval = await self._locked(conn, approval_id)
             if approval.status.final:
                 raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
-            return await self._finish(
-                conn, approval, ApprovalStatus.CANCELLED, "approval.cancelled", {}, by
-            )
+            event = _closing("approval.cancelled", actor=by)
+            return _committed(await self._commit(conn, approval_id, approval, [event]))
 
     async def consume(
         self, approval_id: str, task_run_id: str, *, connection: asyncpg.Connection | None = None
@@ -301,27 +265,47 @@ class ApprovalStore:
         _text(task_run_id, "task_run_id")
         await self.ring.fresh()
         async with self.db.connection(connection) as conn, conn.transaction():
-            now = datetime.now(UTC)
-            row = await conn.fetchrow(_sql.CONSUME, approval_id, task_run_id, now)
-            if row is None:
-                approval = await self._locked(conn, approval_id)
-                if approval.consumed:
-                    raise ApprovalAlreadyDecided(
-                        approval_id, f"its decision was used already by {approval.consumed_by}"
-                    )
-                if not self._due(approval):
+            approval = await self._locked(conn, approval_id)
+            if approval.consumed:
+                raise ApprovalAlreadyDecided(
+                    approval_id, f"its decision was used already by {approval.consumed_by}"
+                )
+            events = []
+            if approval.status is ApprovalStatus.PENDING:
+                if not _due(approval):
                     raise ApprovalPending(approval_id)
-                await self._expire(conn, approval)
-                row = await conn.fetchrow(_sql.CONSUME, approval_id, task_run_id, now)
-            approval = _row_to_approval(row)
-            await self.journal.append(
-                _stream(approval_id),
-                [NewEvent("approval.consumed", {"task_run_id": task_run_id}, actor=task_run_id)],
-                expected_version=approval.version - 1,
-                connection=conn,
-            )
+                events.append(_closing("approval.expired"))
+            at = datetime.now(UTC).isoformat()
+            consumed = {"task_run_id": task_run_id, "at": at}
+            events.append(NewEvent("approval.consumed", consumed, actor=task_run_id))
+            approval = _committed(await self._commit(conn, approval_id, approval, events))
         log.info("approval consumed", approval_id=approval_id, task_run_id=task_run_id)
         return replace(approval, decision=self.final_decision(approval))
+
+    async def verify_projection(self) -> list[str]:
+        """Rebuild every approval from its stream and compare with the `approvals` table;
+        return the differences (none when the projection is true to the journal)."""
+        rebuilt: dict[str, Approval] = {}
+        async with self.db.transaction() as conn:
+            for row in await conn.fetch(_sql.STREAM_EVENTS):
+                approval_id = approval_id_of(row["stream_id"])
+                rebuilt[approval_id] = apply(
+                    rebuilt.get(approval_id),
+                    approval_id,
+                    row["version"],
+                    row["type"],
+                    json.loads(row["data"]),
+                    row["actor"],
+                )
+            live = {r["approval_id"]: _row_to_approval(r) for r in await conn.fetch(_sql.ALL)}
+        problems = [f"{i}: in the table, not in the journal" for i in live.keys() - rebuilt.keys()]
+        problems += [f"{i}: in the journal, not in the table" for i in rebuilt.keys() - live.keys()]
+        problems += [
+            f"{i}: table {live[i]} != journal {rebuilt[i]}"
+            for i in live.keys() & rebuilt.keys()
+            if live[i] != rebuilt[i]
+        ]
+        return problems
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -335,7 +319,7 @@ class ApprovalStore:
         if not reveal:
             return approval
         await self.ring.fresh()
-        first = (await self.journal.read_stream(_stream(approval_id)))[0]
+        first = (await self.journal.read_stream(stream_of(approval_id)))[0]
         args = json.loads(self._open(first.data["args_sealed"], approval_id, "args"))
         decision = self.final_decision(approval) if approval.status.final else None
         return replace(approval, args=args, decision=decision)
@@ -370,16 +354,13 @@ class ApprovalStore:
         listener = await self._listening()
         deadline = time.monotonic() + seconds
         approval: Approval | None = None
-        with listener.waiting(_stream(approval_id)) as event:
+        with listener.waiting(stream_of(approval_id)) as event:
             while True:
                 event.clear()
                 try:
                     approval = await self.get(approval_id)
-                    if approval.status is ApprovalStatus.PENDING and self._due(approval):
-                        async with self.db.transaction() as conn:
-                            approval = await self._expire(
-                                conn, await self._locked(conn, approval_id)
-                            )
+                    if approval.status is ApprovalStatus.PENDING and _due(approval):
+                        approval = await self._expire_due(approval_id)
                 except DatabaseUnavailable as e:
                     log.warning(
                         "approval wait: database unavailable", approval_id=approval_id, error=str(e)
@@ -474,15 +455,20 @@ class ApprovalStore:
             await self._listener.start()
         return self._listener
 
+    async def _expire_due(self, approval_id: str) -> Approval:
+        """Record the expiry of a pending request whose time is up (once, whoever is first)."""
+        async with self.db.transaction() as conn:
+            approval = await self._locked(conn, approval_id)
+            if approval.status is not ApprovalStatus.PENDING or not _due(approval):
+                return approval
+            event = _closing("approval.expired")
+            return _committed(await self._commit(conn, approval_id, approval, [event]))
+
     async def _locked(self, conn: asyncpg.Connection, approval_id: str) -> Approval:
         row = await conn.fetchrow(_sql.BY_ID_FOR_UPDATE, approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
         return _row_to_approval(row)
-
-    @staticmethod
-    def _due(approval: Approval) -> bool:
-        return is_expired(approval.expires_at, datetime.now(UTC))
 
     def _decision_payload(self, decision: Decision) -> dict[str, Any]:
         if decision.kind is DecisionKind.EDIT:
@@ -493,14 +479,10 @@ class ApprovalStore:
             raise InvalidApprovalRequest("a reason must be text")
         return {}
 
-    async def _apply(
-        self,
-        conn: asyncpg.Connection,
-        approval: Approval,
-        decision: Decision,
-        who: Reviewer,
-        payload: dict[str, Any],
-    ) -> Approval:
+    def _review(
+        self, approval: Approval, decision: Decision, who: Reviewer, payload: dict[str, Any]
+    ) -> NewEvent:
+        """The `approval.decided` event for a decision the policy allows."""
         approval_id, policy = approval.approval_id, approval.policy
         if approval.status.final:
             raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
@@ -515,10 +497,14 @@ class ApprovalStore:
         approvers = {r["reviewer"] for r in approval.reviews if r["decision"] == "approve"}
         if decision.kind is DecisionKind.APPROVE and who.id in approvers:
             raise DecisionNotAllowed(
-                approval_id, f"{who.id} approved already; {policy.quorum} distinct reviewers needed"
+                approval_id,
+                f"{who.id} approved already; {policy.quorum} distinct reviewers needed",
             )
-        now = datetime.now(UTC)
-        review: dict[str, Any] = {"reviewer": who.id, "decision": str(decision.kind), "at": now}
+        review: dict[str, Any] = {
+            "reviewer": who.id,
+            "decision": str(decision.kind),
+            "at": datetime.now(UTC).isoformat(),
+        }
         if decision.reason is not None:
             review["reason"] = decision.reason
         if "args_text" in payload:
@@ -526,73 +512,44 @@ class ApprovalStore:
             review["args_sealed"] = self._seal(payload["args_text"], approval_id, f"edit:{who.id}")
         if "message" in payload:
             review["message_sealed"] = self._seal(payload["message"], approval_id, "respond")
-        review = _review_json(review)
         final = decision.kind is not DecisionKind.APPROVE or len(approvers) + 1 >= policy.quorum
-        status = STATUS_OF[decision.kind] if final else ApprovalStatus.PENDING
-        reviews = [*approval.reviews, review]
-        decided_by = ",".join(
-            sorted({*approvers, who.id}) if decision.kind is DecisionKind.APPROVE else [who.id]
-        )
-        await self.journal.append(
-            _stream(approval_id),
-            [NewEvent("approval.decided", {**review, "final": final}, actor=who.id)],
-            expected_version=approval.version,
-            notify=NOTIFY_CHANNEL if final else None,
-            connection=conn,
-        )
-        await conn.execute(
-            _sql.UPDATE_DECISION,
-            approval_id,
-            status,
-            json.dumps(reviews),
-            decided_by if final else None,
-            now if final else None,
-            approval.version + 1,
-        )
-        return replace(
-            approval,
-            status=status,
-            reviews=tuple(reviews),
-            decided_by=decided_by if final else None,
-            decided_at=now if final else None,
-            version=approval.version + 1,
-        )
+        review["final"] = final
+        if final:
+            deciders = {*approvers, who.id} if decision.kind is DecisionKind.APPROVE else {who.id}
+            review["decided_by"] = ",".join(sorted(deciders))
+        return NewEvent("approval.decided", review, actor=who.id)
 
-    async def _expire(self, conn: asyncpg.Connection, approval: Approval) -> Approval:
-        data = {"expires_at": approval.expires_at.isoformat() if approval.expires_at else None}
-        return await self._finish(
-            conn, approval, ApprovalStatus.EXPIRED, "approval.expired", data, "signoff"
-        )
-
-    async def _finish(
+    async def _commit(
         self,
         conn: asyncpg.Connection,
-        approval: Approval,
-        status: ApprovalStatus,
-        event: str,
-        data: dict[str, Any],
-        actor: str,
-    ) -> Approval:
-        now = datetime.now(UTC)
+        approval_id: str,
+        state: Approval | None,
+        events: list[NewEvent],
+    ) -> Approval | None:
+        """Append `events` and write the approval they make (folded by `apply`), in `conn`'s
+        transaction. None when a new request lost the race to an identical one."""
+        approval = state
+        base = 0 if state is None else state.version
+        for offset, event in enumerate(events, start=1):
+            approval = apply(
+                approval, approval_id, base + offset, event.type, event.data, event.actor
+            )
+        assert approval is not None  # at least one event was applied
+        if state is None:
+            if await conn.fetchval(_sql.INSERT, *_insert_params(approval)) is None:
+                return None
+        else:
+            await conn.execute(_sql.UPDATE, *_update_params(approval), state.version)
+        # Wake waiters only for what they wait for: a request becoming final.
+        became_final = approval.status.final and (state is None or not state.status.final)
         await self.journal.append(
-            _stream(approval.approval_id),
-            [NewEvent(event, data, actor=actor)],
-            expected_version=approval.version,
-            notify=NOTIFY_CHANNEL,
+            stream_of(approval_id),
+            events,
+            expected_version=base,
+            notify=NOTIFY_CHANNEL if became_final else None,
             connection=conn,
         )
-        await conn.execute(
-            _sql.UPDATE_DECISION,
-            approval.approval_id,
-            status,
-            json.dumps(list(approval.reviews)),
-            actor,
-            now,
-            approval.version + 1,
-        )
-        return replace(
-            approval, status=status, decided_by=actor, decided_at=now, version=approval.version + 1
-        )
+        return approval
 
     def _seal(self, text: str, approval_id: str, part: str) -> str:
         context = f"approval:{approval_id}:{part}".encode()
@@ -605,5 +562,54 @@ class ApprovalStore:
         return self.ring.decrypt(Purpose.RESULT, base64.b64decode(sealed), context, where).decode()
 
 
-def _review_json(review: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in review.items()}
+def _due(approval: Approval) -> bool:
+    return is_expired(approval.expires_at, datetime.now(UTC))
+
+
+def _closing(type_: str, actor: str = "signoff") -> NewEvent:
+    """An event that ends a pending request without a decision (expired, cancelled)."""
+    return NewEvent(type_, {"at": datetime.now(UTC).isoformat()}, actor=actor)
+
+
+def _committed(approval: Approval | None) -> Approval:
+    if approval is None:  # only a new request can lose its insert
+        raise RuntimeError("an update of an existing approval wrote nothing")
+    return approval
+
+
+def _insert_params(a: Approval) -> tuple[Any, ...]:
+    return (
+        a.approval_id,
+        a.run_id,
+        a.thread_id,
+        a.tool,
+        a.kind,
+        a.call_id,
+        a.args_digest,
+        a.binding,
+        a.requested_by,
+        json.dumps(a.policy.to_json()),
+        a.status,
+        json.dumps(list(a.reviews)),
+        a.decided_by,
+        a.decided_at,
+        a.expires_at,
+        a.consumed_by,
+        a.consumed_at,
+        None if a.thread_config is None else json.dumps(a.thread_config),
+        a.requested_at,
+        a.version,
+    )
+
+
+def _update_params(a: Approval) -> tuple[Any, ...]:
+    return (
+        a.approval_id,
+        a.status,
+        json.dumps(list(a.reviews)),
+        a.decided_by,
+        a.decided_at,
+        a.consumed_by,
+        a.consumed_at,
+        a.version,
+    )

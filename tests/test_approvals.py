@@ -287,3 +287,40 @@ async def test_store_decided_port_ignores_resume_values(store: ApprovalStore) ->
     assert settled.decision == Decision.reject("not today")
     with pytest.raises(ApprovalAlreadyDecided):
         await port.settle(approval.approval_id, "task-2")
+
+
+async def test_consume_inside_a_rolled_back_transaction_uses_nothing(
+    store: ApprovalStore, db: Database
+) -> None:
+    approval_id = await ask(store)
+    await store.decide(approval_id, Decision.approve(), "alice")
+    with pytest.raises(RuntimeError, match="tool intent failed"):
+        async with db.transaction() as conn:
+            await store.consume(approval_id, "task-1", connection=conn)
+            raise RuntimeError("tool intent failed")
+    assert not (await store.get(approval_id)).consumed
+    assert (await store.consume(approval_id, "task-2")).consumed_by == "task-2"
+
+
+async def test_the_approvals_table_equals_its_rebuild_from_the_journal(
+    store: ApprovalStore,
+) -> None:
+    approval_id = await ask(store, ApprovalPolicy(quorum=2))
+    await store.decide(approval_id, Decision.approve(), "alice")
+    await store.decide(approval_id, Decision.approve(), "bob")
+    await store.consume(approval_id, "task-1")
+    await store.cancel(await ask(store), "agent")
+    assert await store.verify_projection() == []
+    # The check can fail: change the table behind the journal's back.
+    async with store.db.connection() as conn:
+        await conn.execute(
+            "UPDATE approvals SET decided_by = 'mallory' WHERE approval_id = $1", approval_id
+        )
+    try:
+        problems = await store.verify_projection()
+        assert len(problems) == 1 and problems[0].startswith(approval_id)
+    finally:
+        async with store.db.connection() as conn:
+            await conn.execute(
+                "UPDATE approvals SET decided_by = 'alice,bob' WHERE approval_id = $1", approval_id
+            )
