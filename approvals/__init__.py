@@ -13,6 +13,7 @@ from .errors import (
     TokenMalformed,
     UnknownApproval,
 )
+from .gate import approval_gate, gate_result
 from .model import (
     Approval,
     ApprovalPolicy,
@@ -47,6 +48,8 @@ __all__ = [
     "TokenForged",
     "TokenMalformed",
     "UnknownApproval",
+    "approval_gate",
     "args_digest",
     "binding_of",
+    "gate_result",
 ]

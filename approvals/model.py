@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from ledger.canonical import canonical_json
+from ledger.canonical import canonical_json, json_digest
 
 __all__ = [
     "Approval",
@@ -183,8 +183,8 @@ class Approval:
 
 
 def args_digest(args: dict[str, Any]) -> str:
-    """SHA-256 (hex) of the canonical JSON of a call's arguments."""
-    return hashlib.sha256(canonical_json(args).encode()).hexdigest()
+    """SHA-256 (hex) of the canonical JSON of a call's arguments (as the tool-call ledger)."""
+    return json_digest(args)
 
 
 def binding_of(

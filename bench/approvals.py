@@ -21,45 +21,16 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import asyncpg
-
-if __name__ == "__main__" and sys.path[0] == str(Path(__file__).resolve().parent):
-    # Run as `python bench/approvals.py`: this file would shadow the `approvals` package.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 from approvals import ApprovalAlreadyDecided, ApprovalStore, Decision
-from ledger import Database, resolve_url
+from bench.common import Op, bench_database, percentile, rate, raw_commit_rate
+from ledger import Database
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
-from ledger.scratch import scratch_database
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOWS = 8
-Op = Callable[[int], Awaitable[None]]
-
-
-async def rate(writers: int, seconds: float, op_for: Callable[[int], Op]) -> float:
-    """Operations per second of `writers` loops running for `seconds`."""
-    counts = [0] * writers
-    deadline = time.perf_counter() + seconds
-
-    async def loop(i: int) -> None:
-        op = op_for(i)
-        while time.perf_counter() < deadline:
-            await op(counts[i])
-            counts[i] += 1
-
-    start = time.perf_counter()
-    await asyncio.gather(*(loop(i) for i in range(writers)))
-    return sum(counts) / (time.perf_counter() - start)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 # -- the decider process ---------------------------------------------------------------------
@@ -96,20 +67,8 @@ async def decider(url: str, interval: float) -> None:
 
 async def main(seconds: float, baseline_seconds: float, interval: float) -> dict[str, float]:
     kek = os.urandom(32)
-    async with scratch_database(await asyncio.to_thread(resolve_url), prefix="bench") as url:
-        pool = await asyncpg.create_pool(url, min_size=FLOWS, max_size=FLOWS)
-        await pool.execute("CREATE TABLE raw_inserts (id bigserial PRIMARY KEY, data json)")
-
-        def raw(_: int) -> Op:
-            async def op(n: int) -> None:
-                async with pool.acquire() as conn:
-                    await conn.execute("INSERT INTO raw_inserts (data) VALUES ($1)", '{"n":1}')
-
-            return op
-
-        await rate(FLOWS, 0.5, raw)
-        baseline = await rate(FLOWS, baseline_seconds, raw)
-        await pool.close()
+    async with bench_database() as url:
+        baseline = await raw_commit_rate(url, FLOWS, baseline_seconds)
 
         db = await Database.connect(url, pool_size=FLOWS + 2)
         store = ApprovalStore(db, await KeyRing.open(db, LocalKek(kek)))

@@ -29,6 +29,7 @@ __all__ = [
     "chain_hash",
     "event_bytes",
     "format_time",
+    "json_digest",
     "sha256_hex",
 ]
 
@@ -75,3 +76,9 @@ def chain_hash(previous: bytes, canonical: bytes) -> bytes:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def json_digest(value: Any) -> str:
+    """SHA-256 (hex) of the canonical JSON of `value`: how arguments and results are named in
+    the journal without being stored there in clear."""
+    return sha256_hex(canonical_json(value).encode("utf-8"))

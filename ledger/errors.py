@@ -7,18 +7,23 @@ caller needs to react, so nobody has to parse a message.
 from __future__ import annotations
 
 __all__ = [
+    "CallStateError",
     "ConfigurationError",
     "DatabaseUnavailable",
     "DecryptionFailed",
     "EmbeddedServerError",
     "InvalidEvent",
+    "InvalidToolCall",
     "KekMismatch",
     "KekMissing",
     "KeyRingError",
     "KeyStateError",
     "NoActiveKey",
+    "ResultNotSerializable",
+    "ResultTampered",
     "SchemaOutOfDate",
     "SignoffError",
+    "UnknownCall",
     "UnknownKey",
     "VersionConflict",
 ]
@@ -132,3 +137,27 @@ class DecryptionFailed(KeyRingError):
 
 class KeyStateError(KeyRingError):
     """A key operation is not allowed in the key's current state."""
+
+
+class InvalidToolCall(SignoffError, ValueError):
+    """A tool call is malformed (empty ids, arguments that are not a JSON object, a call id
+    reused with other arguments); nothing was recorded."""
+
+
+class ResultNotSerializable(SignoffError, TypeError):
+    """A tool returned a value that is not JSON; no outcome was recorded."""
+
+
+class UnknownCall(SignoffError):
+    def __init__(self, run_id: str, call_id: str) -> None:
+        super().__init__(f"no tool call {call_id!r} in run {run_id!r}")
+        self.run_id = run_id
+        self.call_id = call_id
+
+
+class CallStateError(SignoffError):
+    """The operation does not fit the call's status (e.g. resolving a call that finished)."""
+
+
+class ResultTampered(SignoffError):
+    """A stored result no longer matches the digest the journal recorded for it."""

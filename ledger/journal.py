@@ -42,6 +42,7 @@ __all__ = [
     "Journal",
     "NewEvent",
     "VerifyReport",
+    "append_arguments",
 ]
 
 MAX_DATA_BYTES = 256 * 1024
@@ -163,7 +164,9 @@ class Journal:
             InvalidEvent: malformed input; nothing was written.
             VersionConflict: the stream is not at `expected_version`; nothing was written.
         """
-        args = _append_args(stream_id, events, expected_version, notify)
+        if notify is not None and not _CHANNEL.fullmatch(notify):
+            raise InvalidEvent(f"not a notification channel name: {notify!r}")
+        args = (*append_arguments(stream_id, events, expected_version), notify)
         try:
             async with self.db.connection(connection) as conn:
                 positions = await conn.fetchval(_APPEND, *args)
@@ -255,9 +258,15 @@ def _check(event: Event, previous_hash: bytes, previous_version: int) -> str | N
     return None
 
 
-def _append_args(
-    stream_id: str, events: Sequence[NewEvent], expected_version: int, notify: str | None
+def append_arguments(
+    stream_id: str, events: Sequence[NewEvent], expected_version: int
 ) -> tuple[Any, ...]:
+    """The first seven arguments of `signoff_append` (all but the notify channel), for
+    statements that append in the same round trip as other work.
+
+    Raises:
+        InvalidEvent: malformed input.
+    """
     _check_name("stream id", stream_id)
     if isinstance(expected_version, bool) or not isinstance(expected_version, int):
         raise InvalidEvent(f"expected_version must be an int, not {expected_version!r}")
@@ -267,8 +276,6 @@ def _append_args(
         raise InvalidEvent("an append needs at least one event")
     if len(events) > MAX_EVENTS_PER_APPEND:
         raise InvalidEvent(f"at most {MAX_EVENTS_PER_APPEND} events per append, not {len(events)}")
-    if notify is not None and not _CHANNEL.fullmatch(notify):
-        raise InvalidEvent(f"not a notification channel name: {notify!r}")
     types, payloads, actors, times, canonical = [], [], [], [], []
     for offset, event in enumerate(events, start=1):
         _check_name("type", event.type)
@@ -284,7 +291,7 @@ def _append_args(
                 stream_id, expected_version + offset, event.type, event.actor, recorded_at, payload
             )
         )
-    return (stream_id, expected_version, types, payloads, actors, times, canonical, notify)
+    return (stream_id, expected_version, types, payloads, actors, times, canonical)
 
 
 def _payload(event: NewEvent) -> str:

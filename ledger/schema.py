@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Identity,
@@ -34,6 +35,7 @@ __all__ = [
     "data_keys",
     "events",
     "metadata",
+    "tool_calls",
 ]
 
 metadata = MetaData()
@@ -124,6 +126,41 @@ approval_grants = Table(
     Column("granted_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Index("approval_grants_run_tool_idx", "run_id", "tool", "expires_at"),
+)
+
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("call_id", Text, primary_key=True),
+    Column("tool", Text, nullable=False),
+    Column("effect", Text, nullable=False),
+    Column("once_per_run", Boolean, nullable=False),
+    Column("request_digest", Text, nullable=False),
+    Column("args_digest", Text, nullable=False),
+    Column("args_sealed", LargeBinary, nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    Column("approval_id", Text),
+    Column("status", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("worker_id", Text, nullable=False),
+    Column("lease_until", DateTime(timezone=True)),
+    Column("result_digest", Text),
+    Column("result_sealed", LargeBinary),
+    Column("resolved_by", Text),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("waiters", Integer, nullable=False, server_default=text("0")),
+    Column("version", Integer, nullable=False),
+    Index(
+        "tool_calls_once_per_run_idx",
+        "run_id",
+        "tool",
+        unique=True,
+        postgresql_where=text("once_per_run"),
+    ),
+    Index("tool_calls_started_idx", "started_at"),
+    Index("tool_calls_running_idx", "lease_until", postgresql_where=text("status = 'running'")),
 )
 
 # Let reflection (and so alembic's drift check) recognize the type instead of warning about it.

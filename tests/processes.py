@@ -11,18 +11,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def start_worker(*args: str) -> asyncio.subprocess.Process:
-    """Start `python -m tests.workers ARGS...` with stdout piped."""
+async def start_program(
+    module: str, *args: str, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """Start `python -m MODULE ARGS...` (a program under tests/) with stdout and stderr piped;
+    `env` is added to this process's environment."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.workers",
+        module,
         *args,
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )
+
+
+async def start_worker(*args: str) -> asyncio.subprocess.Process:
+    """Start `python -m tests.workers ARGS...`."""
+    return await start_program("tests.workers", *args)
 
 
 async def finish(process: asyncio.subprocess.Process, within: float = 120) -> str:

@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -24,27 +23,18 @@ from ledger.embedded import ensure_server, stop_server
 from ledger.keys import KeyRing, LocalKek
 from ledger.scratch import scratch_database
 
-from .processes import ROOT, finish, run_cli
+from .processes import finish, run_cli, start_program
 
 KEK = os.urandom(32)
 
 
 def kek_env() -> dict[str, str]:
-    return {**os.environ, "SIGNOFF_KEK": base64.b64encode(KEK).decode(), "PYTHONPATH": str(ROOT)}
+    return {**os.environ, "SIGNOFF_KEK": base64.b64encode(KEK).decode()}
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:
     """Start `python -m tests.approval_workers ARGS...` with the KEK in its environment."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.approval_workers",
-        *args,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=kek_env(),
-    )
+    return await start_program("tests.approval_workers", *args, env=kek_env())
 
 
 def last_json(output: str) -> dict[str, Any]:

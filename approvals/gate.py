@@ -1,0 +1,48 @@
+"""The approval gate of the tool-call ledger: consume a decision inside the call's intent.
+
+`ToolLedger.execute(call, fn, policy, gate=approval_gate(store, approval_id, task_run_id))`
+records the intent and consumes the approval in one transaction, so a decision is used by
+exactly one run of the tool, or by none if recording the intent fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from ledger.tool_calls import GateDeny, GateRespond, GateRun
+from ledger.tool_ledger import Gate
+
+from .model import Approval, DecisionKind
+from .store import ApprovalStore
+
+__all__ = ["approval_gate", "gate_result"]
+
+
+def gate_result(approval: Approval, args: dict[str, Any]) -> GateRun | GateDeny | GateRespond:
+    """What a consumed approval tells the ledger to do with a call requested with `args`."""
+    decision = approval.decision
+    approval_id = approval.approval_id
+    if decision is None:
+        raise ValueError(f"approval {approval_id} carries no decision")
+    if decision.kind is DecisionKind.APPROVE:
+        return GateRun(dict(args), approval_id)
+    if decision.kind is DecisionKind.EDIT and decision.args is not None:
+        return GateRun(decision.args, approval_id)
+    if decision.kind is DecisionKind.RESPOND and decision.message is not None:
+        return GateRespond(decision.message, approval_id)
+    reason = decision.reason or "the reviewer rejected this call"
+    return GateDeny(reason, approval_id)
+
+
+def approval_gate(
+    store: ApprovalStore, approval_id: str, task_run_id: str, args: dict[str, Any]
+) -> Gate:
+    """A gate that consumes `approval_id` in the intent's transaction."""
+
+    async def gate(conn: asyncpg.Connection) -> GateRun | GateDeny | GateRespond:
+        approval = await store.consume(approval_id, task_run_id, connection=conn)
+        return gate_result(approval, args)
+
+    return gate

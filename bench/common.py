@@ -1,0 +1,71 @@
+"""What every benchmark shares: timed loops, the raw-commit baseline, percentiles, a scratch
+database. Run benchmarks from the repository root as modules: `python -m bench.NAME`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import asyncpg
+
+from ledger import resolve_url
+from ledger.log import configure_logging
+from ledger.scratch import scratch_database
+
+__all__ = ["Op", "bench_database", "percentile", "rate", "raw_commit_rate"]
+
+Op = Callable[[int], Awaitable[None]]
+
+
+async def rate(workers: int, seconds: float, op_for: Callable[[int], Op], per_op: int = 1) -> float:
+    """Operations per second (times `per_op`) of `workers` loops running for `seconds`; each
+    loop gets its op from `op_for(index)` and calls it with its iteration number."""
+    counts = [0] * workers
+    deadline = time.perf_counter() + seconds
+
+    async def loop(i: int) -> None:
+        op = op_for(i)
+        while time.perf_counter() < deadline:
+            await op(counts[i])
+            counts[i] += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(loop(i) for i in range(workers)))
+    return sum(counts) * per_op / (time.perf_counter() - start)
+
+
+async def raw_commit_rate(url: str, writers: int, seconds: float) -> float:
+    """The baseline: single-row INSERT commits per second with plain asyncpg (autocommit,
+    prepared), `writers` connections, on the same server."""
+    pool = await asyncpg.create_pool(url, min_size=writers, max_size=writers)
+    try:
+        await pool.execute(
+            "CREATE TABLE IF NOT EXISTS raw_inserts (id bigserial PRIMARY KEY, data json)"
+        )
+
+        def raw(_: int) -> Op:
+            async def op(n: int) -> None:
+                async with pool.acquire() as conn:
+                    await conn.execute("INSERT INTO raw_inserts (data) VALUES ($1)", '{"n":1}')
+
+            return op
+
+        await rate(writers, 0.3, raw)  # warm up
+        return await rate(writers, seconds, raw)
+    finally:
+        await pool.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@asynccontextmanager
+async def bench_database() -> AsyncIterator[str]:
+    """A scratch database, migrated, on the configured server (else the embedded one)."""
+    configure_logging("WARNING")
+    async with scratch_database(await asyncio.to_thread(resolve_url), prefix="bench") as url:
+        yield url

@@ -1,0 +1,218 @@
+"""Tool calls: effects, policies, records and the fold that projects their streams. No I/O.
+
+A call's stream is `call:<run id>/<call id>`. Its events, in order:
+
+- `call.started` (attempt 1: tool, effect, digests, idempotency key, approval, worker);
+- `call.retried` (a read or idempotent write runs again: a later attempt, maybe another worker);
+- one outcome: `call.succeeded`, `call.failed`, `call.outcome_unknown` (a write that may have
+  happened), `call.denied` (the approval said no), `call.responded` (a reviewer answered instead);
+- `call.resolved`, a person's verdict on an `outcome_unknown` call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "CallContext",
+    "CallOutcome",
+    "CallRecord",
+    "CallStatus",
+    "Effect",
+    "GateDeny",
+    "GateRespond",
+    "GateRun",
+    "ToolCall",
+    "ToolFailed",
+    "ToolPolicy",
+    "apply_call_event",
+    "call_stream",
+]
+
+
+class Effect(StrEnum):
+    """What running a tool does to the world, as the Dex agent runner names it."""
+
+    READ = "read"  # may run again after a crash
+    IDEMPOTENT_WRITE = "idempotent_write"  # retried with the same idempotency key
+    SINGLE_ATTEMPT = "single_attempt"  # everything else: at most once, else outcome_unknown
+
+    @property
+    def max_attempts(self) -> int:
+        return 1 if self is Effect.SINGLE_ATTEMPT else 3
+
+
+class CallStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    DENIED = "denied"
+    RESPONDED = "responded"
+
+    @property
+    def final(self) -> bool:
+        return self is not CallStatus.RUNNING
+
+
+class ToolFailed(Exception):
+    """Raise from a tool to say it failed and changed nothing: recorded as `failed`, never
+    retried. Any other exception from a write leaves its outcome unknown."""
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    effect: Effect = Effect.SINGLE_ATTEMPT
+    once_per_run: bool = False  # at most once per run, whatever the call id
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call a model asked for. `turn_id` names the model turn within the run."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    turn_id: str = "0"
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.run_id}/{self.turn_id}/{self.call_id}"
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What a tool function is told about the call it runs."""
+
+    run_id: str
+    call_id: str
+    idempotency_key: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class GateRun:
+    """The approval allows the call, with these arguments (a reviewer's edit, or the request)."""
+
+    args: dict[str, Any]
+    approval_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GateDeny:
+    reason: str
+    approval_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GateRespond:
+    """A reviewer answered instead of running the tool; the answer is the call's result."""
+
+    message: str
+    approval_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """A tool call as the ledger knows it (the `tool_calls` projection, without ciphertexts)."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    effect: Effect
+    once_per_run: bool
+    request_digest: str
+    args_digest: str
+    idempotency_key: str
+    approval_id: str | None
+    status: CallStatus
+    attempts: int
+    worker_id: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    result_digest: str | None = None
+    resolved_by: str | None = None
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What a call came to. `result` is the tool's value (or a reviewer's answer); `error` the
+    failure text; `replayed` when this process did not run it; `call_id` is the call that ran
+    (another one for a once-per-run tool)."""
+
+    status: CallStatus
+    call_id: str
+    result: Any = None
+    error: str | None = None
+    replayed: bool = False
+    attempts: int = 0
+    approval_id: str | None = None
+
+
+def call_stream(run_id: str, call_id: str) -> str:
+    return f"call:{run_id}/{call_id}"
+
+
+_OUTCOME = {
+    "call.succeeded": CallStatus.SUCCEEDED,
+    "call.failed": CallStatus.FAILED,
+    "call.outcome_unknown": CallStatus.OUTCOME_UNKNOWN,
+    "call.denied": CallStatus.DENIED,
+    "call.responded": CallStatus.RESPONDED,
+}
+
+
+def apply_call_event(
+    state: CallRecord | None,
+    run_id: str,
+    call_id: str,
+    version: int,
+    type_: str,
+    data: dict[str, Any],
+) -> CallRecord:
+    """The call after one more event of its stream."""
+    at = datetime.fromisoformat(data["at"])
+    if type_ == "call.started":
+        return CallRecord(
+            run_id=run_id,
+            call_id=call_id,
+            tool=data["tool"],
+            effect=Effect(data["effect"]),
+            once_per_run=data["once_per_run"],
+            request_digest=data["request_digest"],
+            args_digest=data["args_digest"],
+            idempotency_key=data["idempotency_key"],
+            approval_id=data["approval_id"],
+            status=CallStatus.RUNNING,
+            attempts=1,
+            worker_id=data["worker_id"],
+            started_at=at,
+            version=version,
+        )
+    if state is None:
+        raise ValueError(f"call {run_id}/{call_id}: {type_} before call.started")
+    if type_ == "call.retried":
+        state = replace(state, attempts=data["attempt"], worker_id=data["worker_id"])
+    elif type_ in _OUTCOME:
+        state = replace(
+            state,
+            status=_OUTCOME[type_],
+            finished_at=at,
+            result_digest=data.get("result_digest"),
+        )
+    elif type_ == "call.resolved":
+        state = replace(
+            state,
+            status=CallStatus(data["status"]),
+            resolved_by=data["by"],
+            finished_at=at,
+            result_digest=data["result_digest"],
+        )
+    else:
+        raise ValueError(f"call {run_id}/{call_id}: unknown event type {type_!r}")
+    return replace(state, version=version)

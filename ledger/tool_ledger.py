@@ -1,0 +1,630 @@
+"""The once-per-run tool-call ledger: a finished call never runs twice, in any process.
+
+`ToolLedger.execute(call, fn, policy)` is the one entry point adapters use:
+
+1. Claim. A new call's intent (and, through `gate`, its approval's consumption) is recorded in
+   one transaction; without an approval it is one statement. A call that finished replays its
+   recorded outcome. A call another live worker is running is waited for. A call whose worker
+   died (its lease lapsed) runs again if its effect allows another attempt, and otherwise becomes
+   `outcome_unknown` (a write that may have happened) or `failed` (a read out of attempts).
+2. Run the tool with a lease renewed in the background.
+3. Record the outcome, fenced by the stream version the worker holds: a worker whose call was
+   taken over records nothing.
+
+Leases: 30 s by default, renewed every 10 s, measured on the database server's clock. Long
+enough that a slow round trip or a pause of the worker never makes a live call look dead (for a
+single-attempt write that would cost a person's time to resolve), short enough that a read
+whose worker died runs again within half a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from . import _tool_sql as sql
+from .canonical import canonical_json, json_digest
+from .db import Database
+from .errors import (
+    CallStateError,
+    InvalidToolCall,
+    ResultNotSerializable,
+    ResultTampered,
+    UnknownCall,
+)
+from .journal import NewEvent, append_arguments
+from .keys import KeyRing, Purpose
+from .log import get_logger
+from .notify import Listener
+from .tool_calls import (
+    CallContext,
+    CallOutcome,
+    CallRecord,
+    CallStatus,
+    Effect,
+    GateDeny,
+    GateRespond,
+    GateRun,
+    ToolCall,
+    ToolFailed,
+    ToolPolicy,
+    apply_call_event,
+    call_stream,
+)
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
+
+DEFAULT_LEASE_SECONDS = 30.0
+Gate = Callable[[asyncpg.Connection], Awaitable[GateRun | GateDeny | GateRespond]]
+"""Runs in the intent's transaction: consumes an approval and says what to do."""
+ToolFunction = Callable[[dict[str, Any], CallContext], Awaitable[Any]]
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class _Run:
+    record: CallRecord
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Replay:
+    outcome: CallOutcome
+
+
+@dataclass(frozen=True)
+class _Wait:
+    record: CallRecord
+
+
+_Step = _Run | _Replay | _Wait
+
+
+class _Raced(Exception):
+    """A concurrent claim inserted the same call first: roll back and look again."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _record(row: asyncpg.Record) -> CallRecord:
+    return CallRecord(
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        tool=row["tool"],
+        effect=Effect(row["effect"]),
+        once_per_run=row["once_per_run"],
+        request_digest=row["request_digest"],
+        args_digest=row["args_digest"],
+        idempotency_key=row["idempotency_key"],
+        approval_id=row["approval_id"],
+        status=CallStatus(row["status"]),
+        attempts=row["attempts"],
+        worker_id=row["worker_id"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        result_digest=row["result_digest"],
+        resolved_by=row["resolved_by"],
+        version=row["version"],
+    )
+
+
+def _fold(
+    record: CallRecord | None, events: list[NewEvent], run_id: str, call_id: str
+) -> CallRecord:
+    version = 0 if record is None else record.version
+    for event in events:
+        version += 1
+        record = apply_call_event(record, run_id, call_id, version, event.type, event.data)
+    if record is None:
+        raise ValueError("a tool-call step needs at least one event")
+    return record
+
+
+def _validate(call: ToolCall) -> str:
+    for value, what in ((call.run_id, "run_id"), (call.call_id, "call_id"), (call.tool, "tool")):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidToolCall(f"{what} must be a non-empty string, not {value!r}")
+    if len(call_stream(call.run_id, call.call_id)) > 200:
+        raise InvalidToolCall("run_id and call_id together may be at most 193 characters")
+    if not isinstance(call.args, dict):
+        raise InvalidToolCall(f"arguments must be a JSON object, not {type(call.args).__name__}")
+    try:
+        return json_digest(call.args)
+    except (TypeError, ValueError) as e:
+        raise InvalidToolCall(f"arguments of {call.tool} are not JSON: {e}") from e
+
+
+class ToolLedger:
+    """Run tool calls at most as often as their effect allows, across every process."""
+
+    def __init__(
+        self,
+        db: Database,
+        ring: KeyRing,
+        *,
+        worker_id: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        poll_interval: float = 0.2,
+    ) -> None:
+        self.db = db
+        self.ring = ring
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
+        self._listener: Listener | None = None
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+
+    async def execute(
+        self,
+        call: ToolCall,
+        fn: ToolFunction,
+        policy: ToolPolicy | None = None,
+        *,
+        gate: Gate | None = None,
+    ) -> CallOutcome:
+        """Run `fn(args, context)` for `call` unless the ledger says otherwise.
+
+        Args:
+            policy: the tool's effect and whether it runs once per run (default: a
+                single-attempt write).
+            gate: consumes the call's approval inside the intent's transaction and says whether
+                to run (perhaps with edited arguments), deny, or answer instead.
+
+        Returns:
+            The outcome: run here, replayed from the ledger, or waited for.
+
+        Raises:
+            InvalidToolCall: malformed call, or a call id reused with other arguments.
+            ResultNotSerializable: the tool returned something that is not JSON (nothing is
+                recorded; the call's lease lapses as if its worker had died).
+        """
+        request_digest = _validate(call)
+        policy = policy or ToolPolicy()
+        await self.ring.fresh()
+        while True:
+            step = await self._claim(call, policy, gate, request_digest)
+            if isinstance(step, _Replay):
+                return step.outcome
+            if isinstance(step, _Wait):
+                await self._wait(step.record)
+            elif isinstance(step, _Run):
+                return await self._run(step, fn)
+            # None: a concurrent claim won the insert; look again
+
+    async def get(self, run_id: str, call_id: str) -> CallRecord:
+        async with self.db.connection() as conn:
+            row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
+        if row is None:
+            raise UnknownCall(run_id, call_id)
+        return _record(row)
+
+    async def outcome(self, run_id: str, call_id: str) -> CallOutcome:
+        """The recorded outcome of a finished call (decrypted), or its running state."""
+        async with self.db.connection() as conn:
+            row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
+        if row is None:
+            raise UnknownCall(run_id, call_id)
+        return self._outcome(row, replayed=True)
+
+    async def resolve(
+        self, run_id: str, call_id: str, *, succeeded: bool, by: str, note: str | None = None
+    ) -> CallRecord:
+        """A person's verdict on an `outcome_unknown` call (it is never run again).
+
+        Raises:
+            UnknownCall; CallStateError when the call's outcome is known.
+        """
+        if not by.strip():
+            raise InvalidToolCall("resolving needs the name of who resolves it")
+        await self.reap()
+        async with self.db.transaction() as conn:
+            row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, run_id, call_id)
+            if row is None:
+                raise UnknownCall(run_id, call_id)
+            record = _record(row)
+            if record.status is not CallStatus.OUTCOME_UNKNOWN:
+                raise CallStateError(
+                    f"call {call_id} of run {run_id} is {record.status}, not outcome_unknown"
+                )
+            status = CallStatus.SUCCEEDED if succeeded else CallStatus.FAILED
+            text = note or f"resolved as {status} by {by}"
+            sealed, digest = self._seal(record, "result", text)
+            data = {"status": str(status), "by": by, "result_digest": digest, "at": _now()}
+            resolved = await self._advance(
+                conn, record, [NewEvent("call.resolved", data, actor=by)], sealed
+            )
+        if resolved is None:
+            raise CallStateError(f"call {call_id} of run {run_id} changed while resolving")
+        log.info("call resolved", run_id=run_id, call_id=call_id, by=by, status=str(status))
+        return resolved
+
+    async def reap(self, limit: int = 1000) -> int:
+        """Settle calls whose worker died and that may not run again: `outcome_unknown` for
+        writes, `failed` for reads out of attempts. Retryable calls are left for the next
+        worker that reaches them. Returns how many were settled."""
+        settled = 0
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(sql.LAPSED, limit)
+        for row in rows:
+            record = _record(row)
+            if record.attempts < record.effect.max_attempts:
+                continue
+            async with self.db.transaction() as conn:
+                locked = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, record.run_id, record.call_id)
+                if locked is not None and locked["lapsed"]:
+                    await self._give_up(conn, _record(locked))
+                    settled += 1
+        return settled
+
+    async def verify_projection(self) -> list[str]:
+        """Rebuild every call from its stream and compare with the `tool_calls` table; return
+        the differences (none when the projection is true to the journal)."""
+        rebuilt: dict[tuple[str, str], CallRecord] = {}
+        keys: dict[str, tuple[str, str]] = {}  # stream -> (run, call), from call.started
+        async with self.db.transaction() as conn:
+            for row in await conn.fetch(sql.STREAM_EVENTS):
+                data = json.loads(row["data"])
+                if row["version"] == 1:
+                    keys[row["stream_id"]] = (data["run_id"], data["call_id"])
+                key = keys.get(row["stream_id"])
+                if key is None:
+                    return [f"{row['stream_id']}: events before call.started"]
+                rebuilt[key] = apply_call_event(
+                    rebuilt.get(key), key[0], key[1], row["version"], row["type"], data
+                )
+            live = {(r["run_id"], r["call_id"]): _record(r) for r in await conn.fetch(sql.ALL)}
+        problems = [f"{k}: in the table, not in the journal" for k in live.keys() - rebuilt.keys()]
+        problems += [f"{k}: in the journal, not in the table" for k in rebuilt.keys() - live.keys()]
+        problems += [
+            f"{k}: table {live[k]} != journal {rebuilt[k]}"
+            for k in live.keys() & rebuilt.keys()
+            if live[k] != rebuilt[k]
+        ]
+        return problems
+
+    # -- claiming --------------------------------------------------------------------------
+
+    async def _claim(
+        self, call: ToolCall, policy: ToolPolicy, gate: Gate | None, request_digest: str
+    ) -> _Step | None:
+        if gate is None:  # the common case: one statement, no transaction
+            async with self.db.connection() as conn:
+                step = await self._start(conn, call, policy, GateRun(call.args), request_digest)
+            if step is not None:
+                return step
+        try:
+            async with self.db.transaction() as conn:
+                return await self._claim_locked(conn, call, policy, gate, request_digest)
+        except _Raced:
+            return None
+
+    async def _claim_locked(
+        self,
+        conn: asyncpg.Connection,
+        call: ToolCall,
+        policy: ToolPolicy,
+        gate: Gate | None,
+        request_digest: str,
+    ) -> _Step:
+        row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, call.run_id, call.call_id)
+        if row is None and policy.once_per_run:
+            row = await conn.fetchrow(sql.ONCE_PER_RUN_FOR_UPDATE, call.run_id, call.tool)
+        if row is None:
+            decision = await gate(conn) if gate is not None else GateRun(call.args)
+            step = await self._start(conn, call, policy, decision, request_digest)
+            if step is None:
+                raise _Raced  # rolls the gate's consumption back too
+            return step
+        record = _record(row)
+        if record.call_id == call.call_id and record.request_digest != request_digest:
+            raise InvalidToolCall(
+                f"call id {call.call_id!r} of run {call.run_id!r} was used before with other "
+                "arguments"
+            )
+        if record.status.final:
+            return _Replay(self._outcome(row, replayed=True))
+        if not row["lapsed"]:
+            await conn.execute(sql.ADD_WAITER, record.run_id, record.call_id)
+            return _Wait(record)
+        if record.attempts >= record.effect.max_attempts:
+            return _Replay(await self._give_up(conn, record))
+        args = json.loads(self._open(record, "args", row["args_sealed"]))
+        data = {
+            "attempt": record.attempts + 1,
+            "worker_id": self.worker_id,
+            "previous_worker": record.worker_id,
+            "reason": "the previous worker stopped renewing its lease",
+            "at": _now(),
+        }
+        retried = await self._advance(
+            conn, record, [NewEvent("call.retried", data, self.worker_id)]
+        )
+        if retried is None:
+            raise _Raced
+        log.info(
+            "call taken over",
+            run_id=record.run_id,
+            call_id=record.call_id,
+            attempt=retried.attempts,
+        )
+        return _Run(retried, args)
+
+    async def _start(
+        self,
+        conn: asyncpg.Connection,
+        call: ToolCall,
+        policy: ToolPolicy,
+        decision: GateRun | GateDeny | GateRespond,
+        request_digest: str,
+    ) -> _Step | None:
+        args = decision.args if isinstance(decision, GateRun) else call.args
+        started = {
+            "run_id": call.run_id,
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "effect": str(policy.effect),
+            "once_per_run": policy.once_per_run,
+            "request_digest": request_digest,
+            "args_digest": json_digest(args),
+            "idempotency_key": call.idempotency_key,
+            "approval_id": decision.approval_id,
+            "worker_id": self.worker_id,
+            "at": _now(),
+        }
+        events = [NewEvent("call.started", started, actor=self.worker_id)]
+        probe = _fold(None, events, call.run_id, call.call_id)
+        sealed_args, _ = self._seal(probe, "args", args)
+        sealed_result: bytes | None = None
+        value: Any = None
+        if not isinstance(decision, GateRun):
+            value = decision.reason if isinstance(decision, GateDeny) else decision.message
+            sealed_result, digest = self._seal(probe, "result", value)
+            kind = "call.denied" if isinstance(decision, GateDeny) else "call.responded"
+            data = {"approval_id": decision.approval_id, "result_digest": digest, "at": _now()}
+            events.append(NewEvent(kind, data, actor=self.worker_id))
+        record = _fold(None, events, call.run_id, call.call_id)
+        inserted = await conn.fetchval(
+            sql.START,
+            record.run_id,
+            record.call_id,
+            record.tool,
+            record.effect,
+            record.once_per_run,
+            record.request_digest,
+            record.args_digest,
+            sealed_args,
+            record.idempotency_key,
+            record.approval_id,
+            record.status,
+            record.worker_id,
+            self.lease_seconds,
+            record.result_digest,
+            sealed_result,
+            record.started_at,
+            record.finished_at,
+            record.version,
+            *append_arguments(call_stream(call.run_id, call.call_id), events, 0),
+        )
+        if inserted is None:
+            return None
+        if record.status is CallStatus.RUNNING:
+            return _Run(record, args)
+        log.info(
+            "call settled by its approval",
+            run_id=call.run_id,
+            call_id=call.call_id,
+            status=str(record.status),
+        )
+        return _Replay(self._outcome_of(record, value, replayed=False))
+
+    async def _give_up(self, conn: asyncpg.Connection, record: CallRecord) -> CallOutcome:
+        """Settle a call whose worker died and that may not run again."""
+        unknown = record.effect is not Effect.READ
+        status = CallStatus.OUTCOME_UNKNOWN if unknown else CallStatus.FAILED
+        text = (
+            f"the worker running this call ({record.worker_id}) stopped during attempt "
+            f"{record.attempts}; "
+            + ("the tool may or may not have taken effect" if unknown else "no attempts left")
+        )
+        sealed, digest = self._seal(record, "result", text)
+        data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
+        event = NewEvent(f"call.{status}", data, actor=self.worker_id)
+        settled = await self._advance(conn, record, [event], sealed)
+        if settled is None:
+            raise _Raced
+        log.warning(
+            "call settled after its worker died",
+            run_id=record.run_id,
+            call_id=record.call_id,
+            status=str(status),
+        )
+        return self._outcome_of(settled, text, replayed=False)
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def _run(self, step: _Run, fn: ToolFunction) -> CallOutcome:
+        record, args = step.record, step.args
+        bound = log.bind(run_id=record.run_id, call_id=record.call_id, tool=record.tool)
+        while True:
+            context = CallContext(
+                record.run_id, record.call_id, record.idempotency_key, record.attempts
+            )
+            renewer = asyncio.create_task(self._renew(record))
+            try:
+                value: Any = await fn(args, context)
+                status = CallStatus.SUCCEEDED
+            except ToolFailed as e:
+                value, status = str(e) or type(e).__name__, CallStatus.FAILED
+            except Exception as e:
+                value = f"{type(e).__name__}: {e}"
+                if record.attempts < record.effect.max_attempts:
+                    bound.warning(
+                        "tool raised; retrying",
+                        attempt=record.attempts,
+                        error_type=type(e).__name__,
+                    )
+                    data = {
+                        "attempt": record.attempts + 1,
+                        "worker_id": self.worker_id,
+                        "previous_worker": self.worker_id,
+                        "reason": type(e).__name__,
+                        "at": _now(),
+                    }
+                    async with self.db.connection() as conn:
+                        retried = await self._advance(
+                            conn, record, [NewEvent("call.retried", data, self.worker_id)]
+                        )
+                    if retried is None:
+                        return await self._superseded(record)
+                    record = retried
+                    continue
+                unknown = record.effect is not Effect.READ
+                status = CallStatus.OUTCOME_UNKNOWN if unknown else CallStatus.FAILED
+                bound.warning("tool raised", status=str(status), error_type=type(e).__name__)
+            finally:
+                renewer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewer
+            break
+        try:
+            sealed, digest = self._seal(record, "result", value)
+        except (TypeError, ValueError) as e:
+            raise ResultNotSerializable(
+                f"{record.tool} returned a value that is not JSON ({e}); no outcome recorded"
+            ) from e
+        data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
+        async with self.db.connection() as conn:
+            done = await self._advance(
+                conn, record, [NewEvent(f"call.{status}", data, self.worker_id)], sealed
+            )
+        if done is None:
+            return await self._superseded(record)
+        bound.info("call finished", status=str(status), attempts=done.attempts)
+        return self._outcome_of(done, value, replayed=False)
+
+    async def _superseded(self, record: CallRecord) -> CallOutcome:
+        log.warning(
+            "call was taken over while it ran; its result is not recorded",
+            run_id=record.run_id,
+            call_id=record.call_id,
+        )
+        return await self.outcome(record.run_id, record.call_id)
+
+    async def _renew(self, record: CallRecord) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            async with self.db.connection() as conn:
+                await conn.execute(
+                    sql.RENEW, record.run_id, record.call_id, record.version, self.lease_seconds
+                )
+
+    async def _wait(self, record: CallRecord) -> None:
+        """Until the call finishes or its worker's lease lapses (then claim again)."""
+        listener = await self._listening()
+        with listener.waiting(call_stream(record.run_id, record.call_id)) as event:
+            while True:
+                event.clear()
+                async with self.db.connection() as conn:
+                    row = await conn.fetchrow(sql.BY_ID, record.run_id, record.call_id)
+                if row is None or row["status"] != "running" or row["lapsed"]:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_interval):
+                        await event.wait()
+
+    async def _listening(self) -> Listener:
+        if self._listener is None:
+            self._listener = Listener(self.db.url, sql.CHANNEL)
+            await self._listener.start()
+        return self._listener
+
+    # -- records ---------------------------------------------------------------------------
+
+    async def _advance(
+        self,
+        conn: asyncpg.Connection,
+        record: CallRecord,
+        events: list[NewEvent],
+        sealed_result: bytes | None = None,
+    ) -> CallRecord | None:
+        """Append `events` and write what they fold to, if the row is still at the version
+        `record` holds; None otherwise."""
+        new = _fold(record, events, record.run_id, record.call_id)
+        moved = await conn.fetchrow(
+            sql.ADVANCE,
+            new.run_id,
+            new.call_id,
+            new.status,
+            new.attempts,
+            new.worker_id,
+            self.lease_seconds,
+            new.result_digest,
+            sealed_result,
+            new.resolved_by,
+            new.finished_at,
+            new.version,
+            record.version,
+            *append_arguments(call_stream(new.run_id, new.call_id), events, record.version),
+        )
+        return None if moved is None else new
+
+    def _seal(self, record: CallRecord, part: str, value: Any) -> tuple[bytes, str]:
+        text = canonical_json(value)
+        context = f"{call_stream(record.run_id, record.call_id)}:{part}".encode()
+        return self.ring.encrypt(Purpose.RESULT, text.encode(), context), json_digest(value)
+
+    def _open(self, record: CallRecord, part: str, sealed: bytes) -> str:
+        stream = call_stream(record.run_id, record.call_id)
+        where = f"{part} of {stream}"
+        return self.ring.decrypt(
+            Purpose.RESULT, sealed, f"{stream}:{part}".encode(), where
+        ).decode()
+
+    def _outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
+        record = _record(row)
+        if not record.status.final:
+            return CallOutcome(
+                record.status,
+                record.call_id,
+                replayed=replayed,
+                attempts=record.attempts,
+                approval_id=record.approval_id,
+            )
+        text = self._open(record, "result", row["result_sealed"])
+        value = json.loads(text)
+        if json_digest(value) != record.result_digest:
+            raise ResultTampered(
+                f"the stored result of {call_stream(record.run_id, record.call_id)} does not "
+                "match the digest in the journal"
+            )
+        return self._outcome_of(record, value, replayed=replayed)
+
+    @staticmethod
+    def _outcome_of(record: CallRecord, value: Any, *, replayed: bool) -> CallOutcome:
+        returns_value = record.status in (CallStatus.SUCCEEDED, CallStatus.RESPONDED)
+        return CallOutcome(
+            status=record.status,
+            call_id=record.call_id,
+            result=value if returns_value else None,
+            error=None if returns_value else str(value),
+            replayed=replayed,
+            attempts=record.attempts,
+            approval_id=record.approval_id,
+        )
