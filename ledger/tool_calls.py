@@ -11,6 +11,7 @@ A call's stream is `call:<run id>/<call id>`. Its events, in order:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -29,6 +30,7 @@ __all__ = [
     "ToolFailed",
     "ToolPolicy",
     "apply_call_event",
+    "call_record",
     "call_stream",
 ]
 
@@ -152,6 +154,29 @@ class CallOutcome:
     replayed: bool = False
     attempts: int = 0
     approval_id: str | None = None
+
+
+def call_record(row: Mapping[str, Any]) -> CallRecord:
+    """A `tool_calls` row (any mapping with its columns) as a record."""
+    return CallRecord(
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        tool=row["tool"],
+        effect=Effect(row["effect"]),
+        once_per_run=row["once_per_run"],
+        request_digest=row["request_digest"],
+        args_digest=row["args_digest"],
+        idempotency_key=row["idempotency_key"],
+        approval_id=row["approval_id"],
+        status=CallStatus(row["status"]),
+        attempts=row["attempts"],
+        worker_id=row["worker_id"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        result_digest=row["result_digest"],
+        resolved_by=row["resolved_by"],
+        version=row["version"],
+    )
 
 
 def call_stream(run_id: str, call_id: str) -> str:

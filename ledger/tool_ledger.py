@@ -59,10 +59,17 @@ from .tool_calls import (
     ToolFailed,
     ToolPolicy,
     apply_call_event,
+    call_record,
     call_stream,
 )
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "Gate",
+    "ToolFunction",
+    "ToolLedger",
+    "open_call_value",
+]
 
 DEFAULT_LEASE_SECONDS = 30.0
 Gate = Callable[[asyncpg.Connection], Awaitable[GateRun | GateDeny | GateRespond]]
@@ -99,28 +106,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def _record(row: asyncpg.Record) -> CallRecord:
-    return CallRecord(
-        run_id=row["run_id"],
-        call_id=row["call_id"],
-        tool=row["tool"],
-        effect=Effect(row["effect"]),
-        once_per_run=row["once_per_run"],
-        request_digest=row["request_digest"],
-        args_digest=row["args_digest"],
-        idempotency_key=row["idempotency_key"],
-        approval_id=row["approval_id"],
-        status=CallStatus(row["status"]),
-        attempts=row["attempts"],
-        worker_id=row["worker_id"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        result_digest=row["result_digest"],
-        resolved_by=row["resolved_by"],
-        version=row["version"],
-    )
-
-
 def _fold(
     record: CallRecord | None, events: list[NewEvent], run_id: str, call_id: str
 ) -> CallRecord:
@@ -145,6 +130,12 @@ def _validate(call: ToolCall) -> str:
         return json_digest(call.args)
     except (TypeError, ValueError) as e:
         raise InvalidToolCall(f"arguments of {call.tool} are not JSON: {e}") from e
+
+
+def open_call_value(ring: KeyRing, run_id: str, call_id: str, part: str, sealed: bytes) -> str:
+    """Decrypt a call's sealed `args` or `result` (JSON text), bound to that call."""
+    context = f"{call_stream(run_id, call_id)}:{part}"
+    return ring.decrypt(Purpose.RESULT, sealed, context.encode(), context).decode()
 
 
 class ToolLedger:
@@ -213,7 +204,7 @@ class ToolLedger:
             row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
         if row is None:
             raise UnknownCall(run_id, call_id)
-        return _record(row)
+        return call_record(row)
 
     async def outcome(self, run_id: str, call_id: str) -> CallOutcome:
         """The recorded outcome of a finished call (decrypted), or its running state."""
@@ -238,7 +229,7 @@ class ToolLedger:
             row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, run_id, call_id)
             if row is None:
                 raise UnknownCall(run_id, call_id)
-            record = _record(row)
+            record = call_record(row)
             if record.status is not CallStatus.OUTCOME_UNKNOWN:
                 raise CallStateError(
                     f"call {call_id} of run {run_id} is {record.status}, not outcome_unknown"
@@ -263,13 +254,13 @@ class ToolLedger:
         async with self.db.connection() as conn:
             rows = await conn.fetch(sql.LAPSED, limit)
         for row in rows:
-            record = _record(row)
+            record = call_record(row)
             if record.attempts < record.effect.max_attempts:
                 continue
             async with self.db.transaction() as conn:
                 locked = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, record.run_id, record.call_id)
                 if locked is not None and locked["lapsed"]:
-                    await self._give_up(conn, _record(locked))
+                    await self._give_up(conn, call_record(locked))
                     settled += 1
         return settled
 
@@ -289,7 +280,7 @@ class ToolLedger:
                 rebuilt[key] = apply_call_event(
                     rebuilt.get(key), key[0], key[1], row["version"], row["type"], data
                 )
-            live = {(r["run_id"], r["call_id"]): _record(r) for r in await conn.fetch(sql.ALL)}
+            live = {(r["run_id"], r["call_id"]): call_record(r) for r in await conn.fetch(sql.ALL)}
         problems = [f"{k}: in the table, not in the journal" for k in live.keys() - rebuilt.keys()]
         problems += [f"{k}: in the journal, not in the table" for k in rebuilt.keys() - live.keys()]
         problems += [
@@ -332,7 +323,7 @@ class ToolLedger:
             if step is None:
                 raise _Raced  # rolls the gate's consumption back too
             return step
-        record = _record(row)
+        record = call_record(row)
         if record.call_id == call.call_id and record.request_digest != request_digest:
             raise InvalidToolCall(
                 f"call id {call.call_id!r} of run {call.run_id!r} was used before with other "
@@ -598,7 +589,7 @@ class ToolLedger:
         ).decode()
 
     def _outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
-        record = _record(row)
+        record = call_record(row)
         if not record.status.final:
             return CallOutcome(
                 record.status,

@@ -24,9 +24,18 @@ if config.config_file_name is not None:
     logging.config.fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 
+def _ours(name: str | None, type_: str, parent_names: object) -> bool:
+    """Compare only our tables: others may share the database (LangGraph's checkpoint tables,
+    an application's own), and the drift check must not call them drift."""
+    return type_ != "table" or name in metadata.tables
+
+
 def _run(connection: Connection) -> None:
     context.configure(
-        connection=connection, target_metadata=metadata, transaction_per_migration=True
+        connection=connection,
+        target_metadata=metadata,
+        transaction_per_migration=True,
+        include_name=_ours,
     )
     connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
     connection.commit()  # the session-level lock outlives this transaction

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# One KEK for the whole test session: every database the tests make (the shared one included)
+# has its data keys wrapped by it, and child processes get it as SIGNOFF_KEK.
+TEST_KEK = os.urandom(32)
+
+
+def kek_env() -> dict[str, str]:
+    """This process's environment plus the session's KEK, for child processes."""
+    return {**os.environ, "SIGNOFF_KEK": base64.b64encode(TEST_KEK).decode()}
 
 
 async def start_program(

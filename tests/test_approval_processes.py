@@ -4,9 +4,7 @@ on a decision from the CLI, the CLI itself, and a waiter surviving a database re
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -23,13 +21,7 @@ from ledger.embedded import ensure_server, stop_server
 from ledger.keys import KeyRing, LocalKek
 from ledger.scratch import scratch_database
 
-from .processes import finish, run_cli, start_program
-
-KEK = os.urandom(32)
-
-
-def kek_env() -> dict[str, str]:
-    return {**os.environ, "SIGNOFF_KEK": base64.b64encode(KEK).decode()}
+from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:
@@ -53,7 +45,7 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
 @pytest.fixture(scope="module")
 async def store(database_url: str) -> AsyncIterator[ApprovalStore]:
     db = await Database.connect(database_url)
-    approval_store = ApprovalStore(db, await KeyRing.open(db, LocalKek(KEK)))
+    approval_store = ApprovalStore(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
     yield approval_store
     await approval_store.close()
     await db.close()
@@ -220,7 +212,7 @@ async def test_waiter_survives_a_database_restart(home: Path) -> None:
     url = await asyncio.to_thread(ensure_server, home)
     await asyncio.to_thread(migrate.upgrade, url)
     db = await Database.connect(url, pool_size=2)
-    store = ApprovalStore(db, await KeyRing.open(db, LocalKek(KEK)), poll_interval=0.2)
+    store = ApprovalStore(db, await KeyRing.open(db, LocalKek(TEST_KEK)), poll_interval=0.2)
     try:
         approval_id, _ = await ask(store)
         waiter = asyncio.create_task(store.wait(approval_id, 30))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -35,19 +34,15 @@ from ledger.canonical import canonical_json
 from ledger.errors import UnknownKey
 from ledger.keys import KeyRing, LocalKek
 
-KEK = os.urandom(32)
+from .processes import TEST_KEK
 
 
 @pytest.fixture(scope="module")
 async def store(db: Database) -> AsyncIterator[ApprovalStore]:
-    ring = await KeyRing.open(db, LocalKek(KEK))
+    ring = await KeyRing.open(db, LocalKek(TEST_KEK))
     approval_store = ApprovalStore(db, ring)
     yield approval_store
     await approval_store.close()
-
-
-def kek_env() -> dict[str, str]:
-    return {"SIGNOFF_KEK": base64.b64encode(KEK).decode()}
 
 
 async def ask(store: ApprovalStore, policy: ApprovalPolicy | None = None, **over: object) -> str:

@@ -74,8 +74,8 @@ def _diff(connection: Connection, target: MetaData) -> list[object]:
     return list(compare_metadata(MigrationContext.configure(connection), target))
 
 
-async def test_models_and_migrations_agree(database_url: str) -> None:
-    async with await Database.connect(database_url) as db, db.engine.connect() as conn:
+async def test_models_and_migrations_agree(fresh_database_url: str) -> None:
+    async with await Database.connect(fresh_database_url) as db, db.engine.connect() as conn:
         assert await conn.run_sync(_diff, metadata) == []
         # The check can fail: a model column the migrations do not create is found.
         drifted = MetaData()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -26,9 +24,8 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.tool_calls import CallContext, CallStatus, Effect, ToolCall, ToolFailed, ToolPolicy
 from ledger.tool_ledger import ToolLedger
 
-from .processes import finish, start_program
+from .processes import TEST_KEK, finish, kek_env, start_program
 
-KEK = os.urandom(32)
 READ, WRITE, IDEMPOTENT = (
     ToolPolicy(Effect.READ),
     ToolPolicy(Effect.SINGLE_ATTEMPT),
@@ -39,7 +36,7 @@ READ, WRITE, IDEMPOTENT = (
 @pytest.fixture(scope="module")
 async def ring(database_url: str) -> AsyncIterator[KeyRing]:
     async with await Database.connect(database_url, pool_size=2) as db:
-        yield await KeyRing.open(db, LocalKek(KEK))
+        yield await KeyRing.open(db, LocalKek(TEST_KEK))
 
 
 @pytest.fixture(scope="module")
@@ -252,10 +249,6 @@ async def test_the_tool_calls_table_equals_its_rebuild(ledger: ToolLedger) -> No
 
 
 # -- real processes ---------------------------------------------------------------------------
-
-
-def kek_env() -> dict[str, str]:
-    return {"SIGNOFF_KEK": base64.b64encode(KEK).decode()}
 
 
 async def runs_of(db: Database, run_id: str) -> int:

@@ -43,6 +43,10 @@ def main() -> None:
     if name == "append-many":
         url, worker, count, streams = args
         asyncio.run(append_many(url, int(worker), int(count), int(streams)))
+    elif name in ("review", "checkpoint-loop"):
+        from . import checkpoint_workers  # imported here: LangGraph takes a second to import
+
+        checkpoint_workers.run(name, args)
     else:
         raise SystemExit(f"unknown worker {name!r}")
 

@@ -1,13 +1,30 @@
-"""`signoff ledger ...`: verify the journal (and, later, query and prove the tool-call ledger)."""
+"""`signoff ledger ...`: verify the journal, sign digests of it and prove events and digests."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 from ledger import Journal, VerifyReport
+from ledger.digest import (
+    Digest,
+    DigestCheck,
+    DigestError,
+    DigestMismatch,
+    prove_consistency,
+    prove_inclusion,
+    signing_keys,
+    take_digest,
+    verify_digest,
+)
+from ledger.keys import KeyRing
+from ledger.verifier import MalformedDocument, load_public_keys
 
+from . import calls
 from .context import open_database
 from .output import add_json_flag, emit
 
@@ -15,15 +32,49 @@ from .output import add_json_flag, emit
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ledger = groups.add_parser("ledger", help="the journal and the tool-call ledger")
     commands = ledger.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
     verify = commands.add_parser(
         "verify", help="recompute every hash chain; exit 1 and name the first bad event if any"
+    )
+    verify.add_argument(
+        "--digest", type=Path, metavar="FILE", help="also check the database still matches it"
+    )
+    verify.add_argument(
+        "--public-keys",
+        type=Path,
+        metavar="KEYS",
+        help="check the digest's signature with these keys (`keys export-public`) instead of "
+        "the key ring, which needs the KEK",
     )
     add_json_flag(verify)
     verify.set_defaults(run=_verify)
 
+    digest = commands.add_parser("digest", help="sign the Merkle root of the journal so far")
+    digest.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
+    add_json_flag(digest)
+    digest.set_defaults(run=lambda a: asyncio.run(_digest(a)))
+
+    prove = commands.add_parser("prove", help="inclusion proof of one event in a digest")
+    prove.add_argument("position", type=int, metavar="POSITION")
+    prove.add_argument("--digest", type=Path, metavar="FILE", required=True)
+    prove.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
+    add_json_flag(prove)
+    prove.set_defaults(run=lambda a: asyncio.run(_prove(a)))
+
+    consistency = commands.add_parser(
+        "consistency", help="proof that the NEW digest's journal extends the OLD one's"
+    )
+    consistency.add_argument("old", type=Path, metavar="OLD")
+    consistency.add_argument("new", type=Path, metavar="NEW")
+    consistency.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
+    add_json_flag(consistency)
+    consistency.set_defaults(run=lambda a: asyncio.run(_consistency(a)))
+
+    calls.register(commands)
+
 
 def _verify(args: argparse.Namespace) -> int:
-    report = asyncio.run(_verify_journal(args))
+    report, check = asyncio.run(_verify_journal(args))
     first = report.first_bad
     if first is None:
         text = f"journal intact: {report.events} events in {report.streams} streams"
@@ -32,19 +83,129 @@ def _verify(args: argparse.Namespace) -> int:
             f"journal TAMPERED: {len(report.bad)} bad event(s); first: stream {first.stream_id!r} "
             f"version {first.version} position {first.position}: {first.problem}"
         )
-    emit(
-        args,
-        text,
-        {
-            "ok": report.ok,
-            "events": report.events,
-            "streams": report.streams,
-            "bad": [asdict(b) for b in report.bad],
-        },
-    )
-    return 0 if report.ok else 1
+    data: dict[str, Any] = {
+        "ok": report.ok,
+        "events": report.events,
+        "streams": report.streams,
+        "bad": [asdict(b) for b in report.bad],
+    }
+    if check is not None:
+        digest = check.digest
+        if check.ok:
+            text += (
+                f"\ndigest matches: the first {digest.tree_size} events hash to its root "
+                f"{digest.root.hex()}, signed by {digest.key_id}"
+            )
+        else:
+            text += "\ndigest DOES NOT MATCH: " + "; ".join(check.problems)
+        data["ok"] = report.ok and check.ok
+        data["digest"] = {
+            "ok": check.ok,
+            "tree_size": digest.tree_size,
+            "root": digest.root.hex(),
+            "key_id": digest.key_id,
+            "problems": list(check.problems),
+        }
+    emit(args, text, data)
+    return 0 if data["ok"] else 1
 
 
-async def _verify_journal(args: argparse.Namespace) -> VerifyReport:
+async def _verify_journal(args: argparse.Namespace) -> tuple[VerifyReport, DigestCheck | None]:
+    if args.public_keys and not args.digest:
+        raise DigestError("--public-keys checks a digest's signature: give --digest FILE too")
+    digest = _read_digest(args.digest) if args.digest else None
+    keys = _read_keys(args.public_keys) if args.public_keys else None
     async with open_database(args) as db:
-        return await Journal(db).verify()
+        report = await Journal(db).verify()
+        if digest is None:
+            return report, None
+        if keys is None:
+            keys = signing_keys(await KeyRing.open(db, create_missing=False))
+        return report, await verify_digest(db, digest, keys)
+
+
+async def _digest(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        digest = await take_digest(db, await KeyRing.open(db))
+    if args.out is None:
+        print(digest.to_json(), end="")
+        return 0
+    _write(args.out, digest.to_json())
+    text = (
+        f"digest of {digest.tree_size} events (last position {digest.last_position}), root "
+        f"{digest.root.hex()}, signed by {digest.key_id}: written to {args.out}"
+    )
+    emit(args, text, {**digest.to_dict(), "out": str(args.out)})
+    return 0
+
+
+async def _prove(args: argparse.Namespace) -> int:
+    digest = _read_digest(args.digest)
+    try:
+        async with open_database(args) as db:
+            proof = await prove_inclusion(db, args.position, digest)
+    except DigestMismatch as e:
+        return _mismatch(e)
+    if args.out is None:
+        print(proof.to_json(), end="")
+        return 0
+    _write(args.out, proof.to_json())
+    text = (
+        f"event at position {args.position} is leaf {proof.leaf_index} of the "
+        f"{digest.tree_size} events in {args.digest}: proof written to {args.out}"
+    )
+    emit(args, text, {"leaf_index": proof.leaf_index, "out": str(args.out)})
+    return 0
+
+
+async def _consistency(args: argparse.Namespace) -> int:
+    old, new = _read_digest(args.old), _read_digest(args.new)
+    try:
+        async with open_database(args) as db:
+            proof = await prove_consistency(db, old, new)
+    except DigestMismatch as e:
+        return _mismatch(e)
+    if args.out is None:
+        print(proof.to_json(), end="")
+        return 0
+    _write(args.out, proof.to_json())
+    text = (
+        f"the {new.tree_size} events of {args.new} extend the {old.tree_size} of {args.old}: "
+        f"proof ({len(proof.proof)} hashes) written to {args.out}"
+    )
+    emit(args, text, {"old_size": old.tree_size, "new_size": new.tree_size, "out": str(args.out)})
+    return 0
+
+
+def _mismatch(error: DigestMismatch) -> int:
+    """A database that no longer matches a digest is a finding, not a usage error: exit 1."""
+    print(f"TAMPERED: {error}", file=sys.stderr)
+    return 1
+
+
+def _read_digest(path: Path) -> Digest:
+    try:
+        return Digest.from_json(_read(path))
+    except MalformedDocument as e:
+        raise DigestError(f"{path}: {e}") from e
+
+
+def _read_keys(path: Path) -> dict[str, bytes]:
+    try:
+        return load_public_keys(_read(path))
+    except MalformedDocument as e:
+        raise DigestError(f"{path}: {e}") from e
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DigestError(f"cannot read {path}: {e}") from e
+
+
+def _write(path: Path, document: str) -> None:
+    try:
+        path.write_text(document, encoding="utf-8")
+    except OSError as e:
+        raise DigestError(f"cannot write {path}: {e}") from e

@@ -1,0 +1,390 @@
+"""LangGraph checkpoints in PostgreSQL, encrypted with the key ring's checkpoint key.
+
+`EncryptedPostgresSaver` is LangGraph's `AsyncPostgresSaver` with the same tables and SQL; only
+what goes into the columns changes (see `_envelope` for the layout and what stays in clear). Keys
+come from the key ring, so every worker process shares them and a rotation reaches all of them
+within the ring's refresh interval; each ciphertext names its key, so old rows keep opening until
+`signoff checkpoints reencrypt` has moved them and the old key is retired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from operator import itemgetter
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from ledger.config import normalize_url
+from ledger.db import Database
+from ledger.errors import DecryptionFailed
+from ledger.keys import KeyRing
+from ledger.log import get_logger
+
+from . import _envelope as env
+from ._envelope import CheckpointSealer
+from .errors import PlaintextCheckpoint, UnsupportedCheckpoint
+
+__all__ = ["EncryptedPostgresSaver", "encrypted_checkpointer"]
+
+log = get_logger(__name__)
+
+_EMPTY = object()  # LangGraph's "empty" blob: the channel has no value
+
+
+class EncryptedPostgresSaver(AsyncPostgresSaver):
+    """LangGraph's `AsyncPostgresSaver`, storing every channel value, pending write, checkpoint
+    and metadata encrypted under the key ring's active checkpoint key.
+
+    Args:
+        conn: a psycopg `AsyncConnection` or `AsyncConnectionPool` opened with
+            `autocommit=True, row_factory=dict_row` (as for LangGraph's saver).
+        ring: the key ring whose checkpoint keys encrypt and decrypt.
+        allow_plaintext: also read rows Signoff did not encrypt (written by a plain saver): the
+            migration path, see `signoff checkpoints reencrypt --include-plaintext`.
+        serde: the serializer under the encryption (LangGraph's default).
+
+    Reading a row raises `DecryptionFailed` (altered or moved rows, naming the row),
+    `UnknownKey` (retired or unknown key) or `PlaintextCheckpoint` (not encrypted).
+    """
+
+    def __init__(
+        self,
+        conn: AsyncConnection[DictRow] | AsyncConnectionPool[AsyncConnection[DictRow]],
+        ring: KeyRing,
+        *,
+        allow_plaintext: bool = False,
+        serde: SerializerProtocol | None = None,
+        list_page_size: int = 100,
+    ) -> None:
+        super().__init__(conn, serde=serde)
+        self.ring = ring
+        self.allow_plaintext = allow_plaintext
+        self.sealer = CheckpointSealer(ring, self.serde)
+        self._list_page_size = list_page_size
+        self._warned_plaintext = False
+
+    # -- writing -----------------------------------------------------------------------------
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Save a checkpoint, its new channel values and its metadata, encrypted."""
+        await self.ring.fresh()
+        configurable = config["configurable"]
+        ns = str(configurable.get("checkpoint_ns", ""))
+        checkpoint_id = checkpoint["id"]
+        # Serializing and sealing in a thread keeps a large state from blocking the event loop,
+        # as LangGraph's saver does for its blobs.
+        row, rows = await asyncio.to_thread(
+            self._seal_put, config, checkpoint, metadata, new_versions
+        )
+        async with self._cursor(pipeline=True) as cur:
+            if rows:
+                await cur.executemany(self.UPSERT_CHECKPOINT_BLOBS_SQL, rows)
+            await cur.execute(self.UPSERT_CHECKPOINTS_SQL, row)
+        return {
+            "configurable": {
+                "thread_id": configurable["thread_id"],
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    def _seal_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[tuple[Any, ...], list[tuple[str, str, str, str, str, bytes | None]]]:
+        """The checkpoint row and the blob rows of `aput`, sealed."""
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        ns = str(configurable.get("checkpoint_ns", ""))
+        checkpoint_id = checkpoint["id"]
+        clear, sealed, blob_values = env.split_checkpoint(checkpoint)
+        parts = env.checkpoint_parts(thread_id, ns, checkpoint_id)
+        clear[env.ENVELOPE] = self.sealer.seal_document(sealed, parts)
+        # LangGraph merges `configurable` and `metadata` into this (user ids and the like).
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        clear_meta = env.clear_metadata(meta)
+        meta_parts = env.metadata_parts(thread_id, ns, checkpoint_id)
+        clear_meta[env.ENVELOPE] = self.sealer.seal_document(meta, meta_parts)
+        blob_versions = {k: v for k, v in new_versions.items() if k in blob_values}
+        rows = self._dump_blobs(thread_id, ns, blob_values, blob_versions)
+        parent_id = configurable.get("checkpoint_id")
+        row = (thread_id, ns, checkpoint_id, parent_id, Jsonb(clear), Jsonb(clear_meta))
+        return row, rows
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Save a task's pending writes, encrypted."""
+        await self.ring.fresh()  # `_dump_writes` runs in a thread and uses only the cache
+        await super().aput_writes(config, writes, task_id, task_path)
+
+    def _dump_blobs(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        values: dict[str, Any],
+        versions: ChannelVersions,
+    ) -> list[tuple[str, str, str, str, str, bytes | None]]:
+        rows: list[tuple[str, str, str, str, str, bytes | None]] = []
+        for channel, version in versions.items():
+            if channel not in values:
+                continue  # LangGraph's unsealed "empty" row: never written by this saver
+            parts = env.blob_parts(thread_id, checkpoint_ns, channel, str(version))
+            type_tag, sealed = self.sealer.seal_value(values[channel], parts)
+            rows.append((thread_id, checkpoint_ns, channel, str(version), type_tag, sealed))
+        return rows
+
+    def _dump_writes(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        task_id: str,
+        task_path: str,
+        writes: Sequence[tuple[str, Any]],
+    ) -> list[tuple[str, str, str, str, str, int, str, str, bytes]]:
+        rows: list[tuple[str, str, str, str, str, int, str, str, bytes]] = []
+        for i, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, i)
+            parts = env.write_parts(
+                str(thread_id), checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel
+            )
+            type_tag, sealed = self.sealer.seal_value(value, parts)
+            row = (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel)
+            rows.append((*row, type_tag, sealed))
+        return rows
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """List checkpoints, newest first; filters on sealed metadata keys match after
+        decryption (SQL still narrows by the clear keys)."""
+        clear = {k: v for k, v in (filter or {}).items() if k in env.CLEAR_METADATA_KEYS}
+        sealed = {k: v for k, v in (filter or {}).items() if k not in env.CLEAR_METADATA_KEYS}
+        if not sealed:
+            async for item in super().alist(
+                config, filter=clear or None, before=before, limit=limit
+            ):
+                yield item
+            return
+        found, cursor = 0, before
+        while limit is None or found < limit:
+            page = [
+                item
+                async for item in super().alist(
+                    config, filter=clear or None, before=cursor, limit=self._list_page_size
+                )
+            ]
+            for item in page:
+                if env.contains(item.metadata, sealed):
+                    yield item
+                    found += 1
+                    if limit is not None and found >= limit:
+                        return
+            if len(page) < self._list_page_size:
+                return
+            cursor = {
+                "configurable": {"checkpoint_id": page[-1].config["configurable"]["checkpoint_id"]}
+            }
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        """`DeltaChannel` history by walking parent checkpoints through `aget_tuple`.
+
+        LangGraph's Postgres fast path reads inline values from clear JSONB and decodes blobs
+        without their row identity, so it cannot work on sealed rows.
+        """
+        history = await BaseCheckpointSaver.aget_delta_channel_history(
+            self, config=config, channels=channels
+        )
+        return dict(history)
+
+    async def _load_checkpoint_tuple(self, value: DictRow) -> CheckpointTuple:
+        await self.ring.fresh()
+        thread_id, ns = value["thread_id"], value["checkpoint_ns"]
+        checkpoint_id = value["checkpoint_id"]
+        parts = env.checkpoint_parts(thread_id, ns, checkpoint_id)
+        checkpoint = await self._open_document(value["checkpoint"], parts)
+        if env.ENVELOPE in value["checkpoint"]:
+            kid = env.envelope_key_id(value["checkpoint"]) or "?"
+            env.verify_checkpoint(value["checkpoint"], checkpoint, kid, env.describe(parts))
+        meta_parts = env.metadata_parts(thread_id, ns, checkpoint_id)
+        metadata = await self._open_document(value["metadata"], meta_parts)
+        if env.ENVELOPE in value["metadata"]:
+            kid = env.envelope_key_id(value["metadata"]) or "?"
+            env.verify_metadata(value["metadata"], metadata, kid, env.describe(meta_parts))
+
+        channel_values = dict(checkpoint.get("channel_values") or {})
+        versions = checkpoint["channel_versions"]
+        for channel_b, tag_b, blob in value["channel_values"] or []:
+            channel = channel_b.decode()
+            blob_parts = env.blob_parts(thread_id, ns, channel, str(versions[channel]))
+            decoded = await self._open_value(tag_b.decode(), blob, blob_parts)
+            if decoded is not _EMPTY:
+                channel_values[channel] = decoded
+        checkpoint["channel_values"] = channel_values
+
+        writes: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
+        for task_b, channel_b, tag_b, blob, path_b, idx_b in value["pending_writes"] or []:
+            task_id, channel, path = task_b.decode(), channel_b.decode(), path_b.decode()
+            idx = int(idx_b.decode())
+            write_parts = env.write_parts(thread_id, ns, checkpoint_id, task_id, path, idx, channel)
+            type_tag = tag_b.decode() if tag_b is not None else None
+            decoded = await self._open_value(type_tag, blob, write_parts)
+            writes.append((writes_sort_key(path, task_id, idx), (task_id, channel, decoded)))
+        writes.sort(key=itemgetter(0))
+
+        parent_id = value["parent_checkpoint_id"]
+        return CheckpointTuple(
+            {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            },
+            cast(Checkpoint, checkpoint),
+            cast(CheckpointMetadata, metadata),
+            {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": parent_id,
+                }
+            }
+            if parent_id
+            else None,
+            [write for _, write in writes],
+        )
+
+    async def _open_document(self, document: dict[str, Any], parts: env.Parts) -> dict[str, Any]:
+        """A checkpoint or metadata JSONB column as LangGraph wrote it (sealed part opened)."""
+        if env.ENVELOPE not in document:
+            self._plaintext(parts, "no Signoff envelope")
+            return dict(document)
+        key_id, serde_type, sealed = env.open_envelope(document, env.describe(parts))
+        data = await self.sealer.open(key_id, serde_type, sealed, parts)
+        opened = self.serde.loads_typed((serde_type, data))
+        if not isinstance(opened, dict):
+            raise DecryptionFailed(key_id, f"{env.describe(parts)}: not a document")
+        return opened
+
+    async def _open_value(self, type_tag: str | None, blob: bytes | None, parts: env.Parts) -> Any:
+        parsed = env.parse_tag(type_tag)
+        if parsed is None:
+            self._plaintext(parts, f"type {type_tag!r}")
+            if type_tag == "empty" or type_tag is None or blob is None:
+                return _EMPTY
+            return self.serde.loads_typed((type_tag, blob))
+        serde_type, key_id = parsed
+        data = await self.sealer.open(key_id, serde_type, blob, parts)
+        return _EMPTY if serde_type == "empty" else self.serde.loads_typed((serde_type, data))
+
+    def _plaintext(self, parts: env.Parts, found: str) -> None:
+        if not self.allow_plaintext:
+            raise PlaintextCheckpoint(env.describe(parts), found)
+        if not self._warned_plaintext:
+            self._warned_plaintext = True
+            log.warning(
+                "reading plaintext checkpoint rows (allow_plaintext); convert them with "
+                "`signoff checkpoints reencrypt --include-plaintext`",
+                thread_id=parts[1],
+            )
+
+    # Base helpers that decode database bytes without knowing their row: they cannot open
+    # sealed values, so they refuse instead of being reached by some future code path.
+    def _load_blobs(self, blob_values: list[tuple[bytes, bytes, bytes]]) -> dict[str, Any]:
+        raise UnsupportedCheckpoint("_load_blobs cannot open sealed blobs (no row identity)")
+
+    def _load_writes(
+        self, writes: list[tuple[bytes, bytes, bytes, bytes, bytes, bytes]] | None
+    ) -> list[tuple[str, str, Any]]:
+        raise UnsupportedCheckpoint("_load_writes cannot open sealed writes (no row identity)")
+
+    def _migrate_pending_sends(
+        self,
+        pending_sends: list[tuple[bytes, bytes]],
+        checkpoint: dict[str, Any],
+        channel_values: list[tuple[bytes, bytes, bytes]],
+    ) -> None:
+        # Only checkpoints of format v<4 (LangGraph before 0.3) have pending sends to migrate.
+        if not pending_sends:
+            return
+        plain = all(env.parse_tag(t.decode()) is None for t, _ in pending_sends)
+        if plain and self.allow_plaintext:
+            super()._migrate_pending_sends(pending_sends, checkpoint, channel_values)
+            return
+        raise UnsupportedCheckpoint(
+            "a checkpoint of format v<4 with pending sends: finish or migrate the thread with "
+            "a plain LangGraph saver before encrypting it"
+        )
+
+
+@asynccontextmanager
+async def encrypted_checkpointer(
+    db: Database, ring: KeyRing, *, allow_plaintext: bool = False, max_size: int = 10
+) -> AsyncIterator[EncryptedPostgresSaver]:
+    """An `EncryptedPostgresSaver` on its own psycopg pool to `db`, with LangGraph's checkpoint
+    tables set up.
+
+    Args:
+        db: the Signoff database (its URL is used; LangGraph's saver needs psycopg).
+        ring: the key ring (`await KeyRing.open(db)`).
+        allow_plaintext: read rows not encrypted by Signoff (migration only).
+        max_size: the most connections the pool opens.
+    """
+    # autocommit and dict rows: what LangGraph's saver expects (setup() also creates indexes
+    # CONCURRENTLY, which cannot run in a transaction). prepare_threshold=0 is what LangGraph's
+    # own from_conn_string uses.
+    async with AsyncConnectionPool(
+        normalize_url(db.url),
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        connection_class=AsyncConnection[DictRow],
+        kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
+    ) as pool:
+        saver = EncryptedPostgresSaver(pool, ring, allow_plaintext=allow_plaintext)
+        await saver.setup()
+        yield saver

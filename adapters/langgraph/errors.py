@@ -1,0 +1,28 @@
+"""Errors of the LangGraph adapter."""
+
+from __future__ import annotations
+
+from ledger.errors import SignoffError
+
+__all__ = ["PlaintextCheckpoint", "UnsupportedCheckpoint"]
+
+
+class PlaintextCheckpoint(SignoffError):
+    """A checkpoint row is not encrypted by Signoff (written by a plain saver, or downgraded).
+
+    Not a `DecryptionFailed`: nothing failed to decrypt, the row was refused on purpose, and the
+    remedy differs (migrate it, or find who wrote it).
+    """
+
+    def __init__(self, where: str, found: str) -> None:
+        super().__init__(
+            f"{where} is not encrypted ({found}); refusing it. To migrate plaintext "
+            "checkpoints on purpose, run `signoff checkpoints reencrypt --include-plaintext` "
+            "(or read them with allow_plaintext=True)"
+        )
+        self.where = where
+        self.found = found
+
+
+class UnsupportedCheckpoint(SignoffError):
+    """A checkpoint is in a form the encrypted saver cannot read (e.g. format v<4 with sends)."""

@@ -1,0 +1,157 @@
+"""Checkpoints per second of one LangGraph graph (20 supersteps, a few KB of state) on LangGraph's
+plain `AsyncPostgresSaver`, on the same saver with LangGraph's `EncryptedSerializer`, and on
+Signoff's `EncryptedPostgresSaver`, on the same server in the same run (rounds interleaved; the
+ratios are medians of each round's ratio).
+
+Prints one JSON object as its last line. The database comes from SIGNOFF_DATABASE_URL /
+DATABASE_URL, else the embedded server; a scratch database is created and dropped.
+`EncryptedSerializer.from_pycryptodome_aes` needs pycryptodome, which Signoff does not depend on;
+without it the same serializer runs with an AES-GCM cipher from `cryptography` (the JSON says
+which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from typing import Any, TypedDict
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.base import CipherProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.graph import END, START, StateGraph
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from adapters.langgraph import EncryptedPostgresSaver
+from ledger import Database, resolve_url
+from ledger.keys import KeyRing, LocalKek
+from ledger.log import configure_logging
+from ledger.scratch import scratch_database
+
+STEPS = 20
+
+
+class State(TypedDict, total=False):
+    step: int
+    summary: str  # a primitive: inline in the checkpoint row
+    notes: list[str]  # a list: a blob row per new version
+
+
+def work(state: State) -> State:
+    step = state.get("step", 0) + 1
+    note = f"step {step}: " + "lorem ipsum dolor sit amet " * 12
+    summary = f"after step {step}: " + "x" * 200
+    return {"step": step, "summary": summary, "notes": [*state.get("notes", [])[-9:], note]}
+
+
+def build(saver: BaseCheckpointSaver[Any]) -> Any:
+    graph = StateGraph(State)
+    graph.add_node("work", work)
+    graph.add_edge(START, "work")
+    graph.add_conditional_edges("work", lambda s: END if s["step"] >= STEPS else "work")
+    return graph.compile(checkpointer=saver)
+
+
+class AesGcmCipher(CipherProtocol):
+    """What `from_pycryptodome_aes` provides, with `cryptography`'s AES-GCM instead."""
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = AESGCM(key)
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        nonce = os.urandom(12)
+        return "aesgcm", nonce + self._aead.encrypt(nonce, plaintext, None)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        return self._aead.decrypt(ciphertext[:12], ciphertext[12:], None)
+
+
+def langgraph_serializer() -> tuple[EncryptedSerializer, str]:
+    key = os.urandom(32)
+    try:
+        return EncryptedSerializer.from_pycryptodome_aes(key=key), "pycryptodome AES-EAX"
+    except ImportError:
+        return EncryptedSerializer(AesGcmCipher(key)), "cryptography AES-GCM (no pycryptodome)"
+
+
+async def rate(graph: Any, per_run: int, seconds: float) -> tuple[int, float]:
+    """(checkpoints, elapsed seconds) of running `graph` on new threads for `seconds`."""
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        await graph.ainvoke({"notes": []}, {"configurable": {"thread_id": uuid.uuid4().hex}})
+        runs += 1
+    return runs * per_run, time.perf_counter() - start
+
+
+async def main(seconds: float, rounds: int) -> dict[str, Any]:
+    async with (
+        scratch_database(await asyncio.to_thread(resolve_url), prefix="bench") as url,
+        await Database.connect(url, pool_size=2) as db,
+        AsyncConnectionPool(
+            url,
+            min_size=2,
+            max_size=2,
+            open=False,
+            connection_class=AsyncConnection[DictRow],
+            kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
+        ) as pool,
+    ):
+        ring = await KeyRing.open(db, LocalKek(os.urandom(32)))
+        serde, cipher = langgraph_serializer()
+        savers: dict[str, BaseCheckpointSaver[Any]] = {
+            "baseline": AsyncPostgresSaver(pool),
+            "langgraph_encrypted": AsyncPostgresSaver(pool, serde=serde),
+            "ours": EncryptedPostgresSaver(pool, ring),
+        }
+        await AsyncPostgresSaver(pool).setup()
+        graphs = {name: build(saver) for name, saver in savers.items()}
+        probe: Any = {"configurable": {"thread_id": "probe"}}
+        await graphs["baseline"].ainvoke({"notes": []}, probe)
+        per_run = len([c async for c in savers["baseline"].alist(probe)])
+        state_bytes = len(json.dumps((await graphs["baseline"].aget_state(probe)).values))
+        for graph in graphs.values():  # warm up every path
+            await rate(graph, per_run, 0.5)
+        totals = {name: [0, 0.0] for name in graphs}
+        per_round: dict[str, list[float]] = {name: [] for name in graphs}
+        for _ in range(rounds):  # interleaved, so drift in the server hits all alike
+            for name, graph in graphs.items():
+                count, elapsed = await rate(graph, per_run, seconds)
+                totals[name][0] += count
+                totals[name][1] += elapsed
+                per_round[name].append(count / elapsed)
+    result: dict[str, Any] = {name: round(c / t, 1) for name, (c, t) in totals.items()}
+
+    def ratio(name: str, baseline: str = "baseline") -> float:
+        # The median of each round's ratio: neighbours in time share the server's mood.
+        pairs = zip(per_round[name], per_round[baseline], strict=True)
+        return round(statistics.median(a / b for a, b in pairs), 3)
+
+    result["ratio"] = ratio("ours")
+    result["langgraph_encrypted_ratio"] = ratio("langgraph_encrypted")
+    result["ours_vs_langgraph_encrypted"] = ratio("ours", "langgraph_encrypted")
+    result.update(
+        checkpoints_per_run=per_run,
+        state_bytes=state_bytes,
+        rounds=rounds,
+        langgraph_encrypted_cipher=cipher,
+    )
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=1.5, help="length of each measurement")
+    parser.add_argument("--rounds", type=int, default=6, help="measurements per saver")
+    args = parser.parse_args()
+    configure_logging("WARNING")
+    figures = asyncio.run(main(args.seconds, args.rounds))
+    print(json.dumps({"benchmark": "checkpoints", "unit": "checkpoints/s", **figures}))

@@ -1,0 +1,281 @@
+"""Signed digests of the journal and the proofs behind them: the database side.
+
+A digest commits to every event the journal's global order has reached: the Merkle tree (RFC 6962
+hashing, `ledger.merkle`) has one leaf per event in the order of `Journal.read_all` (transaction
+id, position, below the horizon), and each leaf's data is the event's 32-byte chain hash. The
+root, the tree size, the last position and the time are signed with the key ring's active
+digest-signing key (Ed25519). The documents and the signed message are defined in
+`ledger.verifier`, which checks them without a database.
+
+Why the prefix is stable: a digest reads, in one snapshot, the events of transactions below the
+oldest one still running. Every transaction that commits later has a larger id, so it sorts after
+them, and the first `tree_size` leaves never change unless somebody edits the table. That is what
+`verify_digest` checks; `Journal.verify` checks each event's content against its hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from .canonical import GENESIS_HASH, format_time
+from .db import Database
+from .errors import SignoffError
+from .journal import Event
+from .keys import KeyRing, Purpose
+from .merkle import MerkleTree, RootBuilder, leaf_hash
+from .verifier import (
+    ConsistencyProof,
+    Digest,
+    ExportedEvent,
+    InclusionProof,
+    Invalid,
+    check_digest,
+    digest_message,
+)
+
+__all__ = [
+    "ConsistencyProof",
+    "Digest",
+    "DigestCheck",
+    "DigestError",
+    "DigestMismatch",
+    "ExportedEvent",
+    "InclusionProof",
+    "NotInDigest",
+    "export_event",
+    "prove_consistency",
+    "prove_inclusion",
+    "signing_keys",
+    "take_digest",
+    "verify_digest",
+]
+
+_HORIZON = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, now()"
+# The first $2 leaves (all of them when $2 is NULL) in the journal's global order below $1.
+_LEAVES = """
+SELECT position, hash FROM events
+WHERE txid < $1::text::xid8
+ORDER BY txid, position
+LIMIT $2
+"""
+_EVENT = """
+SELECT position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at,
+       hash
+FROM events WHERE position = $1
+"""  # the columns of `Event`, in its order
+_HASH_OF = "SELECT hash FROM events WHERE stream_id = $1 AND version = $2"
+_PREFETCH = 10_000
+
+
+class DigestError(SignoffError):
+    """Base of the errors of digests and proofs."""
+
+
+class DigestMismatch(DigestError):
+    """The database no longer holds the events a digest committed to."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"the database does not match the digest: {problem}")
+        self.problem = problem
+
+
+class NotInDigest(DigestError):
+    """No event at that position is among the events a digest covers."""
+
+    def __init__(self, position: int, tree_size: int) -> None:
+        super().__init__(f"no event at position {position} among the {tree_size} the digest covers")
+        self.position = position
+        self.tree_size = tree_size
+
+
+@dataclass(frozen=True, slots=True)
+class DigestCheck:
+    """What `verify_digest` found; `problems` is empty when the digest holds."""
+
+    digest: Digest
+    leaves_found: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def export_event(event: Event, prev_hash: bytes) -> ExportedEvent:
+    """The audit export of `event`, given the stored hash of its stream's previous event
+    (`GENESIS_HASH` for version 1). The one definition `ledger export` shares."""
+    return ExportedEvent(
+        position=event.position,
+        txid=event.txid,
+        stream_id=event.stream_id,
+        version=event.version,
+        type=event.type,
+        actor=event.actor,
+        recorded_at=format_time(event.recorded_at),
+        data=event.data_json,
+        hash=bytes(event.hash),
+        prev_hash=bytes(prev_hash),
+    )
+
+
+def signing_keys(ring: KeyRing) -> dict[str, bytes]:
+    """Every digest-signing public key of the ring (retired ones too), by key id."""
+    return {
+        k.key_id: k.public_key
+        for k in ring.all_keys()
+        if k.purpose is Purpose.DIGEST_SIGNING and k.public_key is not None
+    }
+
+
+async def take_digest(db: Database, ring: KeyRing) -> Digest:
+    """Sign the Merkle root of every event the journal's global order has reached.
+
+    Raises:
+        NoActiveKey: there is no active digest-signing key.
+    """
+    await ring.fresh()
+    async with _snapshot(db) as conn:
+        builder, last_position, taken_at = await _root(conn, None)
+    root = builder.root()
+    key_id = ring.active_key_id(Purpose.DIGEST_SIGNING)
+    signed_by, signature = ring.sign(
+        digest_message(builder.size, root, last_position, taken_at, key_id)
+    )
+    if signed_by != key_id:  # both read the same cache with no await between: cannot happen
+        raise DigestError(f"signed by {signed_by}, expected {key_id}")
+    return Digest(builder.size, root, last_position, taken_at, key_id, signature)
+
+
+async def verify_digest(
+    db: Database, digest: Digest, public_keys: Mapping[str, bytes]
+) -> DigestCheck:
+    """Check the digest's signature and that the database still holds its first `tree_size`
+    events with the same stored hashes (hence the same root). Altered content behind an
+    unchanged hash is `Journal.verify`'s to find; `signoff ledger verify --digest` runs both."""
+    problems: list[str] = []
+    try:
+        check_digest(digest, public_keys)
+    except Invalid as e:
+        problems.append(str(e))
+    async with _snapshot(db) as conn:
+        builder, last_position, _ = await _root(conn, digest.tree_size)
+    if builder.size < digest.tree_size:
+        problems.append(
+            f"the journal holds {builder.size} events, the digest covers {digest.tree_size}: "
+            "events were deleted"
+        )
+    elif builder.root() != digest.root:
+        problems.append(
+            f"the first {digest.tree_size} events hash to root {builder.root().hex()}, the "
+            f"digest says {digest.root.hex()}: events or their hashes were changed, removed or "
+            "inserted"
+        )
+    elif last_position != digest.last_position:
+        problems.append(
+            f"event {digest.tree_size} is at position {last_position}, the digest says "
+            f"{digest.last_position}"
+        )
+    return DigestCheck(digest, builder.size, tuple(problems))
+
+
+async def prove_inclusion(db: Database, position: int, digest: Digest) -> InclusionProof:
+    """The proof that the event at `position` is a leaf of the digest's tree, with the event.
+
+    Raises:
+        NotInDigest: the digest does not cover that position.
+        DigestMismatch: the database no longer matches the digest, so no proof exists.
+    """
+    async with _snapshot(db) as conn:
+        tree, index = await _tree(conn, digest.tree_size, want=position)
+        row = await conn.fetchrow(_EVENT, position) if index is not None else None
+        if index is None or row is None:
+            raise NotInDigest(position, digest.tree_size)
+        event = Event(*row)
+        prev_hash: bytes | None = GENESIS_HASH
+        if event.version > 1:
+            prev_hash = await conn.fetchval(_HASH_OF, event.stream_id, event.version - 1)
+    _check_root(tree, digest)
+    if prev_hash is None:
+        raise DigestMismatch(
+            f"version {event.version - 1} of stream {event.stream_id!r}, before the event at "
+            f"position {position}, is missing"
+        )
+    path = tuple(tree.inclusion_proof(index))
+    return InclusionProof(
+        digest.tree_size, digest.root, index, path, export_event(event, prev_hash)
+    )
+
+
+async def prove_consistency(db: Database, old: Digest, new: Digest) -> ConsistencyProof:
+    """The proof that the tree of `new` extends the tree of `old`.
+
+    Raises:
+        DigestError: `old` covers more events than `new`.
+        DigestMismatch: the database does not match one of them.
+    """
+    if old.tree_size > new.tree_size:
+        raise DigestError(
+            f"the old digest covers {old.tree_size} events, more than the new one's "
+            f"{new.tree_size}: give the older digest first"
+        )
+    async with _snapshot(db) as conn:
+        tree, _ = await _tree(conn, new.tree_size)
+    _check_root(tree, new)
+    if tree.root(old.tree_size) != old.root:
+        raise DigestMismatch(
+            f"the first {old.tree_size} events hash to {tree.root(old.tree_size).hex()}, the "
+            f"old digest says {old.root.hex()}"
+        )
+    proof = tuple(tree.consistency_proof(old.tree_size))
+    return ConsistencyProof(old.tree_size, old.root, new.tree_size, new.root, proof)
+
+
+async def _root(conn: asyncpg.Connection, size: int | None) -> tuple[RootBuilder, int, datetime]:
+    """The root of the first `size` leaves (None: all), the last one's position (0 if none) and
+    the snapshot's time; memory stays O(log n) however long the journal."""
+    horizon, taken_at = await conn.fetchrow(_HORIZON)
+    builder = RootBuilder()
+    last_position = 0
+    async for position, hash_ in conn.cursor(_LEAVES, horizon, size, prefetch=_PREFETCH):
+        builder.append(leaf_hash(hash_))
+        last_position = position
+    return builder, last_position, taken_at
+
+
+async def _tree(
+    conn: asyncpg.Connection, size: int, *, want: int | None = None
+) -> tuple[MerkleTree, int | None]:
+    """The tree of the first `size` leaves, and the leaf index of position `want` among them."""
+    horizon, _ = await conn.fetchrow(_HORIZON)
+    hashes: list[bytes] = []
+    index: int | None = None
+    async for position, hash_ in conn.cursor(_LEAVES, horizon, size, prefetch=_PREFETCH):
+        if position == want:
+            index = len(hashes)
+        hashes.append(leaf_hash(hash_))
+    return MerkleTree(hashes), index
+
+
+def _check_root(tree: MerkleTree, digest: Digest) -> None:
+    if tree.size < digest.tree_size:
+        raise DigestMismatch(f"the journal holds {tree.size} events, the digest covers more")
+    if tree.root() != digest.root:
+        raise DigestMismatch(
+            f"the first {digest.tree_size} events hash to {tree.root().hex()}, the digest says "
+            f"{digest.root.hex()}"
+        )
+
+
+@asynccontextmanager
+async def _snapshot(db: Database) -> AsyncIterator[asyncpg.Connection]:
+    """A read-only transaction with one snapshot, so the horizon and the rows agree."""
+    async with (
+        db.connection() as conn,
+        conn.transaction(isolation="repeatable_read", readonly=True),
+    ):
+        yield conn
