@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ledger.errors import SignoffError
 
-__all__ = ["PlaintextCheckpoint", "UnsupportedCheckpoint"]
+__all__ = ["InvalidResume", "PlaintextCheckpoint", "UnsupportedCheckpoint"]
 
 
 class PlaintextCheckpoint(SignoffError):
@@ -26,3 +26,7 @@ class PlaintextCheckpoint(SignoffError):
 
 class UnsupportedCheckpoint(SignoffError):
     """A checkpoint is in a form the encrypted saver cannot read (e.g. format v<4 with sends)."""
+
+
+class InvalidResume(SignoffError, ValueError):
+    """A resume value is neither a decision, a signed token, nor "continue"."""

@@ -1,0 +1,97 @@
+"""`SignoffMiddleware`: create_agent's tool calls through Signoff. List it first in
+`middleware=[...]`: it must be the outermost tool wrapper, so every call passes through it.
+
+create_agent runs each tool call of a model message as its own task, so each call that needs
+approval pauses on its own `interrupt()` (HumanInTheLoopMiddleware's `per_call` shape plus the
+approval id); resume each with a decision, a signed token, or nothing (store-decided).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command, interrupt
+
+from .tools import SignoffTools, call_id_of
+
+__all__ = ["SignoffMiddleware", "turn_of"]
+
+
+def turn_of(messages: list[Any], tool_call_id: str) -> tuple[str, int]:
+    """The model turn (1-based count of AI messages up to the one that asked for this call)
+    and how often the call id appears in that message."""
+    turn = 0
+    for message in messages:
+        if isinstance(message, AIMessage):
+            turn += 1
+            ids = [c.get("id") for c in message.tool_calls]
+            if tool_call_id in ids:
+                return str(turn), ids.count(tool_call_id)
+    return str(turn), 1
+
+
+def _messages(state: Any) -> list[Any]:
+    if isinstance(state, Mapping):
+        return list(state.get("messages") or [])
+    return list(getattr(state, "messages", []) or [])
+
+
+class SignoffMiddleware(AgentMiddleware):
+    """Approvals from the store and once-per-run tool calls for `create_agent`."""
+
+    def __init__(self, signoff: SignoffTools) -> None:
+        super().__init__()
+        self.signoff = signoff
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        tool_call = request.tool_call
+        config: RunnableConfig = request.runtime.config
+        turn, copies = turn_of(_messages(request.state), call_id_of(tool_call))
+        if copies > 1:
+            return await self._refuse_duplicate(tool_call, request, config, turn, copies)
+        approval = await self.signoff.pending_approval(tool_call, config)
+        while approval is not None and not approval.status.final:
+            value = interrupt(self.signoff.approval_request(approval, tool_call))
+            approval = await self.signoff.apply_resume(approval, value, tool_call, config)
+
+        async def execute(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
+            result = await handler(request.override(tool_call={**tool_call, "args": args}))
+            if not isinstance(result, ToolMessage):
+                return ToolMessage(
+                    content="tools that return a Command cannot run through Signoff",
+                    tool_call_id=tool_call["id"],
+                    status="error",
+                )
+            return result
+
+        return await self.signoff.run(
+            tool_call, request.tool, config, execute, approval=approval, turn_id=turn
+        )
+
+    async def _refuse_duplicate(
+        self,
+        tool_call: Mapping[str, Any],
+        request: ToolCallRequest,
+        config: RunnableConfig,
+        turn: str,
+        copies: int,
+    ) -> ToolMessage:
+        """A call id used twice in one model message: recorded as failed, never run."""
+        reason = (
+            f"the tool call id {tool_call['id']!r} appears {copies} times in one model message; "
+            "call ids must be unique, so none of them ran"
+        )
+
+        async def refuse(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
+            return ToolMessage(content=reason, tool_call_id=tool_call["id"], status="error")
+
+        return await self.signoff.run(tool_call, request.tool, config, refuse, turn_id=turn)

@@ -1,0 +1,140 @@
+"""`signoff_tool_node`: a `ToolNode` replacement for custom `StateGraph`s, run through Signoff.
+
+It runs the calls of the last model message in parallel. Calls that need approval are asked
+about together, in one pause: the interrupt value is `{"type": "tool_approvals", "requests":
+[...]}` (each request HumanInTheLoopMiddleware's per-call shape plus the approval id). Resume
+with nothing (store-decided), or a mapping from tool call id (or approval id) to a decision or
+signed token; a single decision or token answers a single pending call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from langgraph.types import interrupt
+from pydantic import ValidationError
+
+from approvals import Approval
+
+from .errors import InvalidResume
+from .middleware import turn_of
+from .tools import SignoffTools, call_id_of
+
+__all__ = ["SignoffToolNode", "signoff_tool_node"]
+
+Node = Callable[[Any, RunnableConfig], Awaitable[dict[str, Any]]]
+
+
+class SignoffToolNode:
+    """The node: `graph.add_node("tools", signoff_tool_node(tools, signoff))`; bind the model
+    to `node.tools`."""
+
+    def __init__(
+        self, tools: Sequence[BaseTool], signoff: SignoffTools, messages_key: str = "messages"
+    ) -> None:
+        self.tools = list(tools)
+        self.by_name = {t.name: t for t in self.tools}
+        self.signoff = signoff
+        self.messages_key = messages_key
+
+    async def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        messages = list(
+            state[self.messages_key]
+            if isinstance(state, Mapping)
+            else getattr(state, self.messages_key)
+        )
+        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        calls = list(last.tool_calls) if last is not None else []
+        if not calls:
+            return {self.messages_key: []}
+        approvals = await self._decided(calls, config)
+        results = await asyncio.gather(
+            *(self._one(call, messages, config, approvals.get(call_id_of(call))) for call in calls)
+        )
+        return {self.messages_key: list(results)}
+
+    async def _decided(self, calls: list[Any], config: RunnableConfig) -> dict[str, Approval]:
+        """Ask for every approval the message needs; pause once until all are decided."""
+        asked = await asyncio.gather(
+            *(self.signoff.pending_approval(call, config) for call in calls)
+        )
+        approvals = {c["id"]: a for c, a in zip(calls, asked, strict=True) if a is not None}
+        by_id = {c["id"]: c for c in calls}
+        while pending := {i: a for i, a in approvals.items() if not a.status.final}:
+            value = interrupt(
+                {
+                    "type": "tool_approvals",
+                    "requests": [
+                        self.signoff.approval_request(a, by_id[i]) for i, a in pending.items()
+                    ],
+                }
+            )
+            for call_id, approval in pending.items():
+                answer = _answer_for(value, call_id, approval, len(pending))
+                approvals[call_id] = await self.signoff.apply_resume(
+                    approval, answer, by_id[call_id], config
+                )
+        return approvals
+
+    async def _one(
+        self,
+        call: Mapping[str, Any],
+        messages: list[Any],
+        config: RunnableConfig,
+        approval: Approval | None,
+    ) -> ToolMessage:
+        turn, copies = turn_of(messages, call["id"])
+        tool = self.by_name.get(call["name"])
+
+        async def execute(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
+            if copies > 1:
+                reason = (
+                    f"the tool call id {call['id']!r} appears {copies} times in one model "
+                    "message; call ids must be unique, so none of them ran"
+                )
+                return _error(call, reason)
+            if tool is None:
+                known = ", ".join(sorted(self.by_name)) or "none"
+                return _error(call, f"there is no tool named {call['name']!r} (tools: {known})")
+            try:
+                output = await tool.ainvoke(args, tool_config)
+            except ValidationError as e:
+                return _error(call, f"the arguments do not fit {call['name']}: {e}")
+            except ToolException as e:
+                return _error(call, str(e))
+            content = output if isinstance(output, str) else json.dumps(output, default=str)
+            return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
+
+        return await self.signoff.run(call, tool, config, execute, approval=approval, turn_id=turn)
+
+
+def signoff_tool_node(
+    tools: Sequence[BaseTool], signoff: SignoffTools, messages_key: str = "messages"
+) -> SignoffToolNode:
+    return SignoffToolNode(tools, signoff, messages_key)
+
+
+def _error(call: Mapping[str, Any], reason: str) -> ToolMessage:
+    return ToolMessage(content=reason, tool_call_id=call["id"], name=call["name"], status="error")
+
+
+def _answer_for(value: Any, call_id: str, approval: Approval, pending: int) -> Any:
+    """This call's part of a resume value."""
+    if value is None or value == "continue":
+        return None
+    if isinstance(value, Mapping) and (call_id in value or approval.approval_id in value):
+        return value.get(call_id, value.get(approval.approval_id))
+    if isinstance(value, Mapping) and "type" not in value and "decisions" not in value:
+        return None  # answers for other calls only: read the store for this one
+    if pending == 1:
+        return value
+    raise InvalidResume(
+        "several calls wait for approval: resume with a mapping from tool call id to its "
+        "decision or token, or with nothing"
+    )

@@ -1,0 +1,296 @@
+"""Tool calls of LangGraph agents, run through Signoff: the logic the middleware and the tool
+node share.
+
+For each tool call: replay it if the ledger has it; if its rule requires approval, ask the
+store and pause with `interrupt()` until a decision exists (from the resume value, or from the
+store when the graph resumes with nothing); then `ToolLedger.execute` consumes the decision and
+records the intent in one transaction, runs the tool once, and records the outcome. The model
+gets a `ToolMessage` for every outcome.
+
+Run ids: `configurable["signoff_run_id"]`, else the thread id. Call ids: the model's tool call
+ids, which must be unique within a run (a repeated id with other arguments is refused, with the
+same arguments it replays).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
+
+from approvals import (
+    Approval,
+    ApprovalAlreadyDecided,
+    ApprovalPolicy,
+    ApprovalStore,
+    Decision,
+    DecisionKind,
+    approval_gate,
+)
+from ledger.errors import UnknownCall
+from ledger.log import get_logger
+from ledger.tool_calls import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
+from ledger.tool_calls import ToolPolicy as LedgerPolicy
+from ledger.tool_ledger import ToolLedger
+
+from .errors import InvalidResume
+
+__all__ = [
+    "IDEMPOTENCY_KEY",
+    "RUN_ID",
+    "SignoffTools",
+    "ToolRule",
+    "call_id_of",
+    "effect_of",
+    "get_idempotency_key",
+    "resume_config",
+]
+
+IDEMPOTENCY_KEY = "signoff_idempotency_key"
+RUN_ID = "signoff_run_id"
+REVIEWER = "signoff_reviewer"
+log = get_logger(__name__)
+
+Execute = Callable[[dict[str, Any], RunnableConfig], Awaitable[ToolMessage]]
+"""Runs the tool itself with these arguments and config; returns its message."""
+
+
+@dataclass(frozen=True)
+class ToolRule:
+    """How Signoff treats one tool.
+
+    Attributes:
+        effect: read, idempotent_write or single_attempt; None: the tool's MCP annotations,
+            else single_attempt.
+        approval: the approval policy (allowed decisions, approvers, quorum, expiry); None runs
+            the tool without asking.
+        once_per_run: run at most once per run, whatever the call id.
+        description: shown to reviewers.
+    """
+
+    effect: Effect | None = None
+    approval: ApprovalPolicy | None = None
+    once_per_run: bool = False
+    description: str = ""
+
+
+def effect_of(tool: BaseTool | None, rule: ToolRule) -> Effect:
+    """The rule's effect, else the MCP annotations the tool carries in its metadata
+    (`readOnlyHint` -> read, `idempotentHint` -> idempotent_write), else single-attempt."""
+    if rule.effect is not None:
+        return rule.effect
+    metadata: Mapping[str, Any] = (tool.metadata or {}) if tool is not None else {}
+    hints = {**metadata, **(metadata.get("annotations") or {})}
+    if hints.get("readOnlyHint") is True:
+        return Effect.READ
+    if hints.get("idempotentHint") is True:
+        return Effect.IDEMPOTENT_WRITE
+    return Effect.SINGLE_ATTEMPT
+
+
+_current_key: ContextVar[str | None] = ContextVar("signoff_idempotency_key", default=None)
+
+
+def get_idempotency_key(config: RunnableConfig | None = None) -> str | None:
+    """The idempotency key (`<run>/<turn>/<call id>`) of the call a tool is running for; pass it
+    to systems that deduplicate requests. Same on every attempt. Read from the tool's
+    `RunnableConfig`, else from the call this task is running."""
+    configurable = (config or {}).get("configurable") or {}
+    key = configurable.get(IDEMPOTENCY_KEY)
+    return key if isinstance(key, str) else _current_key.get()
+
+
+def call_id_of(tool_call: Mapping[str, Any]) -> str:
+    """The model's id for a tool call; a call without one cannot be matched to its result."""
+    call_id = tool_call.get("id")
+    if not call_id:
+        raise InvalidResume(f"the call to {tool_call.get('name')!r} has no id")
+    return str(call_id)
+
+
+def run_id_of(config: RunnableConfig) -> str:
+    configurable = config.get("configurable") or {}
+    run_id = configurable.get(RUN_ID) or configurable.get("thread_id")
+    if not run_id:
+        raise InvalidResume("Signoff needs a thread_id (or signoff_run_id) in the config")
+    return str(run_id)
+
+
+def resume_config(approval: Approval) -> RunnableConfig:
+    """The config that resumes the thread an approval paused (stored with the approval)."""
+    stored = approval.thread_config or {}
+    return {"configurable": dict(stored.get("configurable") or {})}
+
+
+def _thread_config(config: RunnableConfig) -> dict[str, Any]:
+    configurable = config.get("configurable") or {}
+    keep = ("thread_id", "checkpoint_ns", RUN_ID)
+    return {"configurable": {k: configurable[k] for k in keep if configurable.get(k)}}
+
+
+@dataclass
+class SignoffTools:
+    """The shared runtime: a ledger, an approval store and a rule per tool name."""
+
+    ledger: ToolLedger
+    approvals: ApprovalStore
+    rules: Mapping[str, ToolRule] = field(default_factory=dict)
+    default: ToolRule = field(default_factory=ToolRule)
+    requested_by: str = "agent"
+
+    def rule(self, name: str) -> ToolRule:
+        return self.rules.get(name, self.default)
+
+    def approval_request(self, approval: Approval, tool_call: Mapping[str, Any]) -> dict[str, Any]:
+        """The interrupt value: HumanInTheLoopMiddleware's per-call request plus our ids."""
+        return {
+            "type": "tool_approval",
+            "tool_call_id": tool_call["id"],
+            "name": tool_call["name"],
+            "args": tool_call["args"],
+            "description": self.rule(tool_call["name"]).description
+            or approval.policy.description
+            or f"Approve {tool_call['name']}?",
+            "approval_id": approval.approval_id,
+            "allowed_decisions": sorted(str(d) for d in approval.policy.allowed),
+        }
+
+    async def pending_approval(
+        self, tool_call: Mapping[str, Any], config: RunnableConfig
+    ) -> Approval | None:
+        """The approval this call still needs, or None: no rule asks for one, or the ledger
+        has the call already (a finished call is never asked about again)."""
+        rule = self.rule(tool_call["name"])
+        if rule.approval is None:
+            return None
+        run_id = run_id_of(config)
+        try:
+            await self.ledger.get(run_id, tool_call["id"])
+            return None
+        except UnknownCall:
+            pass
+        configurable = config.get("configurable") or {}
+        return await self.approvals.request(
+            run_id=run_id,
+            tool=tool_call["name"],
+            args=tool_call["args"],
+            call_id=tool_call["id"],
+            requested_by=self.requested_by,
+            policy=rule.approval,
+            thread_id=configurable.get("thread_id"),
+            thread_config=_thread_config(config),
+        )
+
+    async def apply_resume(
+        self, approval: Approval, value: Any, tool_call: Mapping[str, Any], config: RunnableConfig
+    ) -> Approval:
+        """Take a resume value: a HumanInTheLoopMiddleware decision (recorded in the store), a
+        signed token (verified against this call), or nothing (read the store)."""
+        if value is None or value == "continue" or value == {}:
+            return await self.approvals.get(approval.approval_id)
+        if isinstance(value, str):
+            return await self.approvals.verify_token(
+                value,
+                run_id=approval.run_id,
+                tool=tool_call["name"],
+                args=tool_call["args"],
+                call_id=tool_call["id"],
+            )
+        if isinstance(value, dict) and isinstance(value.get("decisions"), list):
+            if len(value["decisions"]) != 1:
+                raise InvalidResume("one decision per tool call")
+            value = value["decisions"][0]
+        if isinstance(value, dict) and value.get("type") in set(DecisionKind):
+            decision = _decision(value)
+            configurable = config.get("configurable") or {}
+            reviewer = value.get("reviewer") or configurable.get(REVIEWER) or "langgraph-resume"
+            try:
+                return await self.approvals.decide(approval.approval_id, decision, str(reviewer))
+            except ApprovalAlreadyDecided:
+                return await self.approvals.get(approval.approval_id)
+        raise InvalidResume(
+            f"cannot resume approval {approval.approval_id} with {type(value).__name__}: send a "
+            "decision ({'type': 'approve'|'reject'|'edit'|'respond', ...}), a signed token, "
+            "or nothing"
+        )
+
+    async def run(
+        self,
+        tool_call: Mapping[str, Any],
+        tool: BaseTool | None,
+        config: RunnableConfig,
+        execute: Execute,
+        *,
+        approval: Approval | None = None,
+        turn_id: str = "0",
+    ) -> ToolMessage:
+        """Run one call through the ledger (consuming `approval` if given); its message."""
+        rule = self.rule(tool_call["name"])
+        run_id = run_id_of(config)
+        call = ToolCall(run_id, tool_call["id"], tool_call["name"], tool_call["args"], turn_id)
+        policy = LedgerPolicy(effect_of(tool, rule), rule.once_per_run)
+        gate = None
+        if approval is not None:
+            task_run = f"{run_id}/{tool_call['id']}"
+            gate = approval_gate(self.approvals, approval.approval_id, task_run, call.args)
+
+        async def fn(args: dict[str, Any], context: CallContext) -> Any:
+            configurable = {**(config.get("configurable") or {})}
+            configurable[IDEMPOTENCY_KEY] = context.idempotency_key
+            token = _current_key.set(context.idempotency_key)
+            try:
+                message = await execute(args, {**config, "configurable": configurable})
+            except GraphBubbleUp as e:
+                # A tool that pauses itself would repeat what it did before the pause on
+                # resume: ask through a rule's approval policy instead.
+                raise RuntimeError(
+                    f"{call.tool} paused the graph itself ({type(e).__name__}); tools run "
+                    "through Signoff ask for approval through their rule instead"
+                ) from None
+            finally:
+                _current_key.reset(token)
+            if message.status == "error":
+                raise ToolFailed(str(message.content))
+            return message.content
+
+        outcome = await self.ledger.execute(call, fn, policy, gate=gate)
+        return tool_message(outcome, tool_call)
+
+
+def _decision(value: Mapping[str, Any]) -> Decision:
+    kind = DecisionKind(value["type"])
+    if kind is DecisionKind.EDIT:
+        action = value.get("edited_action") or {}
+        return Decision(kind, args=action.get("args", value.get("args")))
+    if kind is DecisionKind.REJECT:
+        return Decision.reject(value.get("message") or value.get("reason"))
+    if kind is DecisionKind.RESPOND:
+        return Decision.respond(value.get("message"))  # type: ignore[arg-type]
+    return Decision.approve()
+
+
+def tool_message(outcome: CallOutcome, tool_call: Mapping[str, Any]) -> ToolMessage:
+    """What the model reads for an outcome."""
+    name, call_id = tool_call["name"], tool_call["id"]
+    status = outcome.status
+    if status in (CallStatus.SUCCEEDED, CallStatus.RESPONDED):
+        result = outcome.result
+        content = result if isinstance(result, str) else json.dumps(result)
+        return ToolMessage(content=content, name=name, tool_call_id=call_id, status="success")
+    if status is CallStatus.DENIED:
+        content = f"A reviewer rejected the call to `{name}`: {outcome.error}. It did not run."
+    elif status is CallStatus.OUTCOME_UNKNOWN:
+        content = (
+            f"The outcome of the call to `{name}` is unknown: it may or may not have taken "
+            f"effect ({outcome.error}). Do not call it again; a person will check and resolve it."
+        )
+    else:
+        content = f"The call to `{name}` failed: {outcome.error}"
+    return ToolMessage(content=content, name=name, tool_call_id=call_id, status="error")
