@@ -5,9 +5,8 @@ ratios are medians of each round's ratio).
 
 Prints one JSON object as its last line. The database comes from SIGNOFF_DATABASE_URL /
 DATABASE_URL, else the embedded server; a scratch database is created and dropped.
-`EncryptedSerializer.from_pycryptodome_aes` needs pycryptodome, which Signoff does not depend on;
-without it the same serializer runs with an AES-GCM cipher from `cryptography` (the JSON says
-which).
+`EncryptedSerializer.from_pycryptodome_aes` needs pycryptodome (the `bench` extra); without it
+the same serializer runs with an AES-GCM cipher from `cryptography` (the JSON says which).
 """
 
 from __future__ import annotations
