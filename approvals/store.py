@@ -107,12 +107,11 @@ class ApprovalStore:
         self.ring = ring
         self.journal = Journal(db)
         self.poll_interval = poll_interval
-        self._listener: Listener | None = None
+        # Connects on first wait only: most processes never wait.
+        self._listener = Listener(db.url, NOTIFY_CHANNEL)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
+        await self._listener.close()
 
     # -- requests --------------------------------------------------------------------------
 
@@ -351,7 +350,8 @@ class ApprovalStore:
         Wakes on the NOTIFY sent when a decision commits in any process, and re-checks every
         `poll_interval` seconds in case the listening connection was lost.
         """
-        listener = await self._listening()
+        listener = self._listener
+        await listener.start()
         deadline = time.monotonic() + seconds
         approval: Approval | None = None
         with listener.waiting(stream_of(approval_id)) as event:
@@ -448,12 +448,6 @@ class ApprovalStore:
         raise ApprovalPending(approval.approval_id)
 
     # -- internals -------------------------------------------------------------------------
-
-    async def _listening(self) -> Listener:
-        if self._listener is None:
-            self._listener = Listener(self.db.url, NOTIFY_CHANNEL)
-            await self._listener.start()
-        return self._listener
 
     async def _expire_due(self, approval_id: str) -> Approval:
         """Record the expiry of a pending request whose time is up (once, whoever is first)."""

@@ -155,12 +155,11 @@ class ToolLedger:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
-        self._listener: Listener | None = None
+        # Connects on first wait only: most processes never wait.
+        self._listener = Listener(db.url, sql.CHANNEL)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
+        await self._listener.close()
 
     async def execute(
         self,
@@ -528,7 +527,8 @@ class ToolLedger:
 
     async def _wait(self, record: CallRecord) -> None:
         """Until the call finishes or its worker's lease lapses (then claim again)."""
-        listener = await self._listening()
+        listener = self._listener
+        await listener.start()
         with listener.waiting(call_stream(record.run_id, record.call_id)) as event:
             while True:
                 event.clear()
@@ -539,12 +539,6 @@ class ToolLedger:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll_interval):
                         await event.wait()
-
-    async def _listening(self) -> Listener:
-        if self._listener is None:
-            self._listener = Listener(self.db.url, sql.CHANNEL)
-            await self._listener.start()
-        return self._listener
 
     # -- records ---------------------------------------------------------------------------
 
