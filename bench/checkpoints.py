@@ -31,10 +31,10 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from adapters.langgraph import EncryptedPostgresSaver
-from ledger import Database, resolve_url
+from bench.common import bench_database
+from ledger import Database
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
-from ledger.scratch import scratch_database
 
 STEPS = 20
 
@@ -93,7 +93,7 @@ async def rate(graph: Any, per_run: int, seconds: float) -> tuple[int, float]:
 
 async def main(seconds: float, rounds: int) -> dict[str, Any]:
     async with (
-        scratch_database(await asyncio.to_thread(resolve_url), prefix="bench") as url,
+        bench_database() as url,
         await Database.connect(url, pool_size=2) as db,
         AsyncConnectionPool(
             url,

@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from ledger import Database, Journal, NewEvent, resolve_url
+from bench.common import bench_database
+from ledger import Database, Journal, NewEvent
 from ledger.digest import signing_keys, take_digest, verify_digest
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
-from ledger.scratch import scratch_database
 
 WRITERS = 8
 BATCH = 100
@@ -117,7 +117,7 @@ async def measure(url: str, events: int, rounds: int) -> dict[str, float | int]:
 
 
 async def main(events: int, rounds: int) -> dict[str, float | int]:
-    async with scratch_database(await asyncio.to_thread(resolve_url), prefix="bench") as url:
+    async with bench_database() as url:
         return await measure(url, events, rounds)
 
 
