@@ -42,9 +42,12 @@ SELECT signoff_append($13, $14, $15, $16, $17, $18, $19,
     CASE WHEN moved.waiters > 0 THEN '{CHANNEL}' END) FROM moved
 """
 
+# Every call one worker runs, renewed in one statement (fenced by version, as every step is).
 RENEW = """
-UPDATE tool_calls SET lease_until = now() + make_interval(secs => $4)
-WHERE run_id = $1 AND call_id = $2 AND version = $3 AND status = 'running'
+UPDATE tool_calls t SET lease_until = now() + make_interval(secs => $4)
+FROM unnest($1::text[], $2::text[], $3::int[]) AS held(run_id, call_id, version)
+WHERE t.run_id = held.run_id AND t.call_id = held.call_id AND t.version = held.version
+  AND t.status = 'running'
 """
 
 BY_ID = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
