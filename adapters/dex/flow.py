@@ -1,0 +1,304 @@
+"""The Dex wiring: one Flow per tool call, its Steps, the decisions channel and the decide RPC.
+
+```
+StartToolCall -> AwaitToolApproval (when the tool needs approval) -> CallTool
+                      ^   waits on DECISIONS[<call id>] or a timer    |  attempts exhausted
+                      |__ woken early: wait again                     v
+                                                                 SettleToolCall
+```
+
+- `AwaitToolApproval.wait_for` records the request in the store and waits on the decisions
+  channel instance of the call (`channel_key(call_id)`), or on a timer for the policy's expiry
+  (or the periodic re-check, whichever is sooner); `execute` reads the store (never the
+  message) and goes on once the decision is final or the request expired.
+- `decide` (RPC `signoff_decide`) records the decision in the store first, then publishes the
+  wake-up; a repeated delivery records nothing and publishes nothing new.
+- `CallTool` runs the call through the ledger with a Dex retry policy chosen by the effect:
+  read and idempotent_write three attempts, anything else one. When its attempts run out,
+  `SettleToolCall` asks the ledger once more: it replays a finished call, records
+  `outcome_unknown` for a write whose worker died (after its lease lapses) and never runs a
+  call beyond its effect's attempts.
+
+Every handler is async: build the Registry with `allow_async_handlers=True` and serve it with
+an `AsyncWorker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from dataclasses import replace
+from datetime import timedelta
+from typing import TypeVar
+
+from dex import (
+    AsyncContext,
+    ChannelMap,
+    ChannelMessagesNotLoadedError,
+    Context,
+    Flow,
+    PersistenceSchema,
+    RetryPolicy,
+    RPCResult,
+    Step,
+    StepDecision,
+    StepDurability,
+    StepList,
+    StepMovement,
+    StepOptions,
+    Timer,
+    Wait,
+    go_to,
+    go_to_many,
+    graceful_complete,
+    rpc,
+)
+
+from ledger.log import get_logger
+from ledger.tool_calls import Effect
+
+from .logic import (
+    DexTool,
+    SignoffDex,
+    await_approval,
+    call_tool,
+    decide_for_flow,
+    require_runtime,
+)
+from .values import (
+    ApprovalSignal,
+    DecideRequest,
+    DecideResult,
+    ToolCallRequest,
+    ToolCallResult,
+    channel_key,
+)
+
+__all__ = [
+    "DECIDE_RPC",
+    "DECISIONS",
+    "DEFAULT_RECHECK",
+    "HEARTBEAT_SECONDS",
+    "AwaitToolApproval",
+    "CallTool",
+    "SettleToolCall",
+    "StartToolCall",
+    "ToolCallFlow",
+    "call_step_options",
+    "retry_policy",
+]
+
+DECISIONS: ChannelMap[ApprovalSignal] = ChannelMap("signoff_decisions", ApprovalSignal)
+"""Wake-ups for waiting approvals, one instance per tool call (`channel_key(call_id)`)."""
+DECIDE_RPC = "signoff_decide"
+DEFAULT_RECHECK = timedelta(minutes=5)
+"""How often a waiting approval re-reads the store even without a wake-up."""
+HEARTBEAT_SECONDS = 10.0
+"""A running tool call heartbeats this often (Dex's default heartbeat timeout is a minute)."""
+
+T = TypeVar("T")
+log = get_logger(__name__)
+
+
+def retry_policy(effect: Effect) -> RetryPolicy:
+    """Dex attempts of a call step: three for read and idempotent_write, else one."""
+    return RetryPolicy(maximum_attempts=effect.max_attempts)
+
+
+def call_step_options(effect: Effect) -> StepOptions:
+    """Options of the movement to `CallTool` for a tool of this effect."""
+    # SYNC: the Step's result is persisted before the Worker's call is acknowledged, and there
+    # is no local-activity phase (asynchronous durability starts with one, with limits of its
+    # own), so the attempts are exactly the retry policy's.
+    return StepOptions(
+        execute_retry=retry_policy(effect),
+        execute_durability=StepDurability.SYNC,
+    ).on_execute_failure_proceed_to(SettleToolCall)
+
+
+async def _heartbeating(context: AsyncContext, work: Awaitable[T]) -> T:
+    """Await `work`, heartbeating every HEARTBEAT_SECONDS so Dex knows the Worker is alive."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_SECONDS)
+            if done:
+                return task.result()
+            await context.heartbeat()
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class _ToolCallStep(Step[ToolCallRequest]):
+    def __init__(self, flow: ToolCallFlow) -> None:
+        self.flow = flow
+
+    def _tool(self, request: ToolCallRequest) -> DexTool:
+        return self.flow.signoff().tool(request.tool)
+
+    def _call(self, request: ToolCallRequest, tool: DexTool) -> StepDecision:
+        options = call_step_options(tool.effect)
+        return go_to_many(StepMovement.of(CallTool, request, options=options))
+
+
+class StartToolCall(_ToolCallStep):
+    """Route the call: to the approval when its tool needs one, else straight to the call."""
+
+    async def execute(  # type: ignore[override]
+        self, context: AsyncContext, input: ToolCallRequest
+    ) -> StepDecision:
+        tool = self._tool(input)
+        if tool.approval is not None:
+            return go_to(AwaitToolApproval, input)
+        return self._call(input, tool)
+
+
+class AwaitToolApproval(_ToolCallStep):
+    """Record the approval request; wait for the decision's wake-up or the expiry timer."""
+
+    async def wait_for(  # type: ignore[override]
+        self, context: AsyncContext, input: ToolCallRequest
+    ) -> Wait:
+        runtime, tool = self.flow.signoff(), self._tool(input)
+        if tool.approval is None:
+            return Wait.skip_immediately()
+        state = await await_approval(runtime.store, context.flow_id, input, tool.approval)
+        if state.ready:
+            return Wait.skip_immediately()
+        signal = DECISIONS.for_one(state.channel_key)
+        timers = [t for t in (state.timer, self.flow.recheck_every) if t is not None]
+        if not timers:
+            return Wait.until(signal)
+        return Wait.any_of(signal, Timer.by_duration(min(timers)))
+
+    async def execute(  # type: ignore[override]
+        self, context: AsyncContext, input: ToolCallRequest
+    ) -> StepDecision:
+        runtime, tool = self.flow.signoff(), self._tool(input)
+        if tool.approval is not None:
+            state = await await_approval(runtime.store, context.flow_id, input, tool.approval)
+            if not state.ready:  # a re-check, or the timer fired a moment early: wait again
+                return go_to(AwaitToolApproval, input)
+        return self._call(input, tool)
+
+
+class CallTool(_ToolCallStep):
+    """Run the call through the tool-call ledger; then `ToolCallFlow.after_tool_call`."""
+
+    async def execute(  # type: ignore[override]
+        self, context: AsyncContext, input: ToolCallRequest
+    ) -> StepDecision:
+        runtime, tool = self.flow.signoff(), self._tool(input)
+        work = call_tool(runtime.ledger, runtime.store, context.flow_id, input, tool)
+        result = await _heartbeating(context, work)
+        return self.flow.after_tool_call(context, input, result)
+
+
+class SettleToolCall(CallTool):
+    """Reached when `CallTool` ran out of attempts: the ledger settles the call (replay,
+    `outcome_unknown`, `failed`) and runs the tool only if its effect still allows it."""
+
+    def get_step_options(self) -> StepOptions | None:
+        return StepOptions(
+            execute_retry=RetryPolicy(maximum_attempts=3),
+            execute_durability=StepDurability.SYNC,
+        )
+
+
+class ToolCallFlow(Flow[ToolCallRequest]):
+    """One tool call as a Dex Flow: its Flow ID is the Signoff run, its start input a
+    `ToolCallRequest`, its output a `ToolCallResult`.
+
+    Build it the same way in Workers and Clients. Workers pass a `SignoffDex` (store, ledger,
+    tools); a Client-only Flow needs none (it only starts Flows and invokes the RPC).
+
+    A waiting approval also re-reads the store every `recheck_every` (None: never), so a
+    decision recorded without the RPC (the `signoff` CLI, a lost RPC) is seen within that
+    time instead of only at the expiry.
+
+    To continue into Steps of your own, subclass it: override `after_tool_call` to move on
+    instead of completing, and `get_steps` / `get_persistence_schema` to add yours (keep the
+    four Steps and `DECISIONS`).
+    """
+
+    def __init__(
+        self,
+        runtime: SignoffDex | None = None,
+        *,
+        flow_type: str = "SignoffToolCall",
+        recheck_every: timedelta | None = DEFAULT_RECHECK,
+    ) -> None:
+        if recheck_every is not None and (
+            recheck_every.total_seconds() < 1 or not recheck_every.total_seconds().is_integer()
+        ):
+            raise ValueError("recheck_every must be whole seconds, at least one (Dex timers)")
+        self._runtime = runtime
+        self._flow_type = flow_type
+        self.recheck_every = recheck_every
+        self.start_step = StartToolCall(self)
+        self.await_step = AwaitToolApproval(self)
+        self.call_step = CallTool(self)
+        self.settle_step = SettleToolCall(self)
+
+    def get_flow_type(self) -> str:
+        return self._flow_type
+
+    def get_steps(self) -> StepList[ToolCallRequest]:
+        return StepList.start_step(self.start_step).other_steps(
+            self.await_step, self.call_step, self.settle_step
+        )
+
+    def get_persistence_schema(self) -> PersistenceSchema:
+        return PersistenceSchema.of(DECISIONS)
+
+    def signoff(self) -> SignoffDex:
+        """The runtime of this Worker's Flow.
+
+        Raises:
+            RuntimeNotBound: a Client-only Flow.
+        """
+        return require_runtime(self._runtime, self._flow_type)
+
+    def after_tool_call(
+        self, context: AsyncContext, request: ToolCallRequest, result: ToolCallResult
+    ) -> StepDecision:
+        """What follows the call; by default the Flow completes with the result."""
+        return graceful_complete(result)
+
+    @rpc(name=DECIDE_RPC, timeout=timedelta(seconds=30))
+    async def decide(self, context: Context, request: DecideRequest) -> RPCResult[DecideResult]:
+        """Record a reviewer's decision in the store, then wake the waiting Step.
+
+        A repeated delivery (same decision) writes nothing and publishes no second wake-up
+        while one is pending; a different decision raises `DecisionConflict`.
+        """
+        result = await decide_for_flow(self.signoff().store, context.flow_id, request)
+        bound = log.bind(
+            run_id=context.flow_id, call_id=request.call_id, approval_id=request.approval_id
+        )
+        if not result.status.final:
+            return RPCResult(result)  # a quorum still open: nothing to wake yet
+        key = channel_key(request.call_id)
+        if _signal_pending(context, key, request.approval_id):
+            bound.info("wake-up already pending; not published again")
+            return RPCResult(result)
+        approval = await self.signoff().store.get(request.approval_id)
+        if approval.consumed:  # the call ran (or was denied) already
+            return RPCResult(result)
+        DECISIONS.publish(context, key, ApprovalSignal(request.approval_id, result.status))
+        bound.info("decision published", status=str(result.status), duplicate=result.duplicate)
+        return RPCResult(replace(result, signalled=True))
+
+
+def _signal_pending(context: Context, key: str, approval_id: str) -> bool:
+    """Whether a wake-up for this approval waits in the channel (only known when the caller
+    loaded the instance's messages, as `decide_approval` does)."""
+    try:
+        pending = DECISIONS.pending_messages(context, key)
+    except ChannelMessagesNotLoadedError:
+        return False
+    return any(m.value.approval_id == approval_id for m in pending)
