@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ledger import SignoffError, __version__
 from ledger.log import configure_logging
 
-from . import approvals, checkpoints, db, keys, ledger_commands
+from . import approvals, checkpoints, db, demo, keys, ledger_commands
 
 __all__ = ["main"]
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     ledger_commands.register(groups)
     approvals.register(groups)
     checkpoints.register(groups)
+    demo.register(groups)
     return parser
 
 

@@ -19,20 +19,30 @@ from langgraph.types import Command, interrupt
 
 from .tools import SignoffTools, call_id_of
 
-__all__ = ["SignoffMiddleware", "turn_of"]
+__all__ = ["SignoffMiddleware", "refused_duplicate", "turn_of"]
 
 
-def turn_of(messages: list[Any], tool_call_id: str) -> tuple[str, int]:
+def turn_of(messages: list[Any], tool_call_id: str) -> tuple[str, list[Mapping[str, Any]]]:
     """The model turn (1-based count of AI messages up to the one that asked for this call)
-    and how often the call id appears in that message."""
+    and the calls with this id in that message (more than one: the model repeated the id)."""
     turn = 0
     for message in messages:
         if isinstance(message, AIMessage):
             turn += 1
-            ids = [c.get("id") for c in message.tool_calls]
-            if tool_call_id in ids:
-                return str(turn), ids.count(tool_call_id)
-    return str(turn), 1
+            same = [c for c in message.tool_calls if c.get("id") == tool_call_id]
+            if same:
+                return str(turn), list(same)
+    return str(turn), []
+
+
+def refused_duplicate(
+    tool_call: Mapping[str, Any], same: list[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What the ledger records for a call id the model used several times in one message: one
+    entry whose arguments are every copy's, so each copy records or replays the same refusal
+    (with its own arguments, the second copy would clash with the first: same id, other
+    arguments)."""
+    return {**tool_call, "args": {"copies": [dict(c.get("args") or {}) for c in same]}}
 
 
 def _messages(state: Any) -> list[Any]:
@@ -55,9 +65,9 @@ class SignoffMiddleware(AgentMiddleware):
     ) -> ToolMessage | Command[Any]:
         tool_call = request.tool_call
         config: RunnableConfig = request.runtime.config
-        turn, copies = turn_of(_messages(request.state), call_id_of(tool_call))
-        if copies > 1:
-            return await self._refuse_duplicate(tool_call, request, config, turn, copies)
+        turn, same = turn_of(_messages(request.state), call_id_of(tool_call))
+        if len(same) > 1:
+            return await self._refuse_duplicate(tool_call, request, config, turn, same)
         approval = await self.signoff.pending_approval(tool_call, config)
         while approval is not None and not approval.status.final:
             value = interrupt(self.signoff.approval_request(approval, tool_call))
@@ -83,15 +93,16 @@ class SignoffMiddleware(AgentMiddleware):
         request: ToolCallRequest,
         config: RunnableConfig,
         turn: str,
-        copies: int,
+        same: list[Mapping[str, Any]],
     ) -> ToolMessage:
         """A call id used twice in one model message: recorded as failed, never run."""
         reason = (
-            f"the tool call id {tool_call['id']!r} appears {copies} times in one model message; "
-            "call ids must be unique, so none of them ran"
+            f"the tool call id {tool_call['id']!r} appears {len(same)} times in one model "
+            "message; call ids must be unique, so none of them ran"
         )
 
         async def refuse(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
             return ToolMessage(content=reason, tool_call_id=tool_call["id"], status="error")
 
-        return await self.signoff.run(tool_call, request.tool, config, refuse, turn_id=turn)
+        refused = refused_duplicate(tool_call, same)
+        return await self.signoff.run(refused, request.tool, config, refuse, turn_id=turn)

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from approvals import Approval
 
 from .errors import InvalidResume
-from .middleware import turn_of
+from .middleware import refused_duplicate, turn_of
 from .tools import SignoffTools, call_id_of
 
 __all__ = ["SignoffToolNode", "signoff_tool_node"]
@@ -53,9 +53,15 @@ class SignoffToolNode:
         calls = list(last.tool_calls) if last is not None else []
         if not calls:
             return {self.messages_key: []}
-        approvals = await self._decided(calls, config)
+        ids = [call_id_of(call) for call in calls]
+        # A repeated call id is refused, never run: nobody is asked about it.
+        unique = [c for c, i in zip(calls, ids, strict=True) if ids.count(i) == 1]
+        approvals = await self._decided(unique, config)
         results = await asyncio.gather(
-            *(self._one(call, messages, config, approvals.get(call_id_of(call))) for call in calls)
+            *(
+                self._one(c, messages, config, approvals.get(i))
+                for c, i in zip(calls, ids, strict=True)
+            )
         )
         return {self.messages_key: list(results)}
 
@@ -89,16 +95,21 @@ class SignoffToolNode:
         config: RunnableConfig,
         approval: Approval | None,
     ) -> ToolMessage:
-        turn, copies = turn_of(messages, call["id"])
+        turn, same = turn_of(messages, call["id"])
         tool = self.by_name.get(call["name"])
+        if len(same) > 1:
+            reason = (
+                f"the tool call id {call['id']!r} appears {len(same)} times in one model "
+                "message; call ids must be unique, so none of them ran"
+            )
+
+            async def refuse(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
+                return _error(call, reason)
+
+            refused = refused_duplicate(call, same)
+            return await self.signoff.run(refused, tool, config, refuse, turn_id=turn)
 
         async def execute(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
-            if copies > 1:
-                reason = (
-                    f"the tool call id {call['id']!r} appears {copies} times in one model "
-                    "message; call ids must be unique, so none of them ran"
-                )
-                return _error(call, reason)
             if tool is None:
                 known = ", ".join(sorted(self.by_name)) or "none"
                 return _error(call, f"there is no tool named {call['name']!r} (tools: {known})")

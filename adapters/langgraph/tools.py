@@ -123,16 +123,24 @@ def run_id_of(config: RunnableConfig) -> str:
     return str(run_id)
 
 
+# What resumes a thread: the root graph's thread (and Signoff run). Not the `checkpoint_ns` a
+# tool sees: it names the tool's own task ("tools:<task id>"), with which `aget_state` finds
+# nothing and LangGraph drops a `checkpoint_id` given alongside it.
+_RESUME_KEYS = ("thread_id", RUN_ID)
+
+
 def resume_config(approval: Approval) -> RunnableConfig:
     """The config that resumes the thread an approval paused (stored with the approval)."""
-    stored = approval.thread_config or {}
-    return {"configurable": dict(stored.get("configurable") or {})}
+    stored = (approval.thread_config or {}).get("configurable") or {}
+    return {"configurable": _resumable(stored)}
+
+
+def _resumable(configurable: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: configurable[k] for k in _RESUME_KEYS if configurable.get(k)}
 
 
 def _thread_config(config: RunnableConfig) -> dict[str, Any]:
-    configurable = config.get("configurable") or {}
-    keep = ("thread_id", "checkpoint_ns", RUN_ID)
-    return {"configurable": {k: configurable[k] for k in keep if configurable.get(k)}}
+    return {"configurable": _resumable(config.get("configurable") or {})}
 
 
 @dataclass

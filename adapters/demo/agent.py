@@ -1,0 +1,143 @@
+"""The demo's support agent: LangChain's `create_agent` with a scripted chat model (no API key),
+a read tool and a refund tool that a support lead must approve, all through `SignoffMiddleware`.
+
+The model follows its script from the conversation alone (look the order up, ask for the refund,
+tell the customer), so any process can continue a thread another one started. The refund "pays"
+by appending an event to the stream `demo-payments:<run>`: the side effect the demo counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph.state import CompiledStateGraph
+
+from adapters.langgraph import SignoffMiddleware, SignoffTools, ToolRule, get_idempotency_key
+from approvals import ApprovalPolicy
+from ledger import Journal, NewEvent
+from ledger.tool_calls import Effect
+
+from .script import LEADS, LOOKUP_CALL, REFUND_CALL, payments_stream
+
+__all__ = ["ORDERS", "RULES", "SupportModel", "build_agent", "next_step", "support_tools"]
+
+ORDERS: dict[str, dict[str, Any]] = {
+    "A-1042": {"total": 120.0, "currency": "EUR", "status": "delivered"},
+}
+RULES = {
+    "lookup_order": ToolRule(effect=Effect.READ),
+    "refund": ToolRule(
+        effect=Effect.SINGLE_ATTEMPT,
+        approval=ApprovalPolicy(
+            approvers=frozenset({f"group:{LEADS}"}),
+            description="Refunds move money: a support lead approves each one.",
+        ),
+    ),
+}
+
+
+def _ask(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": call_id}])
+
+
+def next_step(messages: Sequence[BaseMessage]) -> AIMessage:
+    """The script: look the order up, refund its total, then tell the customer."""
+    asked = {
+        call["id"]: call["name"]
+        for message in messages
+        if isinstance(message, AIMessage)
+        for call in message.tool_calls
+    }
+    results = {
+        asked[m.tool_call_id]: m
+        for m in messages
+        if isinstance(m, ToolMessage) and m.tool_call_id in asked
+    }
+    text = " ".join(str(m.content) for m in messages if isinstance(m, HumanMessage))
+    found = re.search(r"\b[A-Z]-\d+\b", text)
+    order_id = found.group() if found else "unknown"
+    lookup = results.get("lookup_order")
+    if lookup is None:
+        return _ask("lookup_order", {"order_id": order_id}, LOOKUP_CALL)
+    order = json.loads(str(lookup.content)) if lookup.status == "success" else {}
+    if "total" not in order:
+        return AIMessage(f"Sorry, I could not find order {order_id}.")
+    refund = results.get("refund")
+    if refund is None:
+        args = {"order_id": order_id, "amount": order["total"], "reason": "arrived broken"}
+        return _ask("refund", args, REFUND_CALL)
+    if refund.status == "error":
+        return AIMessage(f"I could not refund order {order_id}: {refund.content}")
+    return AIMessage(
+        f"Done: {order['total']:.2f} {order['currency']} for order {order_id} is on its way "
+        "back to you."
+    )
+
+
+class SupportModel(GenericFakeChatModel):
+    """A chat model that plays `next_step`: deterministic, no API key."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> SupportModel:
+        return self
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=next_step(messages))])
+
+
+def support_tools(journal: Journal, run_id: str) -> list[BaseTool]:
+    """`lookup_order` (a read) and `refund` (a payment, recorded in the journal)."""
+
+    @tool
+    async def lookup_order(order_id: str) -> str:
+        """Look up an order: its total and whether it was delivered."""
+        order = ORDERS.get(order_id)
+        found = {"order": order_id, **order} if order else {"error": f"no order {order_id}"}
+        return json.dumps(found, separators=(",", ":"))
+
+    @tool
+    async def refund(order_id: str, amount: float, reason: str) -> str:
+        """Refund an order's amount to the customer's original payment method."""
+        stream = payments_stream(run_id)
+        payment = {
+            "order_id": order_id,
+            "amount": amount,
+            "currency": "EUR",
+            "reason": reason,
+            "idempotency_key": get_idempotency_key(),
+            "pid": os.getpid(),
+        }
+        version = await journal.stream_version(stream)
+        event = NewEvent("payment.refunded", payment, actor="payments")
+        await journal.append(stream, [event], expected_version=version)
+        return f"refunded {amount:.2f} EUR on {order_id}"
+
+    return [lookup_order, refund]
+
+
+def build_agent(
+    signoff: SignoffTools, checkpointer: BaseCheckpointSaver[Any], run_id: str
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The support agent, with Signoff's middleware first (the outermost tool wrapper)."""
+    return create_agent(
+        SupportModel(messages=iter(())),
+        tools=support_tools(Journal(signoff.ledger.db), run_id),
+        system_prompt="You are a support agent. Refunds need a support lead's approval.",
+        middleware=[SignoffMiddleware(signoff)],
+        checkpointer=checkpointer,
+    )

@@ -1,0 +1,413 @@
+"""`signoff demo`: a support agent asks to refund an order, a support lead approves, the refund
+runs once, and the ledger and a signed digest show it.
+
+Three OS processes share one database: process 1 (`python -m adapters.demo.worker start`) runs
+the agent until the refund pauses for approval; this process decides the approval through the
+store API; process 2 (`... resume`) finds the thread stored with the approval and resumes it. Every
+invocation uses a fresh run (and thread) id, so the demo runs again and again on one database.
+
+The key-encryption key: `SIGNOFF_KEK` / `SIGNOFF_KEK_FILE` when set (the workers inherit the
+environment); else, on the embedded server, its local KEK file, which every process finds. A
+database of your own with no KEK configured gets a KEK file of the demo's, named by its KEK id,
+beside the embedded server's folder (`<embedded dir>/../keks/<kek id>`), but only while it has no
+data keys yet; later runs use that file, and a database whose keys another KEK wrapped is refused
+with the KEK it needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import adapters
+from approvals import ApprovalStore, Decision, Reviewer
+from ledger import Database, Journal, SignoffError, VerifyReport, migrate
+from ledger.audit import CallFilter, find_calls
+from ledger.config import masked, resolve_url
+from ledger.digest import DigestCheck, signing_keys, take_digest, verify_digest
+from ledger.embedded import default_home, home_of
+from ledger.errors import KekMissing
+from ledger.keys import KeyRing, LocalKek
+from ledger.keys.kek import create_kek_file
+from ledger.tool_calls import CallRecord, CallStatus
+
+from .script import LEADS, REFUND_CALL, REVIEWER, payments_stream
+
+__all__ = ["DemoFailed", "run_demo"]
+
+STEPS = 5
+WIDTH = 88  # step times are right-aligned to this column
+WORKER_TIMEOUT = 300.0
+
+
+class DemoFailed(SignoffError):
+    """A step of the demo could not be done."""
+
+
+@dataclass
+class Screen:
+    """Progress on stdout, one line per step and per thing a worker reports; silent with
+    `--json`."""
+
+    quiet: bool
+    step_no: int = 0
+
+    def line(self, text: str = "") -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def step(self, text: str, seconds: float | None = None) -> None:
+        self.step_no += 1
+        head = f"[{self.step_no}/{STEPS}] {text}"
+        if seconds is not None:
+            head = f"{head:<{WIDTH - 7}}{seconds:>5.1f} s"
+        self.line(head)
+
+    def detail(self, label: str, text: str) -> None:
+        self.line(f"      {label:<9} {text}")
+
+    def done(self, text: str, seconds: float) -> None:
+        self.line(f"{'      ' + text:<{WIDTH - 7}}{seconds:>5.1f} s")
+
+
+@dataclass
+class Keys:
+    """The key ring, what the workers need added to the environment to open it, and a note."""
+
+    ring: KeyRing
+    env: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class Worker:
+    number: int
+    pid: int
+    events: list[dict[str, Any]]
+
+
+@dataclass
+class Launch:
+    """How to start a worker: its environment and log level."""
+
+    env: dict[str, str]
+    log_level: str
+
+
+def run_demo(database_url: str | None, *, log_level: str = "WARNING", as_json: bool = False) -> int:
+    """Run the demo on `database_url`, else the environment's database, else the embedded
+    server. Exit code 0 when the refund ran once and the digest verified, else 1."""
+    started = time.perf_counter()
+    screen = Screen(as_json)
+    screen.line("Signoff demo: a support agent asks to refund an order, a support lead approves it")
+    screen.line("from another process, and a second worker process resumes the agent.")
+    screen.line()
+    url = resolve_url(database_url)  # starts the embedded server if that is the database
+    migrate.upgrade(url)  # blocking (alembic runs its own event loop): before ours
+    return asyncio.run(_demo(url, screen, started, log_level, as_json))
+
+
+async def _demo(url: str, screen: Screen, started: float, log_level: str, as_json: bool) -> int:
+    run_id = f"demo-{uuid.uuid4().hex[:8]}"
+    home = home_of(url)
+    where = f"embedded PostgreSQL ({home})" if home else masked(url)
+    async with await Database.connect(url, pool_size=2) as db:
+        keys = await _keys(db, url)
+        screen.line(f"  database  {where}")
+        for i, note in enumerate(keys.note.splitlines()):
+            screen.line(f"  {'keys' if i == 0 else '':<9} {note}")
+        screen.line(f"  run       {run_id}")
+        screen.line()
+        screen.step(
+            f"schema at head {migrate.head_revision()}, data keys ready",
+            time.perf_counter() - started,
+        )
+        launch = Launch(_worker_env(url, keys), log_level)
+
+        first = await _worker(screen, launch, 1, "runs the agent until it pauses", "start", run_id)
+        store = ApprovalStore(db, keys.ring)
+        try:
+            approval_id = await _approve(screen, store, run_id)
+        finally:
+            await store.close()
+        what = "resumes the thread stored with the approval"
+        second = await _worker(screen, launch, 2, what, "resume", approval_id)
+        pids = {first.pid: 1, second.pid: 2}
+
+        payments = await Journal(db).read_stream(payments_stream(run_id))
+        paid_by = [int(e.data["pid"]) for e in payments]
+        calls = await find_calls(db, CallFilter(run_id=run_id))
+        refund = next((c for c, _ in calls if c.call_id == REFUND_CALL), None)
+        once = (
+            paid_by == [second.pid]
+            and refund is not None
+            and refund.status is CallStatus.SUCCEEDED
+            and refund.attempts == 1
+        )
+        _show_once(screen, once, paid_by, pids)
+
+        rows = [_call_row(call, approved_by, pids) for call, approved_by in calls]
+        _show_ledger(screen, run_id, rows)
+        report = await Journal(db).verify()
+        digest = await take_digest(db, keys.ring)
+        check = await verify_digest(db, digest, signing_keys(keys.ring))
+        _show_digest(screen, report, check)
+
+    seconds = time.perf_counter() - started
+    ok = once and report.ok and check.ok
+    screen.line()
+    screen.line(f"{'Done' if ok else 'FAILED'} in {seconds:.1f} s. The refund's story:")
+    screen.line(f"  signoff ledger show {run_id} {REFUND_CALL}")
+    if as_json:
+        document = {
+            "run_id": run_id,
+            "database": where,
+            "processes": {"1": first.pid, "2": second.pid, "reviewer": os.getpid()},
+            "approval_id": approval_id,
+            "refund": {"payments": len(paid_by), "paid_by": paid_by, "ran_once": once},
+            "calls": rows,
+            "journal": {"events": report.events, "intact": report.ok},
+            "digest": {
+                "tree_size": digest.tree_size,
+                "root": digest.root.hex(),
+                "key_id": digest.key_id,
+                "verified": check.ok,
+                "problems": list(check.problems),
+            },
+            "seconds": round(seconds, 2),
+        }
+        print(json.dumps(document, indent=2))
+    return 0 if ok else 1
+
+
+# -- keys ----------------------------------------------------------------------------------------
+
+
+def _demo_kek_dir() -> Path:
+    return default_home().parent / "keks"
+
+
+async def _keys(db: Database, url: str) -> Keys:
+    """The key ring, opened the way every worker will open it (see the module's docstring)."""
+    if os.environ.get("SIGNOFF_KEK") or os.environ.get("SIGNOFF_KEK_FILE"):
+        ring = await KeyRing.open(db)
+        source = "SIGNOFF_KEK" if os.environ.get("SIGNOFF_KEK") else "SIGNOFF_KEK_FILE"
+        return Keys(ring, note=f"wrapped by KEK {_kek_id(ring)} from {source}")
+    if (home := home_of(url)) is not None:
+        ring = await KeyRing.open(db)  # creates the local KEK file on first use, and says so
+        return Keys(ring, note=f"wrapped by the embedded server's KEK file {home / 'kek'}")
+    try:
+        await KeyRing.open(db, create_missing=False)
+    except KekMissing as e:
+        path = _demo_kek_dir() / e.needed
+        if not path.is_file():
+            raise DemoFailed(
+                f"this database's data keys are wrapped by KEK {e.needed}: set SIGNOFF_KEK "
+                "(base64 of 32 bytes) or SIGNOFF_KEK_FILE to it"
+            ) from None
+        kek = LocalKek.from_file(path)
+        note = f"wrapped by {path}\n(the demo's KEK file for this database: no KEK is configured)"
+    else:  # no data keys yet: make a KEK for this database, and keep it
+        path, kek = _new_kek_file()
+        note = (
+            f"wrapped by {path}, made now: no KEK is configured\n"
+            f"(back it up; SIGNOFF_KEK_FILE={path} lets other commands use it)"
+        )
+    ring = await KeyRing.open(db, kek)
+    return Keys(ring, {"SIGNOFF_KEK_FILE": str(path)}, note)
+
+
+def _new_kek_file() -> tuple[Path, LocalKek]:
+    folder = _demo_kek_dir()
+    draft = folder / f"new-{uuid.uuid4().hex}"
+    create_kek_file(draft)  # mode 0600
+    kek = LocalKek.from_file(draft)
+    path = folder / kek.kek_id
+    draft.rename(path)
+    return path, kek
+
+
+def _kek_id(ring: KeyRing) -> str:
+    return ring.kek.kek_id if ring.kek is not None else "(none)"
+
+
+# -- the worker processes ------------------------------------------------------------------------
+
+
+def _worker_env(url: str, keys: Keys) -> dict[str, str]:
+    """This environment, the resolved database, the demo's KEK file if it made one, and a
+    PYTHONPATH that finds this package however it was installed. SIGNOFF_KEK passes through
+    only when it is set."""
+    source = str(Path(adapters.__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
+    return {
+        **os.environ,
+        "SIGNOFF_DATABASE_URL": url,
+        "PYTHONPATH": path,
+        **keys.env,
+    }
+
+
+async def _worker(screen: Screen, launch: Launch, number: int, what: str, *args: str) -> Worker:
+    """Run one worker process to its end, showing what it reports as it goes."""
+    started = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "adapters.demo.worker",
+        "--log-level",
+        launch.log_level,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        env=launch.env,
+    )
+    screen.step(f"process {number} (pid {process.pid}) {what}")
+    events: list[dict[str, Any]] = []
+    assert process.stdout is not None
+    try:
+        async with asyncio.timeout(WORKER_TIMEOUT):
+            async for raw in process.stdout:
+                text = raw.decode(errors="replace").rstrip()
+                try:
+                    event = json.loads(text)
+                except ValueError:
+                    screen.detail("", text)
+                    continue
+                events.append(event)
+                _show_event(screen, event)
+            code = await process.wait()
+    except TimeoutError:
+        raise DemoFailed(
+            f"process {number} (pid {process.pid}) did not finish in {WORKER_TIMEOUT:g} s"
+        ) from None
+    finally:
+        if process.returncode is None:  # timed out, interrupted, or we failed: stop it
+            process.kill()
+            await process.wait()
+    if code != 0:
+        raise DemoFailed(f"process {number} (pid {process.pid}) failed (exit {code}); see above")
+    paused = any(e["event"] == "paused" for e in events)
+    screen.done(
+        f"process {number} exited{', paused: nothing refunded yet' if paused else ''}",
+        time.perf_counter() - started,
+    )
+    return Worker(number, process.pid, events)
+
+
+def _short(value: Any, width: int = 72) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _show_event(screen: Screen, event: dict[str, Any]) -> None:
+    kind = event["event"]
+    if kind == "customer":
+        screen.detail("customer", event["text"])
+    elif kind == "asks":
+        args = ", ".join(f"{k}={v!r}" for k, v in event["args"].items())
+        screen.detail("agent", f"calls {event['tool']}({args})")
+    elif kind == "says":
+        screen.detail("agent", _short(event["text"]))
+    elif kind == "tool":
+        failed = " (error)" if event.get("status") == "error" else ""
+        screen.detail("tool", f"{event['tool']}{failed}: {_short(event['content'])}")
+    elif kind == "paused":
+        screen.detail("paused", f"{event['name']} waits for approval {event['approval_id']}")
+    elif kind == "resumes":
+        screen.detail("resumes", f"thread {event['thread_id']}, approval {event['status']}")
+
+
+# -- the reviewer, the checks and the record -----------------------------------------------------
+
+
+async def _approve(screen: Screen, store: ApprovalStore, run_id: str) -> str:
+    """Approve the run's pending refund as a support lead, from this process."""
+    started = time.perf_counter()
+    reviewer = Reviewer(REVIEWER, frozenset({LEADS}))
+    pending = await store.pending(run_id=run_id, reviewer=reviewer)
+    if len(pending) != 1:
+        raise DemoFailed(f"expected one approval waiting for {REVIEWER}, found {len(pending)}")
+    approval = await store.decide(pending[0].approval_id, Decision.approve(), reviewer)
+    screen.step(
+        f"{REVIEWER} of {LEADS} approves via ApprovalStore.decide (pid {os.getpid()})",
+        time.perf_counter() - started,
+    )
+    return approval.approval_id
+
+
+def _ran_in(worker_id: str, pids: dict[int, int]) -> tuple[int | None, str]:
+    """The pid in a ledger worker id (`host:pid:nonce`) and which demo process that was."""
+    parts = worker_id.split(":")
+    pid = int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
+    number = pids.get(pid) if pid is not None else None
+    return pid, f"process {number} (pid {pid})" if number else worker_id
+
+
+def _call_row(call: CallRecord, approved_by: str | None, pids: dict[int, int]) -> dict[str, Any]:
+    pid, ran_in = _ran_in(call.worker_id, pids)
+    return {
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "effect": str(call.effect),
+        "status": str(call.status),
+        "attempts": call.attempts,
+        "approved_by": approved_by,
+        "pid": pid,
+        "ran_in": ran_in,
+    }
+
+
+def _show_once(screen: Screen, once: bool, paid_by: list[int], pids: dict[int, int]) -> None:
+    if once:
+        screen.step(
+            f"the refund ran once: 1 payment, made by process 2 (pid {paid_by[0]}); "
+            "process 1 made none"
+        )
+        return
+    where = ", ".join(f"process {pids.get(p, '?')} (pid {p})" for p in paid_by) or "nowhere"
+    screen.step(f"FAILED: {len(paid_by)} payments for one refund, made by {where}")
+
+
+def _show_ledger(screen: Screen, run_id: str, rows: list[dict[str, Any]]) -> None:
+    screen.line()
+    screen.line(f"Ledger of run {run_id}")
+    header = ("CALL", "TOOL", "EFFECT", "STATUS", "ATTEMPTS", "APPROVED BY", "RAN IN")
+    table = [header] + [
+        (
+            r["call_id"],
+            r["tool"],
+            r["effect"],
+            r["status"],
+            str(r["attempts"]),
+            r["approved_by"] or "-",
+            r["ran_in"],
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    for row in table:
+        cells = [f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)]
+        screen.line("  " + "  ".join([*cells, row[-1]]))
+
+
+def _show_digest(screen: Screen, report: VerifyReport, check: DigestCheck) -> None:
+    digest = check.digest
+    screen.line()
+    screen.line("Signed digest of the journal")
+    bad = report.first_bad
+    chains = "every hash chain intact" if bad is None else f"BROKEN at position {bad.position}"
+    screen.line(f"  events     {report.events}, {chains}")
+    screen.line(f"  tree size  {digest.tree_size}")
+    screen.line(f"  root       {digest.root.hex()[:16]}...")
+    screen.line(f"  key        {digest.key_id} (Ed25519)")
+    if check.ok:
+        screen.line("  check      VERIFIED: the signature holds and the journal hashes to the root")
+    for problem in check.problems:
+        screen.line(f"  check      NOT VERIFIED: {problem}")

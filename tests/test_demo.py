@@ -1,0 +1,91 @@
+"""`signoff demo`, the README's main job: a support agent's refund, approved by a person and run
+once across two worker processes, on a fresh database and again on a used one."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ledger.db import open_raw_connection
+from ledger.embedded import home_of
+from ledger.scratch import with_database
+
+from .processes import kek_env, run_cli
+
+RAN_ONCE = re.compile(r"the refund ran once: 1 payment, made by process 2 \(pid (\d+)\)")
+
+
+async def test_demo_on_a_fresh_then_a_used_database(fresh_database_url: str) -> None:
+    first = await run_cli("demo", database_url=fresh_database_url, env=kek_env(), within=300)
+    assert first.code == 0, first.stdout + first.stderr
+    ran_once = RAN_ONCE.search(first.stdout)
+    assert ran_once, first.stdout
+    assert "check      VERIFIED" in first.stdout
+    ledger = first.stdout[first.stdout.index("Ledger of run") :]
+    assert re.search(r"call-refund +refund +single_attempt +succeeded +1 +alice +process 2", ledger)
+    assert re.search(r"call-lookup +lookup_order +read +succeeded +1 +- +process 1", ledger)
+    assert first.stderr == ""  # no log noise: the KEK comes from the environment
+
+    second = await run_cli(
+        "demo", "--json", database_url=fresh_database_url, env=kek_env(), within=300
+    )
+    assert second.code == 0, second.stdout + second.stderr
+    report = json.loads(second.stdout)
+    assert report["run_id"] not in first.stdout  # a new run on the used database
+    assert report["refund"] == {
+        "payments": 1,
+        "paid_by": [report["processes"]["2"]],
+        "ran_once": True,
+    }
+    calls = {c["call_id"]: c for c in report["calls"]}
+    assert calls["call-refund"]["status"] == "succeeded"
+    assert calls["call-refund"]["attempts"] == 1
+    assert calls["call-refund"]["approved_by"] == "alice"
+    assert calls["call-refund"]["pid"] == report["processes"]["2"]
+    assert calls["call-lookup"]["pid"] == report["processes"]["1"]
+    assert report["digest"]["verified"] is True
+    assert report["journal"]["intact"] is True
+    first_size = int(re.findall(r"tree size +(\d+)", first.stdout)[0])
+    assert report["digest"]["tree_size"] > first_size
+
+
+@pytest.fixture
+async def blank_database_url(server_url: str) -> AsyncIterator[str]:
+    """An empty database (not migrated), dropped afterwards."""
+    name = f"signoff_test_blank_{uuid.uuid4().hex[:12]}"
+    admin = await open_raw_connection(server_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield with_database(server_url, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+async def test_demo_without_a_kek_keeps_one_for_the_database(
+    blank_database_url: str, tmp_path: Path
+) -> None:
+    """A database of one's own and no KEK: the first demo migrates it and makes a KEK file named
+    by its id, the next one uses that file, and a different KEK is refused."""
+    if home_of(blank_database_url) is not None:
+        pytest.skip("on the embedded server the demo uses the server's own local KEK file")
+    env = {k: v for k, v in os.environ.items() if k not in ("SIGNOFF_KEK", "SIGNOFF_KEK_FILE")}
+    env["SIGNOFF_EMBEDDED_DIR"] = str(tmp_path / "embedded")  # the KEK goes to its ../keks
+    for _ in range(2):
+        result = await run_cli("demo", database_url=blank_database_url, env=env, within=300)
+        assert result.code == 0, result.stdout + result.stderr
+        assert RAN_ONCE.search(result.stdout), result.stdout
+    (kek_file,) = (tmp_path / "keks").iterdir()
+    assert kek_file.name.startswith("kek-")
+    assert kek_file.stat().st_mode & 0o777 == 0o600
+    assert str(kek_file) in result.stdout
+
+    other = await run_cli("demo", database_url=blank_database_url, env=kek_env(), within=60)
+    assert other.code == 2
+    assert kek_file.name in other.stderr  # names the KEK the database needs
