@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
 
 from adapters.langgraph import resume_config
-from approvals import ApprovalAlreadyDecided, ApprovalStatus, Decision
+from approvals import ApprovalAlreadyDecided, ApprovalStatus, Decision, DecisionNotAllowed
 from ledger.keys import LocalKek
 from ledger.scratch import scratch_database
 
@@ -489,3 +490,16 @@ async def test_sigkill_during_a_single_attempt_write_surfaces_outcome_unknown_no
     assert successor["refunds"] == 1
     assert (await calls_of(harness.db, thread_id))["refund-1"]["status"] == "outcome_unknown"
     assert len(await refunds(harness, thread_id)) == 1
+
+
+async def test_the_chat_user_who_asked_cannot_approve_their_own_request(harness: Harness) -> None:
+    signoff = harness.signoff()
+    run = f"self-{uuid.uuid4().hex[:8]}"
+    config: RunnableConfig = {
+        "configurable": {"thread_id": run, "signoff_requested_by": "slack:U42"}
+    }
+    call = {"name": "refund", "args": {"order_id": "A-1", "amount": 5}, "id": "c-self"}
+    approval = await signoff.pending_approval(call, config)
+    assert approval is not None and approval.requested_by == "slack:U42"
+    with pytest.raises(DecisionNotAllowed, match="may not decide"):
+        await harness.store.decide(approval.approval_id, Decision.approve(), "slack:U42")

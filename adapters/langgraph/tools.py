@@ -56,6 +56,7 @@ __all__ = [
 IDEMPOTENCY_KEY = "signoff_idempotency_key"
 RUN_ID = "signoff_run_id"
 REVIEWER = "signoff_reviewer"
+REQUESTED_BY = "signoff_requested_by"
 log = get_logger(__name__)
 
 Execute = Callable[[dict[str, Any], RunnableConfig], Awaitable[ToolMessage]]
@@ -190,7 +191,9 @@ class SignoffTools:
             tool=tool_call["name"],
             args=tool_call["args"],
             call_id=tool_call["id"],
-            requested_by=self.requested_by,
+            # Who asked, per run when the caller knows (a chat user), so that person cannot
+            # approve their own request unless the policy allows it.
+            requested_by=str(configurable.get(REQUESTED_BY) or self.requested_by),
             policy=rule.approval,
             thread_id=configurable.get("thread_id"),
             thread_config=_thread_config(config),
