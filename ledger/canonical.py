@@ -54,7 +54,11 @@ def format_time(moment: datetime) -> str:
     """The canonical text of a time: UTC, microseconds, trailing Z."""
     if moment.tzinfo is None:
         raise ValueError("times in the journal must be timezone-aware")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if moment.utcoffset():
+        moment = moment.astimezone(UTC)
+    # isoformat with microseconds is the same text as strftime("%Y-%m-%dT%H:%M:%S.%fZ") for
+    # years 1000-9999, at a fraction of the cost (this runs for every event appended and checked).
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def event_bytes(

@@ -98,7 +98,12 @@ class Database:
                 raise SchemaOutOfDate(current, expected)
         try:
             pool = await asyncpg.create_pool(
-                url, min_size=min(2, pool_size), max_size=pool_size, reset=_reset
+                url,
+                min_size=min(2, pool_size),
+                max_size=pool_size,
+                reset=_reset,
+                # No idle timer per release (a call_later and its cancel on every checkout).
+                max_inactive_connection_lifetime=0,
             )
         except (TimeoutError, OSError, asyncpg.PostgresError) as e:
             raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e

@@ -233,3 +233,20 @@ async def test_verify_finds_a_deleted_event(fresh_database_url: str) -> None:
     assert report.first_bad is not None
     assert report.first_bad.version == 3
     assert "version 2 is missing" in report.first_bad.problem
+
+
+def test_the_canonical_time_is_utc_microseconds_with_a_z() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from ledger.canonical import format_time
+
+    moments = [
+        datetime(2026, 11, 30, 5, 29, 21, 7, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=-7))),
+        datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+    ]
+    for moment in moments:
+        expected = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert format_time(moment) == expected
+    with pytest.raises(ValueError, match="timezone-aware"):
+        format_time(datetime(2026, 1, 1))
