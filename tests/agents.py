@@ -14,16 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, TypedDict
 
 from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -32,8 +30,8 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import tools_condition
 from langgraph.types import Command, Interrupt, interrupt
-from pydantic import Field
 
+from adapters.demo.model import ScriptedChatModel
 from adapters.langgraph import (
     EncryptedPostgresSaver,
     SignoffMiddleware,
@@ -108,28 +106,7 @@ SCRIPTS: dict[str, list[AIMessage]] = {
 }
 
 
-class ScriptedModel(GenericFakeChatModel):
-    """A chat model that answers from a script: reply n when the conversation holds n AI
-    messages (then "Done."). `seen` keeps every conversation it was shown."""
-
-    messages: Iterator[AIMessage | str] = Field(default_factory=lambda: iter(()))
-    script: list[AIMessage] = Field(default_factory=list)
-    seen: list[list[BaseMessage]] = Field(default_factory=list)
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.seen.append(list(messages))
-        turn = sum(isinstance(m, AIMessage) for m in messages)
-        reply = self.script[turn] if turn < len(self.script) else AIMessage(content="Done.")
-        return ChatResult(generations=[ChatGeneration(message=reply.model_copy(deep=True))])
+ScriptedModel = ScriptedChatModel
 
 
 # -- tools with side effects -------------------------------------------------------------------

@@ -23,13 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
-from pydantic import Field
 
+from adapters.demo.model import ScriptedChatModel
 from adapters.langgraph import (
     EncryptedPostgresSaver,
     SignoffMiddleware,
@@ -63,28 +61,7 @@ def refund_call(call_id: str = "call-refund-1", amount: int = 120) -> AIMessage:
 SCRIPT = [refund_call(), AIMessage(content="Refunded 120 EUR on order A7.")]
 
 
-class ScriptedModel(GenericFakeChatModel):
-    """Answers from `script` by the number of AI messages so far (then "Done.")."""
-
-    messages: Any = Field(default_factory=lambda: iter(()))
-    script: list[AIMessage] = Field(default_factory=lambda: list(SCRIPT))
-    calls: int = 0
-    disable_streaming: Any = True  # one message per call: the tool calls stay whole
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.calls += 1
-        turn = sum(isinstance(m, AIMessage) for m in messages)
-        reply = self.script[turn] if turn < len(self.script) else AIMessage(content="Done.")
-        return ChatResult(generations=[ChatGeneration(message=reply.model_copy(deep=True))])
+ScriptedModel = ScriptedChatModel
 
 
 RUNS_TABLE = """
@@ -195,7 +172,7 @@ async def deliver(url: str, payload: Any, user_id: str, policy: str) -> None:
         welt, model = h.welt(policy=POLICIES[policy])
         outcomes = await welt.answer(payload, user_id=user_id)
         events = [e async for e in welt.resume(outcomes)]
-        report(outcomes=[o.to_json() for o in outcomes], events=events, model_calls=model.calls)
+        report(outcomes=[o.to_json() for o in outcomes], events=events, model_calls=len(model.seen))
 
 
 async def answer(url: str, payload: Any, user_id: str, policy: str) -> None:
@@ -212,7 +189,7 @@ async def resume(url: str, policy: str, approval_ids: list[str]) -> None:
         welt, model = h.welt(policy=POLICIES[policy])
         approvals = [await h.store.get(i) for i in approval_ids]
         events = [e async for e in welt.resume(approvals)]
-        report(events=events, model_calls=model.calls)
+        report(events=events, model_calls=len(model.seen))
 
 
 def main() -> None:

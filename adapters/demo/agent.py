@@ -15,9 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
@@ -27,6 +25,7 @@ from approvals import ApprovalPolicy
 from ledger import Journal, NewEvent
 from ledger.tool_calls import Effect
 
+from .model import ScriptedChatModel
 from .script import LEADS, LOOKUP_CALL, REFUND_CALL, payments_stream
 
 __all__ = ["ORDERS", "RULES", "SupportModel", "build_agent", "next_step", "support_tools"]
@@ -84,20 +83,11 @@ def next_step(messages: Sequence[BaseMessage]) -> AIMessage:
     )
 
 
-class SupportModel(GenericFakeChatModel):
-    """A chat model that plays `next_step`: deterministic, no API key."""
+class SupportModel(ScriptedChatModel):
+    """The scripted model, playing `next_step` from the conversation."""
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> SupportModel:
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=next_step(messages))])
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
+        return next_step(messages)
 
 
 def support_tools(journal: Journal, run_id: str) -> list[BaseTool]:
@@ -135,7 +125,7 @@ def build_agent(
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The support agent, with Signoff's middleware first (the outermost tool wrapper)."""
     return create_agent(
-        SupportModel(messages=iter(())),
+        SupportModel(),
         tools=support_tools(Journal(signoff.ledger.db), run_id),
         system_prompt="You are a support agent. Refunds need a support lead's approval.",
         middleware=[SignoffMiddleware(signoff)],
