@@ -10,9 +10,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from approvals import ApprovalStore
 from ledger import Database, Journal, resolve_url
+from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
 from ledger.scratch import scratch_database
+from ledger.tool_ledger import ToolLedger
+
+from .processes import TEST_KEK
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +48,27 @@ async def db(database_url: str) -> AsyncIterator[Database]:
 @pytest.fixture(scope="session")
 def journal(db: Database) -> Journal:
     return Journal(db)
+
+
+@pytest.fixture(scope="session")
+async def ring(db: Database) -> KeyRing:
+    """The session database's key ring, under the session's KEK."""
+    return await KeyRing.open(db, LocalKek(TEST_KEK))
+
+
+@pytest.fixture(scope="module")
+async def store(db: Database, ring: KeyRing) -> AsyncIterator[ApprovalStore]:
+    approvals = ApprovalStore(db, ring, poll_interval=0.05)
+    yield approvals
+    await approvals.close()
+
+
+@pytest.fixture(scope="module")
+async def ledger(db: Database, ring: KeyRing) -> AsyncIterator[ToolLedger]:
+    """A tool ledger with a 1 s lease, so tests see a dead worker's call quickly."""
+    tool_ledger = ToolLedger(db, ring, lease_seconds=1.0, poll_interval=0.05)
+    yield tool_ledger
+    await tool_ledger.close()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -32,17 +31,6 @@ from approvals import (
 from ledger import Database, Journal
 from ledger.canonical import canonical_json
 from ledger.errors import UnknownKey
-from ledger.keys import KeyRing, LocalKek
-
-from .processes import TEST_KEK
-
-
-@pytest.fixture(scope="module")
-async def store(db: Database) -> AsyncIterator[ApprovalStore]:
-    ring = await KeyRing.open(db, LocalKek(TEST_KEK))
-    approval_store = ApprovalStore(db, ring)
-    yield approval_store
-    await approval_store.close()
 
 
 async def ask(store: ApprovalStore, policy: ApprovalPolicy | None = None, **over: object) -> str:

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -82,36 +82,15 @@ from approvals import (
 )
 from ledger import Database, Journal
 from ledger.errors import UnknownCall
-from ledger.keys import KeyRing, LocalKek
 from ledger.tool_calls import CallContext, CallStatus, Effect, ToolCall
 from ledger.tool_ledger import ToolLedger
 
 from .dex_workers import APPROVAL, REFUND_ARGS
-from .processes import TEST_KEK, finish, kek_env, start_program
+from .processes import finish, kek_env, start_program
 
 T = TypeVar("T")
 DEX_SERVER_ADDRESS = os.environ.get("DEX_SERVER_ADDRESS", "")
 FIVE_MINUTES = ApprovalPolicy(expires_in=timedelta(minutes=5))
-
-
-@pytest.fixture(scope="module")
-async def ring(database_url: str) -> AsyncIterator[KeyRing]:
-    async with await Database.connect(database_url, pool_size=2) as db:
-        yield await KeyRing.open(db, LocalKek(TEST_KEK))
-
-
-@pytest.fixture(scope="module")
-async def store(db: Database, ring: KeyRing) -> AsyncIterator[ApprovalStore]:
-    approvals = ApprovalStore(db, ring, poll_interval=0.05)
-    yield approvals
-    await approvals.close()
-
-
-@pytest.fixture(scope="module")
-async def ledger(db: Database, ring: KeyRing) -> AsyncIterator[ToolLedger]:
-    tool_ledger = ToolLedger(db, ring, lease_seconds=1.0, poll_interval=0.05)
-    yield tool_ledger
-    await tool_ledger.close()
 
 
 @pytest.fixture(scope="module")

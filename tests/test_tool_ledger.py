@@ -6,7 +6,6 @@ import asyncio
 import json
 import signal
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,30 +19,17 @@ from ledger.errors import (
     ResultNotSerializable,
     UnknownCall,
 )
-from ledger.keys import KeyRing, LocalKek
+from ledger.keys import KeyRing
 from ledger.tool_calls import CallContext, CallStatus, Effect, ToolCall, ToolFailed, ToolPolicy
 from ledger.tool_ledger import ToolLedger
 
-from .processes import TEST_KEK, finish, kek_env, start_program
+from .processes import finish, kek_env, start_program
 
 READ, WRITE, IDEMPOTENT = (
     ToolPolicy(Effect.READ),
     ToolPolicy(Effect.SINGLE_ATTEMPT),
     ToolPolicy(Effect.IDEMPOTENT_WRITE),
 )
-
-
-@pytest.fixture(scope="module")
-async def ring(database_url: str) -> AsyncIterator[KeyRing]:
-    async with await Database.connect(database_url, pool_size=2) as db:
-        yield await KeyRing.open(db, LocalKek(TEST_KEK))
-
-
-@pytest.fixture(scope="module")
-async def ledger(db: Database, ring: KeyRing) -> AsyncIterator[ToolLedger]:
-    tool_ledger = ToolLedger(db, ring, lease_seconds=1.0, poll_interval=0.05)
-    yield tool_ledger
-    await tool_ledger.close()
 
 
 @pytest.fixture(scope="module")
