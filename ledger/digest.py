@@ -24,7 +24,7 @@ import asyncpg
 
 from .canonical import GENESIS_HASH, format_time
 from .db import Database
-from .errors import SignoffError
+from .errors import DigestError, DigestMismatch, NotInDigest
 from .journal import Event
 from .keys import KeyRing, Purpose
 from .merkle import MerkleTree, RootBuilder, leaf_hash
@@ -70,27 +70,6 @@ FROM events WHERE position = $1
 """  # the columns of `Event`, in its order
 _HASH_OF = "SELECT hash FROM events WHERE stream_id = $1 AND version = $2"
 _PREFETCH = 10_000
-
-
-class DigestError(SignoffError):
-    """Base of the errors of digests and proofs."""
-
-
-class DigestMismatch(DigestError):
-    """The database no longer holds the events a digest committed to."""
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(f"the database does not match the digest: {problem}")
-        self.problem = problem
-
-
-class NotInDigest(DigestError):
-    """No event at that position is among the events a digest covers."""
-
-    def __init__(self, position: int, tree_size: int) -> None:
-        super().__init__(f"no event at position {position} among the {tree_size} the digest covers")
-        self.position = position
-        self.tree_size = tree_size
 
 
 @dataclass(frozen=True, slots=True)

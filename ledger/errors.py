@@ -11,6 +11,8 @@ __all__ = [
     "ConfigurationError",
     "DatabaseUnavailable",
     "DecryptionFailed",
+    "DigestError",
+    "DigestMismatch",
     "EmbeddedServerError",
     "InvalidEvent",
     "InvalidToolCall",
@@ -19,6 +21,7 @@ __all__ = [
     "KeyRingError",
     "KeyStateError",
     "NoActiveKey",
+    "NotInDigest",
     "ResultNotSerializable",
     "ResultTampered",
     "SchemaOutOfDate",
@@ -161,3 +164,24 @@ class CallStateError(SignoffError):
 
 class ResultTampered(SignoffError):
     """A stored result no longer matches the digest the journal recorded for it."""
+
+
+class DigestError(SignoffError):
+    """Base of the errors of digests and proofs."""
+
+
+class DigestMismatch(DigestError):
+    """The database no longer holds the events a digest committed to."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"the database does not match the digest: {problem}")
+        self.problem = problem
+
+
+class NotInDigest(DigestError):
+    """No event at that position is among the events a digest covers."""
+
+    def __init__(self, position: int, tree_size: int) -> None:
+        super().__init__(f"no event at position {position} among the {tree_size} the digest covers")
+        self.position = position
+        self.tree_size = tree_size
