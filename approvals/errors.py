@@ -40,7 +40,12 @@ class ApprovalPending(ApprovalError):
 
 
 class ApprovalAlreadyDecided(ApprovalError):
-    """The decision was used already (or a decision was given twice); it is never used again."""
+    """The decision was used already (or a decision was given twice); it is never used again.
+    `consumed_by` names the task run that used it, when that is the reason."""
+
+    def __init__(self, approval_id: str, message: str, *, consumed_by: str | None = None) -> None:
+        super().__init__(approval_id, message)
+        self.consumed_by = consumed_by
 
 
 class ApprovalExpired(ApprovalError):

@@ -11,9 +11,11 @@ from typing import Any
 
 import asyncpg
 
+from ledger.errors import ClaimRaced
 from ledger.tool_calls import GateDeny, GateRespond, GateRun
 from ledger.tool_ledger import Gate
 
+from .errors import ApprovalAlreadyDecided
 from .model import Approval, DecisionKind
 from .store import ApprovalStore
 
@@ -42,7 +44,14 @@ def approval_gate(
     """A gate that consumes `approval_id` in the intent's transaction."""
 
     async def gate(conn: asyncpg.Connection) -> GateRun | GateDeny | GateRespond:
-        approval = await store.consume(approval_id, task_run_id, connection=conn)
+        try:
+            approval = await store.consume(approval_id, task_run_id, connection=conn)
+        except ApprovalAlreadyDecided as e:
+            if e.consumed_by == task_run_id:
+                # This call's intent was recorded by another process a moment ago, with this
+                # approval: look again, and replay or wait for that run.
+                raise ClaimRaced(f"approval {approval_id} was consumed by this call") from e
+            raise
         return gate_result(approval, args)
 
     return gate

@@ -2,7 +2,8 @@
 
 Every change appends to the stream `approval:<id>` and updates the `approvals` projection in the
 same transaction. Decisions lock the projection row (`FOR UPDATE`), so concurrent reviewers take
-turns; consuming is one conditional UPDATE, so exactly one consumer in any process wins. Final
+turns, and so do consumers: the first to lock the row uses the decision, the next finds it used.
+Final
 decisions NOTIFY `signoff_approvals` (after commit); waiters also re-check on a timer.
 """
 
@@ -22,7 +23,7 @@ import asyncpg
 
 from ledger import Database, Journal, NewEvent
 from ledger.canonical import canonical_json
-from ledger.errors import DatabaseUnavailable
+from ledger.errors import DatabaseUnavailable, VersionConflict
 from ledger.keys import KeyRing, Purpose
 from ledger.log import get_logger
 from ledger.notify import Listener
@@ -219,6 +220,8 @@ class ApprovalStore:
         """
         who = Reviewer(reviewer) if isinstance(reviewer, str) else reviewer
         _text(who.id, "reviewer")
+        if who.id.startswith("group:"):
+            raise InvalidApprovalRequest(f"a reviewer is a person, not a group: {who.id!r}")
         payload = self._decision_payload(decision)
         await self.ring.fresh()
         async with self.db.transaction() as conn:
@@ -267,7 +270,9 @@ class ApprovalStore:
             approval = await self._locked(conn, approval_id)
             if approval.consumed:
                 raise ApprovalAlreadyDecided(
-                    approval_id, f"its decision was used already by {approval.consumed_by}"
+                    approval_id,
+                    f"its decision was used already by {approval.consumed_by}",
+                    consumed_by=approval.consumed_by,
                 )
             events = []
             if approval.status is ApprovalStatus.PENDING:
@@ -279,7 +284,7 @@ class ApprovalStore:
             events.append(NewEvent("approval.consumed", consumed, actor=task_run_id))
             approval = _committed(await self._commit(conn, approval_id, approval, events))
         log.info("approval consumed", approval_id=approval_id, task_run_id=task_run_id)
-        return replace(approval, decision=self.final_decision(approval))
+        return replace(approval, decision=await self.final_decision(approval))
 
     async def verify_projection(self) -> list[str]:
         """Rebuild every approval from its stream and compare with the `approvals` table;
@@ -319,8 +324,8 @@ class ApprovalStore:
             return approval
         await self.ring.fresh()
         first = (await self.journal.read_stream(stream_of(approval_id)))[0]
-        args = json.loads(self._open(first.data["args_sealed"], approval_id, "args"))
-        decision = self.final_decision(approval) if approval.status.final else None
+        args = json.loads(await self._open(first.data["args_sealed"], approval_id, "args"))
+        decision = await self.final_decision(approval) if approval.status.final else None
         return replace(approval, args=args, decision=decision)
 
     async def find(
@@ -425,7 +430,7 @@ class ApprovalStore:
             raise ApprovalExpired(approval.approval_id)
         return approval
 
-    def final_decision(self, approval: Approval) -> Decision:
+    async def final_decision(self, approval: Approval) -> Decision:
         """The decision a final approval stands for (expired and cancelled deny)."""
         status = approval.status
         last = approval.reviews[-1] if approval.reviews else {}
@@ -434,12 +439,12 @@ class ApprovalStore:
         if status is ApprovalStatus.REJECTED:
             return Decision.reject(last.get("reason"))
         if status is ApprovalStatus.EDITED:
-            edited = self._open(
+            edited = await self._open(
                 last["args_sealed"], approval.approval_id, f"edit:{last['reviewer']}"
             )
             return Decision.edit(json.loads(edited))
         if status is ApprovalStatus.RESPONDED:
-            message = self._open(last["message_sealed"], approval.approval_id, "respond")
+            message = await self._open(last["message_sealed"], approval.approval_id, "respond")
             return Decision.respond(message)
         if status is ApprovalStatus.EXPIRED:
             return Decision.reject("the approval request expired before anyone decided")
@@ -528,12 +533,16 @@ class ApprovalStore:
             approval = apply(
                 approval, approval_id, base + offset, event.type, event.data, event.actor
             )
-        assert approval is not None  # at least one event was applied
+        if approval is None:
+            raise ValueError("an approval commit needs at least one event")
         if state is None:
             if await conn.fetchval(_sql.INSERT, *_insert_params(approval)) is None:
                 return None
-        else:
-            await conn.execute(_sql.UPDATE, *_update_params(approval), state.version)
+        elif (
+            await conn.execute(_sql.UPDATE, *_update_params(approval), state.version) != "UPDATE 1"
+        ):
+            # Callers hold the row lock, so this means a bug, not a race: write nothing.
+            raise VersionConflict(stream_of(approval_id), state.version, None)
         # Wake waiters only for what they wait for: a request becoming final.
         became_final = approval.status.final and (state is None or not state.status.final)
         await self.journal.append(
@@ -550,10 +559,13 @@ class ApprovalStore:
         sealed = self.ring.encrypt(Purpose.RESULT, text.encode(), context)
         return base64.b64encode(sealed).decode()
 
-    def _open(self, sealed: str, approval_id: str, part: str) -> str:
+    async def _open(self, sealed: str, approval_id: str, part: str) -> str:
         context = f"approval:{approval_id}:{part}".encode()
         where = f"approval {approval_id} ({part})"
-        return self.ring.decrypt(Purpose.RESULT, base64.b64decode(sealed), context, where).decode()
+        opened = await self.ring.decrypt_fresh(
+            Purpose.RESULT, base64.b64decode(sealed), context, where
+        )
+        return opened.decode()
 
 
 def _due(approval: Approval) -> bool:

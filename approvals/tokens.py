@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.canonical import canonical_json
-from ledger.keys import KeyRing
+from ledger.keys import KeyRing, Purpose
 
 from .errors import TokenForged, TokenMalformed
 
@@ -47,13 +47,11 @@ def _unb64(text: str) -> bytes:
 
 def sign_token(ring: KeyRing, approval_id: str, binding: str, decision: str) -> str:
     """A token for a final decision, MACed under the active approval-MAC key."""
-    key_id, _ = ring.mac(b"")  # the active key id; the real MAC follows over the body
+    key_id = ring.active_key_id(Purpose.APPROVAL_MAC)
     body = canonical_json(
         {"approval_id": approval_id, "binding": binding, "decision": decision, "key_id": key_id}
     ).encode()
-    mac_key_id, mac = ring.mac(_MAC_TAG + body)
-    if mac_key_id != key_id:  # rotated between the two calls: sign again under the new key
-        return sign_token(ring, approval_id, binding, decision)
+    _, mac = ring.mac(_MAC_TAG + body)  # the same cache, no await between: the same key
     return f"{_PREFIX}.{_b64(body)}.{_b64(mac)}"
 
 

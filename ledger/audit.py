@@ -12,25 +12,27 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .db import Database
-from .errors import UnknownCall
+from .errors import UnknownCall, VersionConflict
 from .journal import Event, Journal, NewEvent
 from .keys import KeyRing
 from .tool_calls import CallRecord, CallStatus, call_record, call_stream
 from .tool_ledger import open_call_value
 
-__all__ = ["CallFilter", "CallStory", "call_story", "find_calls"]
+__all__ = ["CallFilter", "CallStory", "call_story", "find_calls", "record_reveal"]
 
 _FIND = """
 SELECT c.run_id, c.call_id, c.tool, c.effect, c.once_per_run, c.request_digest, c.args_digest,
        c.idempotency_key, c.approval_id, c.status, c.attempts, c.worker_id, c.started_at,
-       c.finished_at, c.result_digest, c.resolved_by, c.version, a.decided_by
+       c.finished_at, c.result_digest, c.resolved_by, c.version,
+       CASE WHEN a.status IN ('approved', 'edited') THEN a.decided_by END AS decided_by
 FROM tool_calls c LEFT JOIN approvals a ON a.approval_id = c.approval_id
 WHERE ($1::text IS NULL OR c.run_id = $1)
   AND ($2::text IS NULL OR c.tool = $2)
   AND ($3::text IS NULL OR c.status = $3)
   AND ($4::timestamptz IS NULL OR c.started_at >= $4)
   AND ($5::timestamptz IS NULL OR c.started_at < $5)
-  AND ($6::text IS NULL OR $6 = ANY(string_to_array(a.decided_by, ',')))
+  AND ($6::text IS NULL OR (a.status IN ('approved', 'edited')
+       AND $6 = ANY(string_to_array(a.decided_by, ','))))
   AND ($8::text IS NULL OR c.call_id = $8)
 ORDER BY c.started_at, c.run_id, c.call_id
 LIMIT $7
@@ -110,19 +112,32 @@ async def call_story(
     if ring is None:
         raise ValueError("revealing needs the key ring")
     await ring.fresh()
-    async with db.transaction() as conn:
+    await record_reveal(db, f"reveal:{run_id}/{call_id}", reveal_by, run_id=run_id, call_id=call_id)
+    async with db.connection() as conn:
         sealed = await conn.fetchrow(_SEALED, run_id, call_id)
-        stream = f"reveal:{run_id}/{call_id}"
-        data = {"run_id": run_id, "call_id": call_id, "at": datetime.now(UTC).isoformat()}
-        await journal.append(
-            stream,
-            [NewEvent("ledger.revealed", data, actor=reveal_by)],
-            expected_version=await journal.stream_version(stream, connection=conn),
-            connection=conn,
-        )
-    args = json.loads(open_call_value(ring, run_id, call_id, "args", sealed["args_sealed"]))
+    args = json.loads(await open_call_value(ring, run_id, call_id, "args", sealed["args_sealed"]))
     result = None
     if sealed["result_sealed"] is not None:
-        text = open_call_value(ring, run_id, call_id, "result", sealed["result_sealed"])
+        text = await open_call_value(ring, run_id, call_id, "result", sealed["result_sealed"])
         result = json.loads(text)
     return CallStory(call, approved_by, events, approval_events, args, result)
+
+
+async def record_reveal(db: Database, stream: str, by: str, **what: str) -> None:
+    """Record in the journal that `by` read something sealed, in clear. Reveals of the same
+    thing at once take turns: the loser of a version race appends after the winner."""
+    if not by.strip():
+        raise ValueError("a reveal needs the name of who looks")
+    journal = Journal(db)
+    data = {**what, "at": datetime.now(UTC).isoformat()}
+    version = 0
+    for _ in range(10):
+        version = await journal.stream_version(stream)
+        try:
+            await journal.append(
+                stream, [NewEvent("ledger.revealed", data, actor=by)], expected_version=version
+            )
+            return
+        except VersionConflict:
+            continue
+    raise VersionConflict(stream, version, None)

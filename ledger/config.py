@@ -47,9 +47,15 @@ def normalize_url(url: str) -> str:
     return urlunsplit(("postgresql", *parts[1:]))
 
 
+_SECRET_PARAMETERS = {"password", "sslpassword"}
+
+
 def masked(url: str) -> str:
-    """The URL with any password hidden, fit for logs and error messages."""
+    """The URL with any password hidden (in the authority or the query), fit for logs and
+    error messages; an unparsable one is not shown at all."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # an unparsable URL: show only its scheme
-        return url.split("://", 1)[0] + "://..."
+        parsed = make_url(url)
+    except Exception:
+        return "<unparsable database URL>"
+    hidden = {k: "***" for k in parsed.query if k.lower() in _SECRET_PARAMETERS}
+    return parsed.update_query_dict(hidden).render_as_string(hide_password=True)

@@ -32,7 +32,7 @@ __all__ = ["Database", "open_raw_connection"]
 log = get_logger(__name__)
 
 _CONNECTION_LOST = (
-    asyncpg.InterfaceError,  # includes "connection is closed" / ConnectionDoesNotExistError
+    asyncpg.InterfaceError,  # "connection is closed" (only when the connection really is)
     asyncpg.PostgresConnectionError,
     asyncpg.AdminShutdownError,
     asyncpg.CannotConnectNowError,
@@ -90,6 +90,11 @@ class Database:
         probe = await open_raw_connection(url)
         try:
             current = await _schema_revision(probe) if check_schema else None
+        except asyncpg.InsufficientPrivilegeError as e:
+            raise ConfigurationError(
+                f"this role may not read the schema revision ({e}); connect as the application "
+                "role, or with check_schema=False"
+            ) from e
         finally:
             await probe.close()
         if check_schema:
@@ -135,6 +140,8 @@ class Database:
         try:
             yield conn
         except _CONNECTION_LOST as e:
+            if isinstance(e, asyncpg.InterfaceError) and not conn.is_closed():
+                raise  # misuse of a live connection, not a lost one
             # The server restarted or the network dropped: every pooled connection is likely
             # dead, so replace them all rather than fail once per connection.
             await self.pool.expire_connections()

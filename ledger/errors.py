@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "CallStateError",
+    "ClaimRaced",
     "ConfigurationError",
     "DatabaseUnavailable",
     "DecryptionFailed",
@@ -145,6 +146,14 @@ class KeyStateError(KeyRingError):
 class InvalidToolCall(SignoffError, ValueError):
     """A tool call is malformed (empty ids, arguments that are not a JSON object, a call id
     reused with other arguments); nothing was recorded."""
+
+
+class ClaimRaced(SignoffError):
+    """Another process recorded the same call's intent first; look again (replay or wait).
+
+    Raised inside the intent's transaction (by the ledger, or by a gate that finds its approval
+    consumed by this very call) so the transaction rolls back whole.
+    """
 
 
 class ResultNotSerializable(SignoffError, TypeError):

@@ -13,12 +13,9 @@ import structlog
 
 __all__ = ["configure_logging", "get_logger"]
 
-_configured = False
-
 
 def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     """Configure structlog once for the process (CLI and workers call this at start)."""
-    global _configured
     as_json = not sys.stderr.isatty() if json is None else json
     renderer: Any = (
         structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
@@ -35,7 +32,6 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    _configured = True
 
 
 def get_logger(name: str, **bound: Any) -> structlog.stdlib.BoundLogger:

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 import asyncpg
 
 from .db import open_raw_connection
-from .errors import SignoffError
 from .log import get_logger
 
 __all__ = ["Listener"]
@@ -39,7 +38,7 @@ class Listener:
         self._lost = asyncio.Event()
 
     async def start(self) -> None:
-        if self._task is None:
+        if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._keep_listening(), name=f"listen:{self.channel}")
 
     async def close(self) -> None:
@@ -81,12 +80,15 @@ class Listener:
 
     async def _keep_listening(self) -> None:
         while True:
+            connection: asyncpg.Connection | None = None
             try:
                 connection = await open_raw_connection(self.url)
                 connection.add_termination_listener(self._terminated)
                 await connection.add_listener(self.channel, self._notified)
-            except (SignoffError, OSError, asyncpg.PostgresError) as e:
+            except Exception as e:  # any failure: waiters poll meanwhile; try again shortly
                 log.warning("listener cannot connect; retrying", channel=self.channel, error=str(e))
+                if connection is not None and not connection.is_closed():
+                    connection.terminate()
                 await asyncio.sleep(self.reconnect_delay)
                 continue
             self._connection = connection

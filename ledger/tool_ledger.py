@@ -38,7 +38,7 @@ from .canonical import canonical_json, json_digest
 from .db import Database
 from .errors import (
     CallStateError,
-    DatabaseUnavailable,
+    ClaimRaced,
     InvalidToolCall,
     ResultNotSerializable,
     ResultTampered,
@@ -100,10 +100,6 @@ class _Wait:
 _Step = _Run | _Replay | _Wait
 
 
-class _Raced(Exception):
-    """A concurrent claim inserted the same call first: roll back and look again."""
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -134,10 +130,12 @@ def _validate(call: ToolCall) -> str:
         raise InvalidToolCall(f"arguments of {call.tool} are not JSON: {e}") from e
 
 
-def open_call_value(ring: KeyRing, run_id: str, call_id: str, part: str, sealed: bytes) -> str:
+async def open_call_value(
+    ring: KeyRing, run_id: str, call_id: str, part: str, sealed: bytes
+) -> str:
     """Decrypt a call's sealed `args` or `result` (JSON text), bound to that call."""
     context = f"{call_stream(run_id, call_id)}:{part}"
-    return ring.decrypt(Purpose.RESULT, sealed, context.encode(), context).decode()
+    return (await ring.decrypt_fresh(Purpose.RESULT, sealed, context.encode(), context)).decode()
 
 
 class ToolLedger:
@@ -192,6 +190,13 @@ class ToolLedger:
             InvalidToolCall: malformed call, or a call id reused with other arguments.
             ResultNotSerializable: the tool returned something that is not JSON (nothing is
                 recorded; the call's lease lapses as if its worker had died).
+            DatabaseUnavailable: the database could not be reached.
+            UnknownKey, DecryptionFailed: a recorded value cannot be opened.
+            Whatever the gate raises (an approval still pending, or used by another call).
+
+        Cancelling the task while the tool runs leaves the call running until its lease lapses
+        (then it is retried or becomes `outcome_unknown`, by its effect); once the tool has
+        returned, its outcome is recorded even if the task is cancelled.
         """
         request_digest = _validate(call)
         policy = policy or ToolPolicy()
@@ -219,7 +224,7 @@ class ToolLedger:
             row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
         if row is None:
             raise UnknownCall(run_id, call_id)
-        return self._outcome(row, replayed=True)
+        return await self._outcome(row, replayed=True)
 
     async def resolve(
         self, run_id: str, call_id: str, *, succeeded: bool, by: str, note: str | None = None
@@ -310,7 +315,7 @@ class ToolLedger:
         try:
             async with self.db.transaction() as conn:
                 return await self._claim_locked(conn, call, policy, gate, request_digest)
-        except _Raced:
+        except ClaimRaced:
             return None
 
     async def _claim_locked(
@@ -328,7 +333,7 @@ class ToolLedger:
             decision = await gate(conn) if gate is not None else GateRun(call.args)
             step = await self._start(conn, call, policy, decision, request_digest)
             if step is None:
-                raise _Raced  # rolls the gate's consumption back too
+                raise ClaimRaced  # rolls the gate's consumption back too
             return step
         record = call_record(row)
         if record.call_id == call.call_id and record.request_digest != request_digest:
@@ -337,13 +342,17 @@ class ToolLedger:
                 "arguments"
             )
         if record.status.final:
-            return _Replay(self._outcome(row, replayed=True))
+            return _Replay(await self._outcome(row, replayed=True))
         if not row["lapsed"]:
             await conn.execute(sql.ADD_WAITER, record.run_id, record.call_id)
             return _Wait(record)
         if record.attempts >= record.effect.max_attempts:
             return _Replay(await self._give_up(conn, record))
-        args = json.loads(self._open(record, "args", row["args_sealed"]))
+        args = json.loads(
+            await open_call_value(
+                self.ring, record.run_id, record.call_id, "args", row["args_sealed"]
+            )
+        )
         data = {
             "attempt": record.attempts + 1,
             "worker_id": self.worker_id,
@@ -355,7 +364,7 @@ class ToolLedger:
             conn, record, [NewEvent("call.retried", data, self.worker_id)]
         )
         if retried is None:
-            raise _Raced
+            raise ClaimRaced
         log.info(
             "call taken over",
             run_id=record.run_id,
@@ -445,7 +454,7 @@ class ToolLedger:
         event = NewEvent(f"call.{status}", data, actor=self.worker_id)
         settled = await self._advance(conn, record, [event], sealed)
         if settled is None:
-            raise _Raced
+            raise ClaimRaced
         log.warning(
             "call settled after its worker died",
             run_id=record.run_id,
@@ -505,14 +514,19 @@ class ToolLedger:
                 f"{record.tool} returned a value that is not JSON ({e}); no outcome recorded"
             ) from e
         data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
-        async with self.db.connection() as conn:
-            done = await self._advance(
-                conn, record, [NewEvent(f"call.{status}", data, self.worker_id)], sealed
-            )
+        event = NewEvent(f"call.{status}", data, self.worker_id)
+        # The tool has run: record what it did even if this task is cancelled meanwhile.
+        done = await asyncio.shield(self._advance_on_own_connection(record, event, sealed))
         if done is None:
             return await self._superseded(record)
         bound.info("call finished", status=str(status), attempts=done.attempts)
         return self._outcome_of(done, value, replayed=False)
+
+    async def _advance_on_own_connection(
+        self, record: CallRecord, event: NewEvent, sealed: bytes
+    ) -> CallRecord | None:
+        async with self.db.connection() as conn:
+            return await self._advance(conn, record, [event], sealed)
 
     async def _superseded(self, record: CallRecord) -> CallOutcome:
         log.warning(
@@ -544,7 +558,7 @@ class ToolLedger:
                         [version for _, version in held],
                         self.lease_seconds,
                     )
-            except DatabaseUnavailable as e:  # try again next time; the lease is 3 beats long
+            except Exception as e:  # keep beating: the lease lasts three beats
                 log.warning("lease renewal failed", calls=len(held), error=str(e))
 
     async def _wait(self, record: CallRecord) -> None:
@@ -599,14 +613,7 @@ class ToolLedger:
         digest = hashlib.sha256(text.encode()).hexdigest()
         return self.ring.encrypt(Purpose.RESULT, text.encode(), context), digest
 
-    def _open(self, record: CallRecord, part: str, sealed: bytes) -> str:
-        stream = call_stream(record.run_id, record.call_id)
-        where = f"{part} of {stream}"
-        return self.ring.decrypt(
-            Purpose.RESULT, sealed, f"{stream}:{part}".encode(), where
-        ).decode()
-
-    def _outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
+    async def _outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
         record = call_record(row)
         if not record.status.final:
             return CallOutcome(
@@ -616,7 +623,9 @@ class ToolLedger:
                 attempts=record.attempts,
                 approval_id=record.approval_id,
             )
-        text = self._open(record, "result", row["result_sealed"])
+        text = await open_call_value(
+            self.ring, record.run_id, record.call_id, "result", row["result_sealed"]
+        )
         value = json.loads(text)
         if json_digest(value) != record.result_digest:
             raise ResultTampered(

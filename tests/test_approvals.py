@@ -307,3 +307,10 @@ async def test_the_approvals_table_equals_its_rebuild_from_the_journal(
             await conn.execute(
                 "UPDATE approvals SET decided_by = 'alice,bob' WHERE approval_id = $1", approval_id
             )
+
+
+async def test_a_reviewer_is_a_person_not_a_group(store: ApprovalStore) -> None:
+    approval_id = await ask(store, ApprovalPolicy(approvers=frozenset({"group:finance"})))
+    with pytest.raises(InvalidApprovalRequest, match="not a group"):
+        await store.decide(approval_id, Decision.approve(), "group:finance")
+    assert (await store.get(approval_id)).status is ApprovalStatus.PENDING

@@ -123,3 +123,12 @@ async def test_a_failed_migration_leaves_the_revision_unchanged(fresh_database_u
         assert await conn.fetchval("SELECT to_regprocedure('signoff_refuse_change()')") is None
     finally:
         await conn.close()
+
+
+def test_urls_in_messages_never_show_a_password() -> None:
+    from ledger.config import masked
+
+    assert "hunter2" not in masked("postgresql://u:hunter2@h/d")
+    assert "hunter2" not in masked("postgresql://u@h/d?password=hunter2&sslmode=require")
+    assert "hunter2" not in masked("host=h password=hunter2")
+    assert "sslmode=require" in masked("postgresql://u@h/d?password=hunter2&sslmode=require")

@@ -19,11 +19,11 @@ from ledger.errors import (
     ResultNotSerializable,
     UnknownCall,
 )
-from ledger.keys import KeyRing
+from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.tool_calls import CallContext, CallStatus, Effect, ToolCall, ToolFailed, ToolPolicy
 from ledger.tool_ledger import ToolLedger
 
-from .processes import finish, kek_env, start_program
+from .processes import TEST_KEK, finish, kek_env, start_program
 
 READ, WRITE, IDEMPOTENT = (
     ToolPolicy(Effect.READ),
@@ -323,3 +323,22 @@ async def test_sigkill_during_a_read_runs_it_again(database_url: str, db: Databa
     outcome = json.loads(successor.splitlines()[-1])
     assert (outcome["status"], outcome["attempts"], outcome["replayed"]) == ("succeeded", 2, False)
     assert await runs_of(db, run) == 2
+
+
+async def test_a_result_sealed_under_a_key_made_elsewhere_still_replays(
+    fresh_database_url: str,
+) -> None:
+    async with await Database.connect(fresh_database_url) as db:
+        mine = await KeyRing.open(db, LocalKek(TEST_KEK))
+        mine.refresh_seconds = 3600.0  # this process would not look for new keys on its own
+        theirs = await KeyRing.open(db, LocalKek(TEST_KEK))
+        await theirs.rotate(Purpose.RESULT)
+        call = ToolCall(new_run(), "c1", "lookup", {"n": 2})
+        writer, reader = ToolLedger(db, theirs), ToolLedger(db, mine)
+        try:
+            first = await writer.execute(call, Counter(), READ)
+            replay = await reader.execute(call, Counter(), READ)
+        finally:
+            await writer.close()
+            await reader.close()
+    assert (replay.replayed, replay.result) == (True, first.result)

@@ -25,7 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="PostgreSQL URL (default: $SIGNOFF_DATABASE_URL, $DATABASE_URL, else the embedded "
         "server)",
     )
-    parser.add_argument("--log-level", default="WARNING", help="log level (default: WARNING)")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (default: WARNING)",
+    )
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     db.register(groups)
     keys.register(groups)
@@ -38,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level.upper())
+    configure_logging(args.log_level)
     try:
         code: int = args.run(args)
     except SignoffError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 from typing import Any
 
@@ -16,10 +17,11 @@ from approvals import (
     Reviewer,
 )
 from ledger import Database
+from ledger.audit import record_reveal
 from ledger.keys import KeyRing
 
 from .context import open_database
-from .output import add_json_flag, emit
+from .output import add_json_flag, emit, positive_int
 
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,15 +33,18 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--status", choices=[s.value for s in ApprovalStatus], help="only this status"
     )
     listing.add_argument("--run", dest="run_id", metavar="RUN", help="only this run id")
-    listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    listing.add_argument(
+        "--limit", type=positive_int, default=100, help="at most this many (default 100)"
+    )
     add_json_flag(listing)
     listing.set_defaults(run=lambda a: asyncio.run(_list(a)))
 
     show = commands.add_parser("show", help="one approval request and its reviews")
     show.add_argument("approval_id")
     show.add_argument(
-        "--reveal", action="store_true", help="decrypt the arguments and the decision"
+        "--reveal", action="store_true", help="decrypt the arguments and the decision (recorded)"
     )
+    show.add_argument("--by", metavar="WHO", help="who reveals (with --reveal; default: you)")
     add_json_flag(show)
     show.set_defaults(run=lambda a: asyncio.run(_show(a)))
 
@@ -149,6 +154,9 @@ async def _show(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
         ring = await KeyRing.open(db, create_missing=False) if args.reveal else _no_keys(db)
         approval = await ApprovalStore(db, ring).get(args.approval_id, reveal=args.reveal)
+        if args.reveal:  # who read the arguments in clear is part of the record
+            who = args.by or getpass.getuser()
+            await record_reveal(db, f"reveal:{args.approval_id}", who, approval_id=args.approval_id)
     row = _row(approval)
     lines = [
         f"{k}: {json.dumps(v, default=str) if isinstance(v, (dict, list)) else v}"

@@ -19,7 +19,7 @@ from ledger.tool_calls import CallRecord, CallStatus
 from ledger.tool_ledger import ToolLedger
 
 from .context import open_database
-from .output import add_json_flag, emit
+from .output import add_json_flag, emit, positive_int
 
 _COLUMNS = [
     "run_id",
@@ -55,7 +55,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     calls.add_argument("--since", type=_when, metavar="ISO", help="started at or after")
     calls.add_argument("--until", type=_when, metavar="ISO", help="started before")
     calls.add_argument("--approved-by", metavar="WHO")
-    calls.add_argument("--limit", type=int, default=1000)
+    calls.add_argument("--limit", type=positive_int, default=1000)
     formats = calls.add_mutually_exclusive_group()
     formats.add_argument("--json", action="store_true", help="print JSON for machines")
     formats.add_argument("--csv", action="store_true", help="print CSV for spreadsheets")
@@ -69,7 +69,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="decrypt the arguments and the result (recorded in the journal)",
     )
-    show.add_argument("--by", default=getpass.getuser(), help="who reveals (default: you)")
+    show.add_argument("--by", metavar="WHO", help="who reveals (with --reveal; default: you)")
     add_json_flag(show)
     show.set_defaults(run=lambda a: asyncio.run(_show(a)))
 
@@ -158,9 +158,8 @@ def _events(story_events: list[Any]) -> list[dict[str, Any]]:
 async def _show(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
         ring = await KeyRing.open(db, create_missing=False) if args.reveal else None
-        story = await call_story(
-            db, args.run_id, args.call_id, reveal_by=args.by if args.reveal else None, ring=ring
-        )
+        revealer = (args.by or getpass.getuser()) if args.reveal else None
+        story = await call_story(db, args.run_id, args.call_id, reveal_by=revealer, ring=ring)
     data: dict[str, Any] = {
         "call": _row(story.call, story.approved_by),
         "events": _events(story.events),

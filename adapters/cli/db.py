@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
+
+from alembic.util.exc import CommandError
 
 from ledger import migrate
 from ledger.config import masked, resolve_url
 from ledger.db import open_raw_connection
+from ledger.errors import ConfigurationError
 
 from .output import add_json_flag, emit
 
@@ -33,14 +37,21 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def _upgrade(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url)
-    migrate.upgrade(url, args.revision)
+    _migrate(migrate.upgrade, url, args.revision)
     return _report(args, url, "upgraded")
 
 
 def _downgrade(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url)
-    migrate.downgrade(url, args.revision)
+    _migrate(migrate.downgrade, url, args.revision)
     return _report(args, url, "downgraded")
+
+
+def _migrate(step: Callable[[str, str], None], url: str, revision: str) -> None:
+    try:
+        step(url, revision)
+    except CommandError as e:  # an unknown revision and the like
+        raise ConfigurationError(f"cannot migrate to {revision!r}: {e}") from e
 
 
 def _current(args: argparse.Namespace) -> int:

@@ -17,3 +17,14 @@ def emit(args: argparse.Namespace, text: str, data: dict[str, Any]) -> None:
         print(json.dumps(data, indent=2, default=str))
     else:
         print(text)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from e
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value

@@ -76,10 +76,11 @@ class SignoffMiddleware(AgentMiddleware):
         async def execute(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
             result = await handler(request.override(tool_call={**tool_call, "args": args}))
             if not isinstance(result, ToolMessage):
-                return ToolMessage(
-                    content="tools that return a Command cannot run through Signoff",
-                    tool_call_id=tool_call["id"],
-                    status="error",
+                # It ran, and its state update cannot be recorded or replayed: not a certain
+                # failure, so a write's outcome is unknown (a read may run again).
+                raise RuntimeError(
+                    f"{tool_call['name']} returned a Command; tools run through Signoff must "
+                    "return a result"
                 )
             return result
 

@@ -57,12 +57,18 @@ class SignoffToolNode:
         # A repeated call id is refused, never run: nobody is asked about it.
         unique = [c for c, i in zip(calls, ids, strict=True) if ids.count(i) == 1]
         approvals = await self._decided(unique, config)
-        results = await asyncio.gather(
-            *(
-                self._one(c, messages, config, approvals.get(i))
-                for c, i in zip(calls, ids, strict=True)
-            )
-        )
+        tasks = [
+            asyncio.ensure_future(self._one(c, messages, config, approvals.get(i)))
+            for c, i in zip(calls, ids, strict=True)
+        ]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            # One call raised: stop the others rather than leave them running unseen.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         return {self.messages_key: list(results)}
 
     async def _decided(self, calls: list[Any], config: RunnableConfig) -> dict[str, Approval]:

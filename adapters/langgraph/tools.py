@@ -221,7 +221,8 @@ class SignoffTools:
         if isinstance(value, dict) and value.get("type") in set(DecisionKind):
             decision = _decision(value)
             configurable = config.get("configurable") or {}
-            reviewer = value.get("reviewer") or configurable.get(REVIEWER) or "langgraph-resume"
+            # The reviewer comes from the caller's config, never from the resume value itself.
+            reviewer = configurable.get(REVIEWER) or "langgraph-resume"
             try:
                 return await self.approvals.decide(approval.approval_id, decision, str(reviewer))
             except ApprovalAlreadyDecided:

@@ -228,8 +228,7 @@ class KeyRing:
     def encrypt(self, purpose: Purpose, plaintext: bytes, context: bytes) -> bytes:
         """Seal `plaintext` under the active key of `purpose`, bound to `context`."""
         loaded = self._key(self.active_key_id(purpose), purpose)
-        assert loaded.aead is not None  # checkpoint and result keys always have one
-        return seal(loaded.aead, purpose, loaded.info.key_id, plaintext, context)
+        return seal(_aead_of(loaded), purpose, loaded.info.key_id, plaintext, context)
 
     def decrypt(self, purpose: Purpose, sealed: bytes, context: bytes, where: str) -> bytes:
         """Open a sealed value; `where` names its place for the error if it does not open.
@@ -242,8 +241,7 @@ class KeyRing:
         if key_id is None:
             raise UnknownKey("?", f"{where} is not a Signoff ciphertext")
         loaded = self._key(key_id, purpose)
-        assert loaded.aead is not None
-        return open_sealed(loaded.aead, purpose, key_id, sealed, context, where)
+        return open_sealed(_aead_of(loaded), purpose, key_id, sealed, context, where)
 
     async def decrypt_fresh(
         self, purpose: Purpose, sealed: bytes, context: bytes, where: str
@@ -380,6 +378,12 @@ class KeyRing:
         async with self.db.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _ADMIN_LOCK)
             yield conn
+
+
+def _aead_of(loaded: _Loaded) -> AESGCM:
+    if loaded.aead is None:
+        raise UnknownKey(loaded.info.key_id, f"a {loaded.info.purpose} key does not encrypt")
+    return loaded.aead
 
 
 def _raw_public(public: Ed25519PublicKey) -> bytes:
