@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .call_records import open_call_value
 from .db import Database
 from .errors import UnknownCall, VersionConflict
 from .journal import Event, Journal, NewEvent
 from .keys import KeyRing
 from .tool_calls import CallRecord, CallStatus, call_record, call_stream
-from .tool_ledger import open_call_value
 
 __all__ = ["CallFilter", "CallStory", "call_story", "find_calls", "record_reveal"]
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import socket
@@ -34,18 +33,18 @@ from typing import Any
 import asyncpg
 
 from . import _tool_sql as sql
-from .canonical import canonical_json, json_digest
+from .call_records import CallRecorder, fold, open_call_value, outcome_of
+from .canonical import json_digest
 from .db import Database
 from .errors import (
     CallStateError,
     ClaimRaced,
     InvalidToolCall,
     ResultNotSerializable,
-    ResultTampered,
     UnknownCall,
 )
-from .journal import NewEvent, append_arguments
-from .keys import KeyRing, Purpose
+from .journal import NewEvent
+from .keys import KeyRing
 from .log import get_logger
 from .notify import Listener
 from .tool_calls import (
@@ -60,18 +59,11 @@ from .tool_calls import (
     ToolCall,
     ToolFailed,
     ToolPolicy,
-    apply_call_event,
     call_record,
     call_stream,
 )
 
-__all__ = [
-    "DEFAULT_LEASE_SECONDS",
-    "Gate",
-    "ToolFunction",
-    "ToolLedger",
-    "open_call_value",
-]
+__all__ = ["DEFAULT_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 
 DEFAULT_LEASE_SECONDS = 30.0
 Gate = Callable[[asyncpg.Connection], Awaitable[GateRun | GateDeny | GateRespond]]
@@ -104,18 +96,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def _fold(
-    record: CallRecord | None, events: list[NewEvent], run_id: str, call_id: str
-) -> CallRecord:
-    version = 0 if record is None else record.version
-    for event in events:
-        version += 1
-        record = apply_call_event(record, run_id, call_id, version, event.type, event.data)
-    if record is None:
-        raise ValueError("a tool-call step needs at least one event")
-    return record
-
-
 def _validate(call: ToolCall) -> str:
     for value, what in ((call.run_id, "run_id"), (call.call_id, "call_id"), (call.tool, "tool")):
         if not isinstance(value, str) or not value.strip():
@@ -128,14 +108,6 @@ def _validate(call: ToolCall) -> str:
         return json_digest(call.args)
     except (TypeError, ValueError) as e:
         raise InvalidToolCall(f"arguments of {call.tool} are not JSON: {e}") from e
-
-
-async def open_call_value(
-    ring: KeyRing, run_id: str, call_id: str, part: str, sealed: bytes
-) -> str:
-    """Decrypt a call's sealed `args` or `result` (JSON text), bound to that call."""
-    context = f"{call_stream(run_id, call_id)}:{part}"
-    return (await ring.decrypt_fresh(Purpose.RESULT, sealed, context.encode(), context)).decode()
 
 
 class ToolLedger:
@@ -155,6 +127,7 @@ class ToolLedger:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
+        self.records = CallRecorder(db, ring, lease_seconds)
         # Connects on first wait only: most processes never wait.
         self._listener = Listener(db.url, sql.CHANNEL)
         self._held: dict[tuple[str, str], int] = {}  # calls running here -> their version
@@ -224,7 +197,7 @@ class ToolLedger:
             row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
         if row is None:
             raise UnknownCall(run_id, call_id)
-        return await self._outcome(row, replayed=True)
+        return await self.records.outcome(row, replayed=True)
 
     async def resolve(
         self, run_id: str, call_id: str, *, succeeded: bool, by: str, note: str | None = None
@@ -248,9 +221,9 @@ class ToolLedger:
                 )
             status = CallStatus.SUCCEEDED if succeeded else CallStatus.FAILED
             text = note or f"resolved as {status} by {by}"
-            sealed, digest = self._seal(record.run_id, record.call_id, "result", text)
+            sealed, digest = self.records.seal(record.run_id, record.call_id, "result", text)
             data = {"status": str(status), "by": by, "result_digest": digest, "at": _now()}
-            resolved = await self._advance(
+            resolved = await self.records.advance(
                 conn, record, [NewEvent("call.resolved", data, actor=by)], sealed
             )
         if resolved is None:
@@ -279,28 +252,7 @@ class ToolLedger:
     async def verify_projection(self) -> list[str]:
         """Rebuild every call from its stream and compare with the `tool_calls` table; return
         the differences (none when the projection is true to the journal)."""
-        rebuilt: dict[tuple[str, str], CallRecord] = {}
-        keys: dict[str, tuple[str, str]] = {}  # stream -> (run, call), from call.started
-        async with self.db.transaction() as conn:
-            for row in await conn.fetch(sql.STREAM_EVENTS):
-                data = json.loads(row["data"])
-                if row["version"] == 1:
-                    keys[row["stream_id"]] = (data["run_id"], data["call_id"])
-                key = keys.get(row["stream_id"])
-                if key is None:
-                    return [f"{row['stream_id']}: events before call.started"]
-                rebuilt[key] = apply_call_event(
-                    rebuilt.get(key), key[0], key[1], row["version"], row["type"], data
-                )
-            live = {(r["run_id"], r["call_id"]): call_record(r) for r in await conn.fetch(sql.ALL)}
-        problems = [f"{k}: in the table, not in the journal" for k in live.keys() - rebuilt.keys()]
-        problems += [f"{k}: in the journal, not in the table" for k in rebuilt.keys() - live.keys()]
-        problems += [
-            f"{k}: table {live[k]} != journal {rebuilt[k]}"
-            for k in live.keys() & rebuilt.keys()
-            if live[k] != rebuilt[k]
-        ]
-        return problems
+        return await self.records.verify_projection()
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -342,7 +294,7 @@ class ToolLedger:
                 "arguments"
             )
         if record.status.final:
-            return _Replay(await self._outcome(row, replayed=True))
+            return _Replay(await self.records.outcome(row, replayed=True))
         if not row["lapsed"]:
             await conn.execute(sql.ADD_WAITER, record.run_id, record.call_id)
             return _Wait(record)
@@ -360,7 +312,7 @@ class ToolLedger:
             "reason": "the previous worker stopped renewing its lease",
             "at": _now(),
         }
-        retried = await self._advance(
+        retried = await self.records.advance(
             conn, record, [NewEvent("call.retried", data, self.worker_id)]
         )
         if retried is None:
@@ -396,39 +348,18 @@ class ToolLedger:
             "at": _now(),
         }
         events = [NewEvent("call.started", started, actor=self.worker_id)]
-        sealed_args, _ = self._seal(call.run_id, call.call_id, "args", args)
+        sealed_args, _ = self.records.seal(call.run_id, call.call_id, "args", args)
         sealed_result: bytes | None = None
         value: Any = None
         if not isinstance(decision, GateRun):
             value = decision.reason if isinstance(decision, GateDeny) else decision.message
-            sealed_result, digest = self._seal(call.run_id, call.call_id, "result", value)
+            sealed_result, digest = self.records.seal(call.run_id, call.call_id, "result", value)
             kind = "call.denied" if isinstance(decision, GateDeny) else "call.responded"
             data = {"approval_id": decision.approval_id, "result_digest": digest, "at": _now()}
             events.append(NewEvent(kind, data, actor=self.worker_id))
-        record = _fold(None, events, call.run_id, call.call_id)
-        inserted = await conn.fetchval(
-            sql.START,
-            record.run_id,
-            record.call_id,
-            record.tool,
-            record.effect,
-            record.once_per_run,
-            record.request_digest,
-            record.args_digest,
-            sealed_args,
-            record.idempotency_key,
-            record.approval_id,
-            record.status,
-            record.worker_id,
-            self.lease_seconds,
-            record.result_digest,
-            sealed_result,
-            record.started_at,
-            record.finished_at,
-            record.version,
-            *append_arguments(call_stream(call.run_id, call.call_id), events, 0),
-        )
-        if inserted is None:
+        record = fold(None, events, call.run_id, call.call_id)
+        inserted = await self.records.insert(conn, record, events, sealed_args, sealed_result)
+        if not inserted:
             return None
         if record.status is CallStatus.RUNNING:
             return _Run(record, args)
@@ -438,7 +369,7 @@ class ToolLedger:
             call_id=call.call_id,
             status=str(record.status),
         )
-        return _Replay(self._outcome_of(record, value, replayed=False))
+        return _Replay(outcome_of(record, value, replayed=False))
 
     async def _give_up(self, conn: asyncpg.Connection, record: CallRecord) -> CallOutcome:
         """Settle a call whose worker died and that may not run again."""
@@ -449,10 +380,10 @@ class ToolLedger:
             f"{record.attempts}; "
             + ("the tool may or may not have taken effect" if unknown else "no attempts left")
         )
-        sealed, digest = self._seal(record.run_id, record.call_id, "result", text)
+        sealed, digest = self.records.seal(record.run_id, record.call_id, "result", text)
         data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
         event = NewEvent(f"call.{status}", data, actor=self.worker_id)
-        settled = await self._advance(conn, record, [event], sealed)
+        settled = await self.records.advance(conn, record, [event], sealed)
         if settled is None:
             raise ClaimRaced
         log.warning(
@@ -461,7 +392,7 @@ class ToolLedger:
             call_id=record.call_id,
             status=str(status),
         )
-        return self._outcome_of(settled, text, replayed=False)
+        return outcome_of(settled, text, replayed=False)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -494,7 +425,7 @@ class ToolLedger:
                         "at": _now(),
                     }
                     async with self.db.connection() as conn:
-                        retried = await self._advance(
+                        retried = await self.records.advance(
                             conn, record, [NewEvent("call.retried", data, self.worker_id)]
                         )
                     if retried is None:
@@ -508,7 +439,7 @@ class ToolLedger:
                 self._held.pop((record.run_id, record.call_id), None)
             break
         try:
-            sealed, digest = self._seal(record.run_id, record.call_id, "result", value)
+            sealed, digest = self.records.seal(record.run_id, record.call_id, "result", value)
         except (TypeError, ValueError) as e:
             raise ResultNotSerializable(
                 f"{record.tool} returned a value that is not JSON ({e}); no outcome recorded"
@@ -516,17 +447,11 @@ class ToolLedger:
         data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
         event = NewEvent(f"call.{status}", data, self.worker_id)
         # The tool has run: record what it did even if this task is cancelled meanwhile.
-        done = await asyncio.shield(self._advance_on_own_connection(record, event, sealed))
+        done = await asyncio.shield(self.records.advance_alone(record, event, sealed))
         if done is None:
             return await self._superseded(record)
         bound.info("call finished", status=str(status), attempts=done.attempts)
-        return self._outcome_of(done, value, replayed=False)
-
-    async def _advance_on_own_connection(
-        self, record: CallRecord, event: NewEvent, sealed: bytes
-    ) -> CallRecord | None:
-        async with self.db.connection() as conn:
-            return await self._advance(conn, record, [event], sealed)
+        return outcome_of(done, value, replayed=False)
 
     async def _superseded(self, record: CallRecord) -> CallOutcome:
         log.warning(
@@ -550,14 +475,7 @@ class ToolLedger:
             if not held:
                 return
             try:
-                async with self.db.connection() as conn:
-                    await conn.execute(
-                        sql.RENEW,
-                        [run for (run, _), _ in held],
-                        [call for (_, call), _ in held],
-                        [version for _, version in held],
-                        self.lease_seconds,
-                    )
+                await self.records.renew(held)
             except Exception as e:  # keep beating: the lease lasts three beats
                 log.warning("lease renewal failed", calls=len(held), error=str(e))
 
@@ -575,74 +493,3 @@ class ToolLedger:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll_interval):
                         await event.wait()
-
-    # -- records ---------------------------------------------------------------------------
-
-    async def _advance(
-        self,
-        conn: asyncpg.Connection,
-        record: CallRecord,
-        events: list[NewEvent],
-        sealed_result: bytes | None = None,
-    ) -> CallRecord | None:
-        """Append `events` and write what they fold to, if the row is still at the version
-        `record` holds; None otherwise."""
-        new = _fold(record, events, record.run_id, record.call_id)
-        moved = await conn.fetchrow(
-            sql.ADVANCE,
-            new.run_id,
-            new.call_id,
-            new.status,
-            new.attempts,
-            new.worker_id,
-            self.lease_seconds,
-            new.result_digest,
-            sealed_result,
-            new.resolved_by,
-            new.finished_at,
-            new.version,
-            record.version,
-            *append_arguments(call_stream(new.run_id, new.call_id), events, record.version),
-        )
-        return None if moved is None else new
-
-    def _seal(self, run_id: str, call_id: str, part: str, value: Any) -> tuple[bytes, str]:
-        """Encrypt a JSON value bound to its call; return it with its digest."""
-        text = canonical_json(value)
-        context = f"{call_stream(run_id, call_id)}:{part}".encode()
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        return self.ring.encrypt(Purpose.RESULT, text.encode(), context), digest
-
-    async def _outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
-        record = call_record(row)
-        if not record.status.final:
-            return CallOutcome(
-                record.status,
-                record.call_id,
-                replayed=replayed,
-                attempts=record.attempts,
-                approval_id=record.approval_id,
-            )
-        text = await open_call_value(
-            self.ring, record.run_id, record.call_id, "result", row["result_sealed"]
-        )
-        value = json.loads(text)
-        if json_digest(value) != record.result_digest:
-            raise ResultTampered(
-                f"the stored result of {call_stream(record.run_id, record.call_id)} does not "
-                "match the digest in the journal"
-            )
-        return self._outcome_of(record, value, replayed=replayed)
-
-    @staticmethod
-    def _outcome_of(record: CallRecord, value: Any, *, replayed: bool) -> CallOutcome:
-        returns_value = record.status in (CallStatus.SUCCEEDED, CallStatus.RESPONDED)
-        return CallOutcome(
-            status=record.status,
-            call_id=record.call_id,
-            result=value if returns_value else None,
-            error=None if returns_value else str(value),
-            replayed=replayed,
-            attempts=record.attempts,
-            approval_id=record.approval_id,
-        )
