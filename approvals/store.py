@@ -10,7 +10,6 @@ decisions NOTIFY `signoff_approvals` (after commit); waiters also re-check on a 
 from __future__ import annotations
 
 import asyncio
-import base64
 import hmac
 import json
 import time
@@ -23,8 +22,8 @@ import asyncpg
 
 from ledger import Database, Journal, NewEvent
 from ledger.canonical import canonical_json
-from ledger.errors import DatabaseUnavailable, VersionConflict
-from ledger.keys import KeyRing, Purpose
+from ledger.errors import DatabaseUnavailable
+from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.notify import Listener
 
@@ -50,12 +49,12 @@ from .model import (
     expiry,
     is_expired,
 )
-from .projection import apply, approval_id_of, stream_of
+from .projection import stream_of
+from .records import NOTIFY_CHANNEL, ApprovalRecorder, row_to_approval
 from .tokens import parse_token, sign_token, token_mac_ok
 
 __all__ = ["NOTIFY_CHANNEL", "ApprovalStore"]
 
-NOTIFY_CHANNEL = "signoff_approvals"
 log = get_logger(__name__)
 
 
@@ -74,32 +73,6 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-def _row_to_approval(row: asyncpg.Record) -> Approval:
-    config = row["thread_config"]
-    return Approval(
-        approval_id=row["approval_id"],
-        run_id=row["run_id"],
-        thread_id=row["thread_id"],
-        tool=row["tool"],
-        kind=row["kind"],
-        call_id=row["call_id"],
-        args_digest=row["args_digest"],
-        binding=row["binding"],
-        requested_by=row["requested_by"],
-        policy=ApprovalPolicy.from_json(json.loads(row["policy"])),
-        status=ApprovalStatus(row["status"]),
-        requested_at=row["requested_at"],
-        expires_at=row["expires_at"],
-        decided_by=row["decided_by"],
-        decided_at=row["decided_at"],
-        consumed_by=row["consumed_by"],
-        consumed_at=row["consumed_at"],
-        reviews=tuple(json.loads(row["reviews"])),
-        thread_config=None if config is None else json.loads(config),
-        version=row["version"],
-    )
-
-
 class ApprovalStore:
     """Approvals shared by every process that uses the same database."""
 
@@ -107,6 +80,7 @@ class ApprovalStore:
         self.db = db
         self.ring = ring
         self.journal = Journal(db)
+        self.records = ApprovalRecorder(db, ring)
         self.poll_interval = poll_interval
         # Connects on first wait only: most processes never wait.
         self._listener = Listener(db.url, NOTIFY_CHANNEL)
@@ -148,7 +122,7 @@ class ApprovalStore:
         async with self.db.connection(connection) as conn, conn.transaction():
             existing = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
             if existing is not None:
-                return _row_to_approval(existing)
+                return row_to_approval(existing)
             now = datetime.now(UTC)
             approval_id = f"apr-{uuid.uuid4().hex}"
             expires_at = expiry(policy, now)
@@ -159,7 +133,7 @@ class ApprovalStore:
                 "kind": kind,
                 "call_id": call_id,
                 "args_digest": digest,
-                "args_sealed": self._seal(args_text, approval_id, "args"),
+                "args_sealed": self.records.seal(args_text, approval_id, "args"),
                 "binding": binding_of(run_id, tool, kind, digest, call_id, approval_id),
                 "policy": policy.to_json(),
                 "thread_config": thread_config,
@@ -173,10 +147,10 @@ class ApprovalStore:
                 decided = {"reviewer": by, "decision": "approve", "at": now.isoformat()}
                 decided |= {"grant_id": grant["grant_id"], "final": True, "decided_by": by}
                 events.append(NewEvent("approval.decided", decided, actor=by))
-            approval = await self._commit(conn, approval_id, None, events)
+            approval = await self.records.commit(conn, approval_id, None, events)
             if approval is None:  # another process asked the same question a moment ago
                 row = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
-                return _row_to_approval(row)
+                return row_to_approval(row)
         log.info(
             "approval requested",
             approval_id=approval_id,
@@ -227,12 +201,16 @@ class ApprovalStore:
         async with self.db.transaction() as conn:
             approval = await self._locked(conn, approval_id)
             if approval.status is ApprovalStatus.PENDING and _due(approval):
-                await self._commit(conn, approval_id, approval, [_closing("approval.expired")])
+                await self.records.commit(
+                    conn, approval_id, approval, [_closing("approval.expired")]
+                )
                 expired = True
             else:
                 expired = False
                 event = self._review(approval, decision, who, payload)
-                approval = _committed(await self._commit(conn, approval_id, approval, [event]))
+                approval = _committed(
+                    await self.records.commit(conn, approval_id, approval, [event])
+                )
         if expired:
             raise ApprovalExpired(approval_id)
         log.info(
@@ -252,7 +230,7 @@ class ApprovalStore:
             if approval.status.final:
                 raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
             event = _closing("approval.cancelled", actor=by)
-            return _committed(await self._commit(conn, approval_id, approval, [event]))
+            return _committed(await self.records.commit(conn, approval_id, approval, [event]))
 
     async def consume(
         self, approval_id: str, task_run_id: str, *, connection: asyncpg.Connection | None = None
@@ -282,34 +260,14 @@ class ApprovalStore:
             at = datetime.now(UTC).isoformat()
             consumed = {"task_run_id": task_run_id, "at": at}
             events.append(NewEvent("approval.consumed", consumed, actor=task_run_id))
-            approval = _committed(await self._commit(conn, approval_id, approval, events))
+            approval = _committed(await self.records.commit(conn, approval_id, approval, events))
         log.info("approval consumed", approval_id=approval_id, task_run_id=task_run_id)
         return replace(approval, decision=await self.final_decision(approval))
 
     async def verify_projection(self) -> list[str]:
         """Rebuild every approval from its stream and compare with the `approvals` table;
         return the differences (none when the projection is true to the journal)."""
-        rebuilt: dict[str, Approval] = {}
-        async with self.db.transaction() as conn:
-            for row in await conn.fetch(_sql.STREAM_EVENTS):
-                approval_id = approval_id_of(row["stream_id"])
-                rebuilt[approval_id] = apply(
-                    rebuilt.get(approval_id),
-                    approval_id,
-                    row["version"],
-                    row["type"],
-                    json.loads(row["data"]),
-                    row["actor"],
-                )
-            live = {r["approval_id"]: _row_to_approval(r) for r in await conn.fetch(_sql.ALL)}
-        problems = [f"{i}: in the table, not in the journal" for i in live.keys() - rebuilt.keys()]
-        problems += [f"{i}: in the journal, not in the table" for i in rebuilt.keys() - live.keys()]
-        problems += [
-            f"{i}: table {live[i]} != journal {rebuilt[i]}"
-            for i in live.keys() & rebuilt.keys()
-            if live[i] != rebuilt[i]
-        ]
-        return problems
+        return await self.records.verify_projection()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -319,12 +277,12 @@ class ApprovalStore:
             row = await conn.fetchrow(_sql.BY_ID, approval_id)
         if row is None:
             raise UnknownApproval(approval_id)
-        approval = _row_to_approval(row)
+        approval = row_to_approval(row)
         if not reveal:
             return approval
         await self.ring.fresh()
         first = (await self.journal.read_stream(stream_of(approval_id)))[0]
-        args = json.loads(await self._open(first.data["args_sealed"], approval_id, "args"))
+        args = json.loads(await self.records.open(first.data["args_sealed"], approval_id, "args"))
         decision = await self.final_decision(approval) if approval.status.final else None
         return replace(approval, args=args, decision=decision)
 
@@ -333,7 +291,7 @@ class ApprovalStore:
     ) -> list[Approval]:
         async with self.db.connection() as conn:
             rows = await conn.fetch(_sql.LIST, status, run_id, limit)
-        return [_row_to_approval(r) for r in rows]
+        return [row_to_approval(r) for r in rows]
 
     async def pending(
         self, *, run_id: str | None = None, reviewer: Reviewer | None = None, limit: int = 100
@@ -439,12 +397,14 @@ class ApprovalStore:
         if status is ApprovalStatus.REJECTED:
             return Decision.reject(last.get("reason"))
         if status is ApprovalStatus.EDITED:
-            edited = await self._open(
+            edited = await self.records.open(
                 last["args_sealed"], approval.approval_id, f"edit:{last['reviewer']}"
             )
             return Decision.edit(json.loads(edited))
         if status is ApprovalStatus.RESPONDED:
-            message = await self._open(last["message_sealed"], approval.approval_id, "respond")
+            message = await self.records.open(
+                last["message_sealed"], approval.approval_id, "respond"
+            )
             return Decision.respond(message)
         if status is ApprovalStatus.EXPIRED:
             return Decision.reject("the approval request expired before anyone decided")
@@ -461,13 +421,13 @@ class ApprovalStore:
             if approval.status is not ApprovalStatus.PENDING or not _due(approval):
                 return approval
             event = _closing("approval.expired")
-            return _committed(await self._commit(conn, approval_id, approval, [event]))
+            return _committed(await self.records.commit(conn, approval_id, approval, [event]))
 
     async def _locked(self, conn: asyncpg.Connection, approval_id: str) -> Approval:
-        row = await conn.fetchrow(_sql.BY_ID_FOR_UPDATE, approval_id)
-        if row is None:
+        approval = await self.records.locked(conn, approval_id)
+        if approval is None:
             raise UnknownApproval(approval_id)
-        return _row_to_approval(row)
+        return approval
 
     def _decision_payload(self, decision: Decision) -> dict[str, Any]:
         if decision.kind is DecisionKind.EDIT:
@@ -508,64 +468,17 @@ class ApprovalStore:
             review["reason"] = decision.reason
         if "args_text" in payload:
             review["args_digest"] = args_digest(json.loads(payload["args_text"]))
-            review["args_sealed"] = self._seal(payload["args_text"], approval_id, f"edit:{who.id}")
+            review["args_sealed"] = self.records.seal(
+                payload["args_text"], approval_id, f"edit:{who.id}"
+            )
         if "message" in payload:
-            review["message_sealed"] = self._seal(payload["message"], approval_id, "respond")
+            review["message_sealed"] = self.records.seal(payload["message"], approval_id, "respond")
         final = decision.kind is not DecisionKind.APPROVE or len(approvers) + 1 >= policy.quorum
         review["final"] = final
         if final:
             deciders = {*approvers, who.id} if decision.kind is DecisionKind.APPROVE else {who.id}
             review["decided_by"] = ",".join(sorted(deciders))
         return NewEvent("approval.decided", review, actor=who.id)
-
-    async def _commit(
-        self,
-        conn: asyncpg.Connection,
-        approval_id: str,
-        state: Approval | None,
-        events: list[NewEvent],
-    ) -> Approval | None:
-        """Append `events` and write the approval they make (folded by `apply`), in `conn`'s
-        transaction. None when a new request lost the race to an identical one."""
-        approval = state
-        base = 0 if state is None else state.version
-        for offset, event in enumerate(events, start=1):
-            approval = apply(
-                approval, approval_id, base + offset, event.type, event.data, event.actor
-            )
-        if approval is None:
-            raise ValueError("an approval commit needs at least one event")
-        if state is None:
-            if await conn.fetchval(_sql.INSERT, *_insert_params(approval)) is None:
-                return None
-        elif (
-            await conn.execute(_sql.UPDATE, *_update_params(approval), state.version) != "UPDATE 1"
-        ):
-            # Callers hold the row lock, so this means a bug, not a race: write nothing.
-            raise VersionConflict(stream_of(approval_id), state.version, None)
-        # Wake waiters only for what they wait for: a request becoming final.
-        became_final = approval.status.final and (state is None or not state.status.final)
-        await self.journal.append(
-            stream_of(approval_id),
-            events,
-            expected_version=base,
-            notify=NOTIFY_CHANNEL if became_final else None,
-            connection=conn,
-        )
-        return approval
-
-    def _seal(self, text: str, approval_id: str, part: str) -> str:
-        context = f"approval:{approval_id}:{part}".encode()
-        sealed = self.ring.encrypt(Purpose.RESULT, text.encode(), context)
-        return base64.b64encode(sealed).decode()
-
-    async def _open(self, sealed: str, approval_id: str, part: str) -> str:
-        context = f"approval:{approval_id}:{part}".encode()
-        where = f"approval {approval_id} ({part})"
-        opened = await self.ring.decrypt_fresh(
-            Purpose.RESULT, base64.b64decode(sealed), context, where
-        )
-        return opened.decode()
 
 
 def _due(approval: Approval) -> bool:
@@ -581,41 +494,3 @@ def _committed(approval: Approval | None) -> Approval:
     if approval is None:  # only a new request can lose its insert
         raise RuntimeError("an update of an existing approval wrote nothing")
     return approval
-
-
-def _insert_params(a: Approval) -> tuple[Any, ...]:
-    return (
-        a.approval_id,
-        a.run_id,
-        a.thread_id,
-        a.tool,
-        a.kind,
-        a.call_id,
-        a.args_digest,
-        a.binding,
-        a.requested_by,
-        json.dumps(a.policy.to_json()),
-        a.status,
-        json.dumps(list(a.reviews)),
-        a.decided_by,
-        a.decided_at,
-        a.expires_at,
-        a.consumed_by,
-        a.consumed_at,
-        None if a.thread_config is None else json.dumps(a.thread_config),
-        a.requested_at,
-        a.version,
-    )
-
-
-def _update_params(a: Approval) -> tuple[Any, ...]:
-    return (
-        a.approval_id,
-        a.status,
-        json.dumps(list(a.reviews)),
-        a.decided_by,
-        a.decided_at,
-        a.consumed_by,
-        a.consumed_at,
-        a.version,
-    )
