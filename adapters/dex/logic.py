@@ -35,6 +35,7 @@ from approvals import (
     Reviewer,
     approval_gate,
 )
+from approvals.model import is_expired
 from ledger.canonical import json_digest
 from ledger.log import get_logger
 from ledger.tool_calls import CallContext, Effect, ToolCall, ToolFailed, ToolPolicy
@@ -124,10 +125,6 @@ def task_run_id(flow_id: str, call_id: str) -> str:
     return f"{flow_id}/{call_id}"
 
 
-def _due(approval: Approval, now: datetime) -> bool:
-    return approval.expires_at is not None and now >= approval.expires_at
-
-
 # -- awaiting an approval ----------------------------------------------------------------------
 
 
@@ -175,7 +172,7 @@ async def await_approval(
     approval) and say whether to go on or how long to wait."""
     approval = await _request(store, flow_id, request, policy)
     now = now or datetime.now(UTC)
-    expired = approval.status is ApprovalStatus.PENDING and _due(approval, now)
+    expired = approval.status is ApprovalStatus.PENDING and is_expired(approval.expires_at, now)
     timer = None
     if approval.expires_at is not None:
         remaining = (approval.expires_at - now).total_seconds()
@@ -292,7 +289,9 @@ async def call_tool(
     gate = None
     if tool.approval is not None:
         approval = await _request(store, flow_id, request, tool.approval)
-        if approval.status is ApprovalStatus.PENDING and not _due(approval, datetime.now(UTC)):
+        if approval.status is ApprovalStatus.PENDING and not is_expired(
+            approval.expires_at, datetime.now(UTC)
+        ):
             raise ApprovalPending(approval.approval_id)
         run = task_run_id(flow_id, request.call_id)
         gate = approval_gate(store, approval.approval_id, run, request.args)

@@ -12,37 +12,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 
-from .tools import SignoffTools, call_id_of
+from .tools import SignoffTools, call_id_of, turn_of
 
-__all__ = ["SignoffMiddleware", "refused_duplicate", "turn_of"]
-
-
-def turn_of(messages: list[Any], tool_call_id: str) -> tuple[str, list[Mapping[str, Any]]]:
-    """The model turn (1-based count of AI messages up to the one that asked for this call)
-    and the calls with this id in that message (more than one: the model repeated the id)."""
-    turn = 0
-    for message in messages:
-        if isinstance(message, AIMessage):
-            turn += 1
-            same = [c for c in message.tool_calls if c.get("id") == tool_call_id]
-            if same:
-                return str(turn), list(same)
-    return str(turn), []
-
-
-def refused_duplicate(
-    tool_call: Mapping[str, Any], same: list[Mapping[str, Any]]
-) -> dict[str, Any]:
-    """What the ledger records for a call id the model used several times in one message: one
-    entry whose arguments are every copy's, so each copy records or replays the same refusal
-    (with its own arguments, the second copy would clash with the first: same id, other
-    arguments)."""
-    return {**tool_call, "args": {"copies": [dict(c.get("args") or {}) for c in same]}}
+__all__ = ["SignoffMiddleware"]
 
 
 def _messages(state: Any) -> list[Any]:
@@ -67,7 +44,7 @@ class SignoffMiddleware(AgentMiddleware):
         config: RunnableConfig = request.runtime.config
         turn, same = turn_of(_messages(request.state), call_id_of(tool_call))
         if len(same) > 1:
-            return await self._refuse_duplicate(tool_call, request, config, turn, same)
+            return await self.signoff.refuse_duplicate(tool_call, same, request.tool, config, turn)
         approval = await self.signoff.pending_approval(tool_call, config)
         while approval is not None and not approval.status.final:
             value = interrupt(self.signoff.approval_request(approval, tool_call))
@@ -87,23 +64,3 @@ class SignoffMiddleware(AgentMiddleware):
         return await self.signoff.run(
             tool_call, request.tool, config, execute, approval=approval, turn_id=turn
         )
-
-    async def _refuse_duplicate(
-        self,
-        tool_call: Mapping[str, Any],
-        request: ToolCallRequest,
-        config: RunnableConfig,
-        turn: str,
-        same: list[Mapping[str, Any]],
-    ) -> ToolMessage:
-        """A call id used twice in one model message: recorded as failed, never run."""
-        reason = (
-            f"the tool call id {tool_call['id']!r} appears {len(same)} times in one model "
-            "message; call ids must be unique, so none of them ran"
-        )
-
-        async def refuse(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
-            return ToolMessage(content=reason, tool_call_id=tool_call["id"], status="error")
-
-        refused = refused_duplicate(tool_call, same)
-        return await self.signoff.run(refused, request.tool, config, refuse, turn_id=turn)

@@ -23,8 +23,7 @@ from pydantic import ValidationError
 from approvals import Approval
 
 from .errors import InvalidResume
-from .middleware import refused_duplicate, turn_of
-from .tools import SignoffTools, call_id_of
+from .tools import SignoffTools, call_id_of, turn_of
 
 __all__ = ["SignoffToolNode", "signoff_tool_node"]
 
@@ -104,16 +103,7 @@ class SignoffToolNode:
         turn, same = turn_of(messages, call["id"])
         tool = self.by_name.get(call["name"])
         if len(same) > 1:
-            reason = (
-                f"the tool call id {call['id']!r} appears {len(same)} times in one model "
-                "message; call ids must be unique, so none of them ran"
-            )
-
-            async def refuse(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
-                return _error(call, reason)
-
-            refused = refused_duplicate(call, same)
-            return await self.signoff.run(refused, tool, config, refuse, turn_id=turn)
+            return await self.signoff.refuse_duplicate(call, same, tool, config, turn)
 
         async def execute(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
             if tool is None:

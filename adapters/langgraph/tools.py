@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
@@ -51,6 +51,7 @@ __all__ = [
     "effect_of",
     "get_idempotency_key",
     "resume_config",
+    "turn_of",
 ]
 
 IDEMPOTENCY_KEY = "signoff_idempotency_key"
@@ -114,6 +115,19 @@ def call_id_of(tool_call: Mapping[str, Any]) -> str:
     if not call_id:
         raise InvalidResume(f"the call to {tool_call.get('name')!r} has no id")
     return str(call_id)
+
+
+def turn_of(messages: list[Any], tool_call_id: str) -> tuple[str, list[Mapping[str, Any]]]:
+    """The model turn (1-based count of AI messages up to the one that asked for this call)
+    and the calls with this id in that message (more than one: the model repeated the id)."""
+    turn = 0
+    for message in messages:
+        if isinstance(message, AIMessage):
+            turn += 1
+            same = [c for c in message.tool_calls if c.get("id") == tool_call_id]
+            if same:
+                return str(turn), list(same)
+    return str(turn), []
 
 
 def run_id_of(config: RunnableConfig) -> str:
@@ -232,6 +246,30 @@ class SignoffTools:
             "decision ({'type': 'approve'|'reject'|'edit'|'respond', ...}), a signed token, "
             "or nothing"
         )
+
+    async def refuse_duplicate(
+        self,
+        tool_call: Mapping[str, Any],
+        same: list[Mapping[str, Any]],
+        tool: BaseTool | None,
+        config: RunnableConfig,
+        turn: str,
+    ) -> ToolMessage:
+        """A call id the model used several times in one message: recorded as failed, never
+        run. The entry's arguments are every copy's, so each copy records or replays the same
+        refusal (with its own arguments, the second would clash with the first)."""
+        reason = (
+            f"the tool call id {tool_call['id']!r} appears {len(same)} times in one model "
+            "message; call ids must be unique, so none of them ran"
+        )
+
+        async def refuse(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
+            return ToolMessage(
+                content=reason, tool_call_id=tool_call["id"], name=tool_call["name"], status="error"
+            )
+
+        copies = {"copies": [dict(c.get("args") or {}) for c in same]}
+        return await self.run({**tool_call, "args": copies}, tool, config, refuse, turn_id=turn)
 
     async def run(
         self,
