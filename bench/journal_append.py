@@ -17,34 +17,35 @@ from bench.common import Op, bench_database, rate, raw_commit_rate
 from ledger import Database, Journal, NewEvent
 
 
+def appends(journal: Journal, batch: int) -> Callable[[int], Op]:
+    """Each writer appends `batch` events at a time to a stream of its own."""
+
+    def op_for(_: int) -> Op:
+        stream = f"bench:{uuid.uuid4().hex}"
+        events = [NewEvent("bench.appended", {"n": 1}, actor="bench")] * batch
+
+        async def op(n: int) -> None:
+            await journal.append(stream, events, expected_version=n * batch)
+
+        return op
+
+    return op_for
+
+
 async def main(seconds: float) -> dict[str, float]:
     async with bench_database() as url:
         baseline_1 = await raw_commit_rate(url, 1, seconds)
         baseline_8 = await raw_commit_rate(url, 8, seconds)
-        db = await Database.connect(url, pool_size=8)
-        journal = Journal(db)
-
-        def appends(batch: int) -> Callable[[int], Op]:
-            def op_for(_: int) -> Op:
-                stream = f"bench:{uuid.uuid4().hex}"
-                events = [NewEvent("bench.appended", {"n": 1}, actor="bench")] * batch
-
-                async def op(n: int) -> None:
-                    await journal.append(stream, events, expected_version=n * batch)
-
-                return op
-
-            return op_for
-
-        await rate(8, 0.5, appends(1))  # warm up
-        result = {
-            "baseline_1": baseline_1,
-            "ours_1": await rate(1, seconds, appends(1)),
-            "baseline": baseline_8,
-            "ours": await rate(8, seconds, appends(1)),
-            "ours_batch5_events": await rate(8, seconds, appends(5), per_op=5),
-        }
-        await db.close()
+        async with await Database.connect(url, pool_size=8) as db:
+            journal = Journal(db)
+            await rate(8, 0.5, appends(journal, 1))  # warm up
+            result = {
+                "baseline_1": baseline_1,
+                "ours_1": await rate(1, seconds, appends(journal, 1)),
+                "baseline": baseline_8,
+                "ours": await rate(8, seconds, appends(journal, 1)),
+                "ours_batch5_events": await rate(8, seconds, appends(journal, 5), per_op=5),
+            }
     result = {k: round(v, 1) for k, v in result.items()}
     result["ratio"] = round(result["ours"] / result["baseline"], 3)
     result["ratio_1"] = round(result["ours_1"] / result["baseline_1"], 3)

@@ -167,7 +167,7 @@ def _widgets(approval: Approval) -> tuple[list[OptionSpec], InputSpec | None]:
 
 
 def _message(approval: Approval, args: Mapping[str, Any], description: str | None) -> str:
-    tool, approval_id = _code(approval.tool), _code(approval.approval_id)
+    tool, approval_id = inline_code(approval.tool), inline_code(approval.approval_id)
     text = (description or approval.policy.description or "").strip()
     if len(text) > _DESCRIPTION_LIMIT:
         text = text[: _DESCRIPTION_LIMIT - 1] + "…"
@@ -193,7 +193,9 @@ def _edit_only_or_allowed(approval: Approval) -> bool:
 
 
 def _edit_note(approval: Approval) -> str:
-    command = _code(f"signoff approvals decide {approval.approval_id} --edit '<json>' --by <you>")
+    command = inline_code(
+        f"signoff approvals decide {approval.approval_id} --edit '<json>' --by <you>"
+    )
     if approval.policy.allowed == frozenset({DecisionKind.EDIT}):
         lead = "This call can only be decided with edited arguments, which Slack cannot carry."
     else:
@@ -208,7 +210,7 @@ def _arguments(args: Mapping[str, Any], approval_id: str, used: int) -> str:
     room = MESSAGE_LIMIT - used - len(fence_open) - len(fence_close)
     if len(text) <= room:
         return fence_open + text + fence_close
-    show = _code(f"signoff approvals show {approval_id} --reveal")
+    show = inline_code(f"signoff approvals show {approval_id} --reveal")
     note = f"\n_Arguments cut after {{}} of {len(text)} characters; see them all with {show}._"
     cut = max(0, room - len(note.format(len(text))))
     return fence_open + text[:cut] + fence_close + note.format(cut)
@@ -228,7 +230,7 @@ def _readable_json(args: Mapping[str, Any]) -> str:
     )
 
 
-def _code(text: str) -> str:
+def inline_code(text: str) -> str:
     """`text` as inline code, whatever backticks it holds."""
     longest = run = 0
     for ch in text:

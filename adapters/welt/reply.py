@@ -36,7 +36,7 @@ from . import _sql
 from .answers import AnswerOutcome, AnswerStatus, record_answers, slack_reviewer
 from .errors import UnsupportedInterrupt
 from .messages import decode_messages
-from .render import _code, interrupt_events, signoff_requests
+from .render import inline_code, interrupt_events, signoff_requests
 from .wire import DataEvent, WeltEvent, envelope_of, parse_interrupt_responses
 
 __all__ = ["STREAM_MODES", "WeltAgent", "notices", "welt_events"]
@@ -181,7 +181,7 @@ def notices(outcomes: Sequence[AnswerOutcome]) -> list[DataEvent]:
     (refused, already decided otherwise, expired)."""
     lines: list[DataEvent] = []
     for o in outcomes:
-        tool = _code(o.approval.tool)
+        tool = inline_code(o.approval.tool)
         if o.status is AnswerStatus.REFUSED:
             text = f"Your answer on {tool} was not recorded: {o.detail}. It is asked again."
         elif o.status is AnswerStatus.ALREADY_DECIDED:
