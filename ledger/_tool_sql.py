@@ -57,6 +57,9 @@ ONCE_PER_RUN_FOR_UPDATE = (
 )
 
 ADD_WAITER = "UPDATE tool_calls SET waiters = waiters + 1 WHERE run_id = $1 AND call_id = $2"
+DROP_WAITER = """
+UPDATE tool_calls SET waiters = waiters - 1 WHERE run_id = $1 AND call_id = $2 AND waiters > 0
+"""
 
 LAPSED = f"""
 SELECT {COLUMNS} FROM tool_calls WHERE status = 'running' AND lease_until < now() LIMIT $1

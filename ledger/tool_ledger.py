@@ -39,6 +39,7 @@ from .db import Database
 from .errors import (
     CallStateError,
     ClaimRaced,
+    DatabaseUnavailable,
     InvalidToolCall,
     ResultNotSerializable,
     UnknownCall,
@@ -483,13 +484,20 @@ class ToolLedger:
         """Until the call finishes or its worker's lease lapses (then claim again)."""
         listener = self._listener
         await listener.start()
-        with listener.waiting(call_stream(record.run_id, record.call_id)) as event:
-            while True:
-                event.clear()
+        try:
+            with listener.waiting(call_stream(record.run_id, record.call_id)) as event:
+                while True:
+                    event.clear()
+                    async with self.db.connection() as conn:
+                        row = await conn.fetchrow(sql.BY_ID, record.run_id, record.call_id)
+                    if row is None or row["status"] != "running" or row["lapsed"]:
+                        return
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.poll_interval):
+                            await event.wait()
+        finally:
+            # No longer waiting: the worker stops notifying once nobody does. (If this fails,
+            # the worst is one NOTIFY too many.)
+            with contextlib.suppress(DatabaseUnavailable):
                 async with self.db.connection() as conn:
-                    row = await conn.fetchrow(sql.BY_ID, record.run_id, record.call_id)
-                if row is None or row["status"] != "running" or row["lapsed"]:
-                    return
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll_interval):
-                        await event.wait()
+                    await conn.execute(sql.DROP_WAITER, record.run_id, record.call_id)
