@@ -335,6 +335,8 @@ class ToolLedger:
         request_digest: str,
     ) -> _Step | None:
         args = decision.args if isinstance(decision, GateRun) else call.args
+        # Sealing yields the digest of the arguments that run (a reviewer's edit, or the request).
+        sealed_args, args_digest = self.records.seal(call.run_id, call.call_id, "args", args)
         started = {
             "run_id": call.run_id,
             "call_id": call.call_id,
@@ -342,14 +344,13 @@ class ToolLedger:
             "effect": str(policy.effect),
             "once_per_run": policy.once_per_run,
             "request_digest": request_digest,
-            "args_digest": request_digest if args is call.args else json_digest(args),
+            "args_digest": args_digest,
             "idempotency_key": call.idempotency_key,
             "approval_id": decision.approval_id,
             "worker_id": self.worker_id,
             "at": _now(),
         }
         events = [NewEvent("call.started", started, actor=self.worker_id)]
-        sealed_args, _ = self.records.seal(call.run_id, call.call_id, "args", args)
         sealed_result: bytes | None = None
         value: Any = None
         if not isinstance(decision, GateRun):

@@ -230,8 +230,19 @@ async def test_bad_input_records_nothing(ledger: ToolLedger, db: Database) -> No
         await ledger.execute(ToolCall(run, "c3", "t", {"n": 2}), Counter(), READ)
 
 
-async def test_the_tool_calls_table_equals_its_rebuild(ledger: ToolLedger) -> None:
+async def test_the_tool_calls_table_equals_its_rebuild(ledger: ToolLedger, db: Database) -> None:
+    call = ToolCall(new_run(), "c1", "lookup", {"n": 1})
+    await ledger.execute(call, Counter(), READ)
     assert await ledger.verify_projection() == []
+    # The check can fail: change the table behind the journal's back.
+    async with db.connection() as conn:
+        await conn.execute("UPDATE tool_calls SET attempts = 9 WHERE run_id = $1", call.run_id)
+    try:
+        problems = await ledger.verify_projection()
+        assert len(problems) == 1 and call.run_id in problems[0]
+    finally:
+        async with db.connection() as conn:
+            await conn.execute("UPDATE tool_calls SET attempts = 1 WHERE run_id = $1", call.run_id)
 
 
 # -- real processes ---------------------------------------------------------------------------

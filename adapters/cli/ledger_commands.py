@@ -146,16 +146,11 @@ async def _prove(args: argparse.Namespace) -> int:
             proof = await prove_inclusion(db, args.position, digest)
     except DigestMismatch as e:
         return _mismatch(e)
-    if args.out is None:
-        print(proof.to_json(), end="")
-        return 0
-    _write(args.out, proof.to_json())
     text = (
         f"event at position {args.position} is leaf {proof.leaf_index} of the "
         f"{digest.tree_size} events in {args.digest}: proof written to {args.out}"
     )
-    emit(args, text, {"leaf_index": proof.leaf_index, "out": str(args.out)})
-    return 0
+    return _deliver(args, proof.to_json(), text, {"leaf_index": proof.leaf_index})
 
 
 async def _consistency(args: argparse.Namespace) -> int:
@@ -165,15 +160,21 @@ async def _consistency(args: argparse.Namespace) -> int:
             proof = await prove_consistency(db, old, new)
     except DigestMismatch as e:
         return _mismatch(e)
-    if args.out is None:
-        print(proof.to_json(), end="")
-        return 0
-    _write(args.out, proof.to_json())
     text = (
         f"the {new.tree_size} events of {args.new} extend the {old.tree_size} of {args.old}: "
         f"proof ({len(proof.proof)} hashes) written to {args.out}"
     )
-    emit(args, text, {"old_size": old.tree_size, "new_size": new.tree_size, "out": str(args.out)})
+    data = {"old_size": old.tree_size, "new_size": new.tree_size}
+    return _deliver(args, proof.to_json(), text, data)
+
+
+def _deliver(args: argparse.Namespace, document: str, text: str, data: dict[str, Any]) -> int:
+    """A proof to stdout, or to `--out` with a line (or JSON) saying so."""
+    if args.out is None:
+        print(document, end="")
+        return 0
+    _write(args.out, document)
+    emit(args, text, {**data, "out": str(args.out)})
     return 0
 
 
