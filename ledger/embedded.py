@@ -32,13 +32,12 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-import structlog
-
 from ledger.errors import EmbeddedServerError
+from ledger.log import get_logger
 
 __all__ = ["default_home", "ensure_server", "home_of", "stop_server"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DATABASE = "signoff"
 PG_USER = "postgres"  # database superuser made by initdb
