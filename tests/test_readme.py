@@ -1,0 +1,513 @@
+"""Every ```python block of README.md runs as written, against a database of its own, and does
+what the README says it does.
+
+- Blocks are cut from README.md as they are, and run with top-level await; a traceback points
+  at the README's own lines. Each runs in a fresh namespace on a fresh scratch database
+  (migrated), with `SIGNOFF_DATABASE_URL` pointing at it and the session's KEK as `SIGNOFF_KEK`,
+  so `Database.from_env()` and `KeyRing.open(db)` in a block open that database.
+- A block may use the names it lists in `CASES` without defining them; `Given` supplies each as
+  a real object on that database (see its docstring). Everything else the block imports or
+  defines itself.
+- Every block has an entry in `CASES`, keyed `<section> #<n>` (the n-th block under that `##`
+  heading), whose check looks at what the block did: a block that runs but does nothing fails.
+  A block without an entry, or an entry without a block, fails the suite.
+- A block that cannot run here is marked on the line before its fence with
+  `<!-- readme-test: needs VARIABLE -->`: it is compiled always and run only when that variable
+  is set. A block that continues another one (`follows`) runs in the namespace that one left.
+- Other blocks (sh, text, no language) are not run: the CLI has tests of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import base64
+import contextlib
+import inspect
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from dex import AsyncClient, AsyncWorker, BlobCacheConfig, open_blob_cache
+from langchain_core.messages import AIMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.graph import START, StateGraph
+
+from adapters.demo.model import ScriptedChatModel
+from adapters.langgraph import SignoffTools, ToolRule, encrypted_checkpointer
+from adapters.langgraph.reencrypt import key_usage
+from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
+from ledger import Database, Journal
+from ledger.keys import KeyRing, LocalKek, Purpose
+from ledger.scratch import scratch_database
+from ledger.tool_calls import CallContext, CallStatus, Effect
+from ledger.tool_ledger import ToolLedger
+
+from .processes import TEST_KEK
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+MARKER = re.compile(r"<!--\s*readme-test:(.*?)-->")
+NEEDS = re.compile(r"\s*needs ([A-Z][A-Z0-9_]*)\s*")
+
+Namespace = dict[str, Any]
+
+
+# -- the blocks ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """One ```python block: `key` is `<section> #<n>`, `line` the README line of its first line
+    of code, `needs` the environment variable it needs to run (None: it always runs)."""
+
+    key: str
+    line: int
+    source: str
+    needs: str | None = None
+
+    def compiled(self) -> Any:
+        # Blank lines in front, so a traceback names the README's own line numbers.
+        padded = "\n" * (self.line - 1) + self.source
+        return compile(padded, str(README), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+
+def python_blocks(text: str) -> list[Block]:
+    """The ```python blocks of a Markdown text, in order.
+
+    Raises:
+        ValueError: a block is not closed, or a readme-test marker is not one this test knows
+            (or stands before something other than a ```python fence).
+    """
+    lines = text.splitlines()
+    blocks: list[Block] = []
+    section, counts = "(top)", dict[str, int]()
+    marker: tuple[int, str] | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if line.startswith("## "):
+            section = line[3:].strip()
+        found = MARKER.fullmatch(stripped)
+        if found:
+            marker = (i + 1, found.group(1))
+        elif stripped.startswith("```"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
+            if end is None:
+                raise ValueError(f"README line {i + 1}: a code block is never closed")
+            language = stripped[3:].strip()
+            if language.startswith("py") and language != "python":
+                raise ValueError(f"README line {i + 1}: write ```python, not {stripped}")
+            if language == "python":
+                counts[section] = counts.get(section, 0) + 1
+                needs = None
+                if marker is not None:
+                    wanted = NEEDS.fullmatch(marker[1])
+                    if wanted is None:
+                        raise ValueError(f"README line {marker[0]}: unknown marker {marker[1]!r}")
+                    needs = wanted.group(1)
+                source = "\n".join(lines[i + 1 : end]) + "\n"
+                blocks.append(Block(f"{section} #{counts[section]}", i + 2, source, needs))
+            elif marker is not None:
+                raise ValueError(f"README line {marker[0]}: the marker stands before {stripped}")
+            marker = None
+            i = end
+        elif stripped and marker is not None:
+            raise ValueError(f"README line {marker[0]}: the marker stands before no code block")
+        i += 1
+    if marker is not None:
+        raise ValueError(f"README line {marker[0]}: the marker stands before no code block")
+    return blocks
+
+
+BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+BY_KEY = {b.key: b for b in BLOCKS}
+
+
+# -- what blocks may use without defining it ------------------------------------------------------
+
+
+class Counter(TypedDict):
+    steps: list[str]
+
+
+def add_step(state: Counter) -> dict[str, list[str]]:
+    return {"steps": [*state["steps"], f"step {len(state['steps']) + 1}"]}
+
+
+def ask_for(*calls: tuple[str, str, dict[str, Any]]) -> AIMessage:
+    return AIMessage(
+        content="",
+        tool_calls=[{"id": i, "name": n, "args": a, "type": "tool_call"} for i, n, a in calls],
+    )
+
+
+# The support agent's model: looks the order up, then asks to refund it.
+AGENT_SCRIPT = [
+    ask_for(("call-lookup", "lookup_order", {"order_id": "A-1042"})),
+    ask_for(("call-refund", "refund", {"order_id": "A-1042", "amount": 120})),
+    AIMessage(content="Done: 120 EUR for order A-1042 is on its way back to you."),
+]
+SLACK_USER = "slack:T0001:U0B055"
+
+
+class Given:
+    """The names README blocks use without defining them, each a real object on the block's
+    own database. A block gets only the names its `CASES` entry lists.
+
+    - `db`, `ring`: the database (a `Database`) and its key ring under the session's KEK.
+    - `store`: an `ApprovalStore` on them.
+    - `refund`, `lookup`: ledger tools, `async fn(args, context) -> JSON value`; every run of
+      `refund` is kept in `refunds`.
+    - `approval_id`: an approval of `refund` with `{"order": "A-1"}` for call `call-3` of run
+      `run-7`, approved by alice (not yet used).
+    - `model`: LangChain's fake chat model (no API key) scripted as the support agent: it calls
+      `lookup_order(order_id="A-1042")`, then `refund(order_id="A-1042", amount=120)`.
+    - `tools`: the LangChain tools `lookup_order` and `refund` (runs kept in `refunds` too).
+    - `signoff`: a `SignoffTools` whose `refund` needs an approval (anyone may give it).
+    - `builder`, `inputs`: an uncompiled `StateGraph` of two steps, and its input.
+    - `payload`, `runtime_user_id`: a Welt conversation turn asking for a refund, and the Slack
+      user Welt names.
+    - `addr`, `cache`: the Dex server (`DEX_SERVER_ADDRESS`, else a port nobody listens on) and
+      a Dex blob cache in a temporary folder.
+    """
+
+    def __init__(self, db: Database, ring: KeyRing, tmp_path: Path, stack: AsyncExitStack):
+        self.db, self.ring, self.tmp_path, self.stack = db, ring, tmp_path, stack
+        self.refunds: list[dict[str, Any]] = []
+        self._store: ApprovalStore | None = None
+
+    async def namespace(self, names: tuple[str, ...]) -> Namespace:
+        return {name: await getattr(self, f"given_{name}")() for name in names}
+
+    async def given_db(self) -> Database:
+        return self.db
+
+    async def given_ring(self) -> KeyRing:
+        return self.ring
+
+    async def given_store(self) -> ApprovalStore:
+        if self._store is None:
+            self._store = ApprovalStore(self.db, self.ring, poll_interval=0.05)
+            self.stack.push_async_callback(self._store.close)
+        return self._store
+
+    async def given_refund(self) -> Callable[[dict[str, Any], CallContext], Awaitable[Any]]:
+        async def refund(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+            self.refunds.append(args)
+            return {"refunded": args["order"]}
+
+        return refund
+
+    async def given_lookup(self) -> Callable[[dict[str, Any], CallContext], Awaitable[Any]]:
+        async def lookup(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+            return {"order": args["order"], "status": "delivered"}
+
+        return lookup
+
+    async def given_approval_id(self) -> str:
+        store = await self.given_store()
+        approval = await store.request(
+            run_id="run-7",
+            tool="refund",
+            args={"order": "A-1"},
+            call_id="call-3",
+            requested_by="support-agent",
+        )
+        await store.decide(approval.approval_id, Decision.approve(), "alice")
+        return approval.approval_id
+
+    async def given_model(self) -> ScriptedChatModel:
+        return ScriptedChatModel(script=list(AGENT_SCRIPT))
+
+    async def given_tools(self) -> list[BaseTool]:
+        refunds = self.refunds
+
+        @tool
+        async def lookup_order(order_id: str) -> str:
+            """Look up an order."""
+            return f"order {order_id}: 120 EUR, delivered"
+
+        @tool
+        async def refund(order_id: str, amount: int) -> str:
+            """Refund money on an order."""
+            refunds.append({"order_id": order_id, "amount": amount})
+            return f"refunded {amount} EUR on {order_id}"
+
+        return [lookup_order, refund]
+
+    async def given_signoff(self) -> SignoffTools:
+        ledger = ToolLedger(self.db, self.ring, poll_interval=0.05)
+        self.stack.push_async_callback(ledger.close)
+        rules = {
+            "lookup_order": ToolRule(effect=Effect.READ),
+            "refund": ToolRule(approval=ApprovalPolicy()),
+        }
+        return SignoffTools(ledger, await self.given_store(), rules)
+
+    async def given_builder(self) -> StateGraph[Counter, Any, Any, Any]:
+        builder = StateGraph(Counter)
+        builder.add_node("first", add_step)
+        builder.add_node("second", add_step)
+        builder.add_edge(START, "first")
+        builder.add_edge("first", "second")
+        return builder
+
+    async def given_inputs(self) -> Counter:
+        return {"steps": []}
+
+    async def given_payload(self) -> dict[str, Any]:
+        text = "<@U0123ABCD>: order A-1042 arrived broken, please refund it"
+        return {"messages": [{"role": "user", "content": [{"text": text}]}]}
+
+    async def given_runtime_user_id(self) -> str:
+        return SLACK_USER
+
+    async def given_addr(self) -> str:
+        return os.environ.get("DEX_SERVER_ADDRESS") or "127.0.0.1:1"
+
+    async def given_cache(self) -> Any:
+        cache = open_blob_cache(BlobCacheConfig(str(self.tmp_path / "dex-cache"), 1 << 20))
+        self.stack.callback(cache.close)
+        return cache
+
+
+# -- what each block must have done ---------------------------------------------------------------
+
+
+async def the_event_is_in_its_stream(ns: Namespace, given: Given) -> None:
+    events = await Journal(given.db).read_stream("order:42")
+    assert [(e.version, e.type, e.data, e.actor) for e in events] == [
+        (1, "order.placed", {"total": 12.5}, "alice")
+    ]
+    assert [e.position for e in ns["events"]] == [events[0].position]
+    assert ns["report"].first_bad is None
+    assert ns["db"].url == given.db.url  # `Database.from_env()` found the block's database
+
+
+async def the_refund_ran_once_with_its_approval(ns: Namespace, given: Given) -> None:
+    outcome = ns["outcome"]
+    assert (outcome.status, outcome.result, outcome.replayed) == (
+        CallStatus.SUCCEEDED,
+        {"refunded": "A-1"},
+        False,
+    )
+    assert given.refunds == [{"order": "A-1"}]
+    call = await ns["ledger"].get("run-7", "call-3")
+    assert (call.status, call.approval_id) == (CallStatus.SUCCEEDED, ns["approval_id"])
+    approval = await ns["store"].get(ns["approval_id"])
+    assert approval.consumed and approval.consumed_by == "run-7/call-3"
+
+
+async def the_quorum_approved_and_the_approval_is_used(ns: Namespace, given: Given) -> None:
+    used = ns["used"]
+    approval = await ns["store"].get(used.approval_id)
+    assert approval.status is ApprovalStatus.APPROVED
+    assert approval.consumed and approval.consumed_by == "run-7/call-3"
+    assert sorted(r["reviewer"] for r in approval.reviews) == ["alice", "bob"]
+    assert (approval.run_id, approval.tool, approval.call_id) == ("run-7", "refund", "call-3")
+
+
+async def the_agent_paused_at_the_refund(ns: Namespace, given: Given) -> None:
+    [paused] = ns["state"]["__interrupt__"]
+    request = paused.value
+    assert (request["type"], request["name"]) == ("tool_approval", "refund")
+    approval = await ns["signoff"].approvals.get(request["approval_id"])
+    assert (approval.status, approval.run_id, approval.tool) == (
+        ApprovalStatus.PENDING,
+        "run-7",
+        "refund",
+    )
+    assert approval.policy.approvers == frozenset({"group:support-leads"})
+    lookup = await ns["signoff"].ledger.get("run-7", "call-lookup")
+    assert (lookup.status, lookup.effect) == (CallStatus.SUCCEEDED, Effect.READ)
+    assert given.refunds == []  # nothing refunded before a support lead approves
+
+
+async def the_checkpoints_are_stored_encrypted(ns: Namespace, given: Given) -> None:
+    config = {"configurable": {"thread_id": "run-7"}}
+    async with encrypted_checkpointer(given.db, given.ring) as saver:  # another saver reads it
+        state = await ns["builder"].compile(checkpointer=saver).aget_state(config)
+        assert state.values == {"steps": ["step 1", "step 2"]}
+        usage = await key_usage(saver)
+    active = given.ring.active_key_id(Purpose.CHECKPOINT)
+    assert usage.plaintext() == 0
+    assert set(usage.rows["checkpoints"]) == {active} and set(usage.rows["checkpoint_blobs"]) == {
+        active
+    }
+
+
+async def the_worker_is_built_with_both_tools(ns: Namespace, given: Given) -> None:
+    runtime = ns["runtime"]
+    assert set(runtime.tools) == {"refund", "lookup"}
+    refund, lookup = runtime.tool("refund"), runtime.tool("lookup")
+    assert (refund.effect, refund.approval) == (
+        Effect.IDEMPOTENT_WRITE,
+        ApprovalPolicy(expires_in=timedelta(hours=4)),
+    )
+    assert (lookup.effect, lookup.approval) == (Effect.READ, None)
+    assert runtime.store is ns["store"]
+    assert ns["flow"].get_flow_type() == "SignoffToolCall"
+    assert ns["worker"].worker_target
+
+
+async def the_flow_ran_the_approved_refund(ns: Namespace, given: Given) -> None:
+    result = ns["result"]
+    assert (result.status, result.idempotency_key) == (CallStatus.SUCCEEDED, "session-42/t3/call_1")
+    assert given.refunds == [{"order": "A-1"}]
+    approval = await ns["store"].get(ns["asked"][0].approval_id)
+    assert (approval.status, approval.decided_by) == (ApprovalStatus.APPROVED, "alice")
+
+
+async def slack_is_asked_about_the_refund(ns: Namespace, given: Given) -> None:
+    *_, last = ns["events"]
+    question = last["interrupt"]
+    assert question["name"] == "refund"
+    approval = await ns["store"].get(question["id"])
+    assert (approval.status, approval.tool) == (ApprovalStatus.PENDING, "refund")
+    assert [e for e in ns["events"] if "interrupt" in e] == [last]
+    assert given.refunds == []
+
+
+@dataclass(frozen=True)
+class Case:
+    """What a block may use without defining it, what it must have done, and the block whose
+    namespace it continues (a snippet split in two)."""
+
+    given: tuple[str, ...]
+    check: Callable[[Namespace, Given], Awaitable[None]]
+    follows: str | None = None
+
+
+CASES: dict[str, Case] = {
+    "The journal #1": Case((), the_event_is_in_its_stream),
+    "The tool-call ledger #1": Case(
+        ("db", "ring", "refund", "store", "approval_id"), the_refund_ran_once_with_its_approval
+    ),
+    "Approvals #1": Case(("db",), the_quorum_approved_and_the_approval_is_used),
+    "LangGraph agents #1": Case(("db", "ring", "model", "tools"), the_agent_paused_at_the_refund),
+    "Checkpoints #1": Case(("builder", "inputs"), the_checkpoints_are_stored_encrypted),
+    "Dex #1": Case(
+        ("db", "ring", "refund", "lookup", "addr", "cache"), the_worker_is_built_with_both_tools
+    ),
+    "Dex #2": Case((), the_flow_ran_the_approved_refund, follows="Dex #1"),
+    "Welt #1": Case(
+        ("db", "ring", "model", "tools", "signoff", "store", "payload", "runtime_user_id"),
+        slack_is_asked_about_the_refund,
+    ),
+}
+
+
+# -- running them ---------------------------------------------------------------------------------
+
+
+async def run_block(block: Block, ns: Namespace) -> None:
+    """Run a block as written, with top-level await, in `ns`."""
+    result = eval(block.compiled(), ns)
+    if inspect.iscoroutine(result):
+        await result
+
+
+async def close_what_it_opened(ns: Namespace, given: Given) -> None:
+    """Stop the Dex Workers and Clients a block made, wait for the tasks it started, and close
+    the stores, ledgers and databases it opened (directly, or inside a runtime)."""
+    found = list(ns.values())
+    found += [getattr(v, a, None) for v in found for a in ("store", "ledger", "approvals")]
+    opened = list({id(v): v for v in found if v is not None and v is not given.db}.values())
+    for value in opened:
+        if isinstance(value, (AsyncWorker, AsyncClient)):
+            await value.close()
+    for value in opened:
+        if isinstance(value, asyncio.Task):
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(value, 60)
+    for value in opened:
+        if isinstance(value, (ApprovalStore, ToolLedger)):
+            await value.close()
+    for value in opened:
+        if isinstance(value, Database):
+            await value.close()
+
+
+@pytest.fixture
+async def scratch_url(server_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
+    """A database of the block's own; `Database.from_env()` and `KeyRing.open(db)` find it."""
+    async with scratch_database(server_url, prefix="signoff_readme") as url:
+        monkeypatch.setenv("SIGNOFF_DATABASE_URL", url)
+        monkeypatch.setenv("SIGNOFF_KEK", base64.b64encode(TEST_KEK).decode())
+        monkeypatch.delenv("SIGNOFF_KEK_FILE", raising=False)
+        yield url
+
+
+def test_every_python_block_of_the_readme_has_a_check() -> None:
+    assert BLOCKS, "README.md has no ```python block"
+    assert [b.key for b in BLOCKS] == list(CASES), "README blocks and CASES differ"
+    for key, case in CASES.items():
+        assert case.follows is None or case.follows in BY_KEY, key
+        unknown = [n for n in case.given if not hasattr(Given, f"given_{n}")]
+        assert not unknown, f"{key}: nothing supplies {unknown}"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.key for b in BLOCKS])
+def test_every_python_block_of_the_readme_compiles(block: Block) -> None:
+    block.compiled()
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.key for b in BLOCKS])
+async def test_a_readme_block_runs_as_written_and_does_what_it_says(
+    block: Block, scratch_url: str, tmp_path: Path
+) -> None:
+    if block.needs and not os.environ.get(block.needs):
+        pytest.skip(f"compiled only: README line {block.line} needs {block.needs} to run")
+    case = CASES[block.key]
+    chain = [block]
+    while CASES[chain[0].key].follows:
+        chain.insert(0, BY_KEY[str(CASES[chain[0].key].follows)])
+    async with AsyncExitStack() as stack, await Database.connect(scratch_url) as db:
+        given = Given(db, await KeyRing.open(db, LocalKek(TEST_KEK)), tmp_path, stack)
+        ns: Namespace = {}
+        try:
+            for part in chain:
+                ns.update(await given.namespace(CASES[part.key].given))
+                await run_block(part, ns)
+            await case.check(ns, given)
+        finally:
+            await close_what_it_opened(ns, given)
+
+
+# -- the parser ------------------------------------------------------------------------------------
+
+
+def test_blocks_are_keyed_by_section_and_a_marker_binds_the_next_block_only() -> None:
+    text = (
+        "## One\n```python\na = 1\n```\n```sh\nls\n```\n"
+        "<!-- readme-test: needs SOME_SERVER -->\n```python\nb = 2\n```\n"
+        "## Two\n```python\nc = 3\n```\n"
+    )
+    assert python_blocks(text) == [
+        Block("One #1", 3, "a = 1\n"),
+        Block("One #2", 10, "b = 2\n", "SOME_SERVER"),
+        Block("Two #1", 14, "c = 3\n"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<!-- readme-test: skip -->\n```python\na = 1\n```\n",  # no way out of running
+        "<!-- readme-test: needs X -->\n```sh\nls\n```\n",
+        "<!-- readme-test: needs X -->\nsome prose\n```python\na = 1\n```\n",
+        "```python\na = 1\n",
+        "```py\na = 1\n```\n",  # would escape the test
+        "```python title=x\na = 1\n```\n",
+    ],
+)
+def test_a_block_with_no_testable_form_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        python_blocks(text)
