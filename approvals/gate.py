@@ -1,6 +1,6 @@
 """The approval gate of the tool-call ledger: consume a decision inside the call's intent.
 
-`ToolLedger.execute(call, fn, policy, gate=approval_gate(store, approval_id, task_run_id))`
+`ToolLedger.execute(call, fn, policy, gate=approval_gate(store, approval_id, task_run_id, args))`
 records the intent and consumes the approval in one transaction, so a decision is used by
 exactly one run of the tool, or by none if recording the intent fails.
 """
