@@ -23,6 +23,7 @@ __all__ = [
     "args_digest",
     "binding_of",
     "check_decision",
+    "has_float",
     "json_object",
 ]
 
@@ -208,6 +209,15 @@ def json_object(value: Any, what: str, max_bytes: int | None = None) -> str:
     if max_bytes is not None and len(text.encode()) > max_bytes:
         raise InvalidApprovalRequest(f"{what} are more than {max_bytes} bytes of JSON")
     return text
+
+
+def has_float(value: Any) -> bool:
+    """Whether a JSON value (checked by `json_object`: at most 64 deep) holds a float."""
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, list | tuple) and any(has_float(v) for v in value)
 
 
 def identifier(value: Any, what: str) -> str:

@@ -49,6 +49,7 @@ from .model import (
     binding_of,
     check_decision,
     expiry,
+    has_float,
     identifier,
     is_expired,
     json_object,
@@ -118,6 +119,8 @@ class ApprovalStore:
         args_text = json_object(args, "args", MAX_ARGS_BYTES)
         if thread_config is not None:
             json_object(thread_config, "thread config")
+            if has_float(thread_config):  # jsonb would turn 1e23 into another number
+                raise InvalidApprovalRequest("a thread config holds no floats")
         policy = policy or ApprovalPolicy()
         if not isinstance(policy, ApprovalPolicy):
             raise InvalidApprovalRequest(f"not an ApprovalPolicy: {type(policy).__name__}")

@@ -192,6 +192,11 @@ CASES = [
         for n, v in BAD_JSON.items()
     ),
     Case(
+        "request: thread config with a float jsonb would change",
+        request(thread_config={"configurable": {"thread_id": "t", "n": 1e23}}),
+        InvalidApprovalRequest,
+    ),
+    Case(
         "request: an expiry out of range",
         request(policy=ApprovalPolicy(expires_in=timedelta.max)),
         InvalidApprovalRequest,
