@@ -22,7 +22,7 @@ from ledger.limits import json_text_problem, name_problem
 
 from .errors import TokenForged, TokenMalformed
 
-__all__ = ["ResumeToken", "parse_token", "sign_token", "token_mac_ok"]
+__all__ = ["MAX_TOKEN_CHARS", "ResumeToken", "parse_token", "sign_token", "token_mac_ok"]
 
 _PREFIX = "so1"
 _MAC_TAG = b"signoff.token.v1|"

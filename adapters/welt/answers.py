@@ -36,8 +36,8 @@ from approvals import (
     InvalidApprovalRequest,
     Reviewer,
     UnknownApproval,
+    check_decision,
 )
-from approvals.model import check_decision
 from ledger.log import get_logger
 
 from .errors import InvalidWeltPayload, MissingReviewer, UnknownInterrupt
