@@ -23,6 +23,7 @@ from .model import (
     Reviewer,
     args_digest,
     binding_of,
+    check_decision,
 )
 from .port import StoreDecidedApproval
 from .store import NOTIFY_CHANNEL, ApprovalStore
@@ -51,5 +52,6 @@ __all__ = [
     "approval_gate",
     "args_digest",
     "binding_of",
+    "check_decision",
     "gate_result",
 ]

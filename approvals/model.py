@@ -9,6 +9,9 @@ from enum import StrEnum
 from typing import Any
 
 from ledger.canonical import canonical_json, json_digest
+from ledger.limits import name_problem, text_problem
+
+from .errors import InvalidApprovalRequest
 
 __all__ = [
     "Approval",
@@ -19,7 +22,16 @@ __all__ = [
     "Reviewer",
     "args_digest",
     "binding_of",
+    "check_decision",
+    "has_float",
+    "json_object",
 ]
+
+MAX_TEXT_BYTES = 64 * 1024
+"""Longest reason or answer (UTF-8) a decision may carry."""
+MAX_ARGS_BYTES = 128 * 1024
+"""Largest arguments (canonical JSON) an approval may be asked or edited with: they are sealed
+into its journal events."""
 
 
 class DecisionKind(StrEnum):
@@ -182,6 +194,70 @@ class Approval:
         return self.consumed_at is not None
 
 
+def json_object(value: Any, what: str, max_bytes: int | None = None) -> str:
+    """The canonical JSON of `value`, a JSON object of at most `max_bytes` bytes.
+
+    Raises:
+        InvalidApprovalRequest: not a dict, not storable JSON (`ledger.limits`), too big.
+    """
+    if not isinstance(value, dict):
+        raise InvalidApprovalRequest(f"{what} must be a JSON object, not {type(value).__name__}")
+    try:
+        text = canonical_json(value)
+    except ValueError as e:
+        raise InvalidApprovalRequest(f"{what} is not JSON: {e}") from e
+    if max_bytes is not None and len(text.encode()) > max_bytes:
+        raise InvalidApprovalRequest(f"{what} are more than {max_bytes} bytes of JSON")
+    return text
+
+
+def has_float(value: Any) -> bool:
+    """Whether a JSON value (checked by `json_object`: at most 64 deep) holds a float."""
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, list | tuple) and any(has_float(v) for v in value)
+
+
+def identifier(value: Any, what: str) -> str:
+    """`value` if it is a usable id or name (`ledger.limits.name_problem`).
+
+    Raises:
+        InvalidApprovalRequest: it is not.
+    """
+    if (problem := name_problem(value)) is not None:
+        raise InvalidApprovalRequest(f"{what} {problem}")
+    return str(value)
+
+
+def check_decision(decision: Any) -> None:
+    """Check that a decision is well formed before anything is recorded: edited arguments a
+    JSON object, an answer and a reason text within `MAX_TEXT_BYTES`. Whether the policy allows
+    it is the store's business.
+
+    Raises:
+        InvalidApprovalRequest: it is not.
+    """
+    if not isinstance(decision, Decision) or not isinstance(decision.kind, DecisionKind):
+        raise InvalidApprovalRequest(f"not a Decision: {type(decision).__name__}")
+    if decision.kind is DecisionKind.EDIT:
+        json_object(decision.args, "edited args", MAX_ARGS_BYTES)
+    if decision.kind is DecisionKind.RESPOND:
+        _check_text(identifier(decision.message, "a response"), "a response")
+    if decision.reason is not None:
+        if not isinstance(decision.reason, str):
+            raise InvalidApprovalRequest("a reason must be text")
+        _check_text(decision.reason, "a reason")
+
+
+def _check_text(text: str, what: str) -> None:
+    if (problem := text_problem(text)) is not None:
+        raise InvalidApprovalRequest(f"{what} {problem}")
+    if len(text.encode()) > MAX_TEXT_BYTES:
+        raise InvalidApprovalRequest(f"{what} is longer than {MAX_TEXT_BYTES} bytes")
+
+
 def args_digest(args: dict[str, Any]) -> str:
     """SHA-256 (hex) of the canonical JSON of a call's arguments (as the tool-call ledger)."""
     return json_digest(args)
@@ -200,4 +276,9 @@ def is_expired(expires_at: datetime | None, now: datetime) -> bool:
 
 
 def expiry(policy: ApprovalPolicy, requested_at: datetime) -> datetime | None:
-    return None if policy.expires_in is None else requested_at + policy.expires_in
+    if policy.expires_in is None:
+        return None
+    try:
+        return requested_at + policy.expires_in
+    except OverflowError as e:
+        raise InvalidApprovalRequest(f"the policy's expiry is out of range: {e}") from e

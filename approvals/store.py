@@ -21,9 +21,9 @@ from typing import Any
 import asyncpg
 
 from ledger import Database, Journal, NewEvent
-from ledger.canonical import canonical_json
 from ledger.errors import DatabaseUnavailable
 from ledger.keys import KeyRing
+from ledger.limits import INT8, int_problem
 from ledger.log import get_logger
 from ledger.notify import Listener
 
@@ -38,6 +38,7 @@ from .errors import (
     UnknownApproval,
 )
 from .model import (
+    MAX_ARGS_BYTES,
     Approval,
     ApprovalPolicy,
     ApprovalStatus,
@@ -46,8 +47,12 @@ from .model import (
     Reviewer,
     args_digest,
     binding_of,
+    check_decision,
     expiry,
+    has_float,
+    identifier,
     is_expired,
+    json_object,
 )
 from .projection import stream_of
 from .records import NOTIFY_CHANNEL, ApprovalRecorder, row_to_approval
@@ -58,19 +63,8 @@ __all__ = ["NOTIFY_CHANNEL", "ApprovalStore"]
 log = get_logger(__name__)
 
 
-def _json_object(value: Any, what: str) -> str:
-    if not isinstance(value, dict):
-        raise InvalidApprovalRequest(f"{what} must be a JSON object, not {type(value).__name__}")
-    try:
-        return canonical_json(value)
-    except (TypeError, ValueError) as e:
-        raise InvalidApprovalRequest(f"{what} is not JSON: {e}") from e
-
-
 def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidApprovalRequest(f"{what} must be a non-empty string, not {value!r}")
-    return value
+    return identifier(value, what)
 
 
 class ApprovalStore:
@@ -108,15 +102,30 @@ class ApprovalStore:
         approval. A sticky grant for this run and tool approves it at once.
 
         Raises:
-            InvalidApprovalRequest: empty ids, arguments or config that are not JSON objects.
+            InvalidApprovalRequest: empty ids, arguments or config that are not JSON objects,
+                text or JSON that cannot be stored (`ledger.limits`), arguments of more than
+                `MAX_ARGS_BYTES`.
         """
-        for value, what in ((run_id, "run_id"), (tool, "tool"), (call_id, "call_id")):
+        for value, what in (
+            (run_id, "run_id"),
+            (tool, "tool"),
+            (call_id, "call_id"),
+            (requested_by, "requested_by"),
+            (kind, "kind"),
+        ):
             _text(value, what)
-        _text(requested_by, "requested_by")
-        args_text = _json_object(args, "args")
+        if thread_id is not None:
+            _text(thread_id, "thread_id")
+        args_text = json_object(args, "args", MAX_ARGS_BYTES)
         if thread_config is not None:
-            _json_object(thread_config, "thread config")
+            json_object(thread_config, "thread config")
+            if has_float(thread_config):  # jsonb would turn 1e23 into another number
+                raise InvalidApprovalRequest("a thread config holds no floats")
         policy = policy or ApprovalPolicy()
+        if not isinstance(policy, ApprovalPolicy):
+            raise InvalidApprovalRequest(f"not an ApprovalPolicy: {type(policy).__name__}")
+        json_object(policy.to_json(), "policy")
+        expiry(policy, datetime.now(UTC))  # refuses an expiry out of range before any write
         digest = args_digest(args)
         await self.ring.fresh()
         async with self.db.connection(connection) as conn, conn.transaction():
@@ -166,7 +175,7 @@ class ApprovalStore:
         _text(run_id, "run_id")
         _text(tool, "tool")
         _text(granted_by, "granted_by")
-        if until.tzinfo is None:
+        if not isinstance(until, datetime) or until.tzinfo is None:
             raise InvalidApprovalRequest("`until` must be timezone-aware")
         grant_id = f"grant-{uuid.uuid4().hex}"
         now = datetime.now(UTC)
@@ -192,7 +201,10 @@ class ApprovalStore:
             UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
             DecisionNotAllowed (policy), InvalidApprovalRequest (malformed decision).
         """
+        _text(approval_id, "approval id")
         who = Reviewer(reviewer) if isinstance(reviewer, str) else reviewer
+        if not isinstance(who, Reviewer):
+            raise InvalidApprovalRequest(f"not a Reviewer: {type(who).__name__}")
         _text(who.id, "reviewer")
         if who.id.startswith("group:"):
             raise InvalidApprovalRequest(f"a reviewer is a person, not a group: {who.id!r}")
@@ -224,6 +236,7 @@ class ApprovalStore:
 
     async def cancel(self, approval_id: str, by: str) -> Approval:
         """Withdraw a pending request (it will never run)."""
+        _text(approval_id, "approval id")
         _text(by, "by")
         async with self.db.transaction() as conn:
             approval = await self._locked(conn, approval_id)
@@ -242,6 +255,7 @@ class ApprovalStore:
         Raises:
             UnknownApproval, ApprovalPending, ApprovalAlreadyDecided (used before).
         """
+        _text(approval_id, "approval id")
         _text(task_run_id, "task_run_id")
         await self.ring.fresh()
         async with self.db.connection(connection) as conn, conn.transaction():
@@ -273,6 +287,7 @@ class ApprovalStore:
 
     async def get(self, approval_id: str, *, reveal: bool = False) -> Approval:
         """One approval; with `reveal`, its arguments and decision decrypted."""
+        _text(approval_id, "approval id")
         async with self.db.connection() as conn:
             row = await conn.fetchrow(_sql.BY_ID, approval_id)
         if row is None:
@@ -289,6 +304,10 @@ class ApprovalStore:
     async def find(
         self, *, status: ApprovalStatus | None = None, run_id: str | None = None, limit: int = 100
     ) -> list[Approval]:
+        if run_id is not None:
+            _text(run_id, "run_id")
+        if (problem := int_problem(limit, (0, INT8[1]))) is not None:
+            raise InvalidApprovalRequest(f"limit {problem}")
         async with self.db.connection() as conn:
             rows = await conn.fetch(_sql.LIST, status, run_id, limit)
         return [row_to_approval(r) for r in rows]
@@ -368,8 +387,12 @@ class ApprovalStore:
         Raises:
             TokenMalformed, TokenForged, UnknownKey (key id unknown or retired),
             TokenBindingMismatch (another run, tool, arguments or call), UnknownApproval,
-            ApprovalExpired, ApprovalAlreadyDecided (its decision was consumed already).
+            ApprovalExpired, ApprovalAlreadyDecided (its decision was consumed already),
+            InvalidApprovalRequest (malformed ids or arguments).
         """
+        for value, what in ((run_id, "run_id"), (tool, "tool"), (call_id, "call_id")):
+            _text(value, what)
+        json_object(args, "args")
         parsed = parse_token(token)
         await token_mac_ok(self.ring, parsed)
         approval = await self.get(parsed.approval_id)
@@ -430,12 +453,11 @@ class ApprovalStore:
         return approval
 
     def _decision_payload(self, decision: Decision) -> dict[str, Any]:
+        check_decision(decision)
         if decision.kind is DecisionKind.EDIT:
-            return {"args_text": _json_object(decision.args, "edited args")}
+            return {"args_text": json_object(decision.args, "edited args")}
         if decision.kind is DecisionKind.RESPOND:
-            return {"message": _text(decision.message, "response")}
-        if decision.reason is not None and not isinstance(decision.reason, str):
-            raise InvalidApprovalRequest("a reason must be text")
+            return {"message": decision.message}
         return {}
 
     def _review(

@@ -18,13 +18,17 @@ from typing import Any
 
 from ledger.canonical import canonical_json
 from ledger.keys import KeyRing, Purpose
+from ledger.limits import json_text_problem, name_problem
 
 from .errors import TokenForged, TokenMalformed
 
-__all__ = ["ResumeToken", "parse_token", "sign_token", "token_mac_ok"]
+__all__ = ["MAX_TOKEN_CHARS", "ResumeToken", "parse_token", "sign_token", "token_mac_ok"]
 
 _PREFIX = "so1"
 _MAC_TAG = b"signoff.token.v1|"
+MAX_TOKEN_CHARS = 1024
+"""A real token is about 300 characters; anything much longer is refused unread."""
+_FIELDS = ("approval_id", "binding", "decision", "key_id")
 
 
 @dataclass(frozen=True)
@@ -61,24 +65,25 @@ def parse_token(token: Any) -> ResumeToken:
     Raises:
         TokenMalformed: not a Signoff resume token.
     """
-    if not isinstance(token, str) or token.count(".") != 2:
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
         raise TokenMalformed("not a Signoff resume token")
     prefix, body_text, mac_text = token.split(".")
     if prefix != _PREFIX:
         raise TokenMalformed(f"unknown resume token version {prefix!r}")
     try:
         body, mac = _unb64(body_text), _unb64(mac_text)
+        if (problem := json_text_problem(body, max_depth=1)) is not None:
+            raise ValueError(problem)  # a flat object; json.loads would recurse on anything
         fields = json.loads(body)
-        return ResumeToken(
-            str(fields["approval_id"]),
-            str(fields["binding"]),
-            str(fields["decision"]),
-            str(fields["key_id"]),
-            body,
-            mac,
-        )
-    except (binascii.Error, ValueError, KeyError, TypeError) as e:
+    except (binascii.Error, ValueError) as e:
         raise TokenMalformed(f"resume token does not parse: {e}") from e
+    if not isinstance(fields, dict) or set(fields) != set(_FIELDS):
+        raise TokenMalformed(f"a resume token's body has exactly the fields {', '.join(_FIELDS)}")
+    for name in _FIELDS:
+        if (problem := name_problem(fields[name])) is not None:
+            raise TokenMalformed(f"resume token field {name} {problem}")
+    approval_id, binding, decision, key_id = (fields[name] for name in _FIELDS)
+    return ResumeToken(approval_id, binding, decision, key_id, body, mac)
 
 
 async def token_mac_ok(ring: KeyRing, token: ResumeToken) -> None:

@@ -5,6 +5,11 @@ allow_nan=False)` encoded as UTF-8. Keys are sorted, there is no white space, fl
 shortest round-trip form and NaN/Infinity are refused. The journal stores this exact text in a
 `json` column (which keeps its input verbatim), so verification hashes the stored bytes.
 
+Only values that read back as they were given are accepted (`ledger.limits`): string keys, no
+NUL or lone surrogate in any string, finite numbers, integers of at most 4300 digits, at most 64
+nested arrays and objects. Integers are written in full and floats in Python's shortest
+round-trip form, so `1` and `1.0` are different values with different hashes.
+
 An event's canonical bytes are the tag `signoff.event.v1` followed by six fields, each as a 4-byte
 big-endian length and its UTF-8 bytes: stream id, version (decimal), type, actor, recorded-at
 (`YYYY-MM-DDTHH:MM:SS.ffffffZ`, UTC) and the canonical JSON of the data. Length prefixes make the
@@ -21,6 +26,9 @@ import json
 import struct
 from datetime import UTC, datetime
 from typing import Any
+
+from .errors import InvalidJson
+from .limits import containers_ok, json_problem, json_text_ok
 
 __all__ = [
     "EVENT_TAG",
@@ -42,12 +50,19 @@ def canonical_json(value: Any) -> str:
     """Return the canonical JSON text of `value`.
 
     Raises:
-        TypeError: a value is not JSON (sets, bytes, objects, non-string keys of mixed type).
-        ValueError: NaN or infinity.
+        InvalidJson: not a JSON value as `ledger.limits` defines it (sets, bytes, objects,
+            non-string keys, NaN or infinity, NUL or lone surrogates, nested too deep).
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    # The cheap checks first; the full walk runs only to say what is wrong.
+    try:
+        text = containers_ok(value) and json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as e:
+        raise InvalidJson(json_problem(value) or str(e)) from e
+    if not text or not json_text_ok(text):
+        raise InvalidJson(json_problem(value) or "not a JSON value")
+    return text
 
 
 def format_time(moment: datetime) -> str:

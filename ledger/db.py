@@ -27,17 +27,35 @@ from .config import masked, resolve_url
 from .errors import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
 from .log import get_logger
 
-__all__ = ["Database", "open_raw_connection"]
+__all__ = ["Database", "connection_lost", "open_raw_connection"]
 
 log = get_logger(__name__)
 
-_CONNECTION_LOST = (
-    asyncpg.InterfaceError,  # "connection is closed" (only when the connection really is)
-    asyncpg.PostgresConnectionError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CannotConnectNowError,
-    ConnectionError,
-)
+# SQLSTATEs that mean the session is gone: class 08 (connection exception), and the server
+# shutting down, crashing or starting up (57P01-57P03: a restart, pg_terminate_backend).
+_LOST_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+
+
+def connection_lost(error: BaseException, conn: asyncpg.Connection | None = None) -> bool:
+    """Whether `error`, raised while using `conn`, means the connection is gone (server
+    restart, network, terminated backend) rather than a statement that failed on a live one.
+
+    A lost connection surfaces in several shapes: the server's SQLSTATE, a socket error, or an
+    `InterfaceError` from a connection that is closed, or that the pool already took back (then
+    even `conn.is_closed()` raises).
+    """
+    if isinstance(error, asyncpg.PostgresError):
+        return (error.sqlstate or "").startswith(_LOST_SQLSTATES)
+    if isinstance(error, TimeoutError):  # a slow statement, not a lost connection
+        return False
+    if isinstance(error, OSError):  # ConnectionResetError, BrokenPipeError, ...
+        return True
+    if isinstance(error, asyncpg.InterfaceError) and conn is not None:
+        try:
+            return bool(conn.is_closed())
+        except asyncpg.InterfaceError:  # "released back to the pool": it closed under us
+            return True
+    return False
 
 
 async def open_raw_connection(url: str) -> asyncpg.Connection:
@@ -130,22 +148,31 @@ class Database:
         With `existing` (a caller's connection, perhaps in its own transaction), use that one.
         """
         if existing is not None:
-            yield existing
+            try:
+                yield existing
+            except Exception as e:
+                if not connection_lost(e, existing):
+                    raise
+                raise self._unavailable(e) from e
             return
         try:
             conn = await self.pool.acquire()
-        except (*_CONNECTION_LOST, OSError, asyncpg.PostgresError) as e:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
             # Connecting failed: the server is down, starting up or refusing us.
-            raise DatabaseUnavailable(masked(self.url), str(e) or type(e).__name__) from e
+            raise self._unavailable(e) from e
         try:
             yield conn
-        except _CONNECTION_LOST as e:
-            if isinstance(e, asyncpg.InterfaceError) and not conn.is_closed():
-                raise  # misuse of a live connection, not a lost one
+        except Exception as e:
+            # DatabaseUnavailable: a nested use of this connection (`existing`) saw it lost.
+            lost = isinstance(e, DatabaseUnavailable) or connection_lost(e, conn)
+            if not lost:
+                raise
             # The server restarted or the network dropped: every pooled connection is likely
             # dead, so replace them all rather than fail once per connection.
             await self.pool.expire_connections()
-            raise DatabaseUnavailable(masked(self.url), str(e) or type(e).__name__) from e
+            if isinstance(e, DatabaseUnavailable):
+                raise
+            raise self._unavailable(e) from e
         finally:
             await self.pool.release(conn)  # asyncpg shields the release from cancellation
 
@@ -154,6 +181,12 @@ class Database:
         """Borrow a pooled asyncpg connection inside one transaction, committed on success."""
         async with self.connection() as conn, conn.transaction():
             yield conn
+
+    def _unavailable(self, error: BaseException) -> DatabaseUnavailable:
+        reason = str(error) or type(error).__name__
+        if isinstance(error, asyncpg.PostgresError) and error.sqlstate:
+            reason = f"{reason} (SQLSTATE {error.sqlstate})"
+        return DatabaseUnavailable(masked(self.url), reason)
 
     async def close(self) -> None:
         await self.pool.close()

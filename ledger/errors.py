@@ -16,6 +16,7 @@ __all__ = [
     "DigestMismatch",
     "EmbeddedServerError",
     "InvalidEvent",
+    "InvalidJson",
     "InvalidToolCall",
     "KekMismatch",
     "KekMissing",
@@ -69,6 +70,15 @@ class EmbeddedServerError(SignoffError):
 
 class InvalidEvent(SignoffError, ValueError):
     """An event or append request is malformed; nothing was written."""
+
+
+class InvalidJson(SignoffError, ValueError):
+    """A value cannot be stored as canonical JSON (see `ledger.limits`); nothing was written.
+    The message says where in the value and why."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(f"not storable as JSON: {problem}")
+        self.problem = problem
 
 
 class VersionConflict(SignoffError):

@@ -32,6 +32,7 @@ import asyncpg
 from .canonical import GENESIS_HASH, canonical_json, chain_hash, event_bytes
 from .db import Database
 from .errors import InvalidEvent, VersionConflict
+from .limits import INT4, INT8, int_problem
 
 __all__ = [
     "MAX_DATA_BYTES",
@@ -182,12 +183,16 @@ class Journal:
         self, stream_id: str, *, connection: asyncpg.Connection | None = None
     ) -> int:
         """The version of the newest event in `stream_id` (0 when it has none)."""
+        _check_name("stream id", stream_id)
         async with self.db.connection(connection) as conn:
             version: int = await conn.fetchval(_HEAD, stream_id)
         return version
 
     async def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[Event]:
         """The events of one stream, oldest first."""
+        _check_name("stream id", stream_id)
+        if (problem := int_problem(after_version, INT4)) is not None:
+            raise InvalidEvent(f"after_version {problem}")
         async with self.db.connection() as conn:
             rows = await conn.fetch(_READ_STREAM, stream_id, after_version)
         return [Event(*row) for row in rows]
@@ -199,6 +204,8 @@ class Journal:
         Raises:
             InvalidEvent: `after` is not the position of an event.
         """
+        if (problem := int_problem(batch_size, (1, INT8[1]))) is not None:
+            raise InvalidEvent(f"batch_size {problem}")
         cursor = await self._cursor_of(after)
         while True:
             async with self.db.connection() as conn:
@@ -238,8 +245,8 @@ class Journal:
         return VerifyReport(events, streams, tuple(bad))
 
     async def _cursor_of(self, position: int) -> tuple[int, int]:
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise InvalidEvent(f"a journal position is a whole number >= 0, not {position!r}")
+        if int_problem(position, (0, INT8[1])) is not None:
+            raise InvalidEvent(f"a journal position is a whole number from 0 to {INT8[1]}")
         if position == 0:
             return (0, 0)
         async with self.db.connection() as conn:
@@ -276,8 +283,12 @@ def append_arguments(
         raise InvalidEvent("an append needs at least one event")
     if len(events) > MAX_EVENTS_PER_APPEND:
         raise InvalidEvent(f"at most {MAX_EVENTS_PER_APPEND} events per append, not {len(events)}")
+    if expected_version + len(events) > INT4[1]:  # versions are an `integer` column
+        raise InvalidEvent(f"a stream has at most {INT4[1]} versions; expected_version is too big")
     types, payloads, actors, times, canonical = [], [], [], [], []
     for offset, event in enumerate(events, start=1):
+        if not isinstance(event, NewEvent):
+            raise InvalidEvent(f"events are NewEvent values, not {type(event).__name__}")
         _check_name("type", event.type)
         _check_name("actor", event.actor)
         payload = _payload(event)

@@ -46,6 +46,7 @@ from .errors import (
 )
 from .journal import NewEvent
 from .keys import KeyRing
+from .limits import INT8, int_problem, name_problem, text_problem
 from .log import get_logger
 from .notify import Listener
 from .tool_calls import (
@@ -97,17 +98,30 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def _validate(call: ToolCall) -> str:
-    for value, what in ((call.run_id, "run_id"), (call.call_id, "call_id"), (call.tool, "tool")):
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidToolCall(f"{what} must be a non-empty string, not {value!r}")
+def _check_id(value: object, what: str) -> None:
+    if (problem := name_problem(value)) is not None:
+        raise InvalidToolCall(f"{what} {problem}")
+
+
+def _validate(call: ToolCall, policy: ToolPolicy) -> str:
+    if not isinstance(call, ToolCall):
+        raise InvalidToolCall(f"not a ToolCall: {type(call).__name__}")
+    for value, what in (
+        (call.run_id, "run_id"),
+        (call.call_id, "call_id"),
+        (call.tool, "tool"),
+        (call.turn_id, "turn_id"),
+    ):
+        _check_id(value, what)
     if len(call_stream(call.run_id, call.call_id)) > 200:
         raise InvalidToolCall("run_id and call_id together may be at most 193 characters")
+    if not isinstance(policy, ToolPolicy) or not isinstance(policy.effect, Effect):
+        raise InvalidToolCall(f"not a ToolPolicy with an Effect: {policy!r}")
     if not isinstance(call.args, dict):
         raise InvalidToolCall(f"arguments must be a JSON object, not {type(call.args).__name__}")
     try:
         return json_digest(call.args)
-    except (TypeError, ValueError) as e:
+    except ValueError as e:
         raise InvalidToolCall(f"arguments of {call.tool} are not JSON: {e}") from e
 
 
@@ -172,8 +186,8 @@ class ToolLedger:
         (then it is retried or becomes `outcome_unknown`, by its effect); once the tool has
         returned, its outcome is recorded even if the task is cancelled.
         """
-        request_digest = _validate(call)
         policy = policy or ToolPolicy()
+        request_digest = _validate(call, policy)
         await self.ring.fresh()
         while True:
             step = await self._claim(call, policy, gate, request_digest)
@@ -186,6 +200,8 @@ class ToolLedger:
             # None: a concurrent claim won the insert; look again
 
     async def get(self, run_id: str, call_id: str) -> CallRecord:
+        _check_id(run_id, "run_id")
+        _check_id(call_id, "call_id")
         async with self.db.connection() as conn:
             row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
         if row is None:
@@ -194,6 +210,8 @@ class ToolLedger:
 
     async def outcome(self, run_id: str, call_id: str) -> CallOutcome:
         """The recorded outcome of a finished call (decrypted), or its running state."""
+        _check_id(run_id, "run_id")
+        _check_id(call_id, "call_id")
         async with self.db.connection() as conn:
             row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
         if row is None:
@@ -208,8 +226,12 @@ class ToolLedger:
         Raises:
             UnknownCall; CallStateError when the call's outcome is known.
         """
-        if not by.strip():
+        _check_id(run_id, "run_id")
+        _check_id(call_id, "call_id")
+        if name_problem(by) is not None:
             raise InvalidToolCall("resolving needs the name of who resolves it")
+        if note is not None and (not isinstance(note, str) or text_problem(note) is not None):
+            raise InvalidToolCall(f"a note must be text without NUL or lone surrogates: {note!r}")
         await self.reap()
         async with self.db.transaction() as conn:
             row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, run_id, call_id)
@@ -236,6 +258,8 @@ class ToolLedger:
         """Settle calls whose worker died and that may not run again: `outcome_unknown` for
         writes, `failed` for reads out of attempts. Retryable calls are left for the next
         worker that reaches them. Returns how many were settled."""
+        if (problem := int_problem(limit, (0, INT8[1]))) is not None:
+            raise InvalidToolCall(f"limit {problem}")
         settled = 0
         async with self.db.connection() as conn:
             rows = await conn.fetch(sql.LAPSED, limit)

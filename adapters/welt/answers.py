@@ -33,12 +33,14 @@ from approvals import (
     Decision,
     DecisionKind,
     DecisionNotAllowed,
+    InvalidApprovalRequest,
     Reviewer,
     UnknownApproval,
+    check_decision,
 )
 from ledger.log import get_logger
 
-from .errors import MissingReviewer, UnknownInterrupt
+from .errors import InvalidWeltPayload, MissingReviewer, UnknownInterrupt
 from .render import APPROVE_VALUE, DECIDED_ELSEWHERE
 from .wire import WeltAnswer
 
@@ -56,10 +58,12 @@ def slack_reviewer(user_id: str | None, groups: Iterable[str] = ()) -> Reviewer:
 
     Raises:
         MissingReviewer: no user id (Welt's local mode sends none).
-        ValueError: not a Slack user id.
+        InvalidWeltPayload: not a Slack user id.
     """
-    if user_id is None or not user_id.strip():
+    if user_id is None or (isinstance(user_id, str) and not user_id.strip()):
         raise MissingReviewer()
+    if not isinstance(user_id, str):
+        raise InvalidWeltPayload("runtimeUserId", f"must be a string, not {type(user_id).__name__}")
     parts = user_id.split(":")
     if len(parts) == 3 and parts[0] == "slack":
         team, user = parts[1], parts[2]
@@ -70,9 +74,10 @@ def slack_reviewer(user_id: str | None, groups: Iterable[str] = ()) -> Reviewer:
     else:
         team = user = ""
     if not _SLACK_ID.fullmatch(user) or (team is not None and not _SLACK_ID.fullmatch(team)):
-        raise ValueError(
+        raise InvalidWeltPayload(
+            "runtimeUserId",
             f"not a Slack user id: {user_id!r} (expected slack:<team>:<user>, slack:<user> "
-            "or <user>)"
+            "or <user>)",
         )
     teams = {f"slack-team:{team}"} if team else set()
     return Reviewer(f"slack:{user}", frozenset({*teams, *groups}))
@@ -127,12 +132,22 @@ async def record_answers(
 ) -> list[AnswerOutcome]:
     """Record each answer as `reviewer`'s decision on the approval its interrupt id names.
 
-    Every id is looked up before anything is recorded, so a payload naming an unknown id
-    records nothing.
+    Every id is looked up and every decision checked before anything is recorded, so a
+    payload naming an unknown id, or with one malformed answer, records nothing.
 
     Raises:
         UnknownInterrupt: ids that are no approvals in the store.
+        InvalidWeltPayload: an answer is no decision the store could record (e.g. text too
+            long); `where` names it.
     """
+    for answer in answers:
+        decision = decision_for(answer)
+        if decision is None:
+            continue
+        try:
+            check_decision(decision)
+        except InvalidApprovalRequest as e:
+            raise InvalidWeltPayload(f"interrupt_responses[{answer.interrupt_id!r}]", str(e)) from e
     approvals: dict[str, Approval] = {}
     unknown: list[str] = []
     for answer in answers:

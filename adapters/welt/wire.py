@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
+from ledger.limits import name_problem, text_problem
+
 from .errors import InvalidWeltPayload
 
 __all__ = [
@@ -193,8 +195,8 @@ def parse_interrupt_responses(responses: Any) -> tuple[WeltAnswer, ...]:
     answers: list[WeltAnswer] = []
     for interrupt_id, answer in responses.items():
         at = f"{where}[{interrupt_id!r}]"
-        if not isinstance(interrupt_id, str) or not interrupt_id.strip():
-            raise InvalidWeltPayload(at, "an interrupt id must be a non-empty string")
+        if (problem := name_problem(interrupt_id)) is not None:
+            raise InvalidWeltPayload(at, f"an interrupt id {problem}")
         if not isinstance(answer, Mapping) or set(answer) != {"value", "source"}:
             raise InvalidWeltPayload(at, 'an answer is {"value": ..., "source": ...} and no more')
         source = answer["source"]
@@ -204,6 +206,8 @@ def parse_interrupt_responses(responses: Any) -> tuple[WeltAnswer, ...]:
             text = answer["value"]
             if not isinstance(text, str) or not text.strip():
                 raise InvalidWeltPayload(f"{at}.value", "typed text must be a non-blank string")
+            if (problem := text_problem(text)) is not None:
+                raise InvalidWeltPayload(f"{at}.value", f"typed text {problem}")
             answers.append(WeltAnswer(interrupt_id, text, "input"))
         else:
             raise InvalidWeltPayload(f"{at}.source", f"is 'option' or 'input', not {source!r}")
