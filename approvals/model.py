@@ -107,9 +107,9 @@ class ApprovalPolicy:
 
     def __post_init__(self) -> None:
         if self.quorum < 1:
-            raise ValueError(f"quorum must be at least 1, not {self.quorum}")
+            raise InvalidApprovalRequest(f"quorum must be at least 1, not {self.quorum}")
         if not self.allowed:
-            raise ValueError("a policy must allow at least one decision")
+            raise InvalidApprovalRequest("a policy must allow at least one decision")
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -13,9 +13,10 @@ from typing import Any
 
 from .call_records import open_call_value
 from .db import Database
-from .errors import UnknownCall, VersionConflict
+from .errors import ConfigurationError, InvalidEvent, UnknownCall, VersionConflict
 from .journal import Event, Journal, NewEvent
 from .keys import KeyRing
+from .limits import name_problem
 from .tool_calls import CallRecord, CallStatus, call_record, call_stream
 
 __all__ = ["CallFilter", "CallStory", "call_story", "find_calls", "record_reveal"]
@@ -110,7 +111,7 @@ async def call_story(
     if reveal_by is None:
         return story
     if ring is None:
-        raise ValueError("revealing needs the key ring")
+        raise ConfigurationError("revealing needs the key ring")
     await ring.fresh()
     await record_reveal(db, f"reveal:{run_id}/{call_id}", reveal_by, run_id=run_id, call_id=call_id)
     async with db.connection() as conn:
@@ -126,8 +127,8 @@ async def call_story(
 async def record_reveal(db: Database, stream: str, by: str, **what: str) -> None:
     """Record in the journal that `by` read something sealed, in clear. Reveals of the same
     thing at once take turns: the loser of a version race appends after the winner."""
-    if not by.strip():
-        raise ValueError("a reveal needs the name of who looks")
+    if problem := name_problem(by, 200):
+        raise InvalidEvent(f"who reveals {problem}")
     journal = Journal(db)
     data = {**what, "at": datetime.now(UTC).isoformat()}
     version = 0

@@ -27,7 +27,7 @@ import struct
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import InvalidJson
+from .errors import InvalidEvent, InvalidJson
 from .limits import containers_ok, json_problem, json_text_ok
 
 __all__ = [
@@ -68,7 +68,7 @@ def canonical_json(value: Any) -> str:
 def format_time(moment: datetime) -> str:
     """The canonical text of a time: UTC, microseconds, trailing Z."""
     if moment.tzinfo is None:
-        raise ValueError("times in the journal must be timezone-aware")
+        raise InvalidEvent("times in the journal must be timezone-aware")
     if moment.utcoffset():
         moment = moment.astimezone(UTC)
     # isoformat with microseconds is the same text as strftime("%Y-%m-%dT%H:%M:%S.%fZ") for

@@ -7,6 +7,7 @@ import base64
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -314,3 +315,11 @@ async def test_a_reviewer_is_a_person_not_a_group(store: ApprovalStore) -> None:
     with pytest.raises(InvalidApprovalRequest, match="not a group"):
         await store.decide(approval_id, Decision.approve(), "group:finance")
     assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
+
+
+@pytest.mark.parametrize(
+    "policy", [{"quorum": 0}, {"quorum": -3}, {"allowed": frozenset()}], ids=repr
+)
+def test_a_policy_that_can_never_be_met_is_a_typed_error(policy: dict[str, Any]) -> None:
+    with pytest.raises(InvalidApprovalRequest):
+        ApprovalPolicy(**policy)

@@ -18,7 +18,7 @@ from approvals import ApprovalStore, Decision, approval_gate
 from ledger import Database, Journal
 from ledger.audit import CallFilter, call_story, find_calls
 from ledger.canonical import chain_hash, event_bytes
-from ledger.errors import UnknownCall
+from ledger.errors import ConfigurationError, InvalidEvent, UnknownCall
 from ledger.keys import KeyRing, LocalKek
 from ledger.tool_calls import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
 from ledger.tool_ledger import ToolLedger
@@ -103,6 +103,12 @@ async def test_a_calls_story_and_a_recorded_reveal(audit_url: str, seeded: dict[
         assert [(e.type, e.actor) for e in reveals] == [("ledger.revealed", "auditor-ann")]
         with pytest.raises(UnknownCall):
             await call_story(db, run, "no-such-call")
+        for nobody in (" ", "ann\x00", "\ud800"):
+            with pytest.raises(InvalidEvent, match="who reveals"):
+                await call_story(db, run, "lookup-1", reveal_by=nobody, ring=ring)
+        with pytest.raises(ConfigurationError, match="key ring"):
+            await call_story(db, run, "lookup-1", reveal_by="auditor-ann")
+        assert len(await Journal(db).read_stream(f"reveal:{run}/lookup-1")) == 1
 
 
 async def test_the_auditor_role_reads_the_audit_views_only(

@@ -248,5 +248,5 @@ def test_the_canonical_time_is_utc_microseconds_with_a_z() -> None:
     for moment in moments:
         expected = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         assert format_time(moment) == expected
-    with pytest.raises(ValueError, match="timezone-aware"):
+    with pytest.raises(InvalidEvent, match="timezone-aware"):
         format_time(datetime(2026, 1, 1))
