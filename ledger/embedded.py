@@ -286,7 +286,8 @@ class _Server:
                 capture_output=True,
                 text=True,
                 env=env,
-                cwd=self.home if user else None,  # the server user may not enter the caller's cwd
+                # The server user may not be able to enter the caller's cwd.
+                cwd=self.home if self.home.is_dir() else None,
                 timeout=_READY_TIMEOUT + 30,
                 start_new_session=True,  # Ctrl-C in a terminal must not reach the postmaster
                 user=user.pw_uid if user else None,
