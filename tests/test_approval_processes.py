@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +20,7 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.scratch import scratch_database
 
 from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
+from .support.embedded_homes import private_home
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:
@@ -197,15 +196,9 @@ async def test_cli_list_show_and_decide(store: ApprovalStore, database_url: str)
 
 @pytest.fixture
 def home() -> Iterator[Path]:
-    """A private embedded server's home, two levels below a fresh temporary folder."""
-    base = Path(tempfile.mkdtemp(prefix="so-apr-"))
-    base.chmod(0o711)  # as root the server user must be able to traverse it
-    home = base / "x" / "home"
-    try:
+    """A private embedded server's home; its server is stopped afterwards, whatever happened."""
+    with private_home() as home:
         yield home
-    finally:
-        stop_server(home)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 async def test_waiter_survives_a_database_restart(home: Path) -> None:

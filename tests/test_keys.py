@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import stat
@@ -12,9 +13,12 @@ import asyncpg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ledger import ConfigurationError, Database, Journal
+from ledger import ConfigurationError, Database, Journal, migrate
+from ledger.embedded import ensure_server, home_of
 from ledger.errors import DecryptionFailed, KekMismatch, KekMissing, KeyStateError, UnknownKey
 from ledger.keys import KeyRing, KeyState, LocalKek, Purpose, kek_from_env, key_id_of
+
+from .support.embedded_homes import private_home
 
 
 def new_kek() -> LocalKek:
@@ -124,15 +128,47 @@ async def test_a_wrong_kek_names_the_kek_needed_and_writes_nothing(keys_db: Data
     assert await count(keys_db, "SELECT count(*) FROM events") == before
 
 
+@pytest.fixture
+async def kekless_db(fresh_database_url: str) -> AsyncIterator[Database]:
+    """A fresh database for which no KEK is configured. On the embedded server that takes a
+    server of its own: the session's server keeps a KEK file, the default for its databases."""
+    if home_of(fresh_database_url) is None:
+        async with await Database.connect(fresh_database_url) as db:
+            yield db
+        return
+    with private_home() as home:
+        url = await asyncio.to_thread(ensure_server, home)
+        await asyncio.to_thread(migrate.upgrade, url)
+        async with await Database.connect(url) as db:
+            yield db
+
+
 async def test_a_missing_kek_names_the_kek_needed(
-    keys_db: Database, monkeypatch: pytest.MonkeyPatch
+    kekless_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     right = new_kek()
-    await KeyRing.open(keys_db, right)
+    await KeyRing.open(kekless_db, right)
     monkeypatch.delenv("SIGNOFF_KEK", raising=False)
     monkeypatch.delenv("SIGNOFF_KEK_FILE", raising=False)
     with pytest.raises(KekMissing, match=right.kek_id):
-        await KeyRing.open(keys_db)
+        await KeyRing.open(kekless_db)
+
+
+async def test_a_lost_embedded_kek_file_is_missing_not_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SIGNOFF_KEK", raising=False)
+    monkeypatch.delenv("SIGNOFF_KEK_FILE", raising=False)
+    with private_home() as home:
+        url = await asyncio.to_thread(ensure_server, home)
+        await asyncio.to_thread(migrate.upgrade, url)
+        async with await Database.connect(url) as db:
+            first = await KeyRing.open(db)  # no KEK configured: the server's KEK file, made now
+            assert first.kek is not None
+            (home / "kek").unlink()
+            with pytest.raises(KekMissing, match=first.kek.kek_id):
+                await KeyRing.open(db)
+            assert not (home / "kek").exists()  # no new KEK that could unwrap nothing
 
 
 async def test_rewrap_moves_every_key_to_a_new_kek_at_once(keys_db: Database) -> None:

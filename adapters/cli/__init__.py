@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ledger import SignoffError, __version__
 from ledger.log import configure_logging
 
-from . import approvals, checkpoints, db, demo, keys, ledger_commands
+from . import approvals, checkpoints, db, demo, embedded, keys, ledger_commands
 
 __all__ = ["main"]
 
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     approvals.register(groups)
     checkpoints.register(groups)
     demo.register(groups)
+    embedded.register(groups)
     return parser
 
 

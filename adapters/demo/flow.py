@@ -165,6 +165,9 @@ async def _demo(url: str, screen: Screen, started: float, log_level: str, as_jso
     screen.line()
     screen.line(f"{'Done' if ok else 'FAILED'} in {seconds:.1f} s. The refund's story:")
     screen.line(f"  signoff ledger show {run_id} {REFUND_CALL}")
+    if home is not None:
+        screen.line(f"The embedded PostgreSQL in {home} keeps running for the next command.")
+        screen.line("Stop it with: signoff embedded stop")
     if as_json:
         document = {
             "run_id": run_id,

@@ -150,11 +150,18 @@ class KeyRing:
         database and no KEK configured, a local KEK file is created beside the server.
 
         Raises:
-            KekMissing: keys exist but no KEK is configured (names the KEK needed).
+            KekMissing: keys exist but no KEK is configured, or the embedded server's KEK file
+                is gone (names the KEK needed).
             KekMismatch: the configured KEK did not wrap these keys; nothing is written.
         """
         if kek is None:
-            kek = kek_from_env(_local_kek_file(db.url))
+            local = _local_kek_file(db.url)
+            kek = kek_from_env(local if local is not None and local.exists() else None)
+            if kek is None and local is not None:
+                # A new local KEK only for a database without keys: one beside keys wrapped by a
+                # lost KEK would unwrap nothing, and hide which KEK is needed.
+                await cls(db, None).refresh()  # KekMissing when keys exist
+                kek = kek_from_env(local)
         ring = cls(db, kek)
         await ring.refresh()
         if create_missing and set(Purpose) - set(ring._active):

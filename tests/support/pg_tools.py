@@ -1,0 +1,40 @@
+"""PostgreSQL client programs (pg_dump, psql, ...) that match the server a test talks to."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ledger.db import open_raw_connection
+from ledger.embedded import client_bin, home_of
+
+__all__ = ["client_tool"]
+
+
+async def client_tool(url: str, name: str) -> Path:
+    """The client program `name` for the server of `url`: the embedded install's own for the
+    embedded server, else the system's of the server's major version (or a newer one on PATH:
+    pg_dump refuses servers newer than itself)."""
+    if (home := home_of(url)) is not None:
+        return client_bin(home) / name
+    conn = await open_raw_connection(url)
+    try:
+        major = int(await conn.fetchval("SHOW server_version_num")) // 10000
+    finally:
+        await conn.close()
+    for folder in (f"/usr/lib/postgresql/{major}/bin", f"/usr/pgsql-{major}/bin"):
+        if (candidate := Path(folder) / name).is_file():
+            return candidate
+    if (found := shutil.which(name)) is not None and _major(found) >= major:
+        return Path(found)
+    pytest.fail(f"no {name} of PostgreSQL {major} or newer on this machine")
+
+
+def _major(program: str) -> int:
+    out = subprocess.run([program, "--version"], capture_output=True, text=True).stdout
+    match = re.search(r"(\d+)", out)  # "pg_dump (PostgreSQL) 15.8"
+    return int(match.group(1)) if match else 0
