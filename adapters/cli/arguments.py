@@ -43,7 +43,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {safe(message)} (see --help)", file=sys.stderr)
+        # "error: " like every other error of the command, so scripts can match one prefix.
+        print(f"error: {safe(message)} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
 
 
