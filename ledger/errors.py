@@ -116,9 +116,9 @@ class KekMismatch(KeyRingError):
     def __init__(self, needed: str, configured: str, source: str | None = None) -> None:
         where = source or "SIGNOFF_KEK / SIGNOFF_KEK_FILE"
         super().__init__(
-            f"the data keys are wrapped by KEK {needed}, but the configured KEK ({where}) is "
-            f"{configured}: point SIGNOFF_KEK_FILE (or SIGNOFF_KEK) at KEK {needed}; to move the "
-            "keys to a new KEK, run `signoff keys rewrap` with the old one configured"
+            f"the data keys are wrapped by KEK {needed}, but the configured KEK is {configured} "
+            f"(from {where}): point SIGNOFF_KEK_FILE (or SIGNOFF_KEK) at KEK {needed}; to move "
+            "the keys to a new KEK, run `signoff keys rewrap` with the old one configured"
         )
         self.needed = needed
         self.configured = configured

@@ -95,6 +95,13 @@ LEAVES = {" ".join(words): parser for words, parser in leaf_parsers(PARSER)}
 CASES = [(name, c) for name, command in COMMANDS.items() for c in sorted(command.fails_on)]
 
 
+@pytest.fixture(autouse=True)
+def logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`main()` runs in this process here: it must not point the session's loggers at a
+    captured stderr that closes after the test."""
+    monkeypatch.setattr("adapters.cli.configure_logging", lambda *_, **__: None)
+
+
 def test_every_command_is_in_the_table() -> None:
     missing = sorted(set(LEAVES) - set(COMMANDS))
     assert not missing, f"add these commands to COMMANDS (args and conditions): {missing}"

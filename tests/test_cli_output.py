@@ -38,6 +38,13 @@ FORGED = "refund\x1b[2K\rforged-row   run-0   ok"
 FORMULA = '=HYPERLINK("http://evil.example","click")'
 
 
+@pytest.fixture(autouse=True)
+def logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`main()` runs in this process here: it must not point the session's loggers at a
+    captured stderr that closes after the test."""
+    monkeypatch.setattr("adapters.cli.configure_logging", lambda *_, **__: None)
+
+
 def test_safe_escapes_control_and_bidi_characters() -> None:
     assert safe("a\x1b[2Kb") == "a\\x1b[2Kb"
     assert safe("a\rb\nc\td\x7fe\x9bf") == "a\\x0db\\x0ac\\x09d\\x7fe\\x9bf"
