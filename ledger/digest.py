@@ -15,7 +15,7 @@ them, and the first `tree_size` leaves never change unless somebody edits the ta
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -111,15 +111,18 @@ def signing_keys(ring: KeyRing) -> dict[str, bytes]:
     }
 
 
-async def take_digest(db: Database, ring: KeyRing) -> Digest:
-    """Sign the Merkle root of every event the journal's global order has reached.
+async def take_digest(
+    db: Database, ring: KeyRing, *, progress: Callable[[int], None] | None = None
+) -> Digest:
+    """Sign the Merkle root of every event the journal's global order has reached;
+    `progress(n)`, when given, is called as events are hashed (n more).
 
     Raises:
         NoActiveKey: there is no active digest-signing key.
     """
     await ring.fresh()
     async with _snapshot(db) as conn:
-        builder, last_position, taken_at = await _root(conn, None)
+        builder, last_position, taken_at = await _root(conn, None, progress)
     root = builder.root()
     key_id = ring.active_key_id(Purpose.DIGEST_SIGNING)
     # The same cache, no await between: `sign` uses this very key.
@@ -128,7 +131,11 @@ async def take_digest(db: Database, ring: KeyRing) -> Digest:
 
 
 async def verify_digest(
-    db: Database, digest: Digest, public_keys: Mapping[str, bytes]
+    db: Database,
+    digest: Digest,
+    public_keys: Mapping[str, bytes],
+    *,
+    progress: Callable[[int], None] | None = None,
 ) -> DigestCheck:
     """Check the digest's signature and that the database still holds its first `tree_size`
     events with the same stored hashes (hence the same root). Altered content behind an
@@ -139,7 +146,7 @@ async def verify_digest(
     except Invalid as e:
         problems.append(str(e))
     async with _snapshot(db) as conn:
-        builder, last_position, _ = await _root(conn, digest.tree_size)
+        builder, last_position, _ = await _root(conn, digest.tree_size, progress)
     if builder.size < digest.tree_size:
         problems.append(
             f"the journal holds {builder.size} events, the digest covers {digest.tree_size}: "
@@ -211,7 +218,9 @@ async def prove_consistency(db: Database, old: Digest, new: Digest) -> Consisten
     return ConsistencyProof(old.tree_size, old.root, new.tree_size, new.root, proof)
 
 
-async def _root(conn: asyncpg.Connection, size: int | None) -> tuple[RootBuilder, int, datetime]:
+async def _root(
+    conn: asyncpg.Connection, size: int | None, progress: Callable[[int], None] | None = None
+) -> tuple[RootBuilder, int, datetime]:
     """The root of the first `size` leaves (None: all), the last one's position (0 if none) and
     the snapshot's time; memory stays O(log n) however long the journal."""
     horizon, taken_at = await conn.fetchrow(_HORIZON)
@@ -220,6 +229,10 @@ async def _root(conn: asyncpg.Connection, size: int | None) -> tuple[RootBuilder
     async for position, hash_ in conn.cursor(_LEAVES, horizon, size, prefetch=_PREFETCH):
         builder.append(leaf_hash(hash_))
         last_position = position
+        if progress is not None and builder.size % _PREFETCH == 0:
+            progress(_PREFETCH)
+    if progress is not None and builder.size % _PREFETCH:
+        progress(builder.size % _PREFETCH)
     return builder, last_position, taken_at
 
 

@@ -99,25 +99,40 @@ class KeyRingError(SignoffError):
 
 
 class KekMissing(KeyRingError):
-    """No key-encryption key is configured, but data keys exist that need one."""
+    """No key-encryption key is configured, but data keys exist that need one (or are to be
+    made: `needed` then starts with "(")."""
 
     def __init__(self, needed: str) -> None:
-        super().__init__(
-            f"no key-encryption key configured; the data keys are wrapped by KEK {needed}: "
-            "set SIGNOFF_KEK (base64 of 32 bytes) or SIGNOFF_KEK_FILE"
-        )
+        if needed.startswith("("):  # no data keys yet: any new KEK will do
+            message = (
+                "no key-encryption key configured (neither SIGNOFF_KEK nor SIGNOFF_KEK_FILE is "
+                "set): make one with `signoff keys new-kek --out FILE`, then export "
+                "SIGNOFF_KEK_FILE=FILE"
+            )
+        else:
+            message = (
+                f"no key-encryption key configured (neither SIGNOFF_KEK nor SIGNOFF_KEK_FILE is "
+                f"set); the data keys are wrapped by KEK {needed}: set SIGNOFF_KEK_FILE to the "
+                "file that holds it (or SIGNOFF_KEK to its base64); a new KEK from `signoff keys "
+                "new-kek` cannot open them"
+            )
+        super().__init__(message)
         self.needed = needed
 
 
 class KekMismatch(KeyRingError):
     """The configured key-encryption key is not the one that wrapped the data keys."""
 
-    def __init__(self, needed: str, configured: str) -> None:
+    def __init__(self, needed: str, configured: str, source: str | None = None) -> None:
+        where = source or "SIGNOFF_KEK / SIGNOFF_KEK_FILE"
         super().__init__(
-            f"the data keys are wrapped by KEK {needed}, but the configured KEK is {configured}"
+            f"the data keys are wrapped by KEK {needed}, but the configured KEK is {configured} "
+            f"(from {where}): point SIGNOFF_KEK_FILE (or SIGNOFF_KEK) at KEK {needed}; to move "
+            "the keys to a new KEK, run `signoff keys rewrap` with the old one configured"
         )
         self.needed = needed
         self.configured = configured
+        self.source = source
 
 
 class UnknownKey(KeyRingError):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -70,6 +70,7 @@ ORDER BY txid, position
 LIMIT $3
 """
 _VERIFY = f"SELECT {_COLUMNS} FROM events ORDER BY stream_id, version"
+_PROGRESS_EVERY = 1000  # events between two progress reports of `verify`
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +225,11 @@ class Journal:
                 yield event
             await asyncio.sleep(poll_interval)
 
-    async def verify(self) -> VerifyReport:
-        """Recompute every stream's hash chain; report the events that do not match."""
+    async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Recompute every stream's hash chain; report the events that do not match.
+
+        `progress(n)`, when given, is called as the check goes: n more events checked.
+        """
         bad: list[BadEvent] = []
         events = streams = 0
         stream: str | None = None
@@ -242,6 +246,10 @@ class Journal:
                     bad.append(BadEvent(event.stream_id, event.version, event.position, problem))
                 # Chain from the stored hash, so one altered event is reported alone.
                 previous_hash, previous_version = event.hash, event.version
+                if progress is not None and events % _PROGRESS_EVERY == 0:
+                    progress(_PROGRESS_EVERY)
+        if progress is not None and events % _PROGRESS_EVERY:
+            progress(events % _PROGRESS_EVERY)
         return VerifyReport(events, streams, tuple(bad))
 
     async def _cursor_of(self, position: int) -> tuple[int, int]:

@@ -36,6 +36,8 @@ def _run(connection: Connection) -> None:
         target_metadata=metadata,
         transaction_per_migration=True,
         include_name=_ours,
+        # A caller's hook per step applied (the CLI's progress bar); none by default.
+        on_version_apply=config.attributes.get("on_version_apply", ()),
     )
     connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
     connection.commit()  # the session-level lock outlives this transaction

@@ -20,19 +20,32 @@ from ledger import Database
 from ledger.audit import record_reveal
 from ledger.keys import KeyRing
 
+from .arguments import identifier, json_object, positive_int, text
 from .context import open_database
-from .output import add_json_flag, emit, positive_int
+from .output import add_json_flag, emit, safe
+
+_DECIDE_EXAMPLES = """\
+examples:
+  signoff approvals decide 0b9e...  --approve --by alice --group support-leads
+  signoff approvals decide 0b9e...  --reject --reason "wrong order" --by alice
+  signoff approvals decide 0b9e...  --edit '{"order_id": "A-1", "amount": 20}' --by alice
+  signoff approvals decide 0b9e...  --respond "refunds over 100 need a manager" --by alice
+"""
 
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     approvals = groups.add_parser("approvals", help="list, show and decide approval requests")
-    commands = approvals.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = approvals.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do"
+    )
 
     listing = commands.add_parser("list", help="list approval requests, oldest first")
     listing.add_argument(
         "--status", choices=[s.value for s in ApprovalStatus], help="only this status"
     )
-    listing.add_argument("--run", dest="run_id", metavar="RUN", help="only this run id")
+    listing.add_argument(
+        "--run", dest="run_id", metavar="RUN", type=identifier, help="only this run id"
+    )
     listing.add_argument(
         "--limit", type=positive_int, default=100, help="at most this many (default 100)"
     )
@@ -40,28 +53,46 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     listing.set_defaults(run=lambda a: asyncio.run(_list(a)))
 
     show = commands.add_parser("show", help="one approval request and its reviews")
-    show.add_argument("approval_id")
+    show.add_argument("approval_id", type=identifier, help="the approval's id")
     show.add_argument(
         "--reveal", action="store_true", help="decrypt the arguments and the decision (recorded)"
     )
-    show.add_argument("--by", metavar="WHO", help="who reveals (with --reveal; default: you)")
+    show.add_argument(
+        "--by", metavar="WHO", type=identifier, help="who reveals (with --reveal; default: you)"
+    )
     add_json_flag(show)
     show.set_defaults(run=lambda a: asyncio.run(_show(a)))
 
-    decide = commands.add_parser("decide", help="record a reviewer's decision")
-    decide.add_argument("approval_id")
+    decide = commands.add_parser(
+        "decide",
+        help="record a reviewer's decision",
+        description="Record one reviewer's decision. The approval's policy says who may decide "
+        "and how many approvals it needs; a decision that breaks it records nothing.",
+        epilog=_DECIDE_EXAMPLES,
+    )
+    decide.add_argument("approval_id", type=identifier, help="the approval's id")
     kind = decide.add_mutually_exclusive_group(required=True)
     kind.add_argument("--approve", action="store_true", help="run the call as requested")
     kind.add_argument("--reject", action="store_true", help="do not run it (see --reason)")
-    kind.add_argument("--edit", metavar="JSON", help="run it with these arguments (JSON object)")
-    kind.add_argument("--respond", metavar="TEXT", help="answer instead of running the tool")
-    decide.add_argument("--reason", help="why it was rejected (with --reject)")
-    decide.add_argument("--by", required=True, metavar="REVIEWER", help="the reviewer's id")
+    kind.add_argument(
+        "--edit",
+        metavar="JSON",
+        type=json_object,
+        help="run it with these arguments (a JSON object)",
+    )
+    kind.add_argument(
+        "--respond", metavar="TEXT", type=text, help="answer instead of running the tool"
+    )
+    decide.add_argument("--reason", type=text, help="why it was rejected (with --reject)")
+    decide.add_argument(
+        "--by", required=True, metavar="REVIEWER", type=identifier, help="the reviewer's id"
+    )
     decide.add_argument(
         "--group",
         action="append",
         default=[],
         metavar="G",
+        type=identifier,
         help="a group of the reviewer (repeatable)",
     )
     add_json_flag(decide)
@@ -120,16 +151,8 @@ def _parse_decision(args: argparse.Namespace) -> Decision:
         return Decision.approve()
     if args.reject:
         return Decision.reject(args.reason)
-    if args.edit is not None:
-        try:
-            edited = json.loads(args.edit)
-        except ValueError as e:
-            raise InvalidApprovalRequest(f"--edit is not valid JSON: {e}") from e
-        if not isinstance(edited, dict):
-            raise InvalidApprovalRequest(
-                f"--edit must be a JSON object, not {type(edited).__name__}"
-            )
-        return Decision.edit(edited)
+    if args.edit is not None:  # a JSON object already (`json_object`)
+        return Decision.edit(args.edit)
     return Decision.respond(args.respond)
 
 
@@ -142,8 +165,8 @@ async def _list(args: argparse.Namespace) -> int:
     rows = [_row(a) for a in found]
     lines = [f"{'APPROVAL':<37} {'STATUS':<10} {'TOOL':<16} {'RUN':<20} REQUESTED"]
     lines += [
-        f"{r['approval_id']:<37} {r['status']:<10} {r['tool']:<16} {r['run_id']:<20} "
-        f"{r['requested_at']}"
+        f"{safe(r['approval_id']):<37} {r['status']:<10} {safe(r['tool']):<16} "
+        f"{safe(r['run_id']):<20} {r['requested_at']}"
         for r in rows
     ]
     emit(args, "\n".join(lines), {"approvals": rows})
@@ -159,7 +182,7 @@ async def _show(args: argparse.Namespace) -> int:
             await record_reveal(db, f"reveal:{args.approval_id}", who, approval_id=args.approval_id)
     row = _row(approval)
     lines = [
-        f"{k}: {json.dumps(v, default=str) if isinstance(v, (dict, list)) else v}"
+        f"{k}: {json.dumps(v, default=str) if isinstance(v, (dict, list)) else safe(v)}"
         for k, v in row.items()
     ]
     emit(args, "\n".join(lines), row)
@@ -172,8 +195,8 @@ async def _decide(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
         ring = await KeyRing.open(db, create_missing=False)
         approval = await ApprovalStore(db, ring).decide(args.approval_id, decision, reviewer)
-    text = f"{approval.approval_id}: {approval.status.value}"
+    shown = f"{safe(approval.approval_id)}: {approval.status.value}"
     if approval.status is ApprovalStatus.PENDING:
-        text += " (more approvals needed)"
-    emit(args, text, _row(approval))
+        shown += " (more approvals needed)"
+    emit(args, shown, _row(approval))
     return 0

@@ -12,14 +12,40 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from ledger import Database
 from ledger.audit import CallFilter, CallStory, call_story, find_calls
 from ledger.export import export_events
 from ledger.keys import KeyRing
 from ledger.tool_calls import CallRecord, CallStatus
 from ledger.tool_ledger import ToolLedger
 
+from .arguments import identifier, position, positive_int, text
 from .context import open_database
-from .output import add_json_flag, emit, positive_int
+from .output import add_json_flag, csv_cell, emit, safe
+from .progress import progress_bar, shows_progress
+
+_CALLS_EXAMPLES = """\
+examples:
+  signoff ledger calls --run demo-1a2b3c4d
+  signoff ledger calls --status outcome_unknown --since 2025-01-01
+  signoff ledger calls --tool refund --csv > refunds.csv
+  signoff ledger calls --json | jq '.calls[].status'
+"""
+_SHOW_EXAMPLES = """\
+examples:
+  signoff ledger show demo-1a2b3c4d refund-1
+  signoff ledger show demo-1a2b3c4d refund-1 --reveal --by alice    (the reveal is recorded)
+"""
+_EXPORT_EXAMPLES = """\
+examples:
+  signoff ledger export > journal.jsonl
+  signoff ledger export --after 41250 >> journal.jsonl     (resume after the last exported)
+"""
+_RESOLVE_EXAMPLES = """\
+examples:
+  signoff ledger resolve demo-1a2b3c4d refund-1 --succeeded --by alice --note "seen in Stripe"
+  signoff ledger resolve demo-1a2b3c4d refund-1 --failed --by alice
+"""
 
 _COLUMNS = [
     "run_id",
@@ -48,48 +74,81 @@ def _when(text: str) -> datetime:
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    calls = commands.add_parser("calls", help="tool calls, oldest first, with filters")
-    calls.add_argument("--run", dest="run_id", metavar="RUN")
-    calls.add_argument("--tool", metavar="TOOL")
-    calls.add_argument("--status", choices=[s.value for s in CallStatus])
+    calls = commands.add_parser(
+        "calls", help="tool calls, oldest first, with filters", epilog=_CALLS_EXAMPLES
+    )
+    calls.add_argument(
+        "--run", dest="run_id", metavar="RUN", type=identifier, help="only this run id"
+    )
+    calls.add_argument("--tool", metavar="TOOL", type=identifier, help="only this tool")
+    calls.add_argument(
+        "--status", choices=[s.value for s in CallStatus], help="only calls in this status"
+    )
     calls.add_argument("--since", type=_when, metavar="ISO", help="started at or after")
     calls.add_argument("--until", type=_when, metavar="ISO", help="started before")
-    calls.add_argument("--approved-by", metavar="WHO")
-    calls.add_argument("--limit", type=positive_int, default=1000)
+    calls.add_argument(
+        "--approved-by", metavar="WHO", type=identifier, help="only calls this reviewer approved"
+    )
+    calls.add_argument(
+        "--limit", type=positive_int, default=1000, help="at most this many (default 1000)"
+    )
     formats = calls.add_mutually_exclusive_group()
     formats.add_argument("--json", action="store_true", help="print JSON for machines")
     formats.add_argument("--csv", action="store_true", help="print CSV for spreadsheets")
     calls.set_defaults(run=lambda a: asyncio.run(_calls(a)))
 
-    show = commands.add_parser("show", help="the whole story of one call")
-    show.add_argument("run_id", metavar="RUN")
-    show.add_argument("call_id", metavar="CALL")
+    show = commands.add_parser("show", help="the whole story of one call", epilog=_SHOW_EXAMPLES)
+    show.add_argument("run_id", metavar="RUN", type=identifier, help="the run id")
+    show.add_argument("call_id", metavar="CALL", type=identifier, help="the call id in the run")
     show.add_argument(
         "--reveal",
         action="store_true",
         help="decrypt the arguments and the result (recorded in the journal)",
     )
-    show.add_argument("--by", metavar="WHO", help="who reveals (with --reveal; default: you)")
+    show.add_argument(
+        "--by", metavar="WHO", type=identifier, help="who reveals (with --reveal; default: you)"
+    )
     add_json_flag(show)
     show.set_defaults(run=lambda a: asyncio.run(_show(a)))
 
     export = commands.add_parser(
-        "export", help="journal events in the global order, one JSON object per line"
+        "export",
+        help="journal events in the global order, one JSON object per line",
+        description="Journal events in the global order, one JSON object per line (JSONL), each "
+        "with what a reader needs to recheck its hash chain.",
+        epilog=_EXPORT_EXAMPLES,
     )
-    export.add_argument("--format", choices=["jsonl"], default="jsonl")
     export.add_argument(
-        "--after", type=int, default=0, metavar="POSITION", help="resume after this event"
+        "--format", choices=["jsonl"], default="jsonl", help="output format (default: jsonl)"
+    )
+    export.add_argument(
+        "--after",
+        type=position,
+        default=0,
+        metavar="POSITION",
+        help="resume after the event at this position (default: from the start)",
+    )
+    export.add_argument(
+        "--json", action="store_true", help="the same JSONL (accepted like on every command)"
     )
     export.set_defaults(run=lambda a: asyncio.run(_export(a)))
 
-    resolve = commands.add_parser("resolve", help="settle an outcome_unknown call")
-    resolve.add_argument("run_id", metavar="RUN")
-    resolve.add_argument("call_id", metavar="CALL")
+    resolve = commands.add_parser(
+        "resolve",
+        help="settle an outcome_unknown call",
+        description="Settle a call whose outcome is unknown (its worker died mid-call), after "
+        "checking in the target system whether it took effect.",
+        epilog=_RESOLVE_EXAMPLES,
+    )
+    resolve.add_argument("run_id", metavar="RUN", type=identifier, help="the run id")
+    resolve.add_argument("call_id", metavar="CALL", type=identifier, help="the call id")
     verdict = resolve.add_mutually_exclusive_group(required=True)
     verdict.add_argument("--succeeded", action="store_true", help="it did take effect")
     verdict.add_argument("--failed", action="store_true", help="it did not take effect")
-    resolve.add_argument("--by", required=True, metavar="WHO")
-    resolve.add_argument("--note", help="what was checked")
+    resolve.add_argument(
+        "--by", required=True, metavar="WHO", type=identifier, help="who settles it"
+    )
+    resolve.add_argument("--note", type=text, help="what was checked")
     add_json_flag(resolve)
     resolve.set_defaults(run=lambda a: asyncio.run(_resolve(a)))
 
@@ -128,13 +187,13 @@ async def _calls(args: argparse.Namespace) -> int:
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=_COLUMNS, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) for k, v in r.items()} for r in rows)
         sys.stdout.write(out.getvalue())
         return 0
     lines = [f"{'RUN':<24} {'CALL':<20} {'TOOL':<16} {'STATUS':<16} {'APPROVED BY':<16} STARTED"]
     lines += [
-        f"{r['run_id']:<24} {r['call_id']:<20} {r['tool']:<16} {r['status']:<16} "
-        f"{r['approved_by'] or '-':<16} {r['started_at']}"
+        f"{safe(r['run_id']):<24} {safe(r['call_id']):<20} {safe(r['tool']):<16} "
+        f"{r['status']:<16} {safe(r['approved_by'] or '-'):<16} {r['started_at']}"
         for r in rows
     ]
     emit(args, "\n".join(lines), {"calls": rows})
@@ -174,15 +233,19 @@ async def _show(args: argparse.Namespace) -> int:
 def _story_text(story: CallStory, revealed: bool) -> str:
     call = story.call
     lines = [
-        f"call {call.call_id} of run {call.run_id}: {call.tool} ({call.effect}), {call.status} "
-        f"after {call.attempts} attempt(s)",
-        f"  idempotency key {call.idempotency_key}; arguments {call.args_digest[:16]}…; "
+        f"call {safe(call.call_id)} of run {safe(call.run_id)}: {safe(call.tool)} "
+        f"({call.effect}), {call.status} after {call.attempts} attempt(s)",
+        f"  idempotency key {safe(call.idempotency_key)}; arguments {call.args_digest[:16]}…; "
         f"result {(call.result_digest or '-')[:16]}…",
     ]
     if call.approval_id:
-        lines.append(f"  approval {call.approval_id}, approved by {story.approved_by or '-'}")
+        lines.append(
+            f"  approval {safe(call.approval_id)}, approved by {safe(story.approved_by or '-')}"
+        )
     for event in sorted([*story.approval_events, *story.events], key=lambda e: e.position):
-        lines.append(f"  {event.recorded_at.isoformat()}  {event.type:<22} by {event.actor}")
+        lines.append(
+            f"  {event.recorded_at.isoformat()}  {safe(event.type):<22} by {safe(event.actor)}"
+        )
     if revealed:
         lines.append(f"  arguments: {json.dumps(story.args)}")
         lines.append(f"  result: {json.dumps(story.result)}")
@@ -191,9 +254,19 @@ def _story_text(story: CallStory, revealed: bool) -> str:
 
 async def _export(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
-        async for exported in export_events(db, after=args.after):
-            sys.stdout.write(json.dumps(exported.to_dict()) + "\n")
+        total = await _events_after(db, args.after) if shows_progress(args) else None
+        with progress_bar(args, "exporting", total=total) as advance:
+            async for exported in export_events(db, after=args.after):
+                sys.stdout.write(json.dumps(exported.to_dict()) + "\n")
+                advance(1)
     return 0
+
+
+async def _events_after(db: Database, after: int) -> int:
+    """About how many events follow `after` (positions have gaps; enough for a bar)."""
+    async with db.connection() as conn:
+        last: int | None = await conn.fetchval("SELECT max(position) FROM events")
+    return max(0, (last or 0) - after)
 
 
 async def _resolve(args: argparse.Namespace) -> int:
@@ -203,6 +276,9 @@ async def _resolve(args: argparse.Namespace) -> int:
             args.run_id, args.call_id, succeeded=args.succeeded, by=args.by, note=args.note
         )
         await ledger.close()
-    text = f"call {record.call_id} of run {record.run_id} resolved as {record.status} by {args.by}"
-    emit(args, text, _row(record, None))
+    shown = (
+        f"call {safe(record.call_id)} of run {safe(record.run_id)} resolved as {record.status} "
+        f"by {safe(args.by)}"
+    )
+    emit(args, shown, _row(record, None))
     return 0

@@ -8,19 +8,33 @@ from typing import Any
 
 from ledger.keys import KeyRing, Purpose
 
+from .arguments import positive_int
 from .context import open_database
-from .output import add_json_flag, emit
+from .output import add_json_flag, emit, safe
+from .progress import progress_bar, shows_progress
+
+_REENCRYPT_EXAMPLES = """\
+examples:
+  signoff keys rotate checkpoint && signoff checkpoints reencrypt
+  signoff checkpoints reencrypt --include-plaintext      after moving from a plain saver
+"""
 
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     checkpoints = groups.add_parser("checkpoints", help="encrypted LangGraph checkpoints")
-    commands = checkpoints.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = checkpoints.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do"
+    )
 
     reencrypt = commands.add_parser(
-        "reencrypt", help="move every checkpoint row to the active checkpoint key"
+        "reencrypt",
+        help="move every checkpoint row to the active checkpoint key",
+        description="Move every checkpoint row to the active checkpoint key while workers keep "
+        "running; exit 1 if rows are left under old keys.",
+        epilog=_REENCRYPT_EXAMPLES,
     )
     reencrypt.add_argument(
-        "--batch-size", type=_positive, default=500, help="rows per transaction (default 500)"
+        "--batch-size", type=positive_int, default=500, help="rows per transaction (default 500)"
     )
     reencrypt.add_argument(
         "--include-plaintext",
@@ -35,13 +49,6 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     status.set_defaults(run=lambda a: asyncio.run(_status(a)))
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def _usage_rows(rows: dict[str, dict[str | None, int]]) -> dict[str, dict[str, int]]:
     return {
         table: {kid or "plaintext": n for kid, n in sorted(keys.items(), key=lambda i: i[0] or "")}
@@ -51,14 +58,23 @@ def _usage_rows(rows: dict[str, dict[str | None, int]]) -> dict[str, dict[str, i
 
 async def _reencrypt(args: argparse.Namespace) -> int:
     # Imported here: LangGraph takes a while to import, and only these commands need it.
-    from adapters.langgraph import encrypted_checkpointer, reencrypt_checkpoints
+    from adapters.langgraph import encrypted_checkpointer, key_usage, reencrypt_checkpoints
 
     async with open_database(args) as db:
         ring = await KeyRing.open(db)
         async with encrypted_checkpointer(db, ring, max_size=2) as saver:
-            report = await reencrypt_checkpoints(
-                saver, batch_size=args.batch_size, include_plaintext=args.include_plaintext
-            )
+            total = None
+            if shows_progress(args):
+                active = ring.active_key_id(Purpose.CHECKPOINT)
+                usage = await key_usage(saver)
+                total = usage.not_under(active, plaintext=args.include_plaintext)
+            with progress_bar(args, "re-encrypting", total=total, unit="row") as advance:
+                report = await reencrypt_checkpoints(
+                    saver,
+                    batch_size=args.batch_size,
+                    include_plaintext=args.include_plaintext,
+                    progress=advance,
+                )
     plaintext = report.after.plaintext()
     lines = [f"re-encrypted checkpoint rows under {report.key_id} ({report.passes} passes):"]
     for table, counts in report.tables.items():
@@ -66,7 +82,7 @@ async def _reencrypt(args: argparse.Namespace) -> int:
             f"  {table:<18} {counts.converted} converted, {counts.skipped} skipped (changed "
             f"meanwhile, retried), {counts.failed} failed"
         )
-    lines += [f"  failed: {failure}" for failure in report.failures]
+    lines += [f"  failed: {safe(failure)}" for failure in report.failures]
     if report.left:
         lines.append(f"{report.left} rows are still under other keys; run it again")
     else:
@@ -102,7 +118,7 @@ async def _status(args: argparse.Namespace) -> int:
     for table, keys in rows.items():
         for kid, n in keys.items():
             state = "-" if kid == "plaintext" else states.get(kid, "unknown")
-            lines.append(f"{table:<18} {kid:<22} {state:<13} {n}")
+            lines.append(f"{safe(table):<18} {safe(kid):<22} {state:<13} {n}")
     old = usage.not_under(active, plaintext=False)
     lines.append(f"active checkpoint key {active}; {old} rows under older keys")
     data = {

@@ -4,29 +4,55 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable
-
-from alembic.util.exc import CommandError
 
 from ledger import migrate
 from ledger.config import masked, resolve_url
-from ledger.db import open_raw_connection
-from ledger.errors import ConfigurationError
 
+from .arguments import identifier
+from .migrating import migrate_database, schema_revision, steps_between
 from .output import add_json_flag, emit
+from .progress import progress_bar, shows_progress
+
+_UPGRADE_EXAMPLES = """\
+examples:
+  signoff db upgrade                 to the newest schema (run it after every upgrade of signoff)
+  signoff db upgrade 0003            to a given revision
+  signoff db upgrade --database-url postgresql://app@db.internal/signoff --json
+"""
 
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    db = groups.add_parser("db", help="database schema")
-    commands = db.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    db = groups.add_parser("db", help="database schema", description="Schema migrations.")
+    commands = db.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do"
+    )
 
-    upgrade = commands.add_parser("upgrade", help="migrate the schema up (to head by default)")
-    upgrade.add_argument("revision", nargs="?", default="head")
+    upgrade = commands.add_parser(
+        "upgrade",
+        help="migrate the schema up (to head by default)",
+        description="Migrate the schema up. Concurrent upgrades take turns; a failed step leaves "
+        "the revision where it was.",
+        epilog=_UPGRADE_EXAMPLES,
+    )
+    upgrade.add_argument(
+        "revision", nargs="?", default="head", type=identifier, help="target (default: head)"
+    )
     add_json_flag(upgrade)
     upgrade.set_defaults(run=_upgrade)
 
-    downgrade = commands.add_parser("downgrade", help="migrate the schema down")
-    downgrade.add_argument("revision", nargs="?", default="-1", help="target (default: one step)")
+    downgrade = commands.add_parser(
+        "downgrade",
+        help="migrate the schema down",
+        epilog="examples:\n  signoff db downgrade          one step down\n"
+        "  signoff db downgrade base     remove every Signoff table (and its data)\n",
+    )
+    downgrade.add_argument(
+        "revision",
+        nargs="?",
+        default="-1",
+        type=identifier,
+        help="target: a revision, base, or -N steps (default: -1)",
+    )
     add_json_flag(downgrade)
     downgrade.set_defaults(run=_downgrade)
 
@@ -36,22 +62,22 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    url = resolve_url(args.database_url)
-    _migrate(migrate.upgrade, url, args.revision)
-    return _report(args, url, "upgraded")
+    return _migrate(args, down=False)
 
 
 def _downgrade(args: argparse.Namespace) -> int:
+    return _migrate(args, down=True)
+
+
+def _migrate(args: argparse.Namespace, *, down: bool) -> int:
     url = resolve_url(args.database_url)
-    _migrate(migrate.downgrade, url, args.revision)
-    return _report(args, url, "downgraded")
-
-
-def _migrate(step: Callable[[str, str], None], url: str, revision: str) -> None:
-    try:
-        step(url, revision)
-    except CommandError as e:  # an unknown revision and the like
-        raise ConfigurationError(f"cannot migrate to {revision!r}: {e}") from e
+    total = None
+    if shows_progress(args):
+        total = steps_between(asyncio.run(schema_revision(url)), args.revision, down=down)
+    verb = "downgrading" if down else "upgrading"
+    with progress_bar(args, f"{verb} schema", total=total, unit="step") as advance:
+        migrate_database(url, args.revision, down=down, on_step=lambda: advance(1))
+    return _report(args, url, "downgraded" if down else "upgraded")
 
 
 def _current(args: argparse.Namespace) -> int:
@@ -59,7 +85,7 @@ def _current(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, url: str, verb: str) -> int:
-    revision = asyncio.run(_revision(url))
+    revision = asyncio.run(schema_revision(url))
     head = migrate.head_revision()
     emit(
         args,
@@ -67,14 +93,3 @@ def _report(args: argparse.Namespace, url: str, verb: str) -> int:
         {"database": masked(url), "revision": revision, "head": head},
     )
     return 0
-
-
-async def _revision(url: str) -> str | None:
-    conn = await open_raw_connection(url)
-    try:
-        if not await conn.fetchval("SELECT to_regclass('alembic_version') IS NOT NULL"):
-            return None
-        revision: str | None = await conn.fetchval("SELECT version_num FROM alembic_version")
-        return revision
-    finally:
-        await conn.close()

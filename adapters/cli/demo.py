@@ -15,6 +15,12 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "refund waits for approval, approve it, resume it in a second process, then show that "
         "the refund ran once, the ledger of the run and a verified signed digest. Each run uses "
         "a new run id, so it can run any number of times on one database.",
+        epilog="""\
+examples:
+  signoff demo                     on the embedded server (started on first use)
+  signoff demo --database-url postgresql://postgres@localhost/signoff_demo
+  signoff demo --json | jq .refund
+""",
     )
     add_json_flag(demo)
     demo.set_defaults(run=_demo)

@@ -26,7 +26,9 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         epilog='examples: signoff embedded status; psql "$(signoff embedded url)"; '
         "signoff embedded stop",
     )
-    commands = embedded.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = embedded.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do with the server"
+    )
 
     status = commands.add_parser(
         "status",

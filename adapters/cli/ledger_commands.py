@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ledger import Journal, VerifyReport
+from ledger import Database, Journal, VerifyReport
 from ledger.digest import (
     Digest,
     DigestCheck,
@@ -25,16 +25,34 @@ from ledger.keys import KeyRing
 from ledger.verifier import MalformedDocument, load_public_keys
 
 from . import calls
+from .arguments import position
 from .context import open_database
-from .output import add_json_flag, emit
+from .output import add_json_flag, emit, safe
+from .progress import Progress, progress_bar, shows_progress
+
+_VERIFY_EXAMPLES = """\
+examples:
+  signoff ledger verify                                  every hash chain (exit 1 if tampered)
+  signoff ledger verify --digest digest.json             and the database still matches it
+  signoff ledger verify --digest digest.json --public-keys keys.json     without the KEK
+"""
+_DIGEST_EXAMPLES = """\
+examples:
+  signoff ledger digest --out digest-$(date +%F).json    keep it outside the database
+  signoff ledger digest | tee digest.json
+"""
 
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ledger = groups.add_parser("ledger", help="the journal and the tool-call ledger")
-    commands = ledger.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = ledger.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do"
+    )
 
     verify = commands.add_parser(
-        "verify", help="recompute every hash chain; exit 1 and name the first bad event if any"
+        "verify",
+        help="recompute every hash chain; exit 1 and name the first bad event if any",
+        epilog=_VERIFY_EXAMPLES,
     )
     verify.add_argument(
         "--digest", type=Path, metavar="FILE", help="also check the database still matches it"
@@ -49,14 +67,20 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_json_flag(verify)
     verify.set_defaults(run=_verify)
 
-    digest = commands.add_parser("digest", help="sign the Merkle root of the journal so far")
+    digest = commands.add_parser(
+        "digest", help="sign the Merkle root of the journal so far", epilog=_DIGEST_EXAMPLES
+    )
     digest.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
     add_json_flag(digest)
     digest.set_defaults(run=lambda a: asyncio.run(_digest(a)))
 
     prove = commands.add_parser("prove", help="inclusion proof of one event in a digest")
-    prove.add_argument("position", type=int, metavar="POSITION")
-    prove.add_argument("--digest", type=Path, metavar="FILE", required=True)
+    prove.add_argument(
+        "position", type=position, metavar="POSITION", help="the event's journal position"
+    )
+    prove.add_argument(
+        "--digest", type=Path, metavar="FILE", required=True, help="the digest (`ledger digest`)"
+    )
     prove.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
     add_json_flag(prove)
     prove.set_defaults(run=lambda a: asyncio.run(_prove(a)))
@@ -64,8 +88,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     consistency = commands.add_parser(
         "consistency", help="proof that the NEW digest's journal extends the OLD one's"
     )
-    consistency.add_argument("old", type=Path, metavar="OLD")
-    consistency.add_argument("new", type=Path, metavar="NEW")
+    consistency.add_argument("old", type=Path, metavar="OLD", help="the earlier digest file")
+    consistency.add_argument("new", type=Path, metavar="NEW", help="the later digest file")
     consistency.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
     add_json_flag(consistency)
     consistency.set_defaults(run=lambda a: asyncio.run(_consistency(a)))
@@ -80,8 +104,9 @@ def _verify(args: argparse.Namespace) -> int:
         text = f"journal intact: {report.events} events in {report.streams} streams"
     else:
         text = (
-            f"journal TAMPERED: {len(report.bad)} bad event(s); first: stream {first.stream_id!r} "
-            f"version {first.version} position {first.position}: {first.problem}"
+            f"journal TAMPERED: {len(report.bad)} bad event(s); first: stream "
+            f"{safe(repr(first.stream_id))} version {first.version} position {first.position}: "
+            f"{safe(first.problem)}"
         )
     data: dict[str, Any] = {
         "ok": report.ok,
@@ -97,7 +122,7 @@ def _verify(args: argparse.Namespace) -> int:
                 f"{digest.root.hex()}, signed by {digest.key_id}"
             )
         else:
-            text += "\ndigest DOES NOT MATCH: " + "; ".join(check.problems)
+            text += "\ndigest DOES NOT MATCH: " + "; ".join(map(safe, check.problems))
         data["ok"] = report.ok and check.ok
         data["digest"] = {
             "ok": check.ok,
@@ -116,24 +141,39 @@ async def _verify_journal(args: argparse.Namespace) -> tuple[VerifyReport, Diges
     digest = _read_digest(args.digest) if args.digest else None
     keys = _read_keys(args.public_keys) if args.public_keys else None
     async with open_database(args) as db:
-        report = await Journal(db).verify()
-        if digest is None:
-            return report, None
-        if keys is None:
+        if digest is not None and keys is None:  # the KEK's errors before the long part
             keys = signing_keys(await KeyRing.open(db, create_missing=False))
-        return report, await verify_digest(db, digest, keys)
+        total = await _journal_size(args, db)
+        with progress_bar(args, "verifying chains", total=total) as advance:
+            report = await Journal(db).verify(progress=advance)
+        if digest is None or keys is None:
+            return report, None
+        with progress_bar(args, "checking digest", total=digest.tree_size) as advance:
+            return report, await verify_digest(db, digest, keys, progress=advance)
+
+
+async def _journal_size(args: argparse.Namespace, db: Database) -> int | None:
+    """About how many events the journal holds, for a bar's total (only when one is shown)."""
+    if not shows_progress(args):
+        return None
+    async with db.connection() as conn:
+        last: int | None = await conn.fetchval("SELECT max(position) FROM events")
+    return last or 0
 
 
 async def _digest(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
-        digest = await take_digest(db, await KeyRing.open(db))
+        ring = await KeyRing.open(db)
+        advance: Progress
+        with progress_bar(args, "hashing", total=await _journal_size(args, db)) as advance:
+            digest = await take_digest(db, ring, progress=advance)
     if args.out is None:
         print(digest.to_json(), end="")
         return 0
     _write(args.out, digest.to_json())
     text = (
         f"digest of {digest.tree_size} events (last position {digest.last_position}), root "
-        f"{digest.root.hex()}, signed by {digest.key_id}: written to {args.out}"
+        f"{digest.root.hex()}, signed by {digest.key_id}: written to {safe(args.out)}"
     )
     emit(args, text, {**digest.to_dict(), "out": str(args.out)})
     return 0
@@ -148,7 +188,7 @@ async def _prove(args: argparse.Namespace) -> int:
         return _mismatch(e)
     text = (
         f"event at position {args.position} is leaf {proof.leaf_index} of the "
-        f"{digest.tree_size} events in {args.digest}: proof written to {args.out}"
+        f"{digest.tree_size} events in {safe(args.digest)}: proof written to {safe(args.out)}"
     )
     return _deliver(args, proof.to_json(), text, {"leaf_index": proof.leaf_index})
 
@@ -161,8 +201,8 @@ async def _consistency(args: argparse.Namespace) -> int:
     except DigestMismatch as e:
         return _mismatch(e)
     text = (
-        f"the {new.tree_size} events of {args.new} extend the {old.tree_size} of {args.old}: "
-        f"proof ({len(proof.proof)} hashes) written to {args.out}"
+        f"the {new.tree_size} events of {safe(args.new)} extend the {old.tree_size} of "
+        f"{safe(args.old)}: proof ({len(proof.proof)} hashes) written to {safe(args.out)}"
     )
     data = {"old_size": old.tree_size, "new_size": new.tree_size}
     return _deliver(args, proof.to_json(), text, data)
@@ -180,7 +220,7 @@ def _deliver(args: argparse.Namespace, document: str, text: str, data: dict[str,
 
 def _mismatch(error: DigestMismatch) -> int:
     """A database that no longer matches a digest is a finding, not a usage error: exit 1."""
-    print(f"TAMPERED: {error}", file=sys.stderr)
+    print(f"TAMPERED: {safe(error)}", file=sys.stderr)
     return 1
 
 

@@ -1,30 +1,90 @@
-"""How commands print: readable text by default, one JSON document with `--json`."""
+"""How commands print: readable text by default, one JSON document with `--json`.
+
+Text shown to a person comes from stored data that agents and models chose (tool names, ids,
+reasons), so every value goes through `safe` before it reaches a terminal: an escape sequence or
+a carriage return in a tool name must not rewrite the screen or forge a row. CSV cells go
+through `csv_cell`, which also keeps a spreadsheet from running them as formulas.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+from pathlib import Path
 from typing import Any
+
+from ledger import SignoffError
+
+__all__ = [
+    "OutputError",
+    "add_json_flag",
+    "csv_cell",
+    "emit",
+    "safe",
+    "wants_json",
+    "write_document",
+]
+
+# C0 controls, DEL, C1 controls, the bidirectional overrides, embeddings, isolates and marks
+# (U+202E shows text backwards), the line and paragraph separators, and lone surrogates (bytes
+# that were not UTF-8).
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+_UNSAFE_BUT_NEWLINE = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+    "\ud800-\udfff]"
+)
+# What a spreadsheet takes for a formula (OWASP's CSV injection list).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe(value: object, *, keep_newlines: bool = False) -> str:
+    """`value` as text fit for a terminal: control characters, bidi controls and lone
+    surrogates are shown escaped (`\\x1b`, `\\u202e`); newlines too unless `keep_newlines`."""
+    pattern = _UNSAFE_BUT_NEWLINE if keep_newlines else _UNSAFE
+    return pattern.sub(_escape, str(value))
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell: text made `safe`, and prefixed with `'` when a spreadsheet would read it as
+    a formula. Numbers and empty cells stay as they are."""
+    if not isinstance(value, str):
+        return value
+    shown = safe(value)
+    return "'" + shown if value.startswith(_FORMULA_START) else shown
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
 
 
+def wants_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
 def emit(args: argparse.Namespace, text: str, data: dict[str, Any]) -> None:
-    """Print `data` as JSON when `--json` was given, else `text`."""
-    if getattr(args, "json", False):
+    """Print `data` as JSON when `--json` was given, else `text` (lines made `safe`: callers
+    pass stored values through `safe` too, so that a newline in one cannot forge a line)."""
+    if wants_json(args):
         print(json.dumps(data, indent=2, default=str))
     else:
-        print(text)
+        print(safe(text, keep_newlines=True))
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
+class OutputError(SignoffError):
+    """A file the command was asked to write could not be written."""
+
+
+def write_document(path: Path, document: str) -> None:
+    """Write `document` to `path` (the `--out` of a command)."""
     try:
-        value = int(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from e
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+        path.write_text(document, encoding="utf-8")
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror or e}") from e

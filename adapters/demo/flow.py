@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import adapters
+from adapters.cli.migrating import migrate_database
+from adapters.cli.output import safe
 from approvals import ApprovalStore, Decision, Reviewer
 from ledger import Database, Journal, SignoffError, VerifyReport, migrate
 from ledger.audit import CallFilter, find_calls
@@ -60,8 +62,9 @@ class Screen:
     step_no: int = 0
 
     def line(self, text: str = "") -> None:
+        """Values from the model and the database are escaped for the terminal here."""
         if not self.quiet:
-            print(text, flush=True)
+            print(safe(text), flush=True)
 
     def step(self, text: str, seconds: float | None = None) -> None:
         self.step_no += 1
@@ -110,7 +113,7 @@ def run_demo(database_url: str | None, *, log_level: str = "WARNING", as_json: b
     screen.line("from another process, and a second worker process resumes the agent.")
     screen.line()
     url = resolve_url(database_url)  # starts the embedded server if that is the database
-    migrate.upgrade(url)  # blocking (alembic runs its own event loop): before ours
+    migrate_database(url, "head")  # blocking (alembic runs its own event loop): before ours
     return asyncio.run(_demo(url, screen, started, log_level, as_json))
 
 
@@ -269,11 +272,13 @@ async def _worker(screen: Screen, launch: Launch, number: int, what: str, *args:
         launch.log_level,
         *args,
         stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env=launch.env,
     )
     screen.step(f"process {number} (pid {process.pid}) {what}")
     events: list[dict[str, Any]] = []
-    assert process.stdout is not None
+    assert process.stdout is not None and process.stderr is not None
+    errors = asyncio.ensure_future(process.stderr.read())  # read along, so it never fills
     try:
         async with asyncio.timeout(WORKER_TIMEOUT):
             async for raw in process.stdout:
@@ -294,8 +299,14 @@ async def _worker(screen: Screen, launch: Launch, number: int, what: str, *args:
         if process.returncode is None:  # timed out, interrupted, or we failed: stop it
             process.kill()
             await process.wait()
+        stderr = (await errors).decode(errors="replace")
     if code != 0:
-        raise DemoFailed(f"process {number} (pid {process.pid}) failed (exit {code}); see above")
+        # The worker's own one-line error says why; the demo's error carries it.
+        last = next((ln for ln in reversed(stderr.splitlines()) if ln.strip()), "")
+        why = last.removeprefix("error: ") if last else f"exit {code}"
+        raise DemoFailed(f"process {number} (pid {process.pid}) failed: {why}")
+    if stderr.strip():  # warnings of a worker that succeeded: pass them on
+        sys.stderr.write(stderr)
     paused = any(e["event"] == "paused" for e in events)
     screen.done(
         f"process {number} exited{', paused: nothing refunded yet' if paused else ''}",

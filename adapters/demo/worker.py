@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import sys
+import traceback
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -121,6 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(resume(args.approval_id))
     except SignoffError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # the demo shows the last line: keep it one line that says what
+        if args.log_level.upper() == "DEBUG":
+            traceback.print_exc()
+        print(f"error: unexpected {type(e).__name__}: {e}".replace("\n", " "), file=sys.stderr)
         return 2
     return 0
 

@@ -266,6 +266,7 @@ async def _table_pass(
     batch_size: int,
     counts: TableCounts,
     failed: dict[tuple[Any, ...], str],
+    progress: Callable[[int], None] | None = None,
 ) -> int:
     """One walk over a table; returns how many rows it found on old keys (known failures
     aside)."""
@@ -279,6 +280,8 @@ async def _table_pass(
             rows = await cur.fetchall()
         if not rows:
             return pending
+        if progress is not None:
+            progress(len(rows))
         cursor = tuple(rows[-1][k] for k in table.key)
         updates: list[tuple[Any, ...]] = []
         for row in rows:
@@ -327,6 +330,7 @@ async def reencrypt_checkpoints(
     include_plaintext: bool = False,
     max_passes: int = 60,
     pause: float = 0.5,
+    progress: Callable[[int], None] | None = None,
 ) -> ReencryptReport:
     """Move every checkpoint row to the active checkpoint key, while workers keep running.
 
@@ -337,6 +341,7 @@ async def reencrypt_checkpoints(
         max_passes: stop after this many passes even if workers still write under an old key
             (the report's `left` says how many rows are).
         pause: seconds between passes after the second, giving stale workers time to refresh.
+        progress: called with the number of rows of each batch read on old keys, as it goes.
 
     Returns:
         Counts per table, the failures (rows that do not open, left unchanged) and the key
@@ -357,7 +362,14 @@ async def reencrypt_checkpoints(
         pending = 0
         for spec in _SPECS:
             pending += await _table_pass(
-                saver, spec, active, include_plaintext, batch_size, tables[spec.name], failed
+                saver,
+                spec,
+                active,
+                include_plaintext,
+                batch_size,
+                tables[spec.name],
+                failed,
+                progress,
             )
         log.info("checkpoint re-encryption pass", passes=passes, key_id=active, pending=pending)
         if pending == 0:

@@ -23,6 +23,7 @@ __all__ = ["Kek", "LocalKek", "create_kek_file", "kek_from_env"]
 
 log = get_logger(__name__)
 _NONCE = 12
+_MAKE_ONE = "`signoff keys new-kek --out FILE` makes one"
 
 
 class Kek(Protocol):
@@ -41,11 +42,13 @@ class Kek(Protocol):
 class LocalKek:
     """A KEK held in this process's memory (AES-256-GCM, random 96-bit nonces)."""
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, *, source: str | None = None) -> None:
         if len(key) != 32:
             raise ConfigurationError(f"a KEK is 32 bytes, not {len(key)}")
         self._aead = AESGCM(key)
         self.kek_id = "kek-" + hashlib.sha256(b"signoff.kek.id.v1" + key).hexdigest()[:16]
+        # Where it came from ("SIGNOFF_KEK", "SIGNOFF_KEK_FILE=/path"), for error messages.
+        self.source = source
 
     def wrap(self, plaintext: bytes, associated_data: bytes) -> bytes:
         nonce = os.urandom(_NONCE)
@@ -56,18 +59,36 @@ class LocalKek:
 
     @classmethod
     def from_base64(cls, text: str, source: str) -> LocalKek:
+        """The KEK in `text`; `source` names where it came from in errors (a variable, a file).
+
+        Raises:
+            ConfigurationError: not base64 of 32 bytes; the message names `source` and the
+                command that makes a KEK.
+        """
         try:
-            return cls(base64.b64decode(text.strip(), validate=True))
+            key = base64.b64decode(text.strip(), validate=True)
         except (binascii.Error, ValueError) as e:
-            raise ConfigurationError(f"{source} is not base64 of 32 bytes: {e}") from e
+            raise ConfigurationError(
+                f"{source} is not base64 of 32 bytes ({e}): {_MAKE_ONE}"
+            ) from e
+        if len(key) != 32:
+            raise ConfigurationError(
+                f"{source} holds {len(key)} bytes, a KEK is base64 of 32 bytes: {_MAKE_ONE}"
+            )
+        return cls(key, source=source)
 
     @classmethod
-    def from_file(cls, path: Path) -> LocalKek:
+    def from_file(cls, path: Path, *, variable: str | None = None) -> LocalKek:
+        """The KEK in the file `path`; `variable` is the setting that named the file."""
+        source = f"{variable}={path}" if variable else f"KEK file {path}"
         try:
             text = path.read_text()
-        except OSError as e:
-            raise ConfigurationError(f"cannot read the KEK file {path}: {e.strerror}") from e
-        return cls.from_base64(text, f"KEK file {path}")
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) else "not text"
+            raise ConfigurationError(
+                f"cannot read the KEK file {source}: {reason}: {_MAKE_ONE}"
+            ) from e
+        return cls.from_base64(text, source)
 
 
 def kek_from_env(local_file: Path | None = None) -> LocalKek | None:
@@ -79,7 +100,7 @@ def kek_from_env(local_file: Path | None = None) -> LocalKek | None:
     if text := os.environ.get("SIGNOFF_KEK"):
         return LocalKek.from_base64(text, "SIGNOFF_KEK")
     if path := os.environ.get("SIGNOFF_KEK_FILE"):
-        return LocalKek.from_file(Path(path))
+        return LocalKek.from_file(Path(path), variable="SIGNOFF_KEK_FILE")
     if local_file is None:
         return None
     if not local_file.exists():
@@ -89,7 +110,9 @@ def kek_from_env(local_file: Path | None = None) -> LocalKek | None:
             "be read",
             path=str(local_file),
         )
-    return LocalKek.from_file(local_file)
+    kek = LocalKek.from_file(local_file)
+    kek.source = f"the embedded server's KEK file {local_file}"
+    return kek
 
 
 def create_kek_file(path: Path) -> None:

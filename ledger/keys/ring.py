@@ -197,12 +197,13 @@ class KeyRing:
     def _unwrap(self, info: KeyInfo, wrapped: bytes) -> _Loaded:
         if self.kek is None:
             raise KekMissing(info.kek_id)
+        source = getattr(self.kek, "source", None)  # where the KEK came from, for the message
         if info.kek_id != self.kek.kek_id:
-            raise KekMismatch(info.kek_id, self.kek.kek_id)
+            raise KekMismatch(info.kek_id, self.kek.kek_id, source)
         try:
             material = self.kek.unwrap(wrapped, _wrap_context(info.key_id, info.purpose))
         except InvalidTag as e:
-            raise KekMismatch(info.kek_id, self.kek.kek_id) from e
+            raise KekMismatch(info.kek_id, self.kek.kek_id, source) from e
         aead = AESGCM(material) if info.purpose in (Purpose.CHECKPOINT, Purpose.RESULT) else None
         return _Loaded(info, material, aead)
 
@@ -318,12 +319,16 @@ class KeyRing:
     async def retire(self, key_id: str) -> None:
         """Retire a decrypt-only key: nothing encrypted under it can be read afterwards."""
         async with self._admin() as conn:
-            purpose = await conn.fetchval("SELECT purpose FROM data_keys WHERE key_id = $1", key_id)
-            if purpose is None:
+            row = await conn.fetchrow(
+                "SELECT purpose, state FROM data_keys WHERE key_id = $1", key_id
+            )
+            if row is None:
                 raise UnknownKey(key_id)
+            if row["state"] == KeyState.RETIRED:
+                raise KeyStateError(f"key {key_id} is already retired")
             if await conn.fetchval(_RETIRE, key_id) is None:
                 raise KeyStateError(f"key {key_id} is not decrypt-only; rotate it out first")
-            await self._record(conn, Purpose(purpose), "key.retired", {"key_id": key_id})
+            await self._record(conn, Purpose(row["purpose"]), "key.retired", {"key_id": key_id})
         await self.refresh()
 
     async def rewrap(self, new_kek: Kek) -> int:
