@@ -17,6 +17,7 @@ from ledger.tool_ledger import Gate
 
 from .errors import ApprovalAlreadyDecided
 from .model import Approval, DecisionKind
+from .projection import stream_of
 from .store import ApprovalStore
 
 __all__ = ["approval_gate", "gate_result"]
@@ -25,17 +26,18 @@ __all__ = ["approval_gate", "gate_result"]
 def gate_result(approval: Approval, args: dict[str, Any]) -> GateRun | GateDeny | GateRespond:
     """What a consumed approval tells the ledger to do with a call requested with `args`."""
     decision = approval.decision
-    approval_id = approval.approval_id
+    approval_id, stream = approval.approval_id, stream_of(approval.approval_id)
     if decision is None:
         raise ValueError(f"approval {approval_id} carries no decision")
+    # The call's own stream records who allowed it, so audit needs no approvals table.
     if decision.kind is DecisionKind.APPROVE:
-        return GateRun(dict(args), approval_id)
+        return GateRun(dict(args), approval_id, stream, approval.approved_by)
     if decision.kind is DecisionKind.EDIT and decision.args is not None:
-        return GateRun(decision.args, approval_id)
+        return GateRun(decision.args, approval_id, stream, approval.approved_by)
     if decision.kind is DecisionKind.RESPOND and decision.message is not None:
-        return GateRespond(decision.message, approval_id)
+        return GateRespond(decision.message, approval_id, stream)
     reason = decision.reason or "the reviewer rejected this call"
-    return GateDeny(reason, approval_id)
+    return GateDeny(reason, approval_id, stream)
 
 
 def approval_gate(

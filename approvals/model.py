@@ -19,6 +19,7 @@ __all__ = [
     "ApprovalStatus",
     "Decision",
     "DecisionKind",
+    "Review",
     "Reviewer",
     "args_digest",
     "binding_of",
@@ -163,6 +164,59 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Review:
+    """One reviewer's decision on an approval, as its `approval.decided` event records it.
+
+    Attributes:
+        reviewer: who decided (a reviewer id; any text a name may be, commas included).
+        decision: what they decided.
+        at: when.
+        reason: a reject's reason.
+        args_digest, args_sealed: an edit's arguments (digest, and sealed base64 ciphertext).
+        message_sealed: a respond's answer, sealed.
+        grant_id: the sticky grant that approved it, when no person decided this request.
+    """
+
+    reviewer: str
+    decision: DecisionKind
+    at: datetime
+    reason: str | None = None
+    args_digest: str | None = None
+    args_sealed: str | None = None
+    message_sealed: str | None = None
+    grant_id: str | None = None
+
+    def to_json(self, *, sealed: bool = True) -> dict[str, Any]:
+        """The review as event and row JSON (absent fields left out); without `sealed`, no
+        ciphertexts (for display)."""
+        data: dict[str, Any] = {
+            "reviewer": self.reviewer,
+            "decision": str(self.decision),
+            "at": self.at.isoformat(),
+        }
+        for name in ("reason", "args_digest", "args_sealed", "message_sealed", "grant_id"):
+            value = getattr(self, name)
+            if value is not None and (sealed or not name.endswith("_sealed")):
+                data[name] = value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Review:
+        """A review from `to_json`'s JSON, or from an `approval.decided` event's data (whose
+        `final` and `decided_by` describe the approval, not the review)."""
+        return cls(
+            reviewer=data["reviewer"],
+            decision=DecisionKind(data["decision"]),
+            at=datetime.fromisoformat(data["at"]),
+            reason=data.get("reason"),
+            args_digest=data.get("args_digest"),
+            args_sealed=data.get("args_sealed"),
+            message_sealed=data.get("message_sealed"),
+            grant_id=data.get("grant_id"),
+        )
+
+
+@dataclass(frozen=True)
 class Approval:
     """An approval as the store knows it (the `approvals` projection)."""
 
@@ -179,11 +233,13 @@ class Approval:
     status: ApprovalStatus
     requested_at: datetime
     expires_at: datetime | None
-    decided_by: str | None = None
+    decided_by: tuple[str, ...] = ()
+    """Who made it final: every approving reviewer of an approval, the one reviewer of any
+    other decision, whoever expired or cancelled it; empty while pending."""
     decided_at: datetime | None = None
     consumed_by: str | None = None
     consumed_at: datetime | None = None
-    reviews: tuple[dict[str, Any], ...] = ()
+    reviews: tuple[Review, ...] = ()
     thread_config: dict[str, Any] | None = None
     version: int = 0
     args: dict[str, Any] | None = field(default=None, compare=False)
@@ -192,6 +248,18 @@ class Approval:
     @property
     def consumed(self) -> bool:
         return self.consumed_at is not None
+
+    @property
+    def approvers(self) -> tuple[str, ...]:
+        """The distinct reviewers who approved so far, in order."""
+        return tuple(
+            dict.fromkeys(r.reviewer for r in self.reviews if r.decision is DecisionKind.APPROVE)
+        )
+
+    @property
+    def approved_by(self) -> tuple[str, ...]:
+        """Who allowed the tool to run: the deciders of an approval or an edit; else nobody."""
+        return self.decided_by if self.status.runs_tool else ()
 
 
 def json_object(value: Any, what: str, max_bytes: int | None = None) -> str:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from .model import STATUS_OF, Approval, ApprovalPolicy, ApprovalStatus, DecisionKind
+from .model import STATUS_OF, Approval, ApprovalPolicy, ApprovalStatus, DecisionKind, Review
 
 __all__ = ["STREAM_PREFIX", "apply", "approval_id_of", "stream_of"]
 
@@ -28,6 +28,17 @@ def approval_id_of(stream_id: str) -> str:
 
 def _time(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
+
+
+def _deciders(state: Approval, review: Review, recorded: list[str] | str) -> tuple[str, ...]:
+    """Who made a final decision: the event's list. Events written before that list existed
+    hold the names joined with commas, which a name may contain; the reviews say the same
+    unambiguously (every approver of an approval, else the one reviewer), so use them."""
+    if isinstance(recorded, list):
+        return tuple(recorded)
+    if review.decision is DecisionKind.APPROVE:
+        return tuple(sorted(state.approvers))
+    return (review.reviewer,)
 
 
 def apply(
@@ -61,18 +72,18 @@ def apply(
     if state is None:
         raise ValueError(f"approval {approval_id}: {type_} before approval.requested")
     if type_ == "approval.decided":
-        review = {k: v for k, v in data.items() if k not in ("final", "decided_by")}
+        review = Review.from_json(data)
         state = replace(state, reviews=(*state.reviews, review))
         if data["final"]:
             state = replace(
                 state,
-                status=STATUS_OF[DecisionKind(data["decision"])],
-                decided_by=data["decided_by"],
-                decided_at=_time(data["at"]),
+                status=STATUS_OF[review.decision],
+                decided_by=_deciders(state, review, data["decided_by"]),
+                decided_at=review.at,
             )
     elif type_ in ("approval.expired", "approval.cancelled"):
         status = ApprovalStatus.EXPIRED if type_ == "approval.expired" else ApprovalStatus.CANCELLED
-        state = replace(state, status=status, decided_by=actor, decided_at=_time(data["at"]))
+        state = replace(state, status=status, decided_by=(actor,), decided_at=_time(data["at"]))
     elif type_ == "approval.consumed":
         state = replace(state, consumed_by=data["task_run_id"], consumed_at=_time(data["at"]))
     else:

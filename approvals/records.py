@@ -15,7 +15,7 @@ from ledger.errors import VersionConflict
 from ledger.keys import KeyRing, Purpose
 
 from . import _sql
-from .model import Approval, ApprovalPolicy, ApprovalStatus
+from .model import Approval, ApprovalPolicy, ApprovalStatus, Review
 from .projection import apply, approval_id_of, stream_of
 
 __all__ = ["NOTIFY_CHANNEL", "ApprovalRecorder", "row_to_approval"]
@@ -39,11 +39,11 @@ def row_to_approval(row: asyncpg.Record) -> Approval:
         status=ApprovalStatus(row["status"]),
         requested_at=row["requested_at"],
         expires_at=row["expires_at"],
-        decided_by=row["decided_by"],
+        decided_by=tuple(row["decided_by"] or ()),
         decided_at=row["decided_at"],
         consumed_by=row["consumed_by"],
         consumed_at=row["consumed_at"],
-        reviews=tuple(json.loads(row["reviews"])),
+        reviews=tuple(Review.from_json(r) for r in json.loads(row["reviews"])),
         thread_config=None if config is None else json.loads(config),
         version=row["version"],
     )
@@ -137,6 +137,10 @@ class ApprovalRecorder:
         return problems
 
 
+def _reviews_json(a: Approval) -> str:
+    return json.dumps([r.to_json() for r in a.reviews])
+
+
 def _insert_params(a: Approval) -> tuple[Any, ...]:
     return (
         a.approval_id,
@@ -150,8 +154,8 @@ def _insert_params(a: Approval) -> tuple[Any, ...]:
         a.requested_by,
         json.dumps(a.policy.to_json()),
         a.status,
-        json.dumps(list(a.reviews)),
-        a.decided_by,
+        _reviews_json(a),
+        list(a.decided_by) or None,
         a.decided_at,
         a.expires_at,
         a.consumed_by,
@@ -166,8 +170,8 @@ def _update_params(a: Approval) -> tuple[Any, ...]:
     return (
         a.approval_id,
         a.status,
-        json.dumps(list(a.reviews)),
-        a.decided_by,
+        _reviews_json(a),
+        list(a.decided_by) or None,
         a.decided_at,
         a.consumed_by,
         a.consumed_at,

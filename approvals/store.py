@@ -44,6 +44,7 @@ from .model import (
     ApprovalStatus,
     Decision,
     DecisionKind,
+    Review,
     Reviewer,
     args_digest,
     binding_of,
@@ -153,8 +154,8 @@ class ApprovalStore:
             grant = await conn.fetchrow(_sql.ACTIVE_GRANT, run_id, tool, now)
             if grant is not None:
                 by = grant["granted_by"]
-                decided = {"reviewer": by, "decision": "approve", "at": now.isoformat()}
-                decided |= {"grant_id": grant["grant_id"], "final": True, "decided_by": by}
+                review = Review(by, DecisionKind.APPROVE, now, grant_id=grant["grant_id"])
+                decided = review.to_json() | {"final": True, "decided_by": [by]}
                 events.append(NewEvent("approval.decided", decided, actor=by))
             approval = await self.records.commit(conn, approval_id, None, events)
             if approval is None:  # another process asked the same question a moment ago
@@ -414,20 +415,22 @@ class ApprovalStore:
     async def final_decision(self, approval: Approval) -> Decision:
         """The decision a final approval stands for (expired and cancelled deny)."""
         status = approval.status
-        last = approval.reviews[-1] if approval.reviews else {}
+        last = approval.reviews[-1] if approval.reviews else None
         if status is ApprovalStatus.APPROVED:
             return Decision.approve()
         if status is ApprovalStatus.REJECTED:
-            return Decision.reject(last.get("reason"))
-        if status is ApprovalStatus.EDITED:
+            return Decision.reject(None if last is None else last.reason)
+        if status is ApprovalStatus.EDITED and last is not None and last.args_sealed is not None:
             edited = await self.records.open(
-                last["args_sealed"], approval.approval_id, f"edit:{last['reviewer']}"
+                last.args_sealed, approval.approval_id, f"edit:{last.reviewer}"
             )
             return Decision.edit(json.loads(edited))
-        if status is ApprovalStatus.RESPONDED:
-            message = await self.records.open(
-                last["message_sealed"], approval.approval_id, "respond"
-            )
+        if (
+            status is ApprovalStatus.RESPONDED
+            and last is not None
+            and last.message_sealed is not None
+        ):
+            message = await self.records.open(last.message_sealed, approval.approval_id, "respond")
             return Decision.respond(message)
         if status is ApprovalStatus.EXPIRED:
             return Decision.reject("the approval request expired before anyone decided")
@@ -475,32 +478,32 @@ class ApprovalStore:
             raise DecisionNotAllowed(approval_id, f"{who.id} is not an approver of this tool")
         if policy.quorum > 1 and decision.kind in (DecisionKind.EDIT, DecisionKind.RESPOND):
             raise DecisionNotAllowed(approval_id, "with a quorum only approve or reject")
-        approvers = {r["reviewer"] for r in approval.reviews if r["decision"] == "approve"}
+        approvers = set(approval.approvers)
         if decision.kind is DecisionKind.APPROVE and who.id in approvers:
             raise DecisionNotAllowed(
                 approval_id,
                 f"{who.id} approved already; {policy.quorum} distinct reviewers needed",
             )
-        review: dict[str, Any] = {
-            "reviewer": who.id,
-            "decision": str(decision.kind),
-            "at": datetime.now(UTC).isoformat(),
-        }
-        if decision.reason is not None:
-            review["reason"] = decision.reason
-        if "args_text" in payload:
-            review["args_digest"] = args_digest(json.loads(payload["args_text"]))
-            review["args_sealed"] = self.records.seal(
-                payload["args_text"], approval_id, f"edit:{who.id}"
-            )
-        if "message" in payload:
-            review["message_sealed"] = self.records.seal(payload["message"], approval_id, "respond")
+        edited, answer = payload.get("args_text"), payload.get("message")
+        review = Review(
+            reviewer=who.id,
+            decision=decision.kind,
+            at=datetime.now(UTC),
+            reason=decision.reason,
+            args_digest=None if edited is None else args_digest(json.loads(edited)),
+            args_sealed=None
+            if edited is None
+            else self.records.seal(edited, approval_id, f"edit:{who.id}"),
+            message_sealed=None
+            if answer is None
+            else self.records.seal(answer, approval_id, "respond"),
+        )
         final = decision.kind is not DecisionKind.APPROVE or len(approvers) + 1 >= policy.quorum
-        review["final"] = final
+        data = review.to_json() | {"final": final}
         if final:
             deciders = {*approvers, who.id} if decision.kind is DecisionKind.APPROVE else {who.id}
-            review["decided_by"] = ",".join(sorted(deciders))
-        return NewEvent("approval.decided", review, actor=who.id)
+            data["decided_by"] = sorted(deciders)
+        return NewEvent("approval.decided", data, actor=who.id)
 
 
 def _due(approval: Approval) -> bool:

@@ -5,7 +5,7 @@ CHANNEL = "signoff_calls"
 COLUMNS = """
 run_id, call_id, tool, effect, once_per_run, request_digest, args_digest, args_sealed,
 idempotency_key, approval_id, status, attempts, worker_id, result_digest, result_sealed,
-resolved_by, started_at, finished_at, version, lease_until,
+resolved_by, started_at, finished_at, version, approved_by, approval_stream, lease_until,
 (status = 'running' AND lease_until < now()) AS lapsed
 """
 
@@ -16,10 +16,11 @@ START = """
 WITH claimed AS (
     INSERT INTO tool_calls (run_id, call_id, tool, effect, once_per_run, request_digest,
         args_digest, args_sealed, idempotency_key, approval_id, status, attempts, worker_id,
-        lease_until, result_digest, result_sealed, started_at, finished_at, version)
+        lease_until, result_digest, result_sealed, started_at, finished_at, version, approved_by,
+        approval_stream)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12,
         CASE WHEN $11 = 'running' THEN now() + make_interval(secs => $13) END,
-        $14, $15, $16, $17, $18)
+        $14, $15, $16, $17, $18, $26, $27)
     ON CONFLICT DO NOTHING
     RETURNING 1
 )

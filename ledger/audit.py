@@ -1,5 +1,9 @@
 """What auditors ask of the tool-call ledger: which calls ran, and the whole story of one.
 
+Who approved a call is read from the call itself: its `call.started` event records the
+approval it consumed, that approval's stream, and the reviewers whose decision allowed it, and
+the `tool_calls` row keeps them. Audit knows nothing of how approvals are stored.
+
 Reading a call's arguments or result in clear (`reveal`) is itself recorded in the journal
 (stream `reveal:<run>/<call>`), so the audit trail shows who looked.
 """
@@ -21,21 +25,20 @@ from .tool_calls import CallRecord, CallStatus, call_record, call_stream
 
 __all__ = ["CallFilter", "CallStory", "call_story", "find_calls", "record_reveal"]
 
+# `approved_by` is an array of whole reviewer names: `= ANY` matches one name exactly.
 _FIND = """
-SELECT c.run_id, c.call_id, c.tool, c.effect, c.once_per_run, c.request_digest, c.args_digest,
-       c.idempotency_key, c.approval_id, c.status, c.attempts, c.worker_id, c.started_at,
-       c.finished_at, c.result_digest, c.resolved_by, c.version,
-       CASE WHEN a.status IN ('approved', 'edited') THEN a.decided_by END AS decided_by
-FROM tool_calls c LEFT JOIN approvals a ON a.approval_id = c.approval_id
-WHERE ($1::text IS NULL OR c.run_id = $1)
-  AND ($2::text IS NULL OR c.tool = $2)
-  AND ($3::text IS NULL OR c.status = $3)
-  AND ($4::timestamptz IS NULL OR c.started_at >= $4)
-  AND ($5::timestamptz IS NULL OR c.started_at < $5)
-  AND ($6::text IS NULL OR (a.status IN ('approved', 'edited')
-       AND $6 = ANY(string_to_array(a.decided_by, ','))))
-  AND ($8::text IS NULL OR c.call_id = $8)
-ORDER BY c.started_at, c.run_id, c.call_id
+SELECT run_id, call_id, tool, effect, once_per_run, request_digest, args_digest,
+       idempotency_key, approval_id, status, attempts, worker_id, started_at,
+       finished_at, result_digest, resolved_by, version, approved_by, approval_stream
+FROM tool_calls
+WHERE ($1::text IS NULL OR run_id = $1)
+  AND ($2::text IS NULL OR tool = $2)
+  AND ($3::text IS NULL OR status = $3)
+  AND ($4::timestamptz IS NULL OR started_at >= $4)
+  AND ($5::timestamptz IS NULL OR started_at < $5)
+  AND ($6::text IS NULL OR $6 = ANY(approved_by))
+  AND ($8::text IS NULL OR call_id = $8)
+ORDER BY started_at, run_id, call_id
 LIMIT $7
 """
 
@@ -60,15 +63,16 @@ class CallStory:
     revealed) its arguments and result."""
 
     call: CallRecord
-    approved_by: str | None
+    approved_by: tuple[str, ...]
     events: list[Event]
     approval_events: list[Event]
     args: dict[str, Any] | None = None
     result: Any = None
 
 
-async def find_calls(db: Database, where: CallFilter) -> list[tuple[CallRecord, str | None]]:
-    """Calls matching `where`, oldest first, each with who approved it (if anyone)."""
+async def find_calls(db: Database, where: CallFilter) -> list[tuple[CallRecord, tuple[str, ...]]]:
+    """Calls matching `where`, oldest first, each with the reviewers who approved it (none
+    when no approval allowed it). `where.approved_by` is one reviewer's whole name."""
     async with db.connection() as conn:
         rows = await conn.fetch(
             _FIND,
@@ -81,7 +85,7 @@ async def find_calls(db: Database, where: CallFilter) -> list[tuple[CallRecord, 
             where.limit,
             where.call_id,
         )
-    return [(call_record(row), row["decided_by"]) for row in rows]
+    return [(record, record.approved_by) for record in map(call_record, rows)]
 
 
 async def call_story(
@@ -105,7 +109,7 @@ async def call_story(
     journal = Journal(db)
     events = await journal.read_stream(call_stream(run_id, call_id))
     approval_events = (
-        await journal.read_stream(f"approval:{call.approval_id}") if call.approval_id else []
+        await journal.read_stream(call.approval_stream) if call.approval_stream else []
     )
     story = CallStory(call, approved_by, events, approval_events)
     if reveal_by is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -110,6 +111,8 @@ class CallRecorder:
             record.finished_at,
             record.version,
             *append_arguments(call_stream(record.run_id, record.call_id), events, 0),
+            list(record.approved_by),
+            record.approval_stream,
         )
         return inserted is not None
 
@@ -184,14 +187,24 @@ class CallRecorder:
 
     async def verify_projection(self) -> list[str]:
         """Rebuild every call from its stream and compare with the `tool_calls` table; return
-        the differences (none when the projection is true to the journal)."""
+        the differences (none when the projection is true to the journal).
+
+        Calls started before `call.started` recorded who approved them (schema 0005) have
+        `approved_by` and `approval_stream` filled in by that migration from the approval they
+        consumed, which their own streams cannot confirm: for those calls the two are left out
+        of the comparison (the approval's stream is their evidence). The migration appends
+        nothing: the journal is history and a new event would bump the version a running
+        call's worker is fenced by."""
         rebuilt: dict[tuple[str, str], CallRecord] = {}
         keys: dict[str, tuple[str, str]] = {}  # stream -> (run, call), from call.started
+        unrecorded: set[tuple[str, str]] = set()  # started without saying who approved
         async with self.db.transaction() as conn:
             for row in await conn.fetch(sql.STREAM_EVENTS):
                 data = json.loads(row["data"])
                 if row["version"] == 1:
                     keys[row["stream_id"]] = (data["run_id"], data["call_id"])
+                    if "approved_by" not in data:
+                        unrecorded.add(keys[row["stream_id"]])
                 key = keys.get(row["stream_id"])
                 if key is None:
                     return [f"{row['stream_id']}: events before call.started"]
@@ -199,6 +212,8 @@ class CallRecorder:
                     rebuilt.get(key), key[0], key[1], row["version"], row["type"], data
                 )
             live = {(r["run_id"], r["call_id"]): call_record(r) for r in await conn.fetch(sql.ALL)}
+        for k in unrecorded & live.keys():
+            live[k] = replace(live[k], approved_by=(), approval_stream=None)
         problems = [f"{k}: in the table, not in the journal" for k in live.keys() - rebuilt.keys()]
         problems += [f"{k}: in the journal, not in the table" for k in rebuilt.keys() - live.keys()]
         problems += [

@@ -24,7 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
 
@@ -103,7 +103,7 @@ approvals = Table(
     Column("policy", JSONB, nullable=False),
     Column("status", Text, nullable=False),
     Column("reviews", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
-    Column("decided_by", Text),
+    Column("decided_by", ARRAY(Text)),
     Column("decided_at", DateTime(timezone=True)),
     Column("expires_at", DateTime(timezone=True)),
     Column("consumed_by", Text),
@@ -152,6 +152,8 @@ tool_calls = Table(
     Column("finished_at", DateTime(timezone=True)),
     Column("waiters", Integer, nullable=False, server_default=text("0")),
     Column("version", Integer, nullable=False),
+    Column("approved_by", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("approval_stream", Text),
     Index(
         "tool_calls_once_per_run_idx",
         "run_id",

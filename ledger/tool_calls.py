@@ -2,7 +2,8 @@
 
 A call's stream is `call:<run id>/<call id>`. Its events, in order:
 
-- `call.started` (attempt 1: tool, effect, digests, idempotency key, approval, worker);
+- `call.started` (attempt 1: tool, effect, digests, idempotency key, worker, and the approval
+  that allowed it: its id, its stream and the reviewers who approved it, as the gate said);
 - `call.retried` (a read or idempotent write runs again: a later attempt, maybe another worker);
 - one outcome: `call.succeeded`, `call.failed`, `call.outcome_unknown` (a write that may have
   happened), `call.denied` (the approval said no), `call.responded` (a reviewer answered instead);
@@ -102,12 +103,15 @@ class GateRun:
 
     args: dict[str, Any]
     approval_id: str | None = None
+    approval_stream: str | None = None  # where the approval's own events are
+    approved_by: tuple[str, ...] = ()  # the reviewers whose decision allows the call
 
 
 @dataclass(frozen=True)
 class GateDeny:
     reason: str
     approval_id: str | None = None
+    approval_stream: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class GateRespond:
 
     message: str
     approval_id: str | None = None
+    approval_stream: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,8 @@ class CallRecord:
     result_digest: str | None = None
     resolved_by: str | None = None
     version: int = 0
+    approved_by: tuple[str, ...] = ()
+    approval_stream: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,8 @@ def call_record(row: Mapping[str, Any]) -> CallRecord:
         result_digest=row["result_digest"],
         resolved_by=row["resolved_by"],
         version=row["version"],
+        approved_by=tuple(row["approved_by"]),
+        approval_stream=row["approval_stream"],
     )
 
 
@@ -218,6 +227,9 @@ def apply_call_event(
             worker_id=data["worker_id"],
             started_at=at,
             version=version,
+            # Absent from streams started before calls recorded them (see verify_projection).
+            approved_by=tuple(data.get("approved_by", ())),
+            approval_stream=data.get("approval_stream"),
         )
     if state is None:
         raise ValueError(f"call {run_id}/{call_id}: {type_} before call.started")

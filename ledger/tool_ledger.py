@@ -371,6 +371,8 @@ class ToolLedger:
             "args_digest": args_digest,
             "idempotency_key": call.idempotency_key,
             "approval_id": decision.approval_id,
+            "approval_stream": decision.approval_stream,
+            "approved_by": list(decision.approved_by) if isinstance(decision, GateRun) else [],
             "worker_id": self.worker_id,
             "at": _now(),
         }

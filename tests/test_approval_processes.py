@@ -123,7 +123,7 @@ async def test_wait_in_one_process_wakes_on_cli_decision_in_another(
     result = last_json(await finish(waiter))
     print(f"waiter in another process waited {result['waited']:.3f} s for the CLI decision")
     assert result["status"] == "approved"
-    assert result["decided_by"] == "bob"
+    assert result["decided_by"] == ["bob"]
     assert 0.5 <= result["waited"] < 20, result  # woke on the decision, far before 60 s
 
 
@@ -223,7 +223,7 @@ async def test_waiter_survives_a_database_restart(home: Path) -> None:
         assert decided.code == 0, decided.stderr
         approval = await asyncio.wait_for(waiter, 30)
         assert approval.status is ApprovalStatus.APPROVED
-        assert approval.decided_by == "bob"
+        assert approval.decided_by == ("bob",)
         assert time.monotonic() - started < 20
     finally:
         await store.close()

@@ -83,7 +83,7 @@ async def test_approve_then_consume_once(store: ApprovalStore) -> None:
     with pytest.raises(ApprovalPending):
         await store.consume(approval_id, "task-1")
     decided = await store.decide(approval_id, Decision.approve(), "alice")
-    assert (decided.status, decided.decided_by) == (ApprovalStatus.APPROVED, "alice")
+    assert (decided.status, decided.decided_by) == (ApprovalStatus.APPROVED, ("alice",))
     used = await store.consume(approval_id, "task-1")
     assert used.decision == Decision.approve()
     with pytest.raises(ApprovalAlreadyDecided):
@@ -117,7 +117,7 @@ async def test_quorum_needs_distinct_reviewers_and_one_reject_denies(store: Appr
         await store.decide(approval_id, Decision.approve(), "alice")
     assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
     done = await store.decide(approval_id, Decision.approve(), "bob")
-    assert (done.status, done.decided_by) == (ApprovalStatus.APPROVED, "alice,bob")
+    assert (done.status, done.decided_by) == (ApprovalStatus.APPROVED, ("alice", "bob"))
 
     denied = await ask(store, ApprovalPolicy(quorum=3))
     await store.decide(denied, Decision.approve(), "alice")
@@ -164,7 +164,7 @@ async def test_sticky_grant_approves_later_requests(store: ApprovalStore) -> Non
     granted = await store.request(
         run_id=run, tool="lookup", args={"q": 1}, call_id="c9", requested_by="agent"
     )
-    assert (granted.status, granted.decided_by) == (ApprovalStatus.APPROVED, "alice")
+    assert (granted.status, granted.decided_by) == (ApprovalStatus.APPROVED, ("alice",))
     other_tool = await store.request(
         run_id=run, tool="refund", args={"q": 1}, call_id="c10", requested_by="agent"
     )
@@ -298,7 +298,7 @@ async def test_the_approvals_table_equals_its_rebuild_from_the_journal(
     # The check can fail: change the table behind the journal's back.
     async with store.db.connection() as conn:
         await conn.execute(
-            "UPDATE approvals SET decided_by = 'mallory' WHERE approval_id = $1", approval_id
+            "UPDATE approvals SET decided_by = '{mallory}' WHERE approval_id = $1", approval_id
         )
     try:
         problems = await store.verify_projection()
@@ -306,7 +306,8 @@ async def test_the_approvals_table_equals_its_rebuild_from_the_journal(
     finally:
         async with store.db.connection() as conn:
             await conn.execute(
-                "UPDATE approvals SET decided_by = 'alice,bob' WHERE approval_id = $1", approval_id
+                "UPDATE approvals SET decided_by = '{alice,bob}' WHERE approval_id = $1",
+                approval_id,
             )
 
 

@@ -77,8 +77,8 @@ async def test_find_calls_filters(audit_url: str, seeded: dict[str, Any]) -> Non
         assert [c.call_id for c, _ in denied] == ["refund-2"]
         # alice approved refund-1 and rejected refund-2: only the first is "approved by" her.
         by_alice = await find_calls(db, CallFilter(approved_by="alice", run_id=run))
-        assert [(c.call_id, by) for c, by in by_alice] == [("refund-1", "alice")]
-        assert dict((c.call_id, by) for c, by in refunds)["refund-2"] is None
+        assert [(c.call_id, by) for c, by in by_alice] == [("refund-1", ("alice",))]
+        assert dict((c.call_id, by) for c, by in refunds)["refund-2"] == ()
         future = datetime.now(UTC) + timedelta(days=1)
         assert await find_calls(db, CallFilter(run_id=run, since=future)) == []
         assert len(await find_calls(db, CallFilter(run_id=run, until=future))) == 3

@@ -218,7 +218,7 @@ async def test_db_upgrade_shows_a_bar_per_migration_step(fresh_database_url: str
         _with_stderr_on_a_terminal, ["db", "upgrade"], fresh_database_url
     )
     assert code == 0, shown
-    assert "upgrading schema" in shown and re.search(r"\d/4 \[.*step/s\]", shown), shown
+    assert "upgrading schema" in shown and re.search(r"\d/5 \[.*step/s\]", shown), shown
 
 
 # -- keys new-kek and the KEK's errors -----------------------------------------------------------

@@ -46,7 +46,7 @@ async def test_demo_on_a_fresh_then_a_used_database(fresh_database_url: str) -> 
     calls = {c["call_id"]: c for c in report["calls"]}
     assert calls["call-refund"]["status"] == "succeeded"
     assert calls["call-refund"]["attempts"] == 1
-    assert calls["call-refund"]["approved_by"] == "alice"
+    assert calls["call-refund"]["approved_by"] == ["alice"]
     assert calls["call-refund"]["pid"] == report["processes"]["2"]
     assert calls["call-lookup"]["pid"] == report["processes"]["1"]
     assert report["digest"]["verified"] is True

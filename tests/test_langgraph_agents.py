@@ -263,7 +263,7 @@ async def test_store_decided_mode_pauses_again_until_the_store_has_a_decision(
     out = await graph.ainvoke(Command(resume="continue"), thread(thread_id))
     assert tool_messages(out["messages"])["refund-1"]["content"] == "refunded 120 EUR on A7"
     assert await refunds(harness, thread_id) == [{"order_id": "A7", "amount": 120}]
-    assert (await harness.store.get(request["approval_id"])).decided_by == "alice"
+    assert (await harness.store.get(request["approval_id"])).decided_by == ("alice",)
 
 
 @KINDS
@@ -405,7 +405,7 @@ async def test_an_approval_decided_in_another_process_resumes_the_thread_in_a_th
         "I have dealt with the refund."
     )
     approval = await harness.store.get(request["approval_id"])
-    assert (approval.decided_by, approval.consumed_by) == ("alice", f"{thread_id}/refund-1")
+    assert (approval.decided_by, approval.consumed_by) == (("alice",), f"{thread_id}/refund-1")
 
 
 def tool_messages_of(result: dict[str, Any]) -> dict[str, dict[str, Any]]:

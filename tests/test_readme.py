@@ -310,7 +310,7 @@ async def the_quorum_approved_and_the_approval_is_used(ns: Namespace, given: Giv
     approval = await ns["store"].get(used.approval_id)
     assert approval.status is ApprovalStatus.APPROVED
     assert approval.consumed and approval.consumed_by == "run-7/call-3"
-    assert sorted(r["reviewer"] for r in approval.reviews) == ["alice", "bob"]
+    assert sorted(r.reviewer for r in approval.reviews) == ["alice", "bob"]
     assert (approval.run_id, approval.tool, approval.call_id) == ("run-7", "refund", "call-3")
 
 
@@ -362,7 +362,7 @@ async def the_flow_ran_the_approved_refund(ns: Namespace, given: Given) -> None:
     assert (result.status, result.idempotency_key) == (CallStatus.SUCCEEDED, "session-42/t3/call_1")
     assert given.refunds == [{"order": "A-1"}]
     approval = await ns["store"].get(ns["asked"][0].approval_id)
-    assert (approval.status, approval.decided_by) == (ApprovalStatus.APPROVED, "alice")
+    assert (approval.status, approval.decided_by) == (ApprovalStatus.APPROVED, ("alice",))
 
 
 async def slack_is_asked_about_the_refund(ns: Namespace, given: Given) -> None:

@@ -52,6 +52,7 @@ from approvals import (
     ApprovalStore,
     Decision,
     DecisionKind,
+    Review,
 )
 from ledger import Database
 from ledger.db import open_raw_connection
@@ -74,7 +75,7 @@ def fixture(name: str) -> dict[str, Any]:
 
 
 def approval_with(
-    policy: ApprovalPolicy | None = None, *, reviews: tuple[dict[str, Any], ...] = ()
+    policy: ApprovalPolicy | None = None, *, reviews: tuple[Review, ...] = ()
 ) -> Approval:
     """An approval as the store would hand it out (no database needed)."""
     now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -161,7 +162,8 @@ def test_an_edit_only_policy_is_asked_with_where_to_decide_it() -> None:
 
 
 def test_a_quorum_question_says_who_approved_so_far() -> None:
-    reviews = ({"reviewer": "slack:U1", "decision": "approve", "final": False},)
+    at = datetime(2026, 11, 30, 12, 5, tzinfo=UTC)
+    reviews = (Review("slack:U1", DecisionKind.APPROVE, at),)
     approval = approval_with(ApprovalPolicy(quorum=2), reviews=reviews)
 
     assert "Needs 2 approvals" in approval_reason(approval, ARGS)["message"]
@@ -420,8 +422,8 @@ async def test_a_pressed_button_is_the_slack_users_decision(store: ApprovalStore
 
     assert (outcome.status, outcome.decision) == (AnswerStatus.DECIDED, DecisionKind.APPROVE)
     stored = await store.get(approval.approval_id)
-    assert (stored.status, stored.decided_by) == (ApprovalStatus.APPROVED, REVIEWER)
-    assert [r["reviewer"] for r in stored.reviews] == [REVIEWER]
+    assert (stored.status, stored.decided_by) == (ApprovalStatus.APPROVED, (REVIEWER,))
+    assert [r.reviewer for r in stored.reviews] == [REVIEWER]
     events = await store.journal.read_stream(f"approval:{approval.approval_id}")
     assert [(e.type, e.actor) for e in events][-1] == ("approval.decided", REVIEWER)
 
@@ -465,7 +467,7 @@ async def test_another_answer_to_a_decided_approval_is_reported_not_recorded(
     stored = await store.get(approval.approval_id)
     assert (stored.status, stored.decided_by, len(stored.reviews)) == (
         ApprovalStatus.APPROVED,
-        REVIEWER,
+        (REVIEWER,),
         1,
     )
     [notice] = notices([late])
@@ -534,7 +536,7 @@ async def test_a_quorum_needs_different_slack_users(store: ApprovalStore) -> Non
     stored = await store.get(approval.approval_id)
     assert (stored.status, stored.decided_by) == (
         ApprovalStatus.APPROVED,
-        "slack:U0123ABCD,slack:U0B055",
+        ("slack:U0123ABCD", "slack:U0B055"),
     )
 
 
@@ -618,7 +620,7 @@ async def test_an_answer_from_slack_resumes_the_agent_in_another_process(
     assert [o["status"] for o in delivered["outcomes"]] == ["decided"]
     assert delivered["events"] == [{"data": "Refunded 120 EUR on order A7."}]
     approval = await harness.store.get(question["id"])
-    assert (approval.status, approval.decided_by) == (ApprovalStatus.APPROVED, REVIEWER)
+    assert (approval.status, approval.decided_by) == (ApprovalStatus.APPROVED, (REVIEWER,))
     assert approval.consumed
     runs = await tool_runs_of(harness, thread)
     assert [(r["args"], r["pid"]) for r in runs] == [(ARGS, delivered["pid"])]
@@ -686,7 +688,7 @@ async def test_a_refused_answer_asks_again_until_an_approver_decides(
     second = await collect(welt.reply(payload, user_id=BOSS))
     assert second == [{"data": "Refunded 120 EUR on order A7."}]
     approval = await harness.store.get(question["id"])
-    assert approval.decided_by == "slack:U0B055"
+    assert approval.decided_by == ("slack:U0B055",)
     assert len(await tool_runs_of(harness, str(approval.thread_id))) == 1
 
 

@@ -120,15 +120,13 @@ def _row(approval: Approval) -> dict[str, Any]:
         "requested_by": approval.requested_by,
         "requested_at": when(approval.requested_at),
         "expires_at": when(approval.expires_at),
-        "decided_by": approval.decided_by,
+        "decided_by": list(approval.decided_by),
         "decided_at": when(approval.decided_at),
         "consumed_by": approval.consumed_by,
         "consumed_at": when(approval.consumed_at),
         "args_digest": approval.args_digest,
         "policy": approval.policy.to_json(),
-        "reviews": [
-            {k: v for k, v in r.items() if not k.endswith("_sealed")} for r in approval.reviews
-        ],
+        "reviews": [r.to_json(sealed=False) for r in approval.reviews],
         "version": approval.version,
     }
     if approval.args is not None:

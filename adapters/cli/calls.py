@@ -153,7 +153,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     resolve.set_defaults(run=lambda a: asyncio.run(_resolve(a)))
 
 
-def _row(call: CallRecord, approved_by: str | None) -> dict[str, Any]:
+def _row(call: CallRecord) -> dict[str, Any]:
     return {
         "run_id": call.run_id,
         "call_id": call.call_id,
@@ -162,7 +162,7 @@ def _row(call: CallRecord, approved_by: str | None) -> dict[str, Any]:
         "status": call.status.value,
         "attempts": call.attempts,
         "approval_id": call.approval_id,
-        "approved_by": approved_by,
+        "approved_by": list(call.approved_by),
         "args_digest": call.args_digest,
         "result_digest": call.result_digest,
         "resolved_by": call.resolved_by,
@@ -182,18 +182,22 @@ async def _calls(args: argparse.Namespace) -> int:
         limit=args.limit,
     )
     async with open_database(args) as db:
-        rows = [_row(call, by) for call, by in await find_calls(db, where)]
+        rows = [_row(call) for call, _ in await find_calls(db, where)]
     if args.csv:
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=_COLUMNS, lineterminator="\n")
         writer.writeheader()
-        writer.writerows({k: csv_cell(v) for k, v in r.items()} for r in rows)
+        # A name may hold a comma: the approvers are a JSON array in one cell.
+        writer.writerows(
+            {k: csv_cell(json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()}
+            for r in rows
+        )
         sys.stdout.write(out.getvalue())
         return 0
     lines = [f"{'RUN':<24} {'CALL':<20} {'TOOL':<16} {'STATUS':<16} {'APPROVED BY':<16} STARTED"]
     lines += [
         f"{safe(r['run_id']):<24} {safe(r['call_id']):<20} {safe(r['tool']):<16} "
-        f"{r['status']:<16} {safe(r['approved_by'] or '-'):<16} {r['started_at']}"
+        f"{r['status']:<16} {safe(', '.join(r['approved_by']) or '-'):<16} {r['started_at']}"
         for r in rows
     ]
     emit(args, "\n".join(lines), {"calls": rows})
@@ -220,7 +224,7 @@ async def _show(args: argparse.Namespace) -> int:
         revealer = (args.by or getpass.getuser()) if args.reveal else None
         story = await call_story(db, args.run_id, args.call_id, reveal_by=revealer, ring=ring)
     data: dict[str, Any] = {
-        "call": _row(story.call, story.approved_by),
+        "call": _row(story.call),
         "events": _events(story.events),
         "approval_events": _events(story.approval_events),
     }
@@ -240,7 +244,8 @@ def _story_text(story: CallStory, revealed: bool) -> str:
     ]
     if call.approval_id:
         lines.append(
-            f"  approval {safe(call.approval_id)}, approved by {safe(story.approved_by or '-')}"
+            f"  approval {safe(call.approval_id)}, "
+            f"approved by {safe(', '.join(story.approved_by) or '-')}"
         )
     for event in sorted([*story.approval_events, *story.events], key=lambda e: e.position):
         lines.append(
@@ -280,5 +285,5 @@ async def _resolve(args: argparse.Namespace) -> int:
         f"call {safe(record.call_id)} of run {safe(record.run_id)} resolved as {record.status} "
         f"by {safe(args.by)}"
     )
-    emit(args, shown, _row(record, None))
+    emit(args, shown, _row(record))
     return 0

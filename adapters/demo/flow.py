@@ -364,7 +364,9 @@ def _ran_in(worker_id: str, pids: dict[int, int]) -> tuple[int | None, str]:
     return pid, f"process {number} (pid {pid})" if number else worker_id
 
 
-def _call_row(call: CallRecord, approved_by: str | None, pids: dict[int, int]) -> dict[str, Any]:
+def _call_row(
+    call: CallRecord, approved_by: tuple[str, ...], pids: dict[int, int]
+) -> dict[str, Any]:
     pid, ran_in = _ran_in(call.worker_id, pids)
     return {
         "call_id": call.call_id,
@@ -372,7 +374,7 @@ def _call_row(call: CallRecord, approved_by: str | None, pids: dict[int, int]) -
         "effect": str(call.effect),
         "status": str(call.status),
         "attempts": call.attempts,
-        "approved_by": approved_by,
+        "approved_by": list(approved_by),
         "pid": pid,
         "ran_in": ran_in,
     }
@@ -400,7 +402,7 @@ def _show_ledger(screen: Screen, run_id: str, rows: list[dict[str, Any]]) -> Non
             r["effect"],
             r["status"],
             str(r["attempts"]),
-            r["approved_by"] or "-",
+            ", ".join(r["approved_by"]) or "-",
             r["ran_in"],
         )
         for r in rows

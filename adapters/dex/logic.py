@@ -236,10 +236,7 @@ async def record_decision(
     except DecisionNotAllowed:
         # The same reviewer's approval delivered again while a quorum is still open.
         approval = await store.get(approval_id)
-        approved_before = any(
-            r["reviewer"] == who.id and r["decision"] == DecisionKind.APPROVE
-            for r in approval.reviews
-        )
+        approved_before = who.id in approval.approvers
         if decision.kind is not DecisionKind.APPROVE or not approved_before:
             raise
     bound.info("decision delivered again; already recorded", status=str(approval.status))

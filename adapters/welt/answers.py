@@ -122,7 +122,7 @@ class AnswerOutcome:
             "status": str(self.status),
             "decision": None if self.decision is None else str(self.decision),
             "approval_status": str(self.approval.status),
-            "decided_by": self.approval.decided_by,
+            "decided_by": list(self.approval.decided_by),
             "detail": self.detail,
         }
 
@@ -196,7 +196,7 @@ async def _record(
 def _not_recorded(
     error: Exception, current: Approval, reviewer_id: str, kind: DecisionKind
 ) -> AnswerStatus:
-    if any(r["reviewer"] == reviewer_id and r["decision"] == kind for r in current.reviews):
+    if any(r.reviewer == reviewer_id and r.decision is kind for r in current.reviews):
         return AnswerStatus.REPEATED
     if isinstance(error, ApprovalExpired) or current.status is ApprovalStatus.EXPIRED:
         return AnswerStatus.EXPIRED

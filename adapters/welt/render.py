@@ -176,7 +176,7 @@ def _message(approval: Approval, args: Mapping[str, Any], description: str | Non
         head.append(text)
     tail = [_edit_note(approval)] if _edit_only_or_allowed(approval) else []
     if approval.policy.quorum > 1:
-        approvers = sorted({r["reviewer"] for r in approval.reviews if r["decision"] == "approve"})
+        approvers = sorted(approval.approvers)
         so_far = f"; approved so far by {', '.join(approvers)}" if approvers else ""
         tail.append(f"Needs {approval.policy.quorum} approvals from different people{so_far}.")
     footer = f"Approval {approval_id}"

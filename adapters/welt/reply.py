@@ -187,7 +187,7 @@ def notices(outcomes: Sequence[AnswerOutcome]) -> list[DataEvent]:
         elif o.status is AnswerStatus.ALREADY_DECIDED:
             text = (
                 f"{tool} was decided already ({o.approval.status} by "
-                f"{o.approval.decided_by or 'signoff'}); that decision stands."
+                f"{', '.join(o.approval.decided_by) or 'signoff'}); that decision stands."
             )
         elif o.status is AnswerStatus.EXPIRED:
             text = f"The approval of {tool} expired before anyone decided; it is denied."
