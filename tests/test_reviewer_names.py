@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from approvals import ApprovalPolicy, ApprovalStore, Decision, approval_gate
+from approvals import (
+    ApprovalPolicy,
+    ApprovalStore,
+    Decision,
+    DecisionKind,
+    Review,
+    approval_gate,
+)
 from approvals.projection import apply, stream_of
 from ledger import Database, Journal, NewEvent, migrate
 from ledger.audit import CallFilter, call_story, find_calls
@@ -270,3 +277,17 @@ async def test_calls_approved_before_migration_0005_keep_their_approvers_and_ver
             "SELECT decided_by FROM approvals WHERE approval_id = $1", approved
         )
     assert joined == f"{COMMA},bob"
+
+
+def test_a_review_is_the_same_after_its_json_and_hides_ciphertexts_for_display() -> None:
+    at = datetime(2026, 12, 1, 9, 0, 0, 123456, tzinfo=UTC)
+    edit = Review(COMMA, DecisionKind.EDIT, at, args_digest="d" * 64, args_sealed="c2VhbGVk")
+    assert Review.from_json(edit.to_json()) == edit
+    event = edit.to_json() | {"final": True, "decided_by": [COMMA]}
+    assert Review.from_json(event) == edit  # the event's own fields are not the review's
+    assert edit.to_json(sealed=False) == {
+        "reviewer": COMMA,
+        "decision": "edit",
+        "at": at.isoformat(),
+        "args_digest": "d" * 64,
+    }
