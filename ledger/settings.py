@@ -69,9 +69,8 @@ class Settings:
         Raises:
             ConfigurationError: a value is malformed; the message names its variable.
         """
-        url = database_url or environ.get("SIGNOFF_DATABASE_URL") or environ.get("DATABASE_URL")
         return cls(
-            database_url=normalize_url(url) if url else None,
+            database_url=_url(environ, database_url),
             kek=_kek(environ),
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),
             embedded_home=embedded_home_from_env(environ),
@@ -99,6 +98,18 @@ class Settings:
         from . import embedded  # imported late: only this path needs the `embedded` extra
 
         return embedded.ensure_server(self.embedded_home)
+
+
+def _url(environ: Mapping[str, str], given: str | None) -> str | None:
+    if given:
+        return normalize_url(given)
+    for name in ("SIGNOFF_DATABASE_URL", "DATABASE_URL"):
+        if url := environ.get(name):
+            try:
+                return normalize_url(url)
+            except ConfigurationError as e:
+                raise ConfigurationError(f"{name}: {e}") from e
+    return None
 
 
 def _kek(environ: Mapping[str, str]) -> LocalKek | None:
