@@ -19,7 +19,7 @@ import math
 import os
 import pwd
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import normalize_url
@@ -60,6 +60,14 @@ class Settings:
     key_refresh_seconds: float = _REFRESH_DEFAULT
     embedded_home: Path = field(default_factory=lambda: embedded_home_from_env({}))
 
+    def __post_init__(self) -> None:
+        if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
+            object.__setattr__(self, "database_url", normalize_url(self.database_url))
+        if not math.isfinite(self.key_refresh_seconds) or self.key_refresh_seconds < 0:
+            raise ConfigurationError(
+                f"key_refresh_seconds is {self.key_refresh_seconds}: expected 0 or more"
+            )
+
     @classmethod
     def from_env(
         cls, environ: Mapping[str, str] = os.environ, *, database_url: str | None = None
@@ -75,10 +83,6 @@ class Settings:
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),
             embedded_home=embedded_home_from_env(environ),
         )
-
-    def with_url(self, url: str) -> Settings:
-        """These settings for the database at `url` (so not the embedded server's KEK file)."""
-        return replace(self, database_url=normalize_url(url))
 
     @property
     def embedded(self) -> bool:

@@ -93,6 +93,11 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
     from_file = Settings.from_env({"SIGNOFF_KEK_FILE": str(kek_file)}).kek
     assert from_file is not None and from_file.kek_id == LocalKek(key).kek_id
 
+    direct = Settings(database_url="postgresql+psycopg://a@h/d")  # checked as from_env checks
+    assert direct.database_url == "postgresql://a@h/d"
+    with pytest.raises(ConfigurationError, match="key_refresh_seconds"):
+        Settings(key_refresh_seconds=-1.0)
+
     defaults = Settings.from_env({"SIGNOFF_EMBEDDED_DIR": str(tmp_path / "home")})
     assert (defaults.database_url, defaults.kek, defaults.key_refresh_seconds) == (None, None, 10)
     assert defaults.embedded and defaults.embedded_kek_file == tmp_path / "home" / "kek"
