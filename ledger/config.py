@@ -1,8 +1,7 @@
-"""Where the database is: `SIGNOFF_DATABASE_URL`, then `DATABASE_URL`, then the embedded server."""
+"""Database URLs: where the database is (as the settings say), normalized, and masked for logs."""
 
 from __future__ import annotations
 
-import os
 from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
@@ -15,19 +14,18 @@ _SCHEMES = {"postgresql", "postgres"}
 
 
 def configured_url(explicit: str | None = None) -> str | None:
-    """The URL given, else the one in the environment, normalized; None when there is none."""
-    url = explicit or os.environ.get("SIGNOFF_DATABASE_URL") or os.environ.get("DATABASE_URL")
-    return normalize_url(url) if url else None
+    """The URL given, else the environment's settings' (`Settings.from_env`), normalized; None
+    when there is none."""
+    from .settings import Settings  # imported late: settings import this module
+
+    return Settings.from_env(database_url=explicit).database_url
 
 
 def resolve_url(explicit: str | None = None) -> str:
     """The configured URL, or the embedded server's (started on first use)."""
-    url = configured_url(explicit)
-    if url is not None:
-        return url
-    from . import embedded  # imported late: only this path needs the `embedded` extra
+    from .settings import Settings
 
-    return embedded.ensure_server()
+    return Settings.from_env(database_url=explicit).resolve_url()
 
 
 def normalize_url(url: str) -> str:

@@ -17,15 +17,18 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from . import migrate
-from .config import masked, resolve_url
+from .config import masked
 from .errors import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
 from .log import get_logger
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = ["Database", "connection_lost", "open_raw_connection"]
 
@@ -73,13 +76,15 @@ async def open_raw_connection(url: str) -> asyncpg.Connection:
 class Database:
     """A connection pool to the Signoff database.
 
-    Use `await Database.connect(url)` or `await Database.from_env()`; `await db.close()` at the end
-    (or `async with`).
+    Use `await Database.from_settings(settings)`, `await Database.connect(url)` or
+    `await Database.from_env()`; `await db.close()` at the end (or `async with`). `settings` are
+    the ones it was opened with: the key ring takes its KEK and refresh interval from them.
     """
 
-    def __init__(self, url: str, pool: asyncpg.Pool) -> None:
+    def __init__(self, url: str, pool: asyncpg.Pool, settings: Settings) -> None:
         self.url = url
         self.pool = pool
+        self.settings = settings
         self._engine: AsyncEngine | None = None
 
     @property
@@ -96,14 +101,26 @@ class Database:
         return self._engine
 
     @classmethod
-    async def connect(cls, url: str, *, pool_size: int = 10, check_schema: bool = True) -> Database:
-        """Open a pool to `url` (a plain `postgresql://` URL).
+    async def connect(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        check_schema: bool = True,
+        settings: Settings | None = None,
+    ) -> Database:
+        """Open a pool to `url` (a plain `postgresql://` URL), with `settings` (default: the
+        environment's, for this URL: `Settings.from_env(database_url=url)`).
 
         Raises:
             ConfigurationError: the URL is malformed.
             DatabaseUnavailable: the server is down or refuses us.
             SchemaOutOfDate: the schema is not at this code's revision (`check_schema`).
         """
+        if settings is None:
+            from .settings import Settings  # imported late: settings import the key modules
+
+            settings = Settings.from_env(database_url=url)
         # Fail fast with a clear error before the pool hides the cause in its own wrappers.
         probe = await open_raw_connection(url)
         try:
@@ -131,13 +148,21 @@ class Database:
         except (TimeoutError, OSError, asyncpg.PostgresError) as e:
             raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
         log.debug("database pool opened", url=masked(url), pool_size=pool_size)
-        return cls(url, pool)
+        return cls(url, pool, settings)
+
+    @classmethod
+    async def from_settings(cls, settings: Settings, **options: Any) -> Database:
+        """Connect to the settings' database: its URL, else the embedded server (started on
+        first use)."""
+        url = await asyncio.to_thread(settings.resolve_url)
+        return await cls.connect(url, settings=settings, **options)
 
     @classmethod
     async def from_env(cls, **options: Any) -> Database:
         """Connect to `SIGNOFF_DATABASE_URL` / `DATABASE_URL`, else to the embedded server."""
-        url = await asyncio.to_thread(resolve_url)
-        return await cls.connect(url, **options)
+        from .settings import Settings
+
+        return await cls.from_settings(Settings.from_env(), **options)
 
     @asynccontextmanager
     async def connection(

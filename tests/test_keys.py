@@ -14,9 +14,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger import ConfigurationError, Database, Journal, migrate
-from ledger.embedded import ensure_server, home_of
+from ledger.embedded import ensure_server
 from ledger.errors import DecryptionFailed, KekMismatch, KekMissing, KeyStateError, UnknownKey
-from ledger.keys import KeyRing, KeyState, LocalKek, Purpose, kek_from_env, key_id_of
+from ledger.keys import KeyRing, KeyState, LocalKek, Purpose, embedded_kek, key_id_of
+from ledger.settings import Settings
 
 from .support.embedded_homes import private_home
 
@@ -130,17 +131,11 @@ async def test_a_wrong_kek_names_the_kek_needed_and_writes_nothing(keys_db: Data
 
 @pytest.fixture
 async def kekless_db(fresh_database_url: str) -> AsyncIterator[Database]:
-    """A fresh database for which no KEK is configured. On the embedded server that takes a
-    server of its own: the session's server keeps a KEK file, the default for its databases."""
-    if home_of(fresh_database_url) is None:
-        async with await Database.connect(fresh_database_url) as db:
-            yield db
-        return
-    with private_home() as home:
-        url = await asyncio.to_thread(ensure_server, home)
-        await asyncio.to_thread(migrate.upgrade, url)
-        async with await Database.connect(url) as db:
-            yield db
+    """A fresh database for which no KEK is configured: settings with its URL and no KEK (a
+    URL never selects the embedded server's KEK file, even one of the embedded server)."""
+    settings = Settings(database_url=fresh_database_url)
+    async with await Database.connect(fresh_database_url, settings=settings) as db:
+        yield db
 
 
 async def test_a_missing_kek_names_the_kek_needed(
@@ -162,8 +157,9 @@ async def test_a_lost_embedded_kek_file_is_missing_not_replaced(
     with private_home() as home:
         url = await asyncio.to_thread(ensure_server, home)
         await asyncio.to_thread(migrate.upgrade, url)
-        async with await Database.connect(url) as db:
-            first = await KeyRing.open(db)  # no KEK configured: the server's KEK file, made now
+        settings = Settings(embedded_home=home)  # the embedded server, no KEK configured
+        async with await Database.connect(url, settings=settings) as db:
+            first = await KeyRing.open(db)  # the server's KEK file, made now
             assert first.kek is not None
             (home / "kek").unlink()
             with pytest.raises(KekMissing, match=first.kek.kek_id):
@@ -197,23 +193,17 @@ async def test_macs_and_signatures(keys_db: Database) -> None:
     Ed25519PublicKey.from_public_bytes(public).verify(signature, b"tree head")
 
 
-def test_kek_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("SIGNOFF_KEK_FILE", raising=False)
+def test_kek_from_environment(tmp_path: Path) -> None:
     key = os.urandom(32)
-    monkeypatch.setenv("SIGNOFF_KEK", base64.b64encode(key).decode())
-    from_env = kek_from_env()
+    from_env = Settings.from_env({"SIGNOFF_KEK": base64.b64encode(key).decode()}).kek
     assert from_env is not None and from_env.kek_id == LocalKek(key).kek_id
-    monkeypatch.setenv("SIGNOFF_KEK", "not base64!")
     with pytest.raises(ConfigurationError, match="SIGNOFF_KEK is not base64"):
-        kek_from_env()
-    monkeypatch.setenv("SIGNOFF_KEK", base64.b64encode(b"short").decode())
+        Settings.from_env({"SIGNOFF_KEK": "not base64!"})
     with pytest.raises(ConfigurationError, match="32 bytes"):
-        kek_from_env()
-    monkeypatch.delenv("SIGNOFF_KEK")
-    assert kek_from_env() is None
+        Settings.from_env({"SIGNOFF_KEK": base64.b64encode(b"short").decode()})
+    assert Settings.from_env({}).kek is None
     local = tmp_path / "embedded" / "kek"
-    created = kek_from_env(local)
-    assert created is not None
+    created = embedded_kek(local)
     assert stat.S_IMODE(local.stat().st_mode) == 0o600
-    again = kek_from_env(local)
-    assert again is not None and again.kek_id == created.kek_id
+    again = embedded_kek(local)
+    assert again.kek_id == created.kek_id

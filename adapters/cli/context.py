@@ -1,19 +1,28 @@
-"""What commands share: the database named by the command line or the environment."""
+"""What commands share: the settings of the environment and the command line, and their database."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from ledger import Database
-from ledger.config import resolve_url
+from ledger.settings import Settings
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The settings: the environment's, with `--database-url` over its URL. Read once per
+    command (on first use: a command that needs none, `keys new-kek`, works with broken ones)."""
+    settings = getattr(args, "settings", None)
+    if settings is None:
+        settings = Settings.from_env(database_url=getattr(args, "database_url", None))
+        args.settings = settings
+    assert isinstance(settings, Settings)
+    return settings
 
 
 @asynccontextmanager
 async def open_database(args: argparse.Namespace) -> AsyncIterator[Database]:
     """The database of `--database-url`, else the environment's, else the embedded server."""
-    url = await asyncio.to_thread(resolve_url, args.database_url)
-    async with await Database.connect(url, pool_size=2) as db:
+    async with await Database.from_settings(settings_of(args), pool_size=2) as db:
         yield db

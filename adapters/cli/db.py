@@ -6,9 +6,10 @@ import argparse
 import asyncio
 
 from ledger import migrate
-from ledger.config import masked, resolve_url
+from ledger.config import masked
 
 from .arguments import identifier
+from .context import settings_of
 from .migrating import migrate_database, schema_revision, steps_between
 from .output import add_json_flag, emit
 from .progress import progress_bar, shows_progress
@@ -70,7 +71,7 @@ def _downgrade(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace, *, down: bool) -> int:
-    url = resolve_url(args.database_url)
+    url = settings_of(args).resolve_url()
     total = None
     if shows_progress(args):
         total = steps_between(asyncio.run(schema_revision(url)), args.revision, down=down)
@@ -81,7 +82,7 @@ def _migrate(args: argparse.Namespace, *, down: bool) -> int:
 
 
 def _current(args: argparse.Namespace) -> int:
-    return _report(args, resolve_url(args.database_url), "at")
+    return _report(args, settings_of(args).resolve_url(), "at")
 
 
 def _report(args: argparse.Namespace, url: str, verb: str) -> int:

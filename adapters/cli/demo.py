@@ -29,4 +29,6 @@ examples:
 def _demo(args: argparse.Namespace) -> int:
     from adapters.demo import run_demo  # only this command needs it
 
-    return run_demo(args.database_url, log_level=args.log_level.upper(), as_json=args.json)
+    from .context import settings_of
+
+    return run_demo(settings=settings_of(args), log_level=args.log_level.upper(), as_json=args.json)

@@ -8,9 +8,9 @@ import shlex
 import sys
 from typing import Any
 
-from ledger.config import configured_url
 from ledger.embedded import SYSTEM_USER, EmbeddedStatus, server_status, stop_server
 
+from .context import settings_of
 from .output import add_json_flag, emit
 
 _HOME = "$SIGNOFF_EMBEDDED_DIR, else /var/lib/signoff/embedded as root, else ~/.local/share/..."
@@ -60,7 +60,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _status(args: argparse.Namespace) -> int:
-    st = server_status()
+    settings = settings_of(args)
+    st = server_status(settings.embedded_home)
     state = f"running (pid {st.pid})" if st.running else "not running (commands start it)"
     data = f"{st.data} (PostgreSQL {st.data_version})" if st.data_version else f"{st.data} (empty)"
     lines = [
@@ -71,15 +72,15 @@ def _status(args: argparse.Namespace) -> int:
         f"  url      {st.url}",
         f"  psql     {_psql_command(st)}",
         f"  access   {_access()}",
-        f"  used     {_used()}",
+        f"  used     {_used(settings.embedded)}",
         "  stop     signoff embedded stop",
     ]
-    emit(args, "\n".join(lines), _document(st) | {"used": configured_url() is None})
+    emit(args, "\n".join(lines), _document(st) | {"used": settings.embedded})
     return 0
 
 
 def _url(args: argparse.Namespace) -> int:
-    st = server_status()
+    st = server_status(settings_of(args).embedded_home)
     if not st.running and not args.json:
         print(
             "note: the embedded server is not running; any command that uses the database "
@@ -91,7 +92,7 @@ def _url(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    st = server_status()
+    st = server_status(settings_of(args).embedded_home)
     pid = stop_server(st.home)
     text = (
         f"stopped the embedded server (pid {pid}) in {st.home}"
@@ -116,8 +117,8 @@ def _access() -> str:
     return "you only (the socket folder is yours alone: local connections need no password)"
 
 
-def _used() -> str:
-    if configured_url() is None:
+def _used(embedded: bool) -> str:
+    if embedded:
         return "yes: no database URL is configured"
     return "no: a database URL is configured (SIGNOFF_DATABASE_URL or DATABASE_URL)"
 

@@ -32,12 +32,12 @@ from adapters.cli.output import safe
 from approvals import ApprovalStore, Decision, Reviewer
 from ledger import Database, Journal, SignoffError, VerifyReport, migrate
 from ledger.audit import CallFilter, find_calls
-from ledger.config import masked, resolve_url
+from ledger.config import masked
 from ledger.digest import DigestCheck, signing_keys, take_digest, verify_digest
-from ledger.embedded import default_home, home_of
 from ledger.errors import KekMissing
 from ledger.keys import KeyRing, LocalKek
 from ledger.keys.kek import create_kek_file
+from ledger.settings import Settings
 from ledger.tool_calls import CallRecord, CallStatus
 
 from .script import LEADS, REFUND_CALL, REVIEWER, payments_stream
@@ -104,25 +104,36 @@ class Launch:
     log_level: str
 
 
-def run_demo(database_url: str | None, *, log_level: str = "WARNING", as_json: bool = False) -> int:
-    """Run the demo on `database_url`, else the environment's database, else the embedded
-    server. Exit code 0 when the refund ran once and the digest verified, else 1."""
+def run_demo(
+    database_url: str | None = None,
+    *,
+    settings: Settings | None = None,
+    log_level: str = "WARNING",
+    as_json: bool = False,
+) -> int:
+    """Run the demo with `settings` (default: the environment's, with `database_url` over its
+    URL): their database, else the embedded server. Exit code 0 when the refund ran once and
+    the digest verified, else 1."""
     started = time.perf_counter()
     screen = Screen(as_json)
     screen.line("Signoff demo: a support agent asks to refund an order, a support lead approves it")
     screen.line("from another process, and a second worker process resumes the agent.")
     screen.line()
-    url = resolve_url(database_url)  # starts the embedded server if that is the database
+    if settings is None:
+        settings = Settings.from_env(database_url=database_url)
+    url = settings.resolve_url()  # starts the embedded server if that is the database
     migrate_database(url, "head")  # blocking (alembic runs its own event loop): before ours
-    return asyncio.run(_demo(url, screen, started, log_level, as_json))
+    return asyncio.run(_demo(settings, url, screen, started, log_level, as_json))
 
 
-async def _demo(url: str, screen: Screen, started: float, log_level: str, as_json: bool) -> int:
+async def _demo(
+    settings: Settings, url: str, screen: Screen, started: float, log_level: str, as_json: bool
+) -> int:
     run_id = f"demo-{uuid.uuid4().hex[:8]}"
-    home = home_of(url)
+    home = settings.embedded_home if settings.embedded else None
     where = f"embedded PostgreSQL ({home})" if home else masked(url)
-    async with await Database.connect(url, pool_size=2) as db:
-        keys = await _keys(db, url)
+    async with await Database.connect(url, pool_size=2, settings=settings) as db:
+        keys = await _keys(db)
         screen.line(f"  database  {where}")
         for i, note in enumerate(keys.note.splitlines()):
             screen.line(f"  {'keys' if i == 0 else '':<9} {note}")
@@ -132,7 +143,7 @@ async def _demo(url: str, screen: Screen, started: float, log_level: str, as_jso
             f"schema at head {migrate.head_revision()}, data keys ready",
             time.perf_counter() - started,
         )
-        launch = Launch(_worker_env(url, keys), log_level)
+        launch = Launch(_worker_env(settings, url, keys), log_level)
 
         first = await _worker(screen, launch, 1, "runs the agent until it pauses", "start", run_id)
         store = ApprovalStore(db, keys.ring)
@@ -196,23 +207,24 @@ async def _demo(url: str, screen: Screen, started: float, log_level: str, as_jso
 # -- keys ----------------------------------------------------------------------------------------
 
 
-def _demo_kek_dir() -> Path:
-    return default_home().parent / "keks"
+def _demo_kek_dir(settings: Settings) -> Path:
+    return settings.embedded_home.parent / "keks"
 
 
-async def _keys(db: Database, url: str) -> Keys:
+async def _keys(db: Database) -> Keys:
     """The key ring, opened the way every worker will open it (see the module's docstring)."""
-    if os.environ.get("SIGNOFF_KEK") or os.environ.get("SIGNOFF_KEK_FILE"):
+    settings = db.settings
+    if settings.kek is not None:
         ring = await KeyRing.open(db)
-        source = "SIGNOFF_KEK" if os.environ.get("SIGNOFF_KEK") else "SIGNOFF_KEK_FILE"
+        source = (settings.kek.source or "").partition("=")[0]  # the variable, not the path
         return Keys(ring, note=f"wrapped by KEK {_kek_id(ring)} from {source}")
-    if (home := home_of(url)) is not None:
+    if (local := settings.embedded_kek_file) is not None:
         ring = await KeyRing.open(db)  # creates the local KEK file on first use, and says so
-        return Keys(ring, note=f"wrapped by the embedded server's KEK file {home / 'kek'}")
+        return Keys(ring, note=f"wrapped by the embedded server's KEK file {local}")
     try:
         await KeyRing.open(db, create_missing=False)
     except KekMissing as e:
-        path = _demo_kek_dir() / e.needed
+        path = _demo_kek_dir(settings) / e.needed
         if not path.is_file():
             raise DemoFailed(
                 f"this database's data keys are wrapped by KEK {e.needed}: set SIGNOFF_KEK "
@@ -221,7 +233,7 @@ async def _keys(db: Database, url: str) -> Keys:
         kek = LocalKek.from_file(path)
         note = f"wrapped by {path}\n(the demo's KEK file for this database: no KEK is configured)"
     else:  # no data keys yet: make a KEK for this database, and keep it
-        path, kek = _new_kek_file()
+        path, kek = _new_kek_file(_demo_kek_dir(settings))
         note = (
             f"wrapped by {path}, made now: no KEK is configured\n"
             f"(back it up; SIGNOFF_KEK_FILE={path} lets other commands use it)"
@@ -230,8 +242,7 @@ async def _keys(db: Database, url: str) -> Keys:
     return Keys(ring, {"SIGNOFF_KEK_FILE": str(path)}, note)
 
 
-def _new_kek_file() -> tuple[Path, LocalKek]:
-    folder = _demo_kek_dir()
+def _new_kek_file(folder: Path) -> tuple[Path, LocalKek]:
     draft = folder / f"new-{uuid.uuid4().hex}"
     create_kek_file(draft)  # mode 0600
     kek = LocalKek.from_file(draft)
@@ -247,18 +258,21 @@ def _kek_id(ring: KeyRing) -> str:
 # -- the worker processes ------------------------------------------------------------------------
 
 
-def _worker_env(url: str, keys: Keys) -> dict[str, str]:
-    """This environment, the resolved database, the demo's KEK file if it made one, and a
+def _worker_env(settings: Settings, url: str, keys: Keys) -> dict[str, str]:
+    """This environment, the demo's database, the demo's KEK file if it made one, and a
     PYTHONPATH that finds this package however it was installed. SIGNOFF_KEK passes through
-    only when it is set."""
+    only when it is set. On the embedded server the workers get its home, not its URL: their
+    settings then name the server's KEK file as the demo's do."""
     source = str(Path(adapters.__file__).resolve().parent.parent)
     path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
-    return {
-        **os.environ,
-        "SIGNOFF_DATABASE_URL": url,
-        "PYTHONPATH": path,
-        **keys.env,
-    }
+    env = {**os.environ, "PYTHONPATH": path, **keys.env}
+    if settings.embedded:
+        for name in ("SIGNOFF_DATABASE_URL", "DATABASE_URL"):
+            env.pop(name, None)
+        env["SIGNOFF_EMBEDDED_DIR"] = str(settings.embedded_home)
+    else:
+        env["SIGNOFF_DATABASE_URL"] = url
+    return env
 
 
 async def _worker(screen: Screen, launch: Launch, number: int, what: str, *args: str) -> Worker:

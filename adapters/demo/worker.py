@@ -2,8 +2,9 @@
 support agent until it pauses for an approval; `... resume APPROVAL` finds the thread stored with
 the approval and resumes it (the decision comes from the store).
 
-The database and the KEK come from the environment (`SIGNOFF_DATABASE_URL`, `SIGNOFF_KEK` /
-`SIGNOFF_KEK_FILE`, else the embedded server and its local KEK file), as for every command.
+The database and the KEK come from the environment's settings (`SIGNOFF_DATABASE_URL`,
+`SIGNOFF_KEK` / `SIGNOFF_KEK_FILE`, else the embedded server and its local KEK file), as for every
+command.
 Progress goes to stdout, one JSON object per line (see `emit`), for `signoff demo` to show.
 """
 
@@ -30,9 +31,10 @@ from adapters.langgraph import (
     resume_config,
 )
 from approvals import ApprovalStore
-from ledger import Database, SignoffError, resolve_url
+from ledger import Database, SignoffError
 from ledger.keys import KeyRing
 from ledger.log import configure_logging
+from ledger.settings import Settings
 from ledger.tool_ledger import ToolLedger
 
 from .agent import RULES, build_agent
@@ -49,8 +51,8 @@ def emit(event: str, **data: Any) -> None:
 @asynccontextmanager
 async def _session() -> AsyncIterator[tuple[SignoffTools, EncryptedPostgresSaver]]:
     """Signoff on the environment's database, and the encrypted checkpointer."""
-    url = await asyncio.to_thread(resolve_url)  # `signoff demo` sets SIGNOFF_DATABASE_URL
-    async with await Database.connect(url, pool_size=4) as db:
+    # `signoff demo` sets SIGNOFF_DATABASE_URL, or SIGNOFF_EMBEDDED_DIR for its embedded server.
+    async with await Database.from_settings(Settings.from_env(), pool_size=4) as db:
         ring = await KeyRing.open(db)
         store = ApprovalStore(db, ring)
         ledger = ToolLedger(db, ring)

@@ -1,6 +1,6 @@
 """Keys: the KEK outside the database, data keys inside it (wrapped), and Signoff's ciphertexts."""
 
-from .kek import Kek, LocalKek, create_kek_file, kek_from_env
+from .kek import Kek, LocalKek, create_kek_file, embedded_kek
 from .ring import KeyInfo, KeyRing, KeyState, Purpose
 from .sealing import key_id_of
 
@@ -12,6 +12,6 @@ __all__ = [
     "LocalKek",
     "Purpose",
     "create_kek_file",
-    "kek_from_env",
+    "embedded_kek",
     "key_id_of",
 ]

@@ -1,7 +1,8 @@
 """The key-encryption key (KEK): it wraps the data keys and never enters the database.
 
 `Kek` is the small interface a KMS can implement later: an id, `wrap` and `unwrap`. `LocalKek`
-holds 32 bytes from `SIGNOFF_KEK` (base64) or the file named by `SIGNOFF_KEK_FILE` (base64 text).
+holds 32 bytes from `SIGNOFF_KEK` (base64) or the file named by `SIGNOFF_KEK_FILE` (base64 text),
+as `ledger.settings` reads them.
 Its id is derived from the key, so an error can name the KEK a database needs without storing it.
 """
 
@@ -19,7 +20,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ..errors import ConfigurationError
 from ..log import get_logger
 
-__all__ = ["Kek", "LocalKek", "create_kek_file", "kek_from_env"]
+__all__ = ["Kek", "LocalKek", "create_kek_file", "embedded_kek"]
 
 log = get_logger(__name__)
 _NONCE = 12
@@ -91,27 +92,17 @@ class LocalKek:
         return cls.from_base64(text, source)
 
 
-def kek_from_env(local_file: Path | None = None) -> LocalKek | None:
-    """The KEK from `SIGNOFF_KEK` or `SIGNOFF_KEK_FILE`.
-
-    With neither set: when `local_file` is given (the embedded default), that file, created on
-    first use and readable only by its owner; otherwise None.
-    """
-    if text := os.environ.get("SIGNOFF_KEK"):
-        return LocalKek.from_base64(text, "SIGNOFF_KEK")
-    if path := os.environ.get("SIGNOFF_KEK_FILE"):
-        return LocalKek.from_file(Path(path), variable="SIGNOFF_KEK_FILE")
-    if local_file is None:
-        return None
-    if not local_file.exists():
-        create_kek_file(local_file)
+def embedded_kek(path: Path) -> LocalKek:
+    """The embedded server's KEK in `path`, created on first use and readable only by its owner."""
+    if not path.exists():
+        create_kek_file(path)
         log.warning(
             "created a local key-encryption key; back it up, without it nothing encrypted can "
             "be read",
-            path=str(local_file),
+            path=str(path),
         )
-    kek = LocalKek.from_file(local_file)
-    kek.source = f"the embedded server's KEK file {local_file}"
+    kek = LocalKek.from_file(path)
+    kek.source = f"the embedded server's KEK file {path}"
     return kek
 
 

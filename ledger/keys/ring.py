@@ -1,7 +1,8 @@
 """The key ring: data keys in the database, wrapped by the KEK, cached in every process.
 
 Every process loads the keys it may use (active and decrypt-only) and refreshes them when the
-cache is older than `refresh_seconds` (default 10, `SIGNOFF_KEY_REFRESH_SECONDS`). That bounds
+cache is older than `refresh_seconds` (the settings' `key_refresh_seconds`: default 10,
+`SIGNOFF_KEY_REFRESH_SECONDS`). That bounds
 rotation: within that time after `signoff keys rotate`, every running process encrypts with the
 new key, and all of them keep decrypting with the old one until it is retired. A key id that is
 not in the cache triggers one refresh before it is called unknown, so data written under a key
@@ -25,7 +26,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from hashlib import sha256
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -38,7 +38,7 @@ from ..db import Database
 from ..errors import KekMismatch, KekMissing, KeyStateError, NoActiveKey, UnknownKey
 from ..journal import Journal, NewEvent
 from ..log import get_logger
-from .kek import Kek, kek_from_env
+from .kek import Kek, embedded_kek
 from .sealing import key_id_of, open_sealed, seal
 
 __all__ = ["KeyInfo", "KeyRing", "KeyState", "Purpose"]
@@ -124,17 +124,15 @@ def _info(row: asyncpg.Record) -> KeyInfo:
     )
 
 
-def _refresh_default() -> float:
-    return float(os.environ.get("SIGNOFF_KEY_REFRESH_SECONDS", "10"))
-
-
 class KeyRing:
     """Data keys for one database, usable from any number of processes."""
 
     def __init__(self, db: Database, kek: Kek | None, *, refresh_seconds: float | None = None):
         self.db = db
         self.kek = kek
-        self.refresh_seconds = _refresh_default() if refresh_seconds is None else refresh_seconds
+        if refresh_seconds is None:
+            refresh_seconds = db.settings.key_refresh_seconds
+        self.refresh_seconds = refresh_seconds
         self._keys: dict[str, _Loaded] = {}
         self._all: dict[str, KeyInfo] = {}
         self._active: dict[Purpose, str] = {}
@@ -146,8 +144,9 @@ class KeyRing:
         cls, db: Database, kek: Kek | None = None, *, create_missing: bool = True
     ) -> KeyRing:
         """Load the key ring; with `create_missing`, create an active key for every purpose
-        that has none. The KEK defaults to the environment's (`kek_from_env`); with the embedded
-        database and no KEK configured, a local KEK file is created beside the server.
+        that has none. The KEK defaults to the database's settings (`db.settings.kek`); with
+        none configured and the settings' database the embedded server, its home's KEK file,
+        created for a database that has no keys yet.
 
         Raises:
             KekMissing: keys exist but no KEK is configured, or the embedded server's KEK file
@@ -155,13 +154,14 @@ class KeyRing:
             KekMismatch: the configured KEK did not wrap these keys; nothing is written.
         """
         if kek is None:
-            local = _local_kek_file(db.url)
-            kek = kek_from_env(local if local is not None and local.exists() else None)
+            kek = db.settings.kek
+            local = db.settings.embedded_kek_file
             if kek is None and local is not None:
-                # A new local KEK only for a database without keys: one beside keys wrapped by a
-                # lost KEK would unwrap nothing, and hide which KEK is needed.
-                await cls(db, None).refresh()  # KekMissing when keys exist
-                kek = kek_from_env(local)
+                if not local.exists():
+                    # A new local KEK only for a database without keys: one beside keys wrapped
+                    # by a lost KEK would unwrap nothing, and hide which KEK is needed.
+                    await cls(db, None).refresh()  # KekMissing when keys exist
+                kek = embedded_kek(local)
         ring = cls(db, kek)
         await ring.refresh()
         if create_missing and set(Purpose) - set(ring._active):
@@ -400,12 +400,3 @@ def _aead_of(loaded: _Loaded) -> AESGCM:
 
 def _raw_public(public: Ed25519PublicKey) -> bytes:
     return public.public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
-def _local_kek_file(url: str) -> Path | None:
-    """Where the embedded server keeps its KEK when `url` is the embedded server's; None for any
-    other database (then the KEK must be configured)."""
-    from ..embedded import home_of
-
-    home = home_of(url)
-    return None if home is None else home / "kek"
