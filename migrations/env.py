@@ -13,8 +13,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ledger.config import resolve_url
 from ledger.schema import metadata
+from ledger.store.config import resolve_url
 
 # Concurrent `upgrade`s (several workers starting at once) take turns instead of racing.
 MIGRATION_LOCK = 0x5167_0FF0

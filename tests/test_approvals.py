@@ -29,9 +29,10 @@ from approvals import (
     TokenMalformed,
     UnknownApproval,
 )
-from ledger import Database, Journal
 from ledger.canonical import canonical_json
 from ledger.errors import UnknownKey
+from ledger.journal import Journal
+from ledger.store import Database
 
 
 async def ask(store: ApprovalStore, policy: ApprovalPolicy | None = None, **over: object) -> str:

@@ -11,10 +11,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Column, Connection, MetaData, Text
 
-from ledger import ConfigurationError, Database, DatabaseUnavailable, SchemaOutOfDate, migrate
-from ledger.config import configured_url, normalize_url
+from ledger import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
 from ledger.schema import metadata
-from ledger.scratch import scratch_database, with_database
+from ledger.store import Database, migrate
+from ledger.store.config import configured_url, normalize_url
+from tests.support.scratch import scratch_database, with_database
 
 from .processes import run_cli
 
@@ -126,7 +127,7 @@ async def test_a_failed_migration_leaves_the_revision_unchanged(fresh_database_u
 
 
 def test_urls_in_messages_never_show_a_password() -> None:
-    from ledger.config import masked
+    from ledger.store.config import masked
 
     assert "hunter2" not in masked("postgresql://u:hunter2@h/d")
     assert "hunter2" not in masked("postgresql://u@h/d?password=hunter2&sslmode=require")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger.db import open_raw_connection
-from ledger.embedded import home_of
-from ledger.scratch import with_database
+from ledger.store.db import open_raw_connection
+from ledger.store.embedded import home_of
+from tests.support.scratch import with_database
 
 from .processes import kek_env, run_cli
 

@@ -20,9 +20,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from ledger import Database, Event, Journal, NewEvent, VersionConflict
-from ledger.canonical import GENESIS_HASH, chain_hash, event_bytes
-from ledger.digest import (
+from ledger import VersionConflict
+from ledger.audit.digest import (
     Digest,
     DigestMismatch,
     NotInDigest,
@@ -33,10 +32,8 @@ from ledger.digest import (
     take_digest,
     verify_digest,
 )
-from ledger.keys import KeyRing, LocalKek
-from ledger.merkle import MerkleTree
-from ledger.scratch import scratch_database
-from ledger.verifier import (
+from ledger.audit.merkle import MerkleTree
+from ledger.audit.verifier import (
     ExportedEvent,
     Invalid,
     check_consistency,
@@ -44,6 +41,11 @@ from ledger.verifier import (
     check_inclusion,
     digest_message,
 )
+from ledger.canonical import GENESIS_HASH, chain_hash, event_bytes
+from ledger.journal import Event, Journal, NewEvent
+from ledger.keys import KeyRing, LocalKek
+from ledger.store import Database
+from tests.support.scratch import scratch_database
 
 from .processes import ROOT, TEST_KEK, CliResult, kek_env, run_cli
 
@@ -103,12 +105,12 @@ async def all_events(journal: Journal) -> list[Event]:
 
 
 async def run_verifier(*args: str | Path) -> CliResult:
-    """`python -m ledger.verifier ARGS...` in its own process, with no database configured."""
+    """`python -m ledger.audit.verifier ARGS...` in its own process, with no database configured."""
     env = {k: v for k, v in no_kek_env().items() if not k.endswith("DATABASE_URL")}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "ledger.verifier",
+        "ledger.audit.verifier",
         *map(str, args),
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
@@ -601,7 +603,7 @@ async def test_the_verifier_loads_no_database_driver() -> None:
         "-X",
         "importtime",
         "-m",
-        "ledger.verifier",
+        "ledger.audit.verifier",
         "--help",
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
@@ -611,6 +613,6 @@ async def test_the_verifier_loads_no_database_driver() -> None:
     stdout, stderr = await process.communicate()
     assert process.returncode == 0 and b"inclusion" in stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in stderr.decode().splitlines()}
-    assert {"ledger.canonical", "ledger.merkle"} <= imported
+    assert {"ledger.canonical", "ledger.audit.merkle"} <= imported
     heavy = {m for m in imported if m.split(".")[0] in {"asyncpg", "sqlalchemy", "structlog"}}
     assert not heavy, f"the verifier imports {sorted(heavy)}"

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ledger import Database
-from ledger.config import resolve_url
+from ledger.store import Database
+from ledger.store.config import resolve_url
 
 
 @asynccontextmanager

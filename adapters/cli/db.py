@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from ledger import migrate
-from ledger.config import masked, resolve_url
+from ledger.store import migrate
+from ledger.store.config import masked, resolve_url
 
 from .arguments import identifier
 from .migrating import migrate_database, schema_revision, steps_between

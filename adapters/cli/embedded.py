@@ -8,8 +8,8 @@ import shlex
 import sys
 from typing import Any
 
-from ledger.config import configured_url
-from ledger.embedded import SYSTEM_USER, EmbeddedStatus, server_status, stop_server
+from ledger.store.config import configured_url
+from ledger.store.embedded import SYSTEM_USER, EmbeddedStatus, server_status, stop_server
 
 from .output import add_json_flag, emit
 

@@ -30,10 +30,11 @@ from adapters.langgraph import (
     resume_config,
 )
 from approvals import ApprovalStore
-from ledger import Database, SignoffError, resolve_url
+from ledger import SignoffError
+from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing
 from ledger.log import configure_logging
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database, resolve_url
 
 from .agent import RULES, build_agent
 from .script import CUSTOMER_MESSAGE

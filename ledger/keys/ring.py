@@ -34,10 +34,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ..db import Database
 from ..errors import KekMismatch, KekMissing, KeyStateError, NoActiveKey, UnknownKey
 from ..journal import Journal, NewEvent
 from ..log import get_logger
+from ..store import Database
 from .kek import Kek, kek_from_env
 from .sealing import key_id_of, open_sealed, seal
 
@@ -405,7 +405,7 @@ def _raw_public(public: Ed25519PublicKey) -> bytes:
 def _local_kek_file(url: str) -> Path | None:
     """Where the embedded server keeps its KEK when `url` is the embedded server's; None for any
     other database (then the KEK must be configured)."""
-    from ..embedded import home_of
+    from ..store.embedded import home_of
 
     home = home_of(url)
     return None if home is None else home / "kek"

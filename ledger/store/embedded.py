@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.errors import EmbeddedServerError
-from ledger.log import get_logger
+from ..errors import EmbeddedServerError
+from ..log import get_logger
 
 __all__ = [
     "EmbeddedStatus",

@@ -22,10 +22,10 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ..errors import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
+from ..log import get_logger
 from . import migrate
 from .config import masked, resolve_url
-from .errors import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
-from .log import get_logger
 
 __all__ = ["Database", "connection_lost", "open_raw_connection"]
 
