@@ -27,6 +27,6 @@ examples:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from adapters.demo import run_demo  # only this command needs it
+    from adapters.demo import run_demo  # only this command needs it (and the demo extra)
 
     return run_demo(args.database_url, log_level=args.log_level.upper(), as_json=args.json)
