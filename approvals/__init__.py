@@ -25,7 +25,6 @@ from .model import (
     binding_of,
     check_decision,
 )
-from .port import StoreDecidedApproval
 from .store import NOTIFY_CHANNEL, ApprovalStore
 
 __all__ = [
@@ -43,7 +42,6 @@ __all__ = [
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
     "Reviewer",
-    "StoreDecidedApproval",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",
