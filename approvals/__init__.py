@@ -26,7 +26,6 @@ from .model import (
     binding_of,
     check_decision,
 )
-from .port import StoreDecidedApproval
 from .store import NOTIFY_CHANNEL, ApprovalStore
 
 __all__ = [
@@ -45,7 +44,6 @@ __all__ = [
     "InvalidApprovalRequest",
     "Review",
     "Reviewer",
-    "StoreDecidedApproval",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",

@@ -11,9 +11,9 @@ from typing import Any
 
 import asyncpg
 
+from ledger.calls.model import GateDeny, GateRespond, GateRun
+from ledger.calls.service import Gate
 from ledger.errors import ClaimRaced
-from ledger.tool_calls import GateDeny, GateRespond, GateRun
-from ledger.tool_ledger import Gate
 
 from .errors import ApprovalAlreadyDecided
 from .model import Approval, DecisionKind

@@ -10,9 +10,10 @@ from typing import Any
 
 import asyncpg
 
-from ledger import Database, Journal, NewEvent
 from ledger.errors import VersionConflict
+from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, Purpose
+from ledger.store import Database
 
 from . import _sql
 from .model import Approval, ApprovalPolicy, ApprovalStatus, Review

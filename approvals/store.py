@@ -20,12 +20,13 @@ from typing import Any
 
 import asyncpg
 
-from ledger import Database, Journal, NewEvent
 from ledger.errors import DatabaseUnavailable
+from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing
 from ledger.limits import INT8, int_problem
 from ledger.log import get_logger
-from ledger.notify import Listener
+from ledger.store import Database
+from ledger.store.notify import Listener
 
 from . import _sql
 from .errors import (

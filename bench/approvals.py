@@ -25,9 +25,9 @@ from pathlib import Path
 
 from approvals import ApprovalAlreadyDecided, ApprovalStore, Decision
 from bench.common import Op, bench_database, percentile, rate, raw_commit_rate
-from ledger import Database
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
+from ledger.store import Database
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOWS = 8

@@ -32,9 +32,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from adapters.langgraph import EncryptedPostgresSaver
 from bench.common import bench_database
-from ledger import Database
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
+from ledger.store import Database
 
 STEPS = 20
 

@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from ledger import resolve_url
 from ledger.log import configure_logging
-from ledger.scratch import scratch_database
+from ledger.store import resolve_url
+from tests.support.scratch import scratch_database
 
 __all__ = ["Op", "bench_database", "percentile", "rate", "raw_commit_rate"]
 

@@ -14,7 +14,8 @@ import uuid
 from collections.abc import Callable
 
 from bench.common import Op, bench_database, rate, raw_commit_rate
-from ledger import Database, Journal, NewEvent
+from ledger.journal import Journal, NewEvent
+from ledger.store import Database
 
 
 def appends(journal: Journal, batch: int) -> Callable[[int], Op]:

@@ -18,10 +18,10 @@ import uuid
 from typing import Any
 
 from bench.common import Op, bench_database, rate, raw_commit_rate
-from ledger import Database
+from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
+from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing, LocalKek
-from ledger.tool_calls import CallContext, Effect, ToolCall, ToolPolicy
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 CALLERS = 8
 KEK = LocalKek(os.urandom(32))

@@ -21,10 +21,11 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from bench.common import bench_database
-from ledger import Database, Journal, NewEvent
-from ledger.digest import signing_keys, take_digest, verify_digest
+from ledger.audit.digest import signing_keys, take_digest, verify_digest
+from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
+from ledger.store import Database
 
 WRITERS = 8
 BATCH = 100

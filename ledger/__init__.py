@@ -1,77 +1,25 @@
-"""Signoff's core: database access, the event journal, keys, the tool-call ledger and audit."""
+"""Signoff's core, one sub-package per concern.
+
+- `ledger.store`: database access (`Database`), URL resolution, the embedded server, LISTEN/NOTIFY
+  and migrations;
+- `ledger.journal.journal`: the append-only event journal and its hash chains;
+- `ledger.keys`: the KEK, the wrapped data keys and Signoff's ciphertexts;
+- `ledger.calls`: the once-per-run tool-call ledger;
+- `ledger.audit`: audit queries, export, Merkle trees, signed digests, proofs and the offline
+  verifier.
+
+Shared by all of them: `ledger.errors` (every typed error, re-exported here), `ledger.canonical`
+(the canonical form that is hashed), `ledger.limits` (input rules) and `ledger.log`. This module
+imports only `ledger.errors`, which is pure, so the offline verifier (`python -m
+ledger.audit.verifier`) loads neither a database driver nor structlog.
+"""
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from . import errors
+from .errors import *  # noqa: F403  (every typed error, so `from ledger import UnknownCall` works)
 
-if TYPE_CHECKING:
-    from .canonical import canonical_json
-    from .config import resolve_url
-    from .db import Database
-    from .errors import (
-        ConfigurationError,
-        DatabaseUnavailable,
-        EmbeddedServerError,
-        InvalidEvent,
-        InvalidJson,
-        SchemaOutOfDate,
-        SignoffError,
-        VersionConflict,
-    )
-    from .journal import Appended, BadEvent, Event, Journal, NewEvent, VerifyReport
-
-__all__ = [
-    "Appended",
-    "BadEvent",
-    "ConfigurationError",
-    "Database",
-    "DatabaseUnavailable",
-    "EmbeddedServerError",
-    "Event",
-    "InvalidEvent",
-    "InvalidJson",
-    "Journal",
-    "NewEvent",
-    "SchemaOutOfDate",
-    "SignoffError",
-    "VerifyReport",
-    "VersionConflict",
-    "canonical_json",
-    "resolve_url",
-]
+__all__ = ["__version__"]
+__all__ += errors.__all__
 
 __version__ = "0.1.0"
-
-# Where each public name lives. They are imported on first use so that `python -m ledger.verifier`
-# (the auditors' offline tool) does not load SQLAlchemy and asyncpg through this package.
-_HOMES = {
-    "canonical_json": "canonical",
-    "resolve_url": "config",
-    "Database": "db",
-    **dict.fromkeys(
-        [
-            "ConfigurationError",
-            "DatabaseUnavailable",
-            "EmbeddedServerError",
-            "InvalidEvent",
-            "InvalidJson",
-            "SchemaOutOfDate",
-            "SignoffError",
-            "VersionConflict",
-        ],
-        "errors",
-    ),
-    **dict.fromkeys(
-        ["Appended", "BadEvent", "Event", "Journal", "NewEvent", "VerifyReport"], "journal"
-    ),
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f".{home}", __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value

@@ -13,8 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ledger.config import resolve_url
-from ledger.schema import metadata
+from ledger.store.config import resolve_url
 
 # Concurrent `upgrade`s (several workers starting at once) take turns instead of racing.
 MIGRATION_LOCK = 0x5167_0FF0
@@ -24,18 +23,10 @@ if config.config_file_name is not None:
     logging.config.fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 
-def _ours(name: str | None, type_: str, parent_names: object) -> bool:
-    """Compare only our tables: others may share the database (LangGraph's checkpoint tables,
-    an application's own), and the drift check must not call them drift."""
-    return type_ != "table" or name in metadata.tables
-
-
 def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
-        target_metadata=metadata,
         transaction_per_migration=True,
-        include_name=_ours,
         # A caller's hook per step applied (the CLI's progress bar); none by default.
         on_version_apply=config.attributes.get("on_version_apply", ()),
     )

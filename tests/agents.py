@@ -42,10 +42,10 @@ from adapters.langgraph import (
     signoff_tool_node,
 )
 from approvals import ApprovalPolicy, ApprovalStore
-from ledger import Database
+from ledger.calls.model import Effect
+from ledger.calls.service import ToolLedger
 from ledger.keys import Kek, KeyRing
-from ledger.tool_calls import Effect
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
 

@@ -13,9 +13,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from approvals import ApprovalStore
-from ledger import Database, SignoffError
+from ledger import SignoffError
 from ledger.keys import KeyRing
 from ledger.log import configure_logging
+from ledger.store import Database
 
 
 @asynccontextmanager

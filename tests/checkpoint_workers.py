@@ -20,8 +20,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 
 from adapters.langgraph import encrypted_checkpointer
-from ledger import Database
 from ledger.keys import KeyRing, Purpose
+from ledger.store import Database
 
 
 class ReviewState(TypedDict, total=False):

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from approvals import ApprovalStore
-from ledger import Database, Journal, resolve_url
-from ledger.config import configured_url
-from ledger.embedded import default_home, server_status, stop_server
+from ledger.calls.service import ToolLedger
+from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
-from ledger.scratch import scratch_database
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database, resolve_url
+from ledger.store.config import configured_url
+from ledger.store.embedded import default_home, server_status, stop_server
+from tests.support.scratch import scratch_database
 
 from .processes import TEST_KEK
 from .support.embedded_homes import remove_session_base, servers_left

@@ -23,11 +23,11 @@ from typing import Any
 from adapters.dex import DecideRequest, DexTool, ToolCallRequest, call_tool, decide_for_flow
 from adapters.dex.errors import DecisionConflict
 from approvals import ApprovalPolicy, ApprovalStore, DecisionKind
-from ledger import Database
+from ledger.calls.model import CallContext, Effect
+from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing
 from ledger.log import configure_logging
-from ledger.tool_calls import CallContext, Effect
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 REFUND_ARGS: dict[str, Any] = {"order": "A-1", "amount": 120}
 APPROVAL = ApprovalPolicy(expires_in=timedelta(minutes=10))

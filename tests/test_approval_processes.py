@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from approvals import ApprovalStatus, ApprovalStore, Decision
-from ledger import Database, migrate
-from ledger.embedded import ensure_server, stop_server
 from ledger.keys import KeyRing, LocalKek
-from ledger.scratch import scratch_database
+from ledger.store import Database, migrate
+from ledger.store.embedded import ensure_server, stop_server
+from tests.support.scratch import scratch_database
 
 from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
 from .support.embedded_homes import private_home

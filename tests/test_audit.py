@@ -15,13 +15,14 @@ import asyncpg
 import pytest
 
 from approvals import ApprovalStore, Decision, approval_gate
-from ledger import Database, Journal
-from ledger.audit import CallFilter, call_story, find_calls
+from ledger.audit.queries import CallFilter, call_story, find_calls
+from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
+from ledger.calls.service import ToolLedger
 from ledger.canonical import chain_hash, event_bytes
 from ledger.errors import ConfigurationError, InvalidEvent, UnknownCall
+from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
-from ledger.tool_calls import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 from .processes import TEST_KEK, kek_env, run_cli
 
@@ -29,7 +30,7 @@ from .processes import TEST_KEK, kek_env, run_cli
 @pytest.fixture(scope="module")
 async def audit_url(server_url: str) -> AsyncIterator[str]:
     """A database of this module's own: the key ring is made under this module's KEK."""
-    from ledger.scratch import scratch_database
+    from tests.support.scratch import scratch_database
 
     async with scratch_database(server_url, prefix="signoff_test") as url:
         yield url

@@ -30,9 +30,9 @@ from adapters.langgraph import (
     reencrypt_checkpoints,
 )
 from adapters.langgraph import _envelope as env
-from ledger import Database
 from ledger.errors import DecryptionFailed, KekMismatch
 from ledger.keys import KeyRing, LocalKek, Purpose
+from ledger.store import Database
 
 from .checkpoint_workers import review_graph
 from .processes import finish, run_cli, start_worker

@@ -22,10 +22,10 @@ import pytest
 
 from adapters.cli import build_parser, main
 from adapters.cli.arguments import all_parsers, leaf_parsers
-from ledger import Database, migrate
-from ledger.digest import take_digest
+from ledger.audit.digest import take_digest
 from ledger.keys import KeyRing, LocalKek
-from ledger.scratch import scratch_database, with_database
+from ledger.store import Database, migrate
+from tests.support.scratch import scratch_database, with_database
 
 from .processes import ROOT, TEST_KEK
 

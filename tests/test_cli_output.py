@@ -25,12 +25,13 @@ import pytest
 
 from adapters.cli import main
 from adapters.cli.output import csv_cell, safe
-from ledger import Database, Journal, NewEvent
+from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
+from ledger.calls.service import ToolLedger
 from ledger.errors import KeyStateError
+from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek, Purpose
-from ledger.scratch import scratch_database
-from ledger.tool_calls import CallContext, Effect, ToolCall, ToolPolicy
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
+from tests.support.scratch import scratch_database
 
 from .processes import ROOT, TEST_KEK
 
@@ -211,7 +212,7 @@ def test_long_commands_show_a_bar_on_a_terminal_only(
 async def test_db_upgrade_shows_a_bar_per_migration_step(fresh_database_url: str) -> None:
     import asyncio
 
-    from ledger import migrate
+    from ledger.store import migrate
 
     await asyncio.to_thread(migrate.downgrade, fresh_database_url, "base")
     code, shown = await asyncio.to_thread(

@@ -17,11 +17,13 @@ import asyncpg
 import pytest
 
 from approvals import ApprovalStore
-from ledger import Database, DatabaseUnavailable, Journal, NewEvent, migrate
-from ledger.db import open_raw_connection
-from ledger.embedded import ensure_server, stop_server
+from ledger import DatabaseUnavailable
+from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
-from ledger.scratch import scratch_database
+from ledger.store import Database, migrate
+from ledger.store.db import open_raw_connection
+from ledger.store.embedded import ensure_server, stop_server
+from tests.support.scratch import scratch_database
 
 from .processes import TEST_KEK
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger.config import configured_url
-from ledger.db import open_raw_connection
-from ledger.scratch import with_database
+from ledger.store.config import configured_url
+from ledger.store.db import open_raw_connection
+from tests.support.scratch import with_database
 
 from .processes import kek_env, run_cli
 

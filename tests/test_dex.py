@@ -80,10 +80,11 @@ from approvals import (
     DecisionKind,
     UnknownApproval,
 )
-from ledger import Database, Journal
+from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall
+from ledger.calls.service import ToolLedger
 from ledger.errors import UnknownCall
-from ledger.tool_calls import CallContext, CallStatus, Effect, ToolCall
-from ledger.tool_ledger import ToolLedger
+from ledger.journal import Journal
+from ledger.store import Database
 
 from .dex_workers import APPROVAL, REFUND_ARGS
 from .processes import finish, kek_env, start_program

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import importlib.util
 import json
 import os
 import random
@@ -20,9 +21,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from ledger import Database, Event, Journal, NewEvent, VersionConflict
-from ledger.canonical import GENESIS_HASH, chain_hash, event_bytes
-from ledger.digest import (
+from ledger import VersionConflict
+from ledger.audit.digest import (
     Digest,
     DigestMismatch,
     NotInDigest,
@@ -33,10 +33,8 @@ from ledger.digest import (
     take_digest,
     verify_digest,
 )
-from ledger.keys import KeyRing, LocalKek
-from ledger.merkle import MerkleTree
-from ledger.scratch import scratch_database
-from ledger.verifier import (
+from ledger.audit.merkle import MerkleTree
+from ledger.audit.verifier import (
     ExportedEvent,
     Invalid,
     check_consistency,
@@ -44,6 +42,11 @@ from ledger.verifier import (
     check_inclusion,
     digest_message,
 )
+from ledger.canonical import GENESIS_HASH, chain_hash, event_bytes
+from ledger.journal import Event, Journal, NewEvent
+from ledger.keys import KeyRing, LocalKek
+from ledger.store import Database
+from tests.support.scratch import scratch_database
 
 from .processes import ROOT, TEST_KEK, CliResult, kek_env, run_cli
 
@@ -103,12 +106,12 @@ async def all_events(journal: Journal) -> list[Event]:
 
 
 async def run_verifier(*args: str | Path) -> CliResult:
-    """`python -m ledger.verifier ARGS...` in its own process, with no database configured."""
+    """`python -m ledger.audit.verifier ARGS...` in its own process, with no database configured."""
     env = {k: v for k, v in no_kek_env().items() if not k.endswith("DATABASE_URL")}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "ledger.verifier",
+        "ledger.audit.verifier",
         *map(str, args),
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
@@ -595,22 +598,79 @@ async def test_a_later_digest_provably_extends_an_earlier_one(
 # -- the verifier stands alone -------------------------------------------------------------------
 
 
-async def test_the_verifier_loads_no_database_driver() -> None:
+# What the auditor's machine has: the standard library and `cryptography` (with the cffi it may
+# load), nothing else. `-I -S` drops PYTHONPATH, the user site and site-packages.
+_ISOLATED = """
+import importlib.util, runpy, sys
+sys.path.insert(0, sys.argv[1])
+heavy = ("asyncpg", "sqlalchemy", "structlog", "alembic")
+absent = [m for m in heavy if importlib.util.find_spec(m)]
+if absent:
+    sys.exit(f"not isolated: {absent} importable")
+sys.argv = ["verifier", *sys.argv[2:]]
+runpy.run_module("ledger.audit.verifier", run_name="__main__", alter_sys=True)
+"""
+
+
+def only_cryptography(folder: Path) -> Path:
+    """A folder holding links to `cryptography`, cffi and the repository's `ledger` package."""
+    folder.mkdir()
+    (folder / "ledger").symlink_to(ROOT / "ledger", target_is_directory=True)
+    for name in ("cryptography", "cffi", "_cffi_backend"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            assert name != "cryptography", "cryptography is not installed"
+            continue
+        origin = Path(spec.origin)
+        source = origin.parent if spec.submodule_search_locations else origin
+        (folder / source.name).symlink_to(source)
+    return folder
+
+
+async def run_isolated_verifier(lib: Path, *args: str | Path) -> CliResult:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-X",
-        "importtime",
-        "-m",
-        "ledger.verifier",
-        "--help",
-        cwd=ROOT,
+        "-I",
+        "-S",
+        "-c",
+        _ISOLATED,
+        str(lib),
+        *map(str, args),
+        cwd=lib,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={"PATH": os.environ.get("PATH", "")},
     )
-    stdout, stderr = await process.communicate()
-    assert process.returncode == 0 and b"inclusion" in stdout
-    imported = {line.rsplit("|", 1)[-1].strip() for line in stderr.decode().splitlines()}
-    assert {"ledger.canonical", "ledger.merkle"} <= imported
-    heavy = {m for m in imported if m.split(".")[0] in {"asyncpg", "sqlalchemy", "structlog"}}
-    assert not heavy, f"the verifier imports {sorted(heavy)}"
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return CliResult(process.returncode, stdout.decode(), stderr.decode())
+
+
+async def test_the_verifier_runs_with_only_the_standard_library_and_cryptography(
+    audit_url: str, audit_db: Database, tmp_path: Path
+) -> None:
+    await fill(Journal(audit_db), streams=2, versions=2)
+    old, new, keys = (tmp_path / f"{n}.json" for n in ("old", "new", "keys"))
+    inclusion, consistency = tmp_path / "inclusion.json", tmp_path / "consistency.json"
+    await settle(audit_db)
+    await cli_ok(audit_url, "ledger", "digest", "--out", old)
+    await fill(Journal(audit_db), streams=2, versions=2)
+    await settle(audit_db)
+    await cli_ok(audit_url, "ledger", "digest", "--out", new)
+    await cli_ok(audit_url, "keys", "export-public", "--out", keys)
+    position = (await all_events(Journal(audit_db)))[-1].position
+    await cli_ok(audit_url, "ledger", "prove", position, "--digest", new, "--out", inclusion)
+    await cli_ok(audit_url, "ledger", "consistency", old, new, "--out", consistency)
+    lib = only_cryptography(tmp_path / "lib")
+
+    for args in (
+        ("digest", new, "--public-keys", keys),
+        ("inclusion", new, inclusion, "--public-keys", keys),
+        ("consistency", old, new, consistency, "--public-keys", keys),
+    ):
+        result = await run_isolated_verifier(lib, *args)
+        assert result.code == 0, f"{args[0]}: {result.stdout}{result.stderr}"
+    # It checks, too: an altered event fails there as well.
+    forged = edit_json(inclusion, tmp_path / "forged.json", put("event", "actor", to="mallory"))
+    result = await run_isolated_verifier(lib, "inclusion", new, forged, "--public-keys", keys)
+    assert result.code == 1, result.stdout + result.stderr

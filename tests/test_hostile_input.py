@@ -30,11 +30,13 @@ from approvals import (
     InvalidApprovalRequest,
     TokenMalformed,
 )
-from ledger import Database, InvalidEvent, Journal, NewEvent, SignoffError
+from ledger import InvalidEvent, SignoffError
+from ledger.calls.model import CallContext, CallStatus, ToolCall
+from ledger.calls.service import ToolLedger
 from ledger.errors import InvalidToolCall, ResultNotSerializable
+from ledger.journal import Journal, NewEvent
 from ledger.limits import MAX_JSON_DEPTH
-from ledger.tool_calls import CallContext, CallStatus, ToolCall
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 NUL = "x\x00y"
 SURROGATE = "x\ud800y"

@@ -10,8 +10,10 @@ import uuid
 import asyncpg
 import pytest
 
-from ledger import Database, InvalidEvent, Journal, NewEvent, VersionConflict
-from ledger.journal import MAX_DATA_BYTES
+from ledger import InvalidEvent, VersionConflict
+from ledger.journal import Journal, NewEvent
+from ledger.journal.journal import MAX_DATA_BYTES
+from ledger.store import Database
 
 from .processes import finish, run_cli, start_worker
 

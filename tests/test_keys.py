@@ -13,11 +13,13 @@ import asyncpg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ledger import ConfigurationError, Database, Journal, migrate
-from ledger.embedded import ensure_server
+from ledger import ConfigurationError
 from ledger.errors import DecryptionFailed, KekMismatch, KekMissing, KeyStateError, UnknownKey
+from ledger.journal import Journal
 from ledger.keys import KeyRing, KeyState, LocalKek, Purpose, embedded_kek, key_id_of
-from ledger.settings import Settings
+from ledger.store import Database, migrate
+from ledger.store.embedded import ensure_server
+from ledger.store.settings import Settings
 
 from .support.embedded_homes import private_home
 

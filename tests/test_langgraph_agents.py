@@ -21,7 +21,7 @@ from langgraph.types import Command, Interrupt
 from adapters.langgraph import resume_config
 from approvals import ApprovalAlreadyDecided, ApprovalStatus, Decision, DecisionNotAllowed
 from ledger.keys import LocalKek
-from ledger.scratch import scratch_database
+from tests.support.scratch import scratch_database
 
 from .agents import (
     SCRIPTS,

@@ -15,7 +15,7 @@ from .processes import ROOT, kek_env, run_cli
 _SCRIPT = """
 import asyncio, logging, sys
 {setup}
-from ledger import Database
+from ledger.store import Database
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 
@@ -58,7 +58,7 @@ async def test_the_library_logs_where_the_application_says_and_never_to_stdout(
     setup = 'logging.basicConfig(level=logging.DEBUG, format="%(name)s|%(levelname)s|%(message)s")'
     stdout, stderr = await _run_script(database_url, setup)
     assert stdout == ""
-    assert "signoff.ledger.db|DEBUG|database pool opened" in stderr
+    assert "signoff.ledger.store.db|DEBUG|database pool opened" in stderr
     assert "signoff.user_script|WARNING|something to see" in stderr
 
 
@@ -86,6 +86,6 @@ async def test_the_cli_logs_json_lines_on_stderr_only(database_url: str) -> None
     opened = [line for line in lines if line["event"] == "database pool opened"]
     assert opened, result.stderr
     assert opened[0]["level"] == "debug"
-    assert opened[0]["logger"] == "signoff.ledger.db"
+    assert opened[0]["logger"] == "signoff.ledger.store.db"
     assert "pool_size" in opened[0]
     assert env["SIGNOFF_KEK"] not in result.stderr

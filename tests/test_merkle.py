@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from ledger.merkle import (
+from ledger.audit.merkle import (
     EMPTY_ROOT,
     MerkleTree,
     RootBuilder,

@@ -43,11 +43,12 @@ from adapters.demo.model import ScriptedChatModel
 from adapters.langgraph import SignoffTools, ToolRule, encrypted_checkpointer
 from adapters.langgraph.reencrypt import key_usage
 from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
-from ledger import Database, Journal
+from ledger.calls.model import CallContext, CallStatus, Effect
+from ledger.calls.service import ToolLedger
+from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek, Purpose
-from ledger.scratch import scratch_database
-from ledger.tool_calls import CallContext, CallStatus, Effect
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
+from tests.support.scratch import scratch_database
 
 from .processes import TEST_KEK
 

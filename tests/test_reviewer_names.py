@@ -22,12 +22,13 @@ from approvals import (
     approval_gate,
 )
 from approvals.projection import apply, stream_of
-from ledger import Database, Journal, NewEvent, migrate
-from ledger.audit import CallFilter, call_story, find_calls
-from ledger.call_records import fold
+from ledger.audit.queries import CallFilter, call_story, find_calls
+from ledger.calls.model import CallContext, ToolCall
+from ledger.calls.records import fold
+from ledger.calls.service import ToolLedger
+from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
-from ledger.tool_calls import CallContext, ToolCall
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database, migrate
 
 from .processes import TEST_KEK, kek_env, run_cli
 
@@ -36,7 +37,7 @@ COMMA = "alice,mallory"
 
 @pytest.fixture
 async def scratch_url(server_url: str) -> AsyncIterator[str]:
-    from ledger.scratch import scratch_database
+    from tests.support.scratch import scratch_database
 
     async with scratch_database(server_url, prefix="signoff_test") as url:
         yield url

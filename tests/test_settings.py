@@ -20,11 +20,12 @@ import pytest
 
 from adapters.cli import main
 from adapters.demo.flow import Keys, _worker_env
-from ledger import ConfigurationError, Database, migrate
-from ledger.embedded import stop_server
+from ledger import ConfigurationError
 from ledger.errors import KekMissing
 from ledger.keys import KeyRing, LocalKek
-from ledger.settings import Settings
+from ledger.store import Database, migrate
+from ledger.store.embedded import stop_server
+from ledger.store.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("ledger", "approvals", "adapters", "migrations")
@@ -54,12 +55,12 @@ def test_the_environment_is_read_only_by_the_settings() -> None:
     found = []
     for package in PRODUCT:
         for path in sorted((ROOT / package).rglob("*.py")):
-            if path == ROOT / "ledger" / "settings.py" or path.parent.name == "settings":
+            if path == ROOT / "ledger" / "store" / "settings.py" or path.parent.name == "settings":
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 if READS.search(line) and (path.name, line.strip()) not in ALLOWED:
                     found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
-    assert not found, "read the environment in ledger.settings instead:\n" + "\n".join(found)
+    assert not found, "read the environment in ledger.store.settings instead:\n" + "\n".join(found)
 
 
 def test_the_settings_read_every_variable(tmp_path: Path) -> None:

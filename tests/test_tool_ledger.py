@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from approvals import ApprovalStore, Decision, approval_gate
-from ledger import Database, Journal
+from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolFailed, ToolPolicy
+from ledger.calls.service import ToolLedger
 from ledger.errors import (
     CallStateError,
     DecryptionFailed,
@@ -19,9 +20,9 @@ from ledger.errors import (
     ResultNotSerializable,
     UnknownCall,
 )
+from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek, Purpose
-from ledger.tool_calls import CallContext, CallStatus, Effect, ToolCall, ToolFailed, ToolPolicy
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 from .processes import TEST_KEK, finish, kek_env, start_program
 

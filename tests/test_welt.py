@@ -54,12 +54,12 @@ from approvals import (
     DecisionKind,
     Review,
 )
-from ledger import Database
-from ledger.db import open_raw_connection
+from ledger.calls.model import CallStatus
 from ledger.keys import KeyRing, LocalKek
-from ledger.scratch import scratch_database
-from ledger.tool_calls import CallStatus
+from ledger.store import Database
+from ledger.store.db import open_raw_connection
 from tests.processes import TEST_KEK, finish, kek_env, start_program
+from tests.support.scratch import scratch_database
 from tests.welt_workers import WeltHarness, addressed, opened, refund_call, tool_runs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "welt"

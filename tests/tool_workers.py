@@ -13,11 +13,11 @@ import os
 import sys
 from typing import Any
 
-from ledger import Database
+from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
+from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing
 from ledger.log import configure_logging
-from ledger.tool_calls import CallContext, Effect, ToolCall, ToolPolicy
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 
 async def execute(

@@ -37,11 +37,11 @@ from adapters.langgraph import (
 )
 from adapters.welt import WeltAgent
 from approvals import ApprovalPolicy, ApprovalStore, DecisionKind
-from ledger import Database
+from ledger.calls.model import Effect
+from ledger.calls.service import ToolLedger
 from ledger.keys import Kek, KeyRing
 from ledger.log import configure_logging
-from ledger.tool_calls import Effect
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 
 def refund_call(call_id: str = "call-refund-1", amount: int = 120) -> AIMessage:

@@ -7,8 +7,10 @@ import json
 import random
 import sys
 
-from ledger import Database, Journal, NewEvent, VersionConflict
+from ledger import VersionConflict
+from ledger.journal import Journal, NewEvent
 from ledger.log import configure_logging
+from ledger.store import Database
 
 
 async def append_many(url: str, worker: int, count: int, streams: int) -> None:

@@ -16,9 +16,9 @@ from approvals import (
     InvalidApprovalRequest,
     Reviewer,
 )
-from ledger import Database
-from ledger.audit import record_reveal
+from ledger.audit.queries import record_reveal
 from ledger.keys import KeyRing
+from ledger.store import Database
 
 from .arguments import identifier, json_object, positive_int, text
 from .context import open_database

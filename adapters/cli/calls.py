@@ -12,12 +12,12 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger import Database
-from ledger.audit import CallFilter, CallStory, call_story, find_calls
-from ledger.export import export_events
+from ledger.audit.export import export_events
+from ledger.audit.queries import CallFilter, CallStory, call_story, find_calls
+from ledger.calls.model import CallRecord, CallStatus
+from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing
-from ledger.tool_calls import CallRecord, CallStatus
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
 
 from .arguments import identifier, position, positive_int, text
 from .context import open_database

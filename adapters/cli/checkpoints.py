@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
+from adapters.extras import LANGGRAPH, require_extra
 from ledger.keys import KeyRing, Purpose
 
 from .arguments import positive_int
@@ -58,6 +59,7 @@ def _usage_rows(rows: dict[str, dict[str | None, int]]) -> dict[str, dict[str, i
 
 async def _reencrypt(args: argparse.Namespace) -> int:
     # Imported here: LangGraph takes a while to import, and only these commands need it.
+    require_extra("signoff checkpoints", "langgraph", LANGGRAPH)
     from adapters.langgraph import encrypted_checkpointer, key_usage, reencrypt_checkpoints
 
     async with open_database(args) as db:
@@ -105,6 +107,7 @@ async def _reencrypt(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
+    require_extra("signoff checkpoints", "langgraph", LANGGRAPH)
     from adapters.langgraph import encrypted_checkpointer, key_usage
 
     async with open_database(args) as db:

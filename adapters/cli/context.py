@@ -6,8 +6,8 @@ import argparse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ledger import Database
-from ledger.settings import Settings
+from ledger.store import Database
+from ledger.store.settings import Settings
 
 
 def settings_of(args: argparse.Namespace) -> Settings:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from ledger import migrate
-from ledger.config import masked
+from ledger.store import migrate
+from ledger.store.config import masked
 
 from .arguments import identifier
 from .context import settings_of

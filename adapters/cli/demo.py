@@ -27,7 +27,7 @@ examples:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from adapters.demo import run_demo  # only this command needs it
+    from adapters.demo import run_demo  # only this command needs it (and the demo extra)
 
     from .context import settings_of
 

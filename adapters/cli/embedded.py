@@ -8,7 +8,7 @@ import shlex
 import sys
 from typing import Any
 
-from ledger.embedded import SYSTEM_USER, EmbeddedStatus, server_status, stop_server
+from ledger.store.embedded import SYSTEM_USER, EmbeddedStatus, server_status, stop_server
 
 from .context import settings_of
 from .output import add_json_flag, emit

@@ -9,8 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ledger import Database, Journal, VerifyReport
-from ledger.digest import (
+from ledger.audit.digest import (
     Digest,
     DigestCheck,
     DigestError,
@@ -21,8 +20,10 @@ from ledger.digest import (
     take_digest,
     verify_digest,
 )
+from ledger.audit.verifier import MalformedDocument, load_public_keys
+from ledger.journal import Journal, VerifyReport
 from ledger.keys import KeyRing
-from ledger.verifier import MalformedDocument, load_public_keys
+from ledger.store import Database
 
 from . import calls
 from .arguments import position

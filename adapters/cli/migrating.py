@@ -18,10 +18,11 @@ from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy.exc import DBAPIError
 
-from ledger import SignoffError, migrate
-from ledger.config import masked
-from ledger.db import open_raw_connection
+from ledger import SignoffError
 from ledger.errors import DatabaseUnavailable
+from ledger.store import migrate
+from ledger.store.config import masked
+from ledger.store.db import open_raw_connection
 
 __all__ = ["MigrationFailed", "migrate_database", "schema_revision", "steps_between"]
 

@@ -2,6 +2,14 @@
 across OS processes on one Signoff database. `flow` is the command's side, `worker` the agent's
 processes, `agent` the agent itself."""
 
+# ruff: noqa: E402  (the extra is checked before anything imports LangGraph)
+
+# With no database URL the demo starts the embedded server, which says itself when its extra is
+# missing; with a URL it needs only LangGraph.
+from adapters.extras import LANGGRAPH, require_extra
+
+require_extra("signoff demo", "demo", LANGGRAPH)
+
 from .flow import DemoFailed, run_demo
 
 __all__ = ["DemoFailed", "run_demo"]

@@ -22,8 +22,8 @@ from langgraph.graph.state import CompiledStateGraph
 
 from adapters.langgraph import SignoffMiddleware, SignoffTools, ToolRule, get_idempotency_key
 from approvals import ApprovalPolicy
-from ledger import Journal, NewEvent
-from ledger.tool_calls import Effect
+from ledger.calls.model import Effect
+from ledger.journal import Journal, NewEvent
 
 from .model import ScriptedChatModel
 from .script import LEADS, LOOKUP_CALL, REFUND_CALL, payments_stream

@@ -30,15 +30,17 @@ import adapters
 from adapters.cli.migrating import migrate_database
 from adapters.cli.output import safe
 from approvals import ApprovalStore, Decision, Reviewer
-from ledger import Database, Journal, SignoffError, VerifyReport, migrate
-from ledger.audit import CallFilter, find_calls
-from ledger.config import masked
-from ledger.digest import DigestCheck, signing_keys, take_digest, verify_digest
+from ledger import SignoffError
+from ledger.audit.digest import DigestCheck, signing_keys, take_digest, verify_digest
+from ledger.audit.queries import CallFilter, find_calls
+from ledger.calls.model import CallRecord, CallStatus
 from ledger.errors import KekMissing
+from ledger.journal import Journal, VerifyReport
 from ledger.keys import KeyRing, LocalKek
 from ledger.keys.kek import create_kek_file
-from ledger.settings import Settings
-from ledger.tool_calls import CallRecord, CallStatus
+from ledger.store import Database, migrate
+from ledger.store.config import masked
+from ledger.store.settings import Settings
 
 from .script import LEADS, REFUND_CALL, REVIEWER, payments_stream
 

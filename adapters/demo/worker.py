@@ -31,11 +31,12 @@ from adapters.langgraph import (
     resume_config,
 )
 from approvals import ApprovalStore
-from ledger import Database, SignoffError
+from ledger import SignoffError
+from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing
 from ledger.log import configure_logging
-from ledger.settings import Settings
-from ledger.tool_ledger import ToolLedger
+from ledger.store import Database
+from ledger.store.settings import Settings
 
 from .agent import RULES, build_agent
 from .script import CUSTOMER_MESSAGE

@@ -8,6 +8,12 @@ Workers: `ToolCallFlow(SignoffDex.of(store, ledger, DexTool(...), ...))` in a
 `decide_approval(...)` for reviewers.
 """
 
+# ruff: noqa: E402  (the extra is checked before anything imports dex)
+
+from adapters.extras import DEX, require_extra
+
+require_extra("adapters.dex", "dex", DEX)
+
 from .client import decide_approval
 from .errors import ApprovalNotForThisCall, DecisionConflict, RuntimeNotBound
 from .flow import (

@@ -55,8 +55,8 @@ from dex import (
     rpc,
 )
 
+from ledger.calls.model import Effect
 from ledger.log import get_logger
-from ledger.tool_calls import Effect
 
 from .logic import (
     DexTool,

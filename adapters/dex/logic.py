@@ -36,10 +36,10 @@ from approvals import (
     approval_gate,
 )
 from approvals.model import is_expired
+from ledger.calls.model import CallContext, Effect, ToolCall, ToolFailed, ToolPolicy
+from ledger.calls.service import ToolFunction, ToolLedger
 from ledger.canonical import json_digest
 from ledger.log import get_logger
-from ledger.tool_calls import CallContext, Effect, ToolCall, ToolFailed, ToolPolicy
-from ledger.tool_ledger import ToolFunction, ToolLedger
 
 from .errors import ApprovalNotForThisCall, DecisionConflict, RuntimeNotBound
 from .values import DecideRequest, DecideResult, ToolCallRequest, ToolCallResult, channel_key

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from approvals import Approval, ApprovalStatus, Decision, DecisionKind, Reviewer
-from ledger.tool_calls import CallOutcome, CallStatus
+from ledger.calls.model import CallOutcome, CallStatus
 
 __all__ = [
     "ApprovalSignal",

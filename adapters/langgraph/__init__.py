@@ -1,6 +1,12 @@
 """LangGraph adapter: the create_agent middleware, a tool node for custom graphs, and encrypted
 checkpoints, all on one Signoff store."""
 
+# ruff: noqa: E402  (the extra is checked before anything imports LangGraph)
+
+from adapters.extras import LANGGRAPH, require_extra
+
+require_extra("adapters.langgraph", "langgraph", LANGGRAPH)
+
 from ._envelope import CheckpointSealer
 from .checkpointer import EncryptedPostgresSaver, encrypted_checkpointer
 from .errors import InvalidResume, PlaintextCheckpoint, UnsupportedCheckpoint

@@ -34,11 +34,11 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ledger.config import normalize_url
-from ledger.db import Database
 from ledger.errors import DecryptionFailed
 from ledger.keys import KeyRing
 from ledger.log import get_logger
+from ledger.store.config import normalize_url
+from ledger.store.db import Database
 
 from . import _envelope as env
 from ._envelope import CheckpointSealer

@@ -34,11 +34,11 @@ from approvals import (
     DecisionKind,
     approval_gate,
 )
+from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
+from ledger.calls.model import ToolPolicy as LedgerPolicy
+from ledger.calls.service import ToolLedger
 from ledger.errors import UnknownCall
 from ledger.log import get_logger
-from ledger.tool_calls import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
-from ledger.tool_calls import ToolPolicy as LedgerPolicy
-from ledger.tool_ledger import ToolLedger
 
 from .errors import InvalidResume
 

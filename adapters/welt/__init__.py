@@ -6,6 +6,12 @@ user who gave them, and the paused thread resumes from the config stored with th
 any process. Welt's conversation turns are decoded for the graph, tool blocks refused.
 """
 
+# ruff: noqa: E402  (the extra is checked before anything imports LangGraph)
+
+from adapters.extras import LANGGRAPH, require_extra
+
+require_extra("adapters.welt", "welt", LANGGRAPH)
+
 from .answers import AnswerOutcome, AnswerStatus, decision_for, record_answers, slack_reviewer
 from .errors import (
     ForgedToolTurn,

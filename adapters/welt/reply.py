@@ -29,8 +29,8 @@ from langgraph.types import Command, StreamMode
 
 from adapters.langgraph import resume_config
 from approvals import Approval, ApprovalStore
-from ledger.db import open_raw_connection
 from ledger.log import get_logger
+from ledger.store.db import open_raw_connection
 
 from . import _sql
 from .answers import AnswerOutcome, AnswerStatus, record_answers, slack_reviewer

@@ -2,7 +2,7 @@
 
 `Kek` is the small interface a KMS can implement later: an id, `wrap` and `unwrap`. `LocalKek`
 holds 32 bytes from `SIGNOFF_KEK` (base64) or the file named by `SIGNOFF_KEK_FILE` (base64 text),
-as `ledger.settings` reads them.
+as `ledger.store.settings` reads them.
 Its id is derived from the key, so an error can name the KEK a database needs without storing it.
 """
 

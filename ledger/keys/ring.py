@@ -34,10 +34,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ..db import Database
 from ..errors import KekMismatch, KekMissing, KeyStateError, NoActiveKey, UnknownKey
 from ..journal import Journal, NewEvent
 from ..log import get_logger
+from ..store import Database
 from .kek import Kek, embedded_kek
 from .sealing import key_id_of, open_sealed, seal
 

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ledger.embedded import stop_server
+from ledger.store.embedded import stop_server
 
 __all__ = [
     "kill_servers_in",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.db import open_raw_connection
-from ledger.embedded import client_bin, home_of
+from ledger.store.db import open_raw_connection
+from ledger.store.embedded import client_bin, home_of
 
 __all__ = ["client_tool"]
 

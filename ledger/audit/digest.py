@@ -1,11 +1,11 @@
 """Signed digests of the journal and the proofs behind them: the database side.
 
 A digest commits to every event the journal's global order has reached: the Merkle tree (RFC 6962
-hashing, `ledger.merkle`) has one leaf per event in the order of `Journal.read_all` (transaction
+hashing, `.merkle`) has one leaf per event in the order of `Journal.read_all` (transaction
 id, position, below the horizon), and each leaf's data is the event's 32-byte chain hash. The
 root, the tree size, the last position and the time are signed with the key ring's active
 digest-signing key (Ed25519). The documents and the signed message are defined in
-`ledger.verifier`, which checks them without a database.
+`ledger.audit.verifier`, which checks them without a database.
 
 Why the prefix is stable: a digest reads, in one snapshot, the events of transactions below the
 oldest one still running. Every transaction that commits later has a larger id, so it sorts after
@@ -22,11 +22,11 @@ from datetime import datetime
 
 import asyncpg
 
-from .canonical import GENESIS_HASH, format_time
-from .db import Database
-from .errors import DigestError, DigestMismatch, NotInDigest
-from .journal import Event
-from .keys import KeyRing, Purpose
+from ..canonical import GENESIS_HASH, format_time
+from ..errors import DigestError, DigestMismatch, NotInDigest
+from ..journal import Event
+from ..keys import KeyRing, Purpose
+from ..store import Database
 from .merkle import MerkleTree, RootBuilder, leaf_hash
 from .verifier import (
     ConsistencyProof,

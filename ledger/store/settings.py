@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigurationError
+from ..keys.kek import LocalKek
 from .config import normalize_url
-from .errors import ConfigurationError
-from .keys.kek import LocalKek
 
 __all__ = ["Settings", "embedded_home_from_env"]
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .call_records import open_call_value
-from .db import Database
-from .errors import ConfigurationError, InvalidEvent, UnknownCall, VersionConflict
-from .journal import Event, Journal, NewEvent
-from .keys import KeyRing
-from .limits import name_problem
-from .tool_calls import CallRecord, CallStatus, call_record, call_stream
+from ..calls.model import CallRecord, CallStatus, call_record, call_stream
+from ..calls.records import open_call_value
+from ..errors import ConfigurationError, InvalidEvent, UnknownCall, VersionConflict
+from ..journal import Event, Journal, NewEvent
+from ..keys import KeyRing
+from ..limits import name_problem
+from ..store import Database
 
 __all__ = ["CallFilter", "CallStory", "call_story", "find_calls", "record_reveal"]
 

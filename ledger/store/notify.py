@@ -17,8 +17,8 @@ from contextlib import contextmanager
 
 import asyncpg
 
+from ..log import get_logger
 from .db import open_raw_connection
-from .log import get_logger
 
 __all__ = ["Listener"]
 

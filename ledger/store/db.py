@@ -1,10 +1,9 @@
-"""Database access: an asyncpg pool for Signoff's own statements, SQLAlchemy for the rest.
+"""Database access: an asyncpg pool for every statement (SQLAlchemy runs only the migrations).
 
 Every statement Signoff runs goes through `connection()` / `transaction()`: a pooled asyncpg
 connection, prepared statements, one round trip each. Measured here, SQLAlchemy's async pool
 (its greenlet hop and checkout events) cost about 80 us of client CPU per checkout on 2 cores
-shared with the server, a third of a tool call's budget. `engine` gives SQLAlchemy 2 (async,
-on asyncpg) for Core queries and the migrations' drift check; it is created on first use.
+shared with the server, a third of a tool call's budget.
 
 Connections go back to the pool as they are: Signoff keeps no session state on them (advisory
 locks are per transaction), so the reset round trip asyncpg would make on every release is
@@ -16,16 +15,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ..errors import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
+from ..log import get_logger
 from . import migrate
 from .config import masked
-from .errors import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
-from .log import get_logger
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -85,20 +82,6 @@ class Database:
         self.url = url
         self.pool = pool
         self.settings = settings
-        self._engine: AsyncEngine | None = None
-
-    @property
-    def engine(self) -> AsyncEngine:
-        """SQLAlchemy 2 (async, asyncpg) on the same database, with a small pool of its own."""
-        if self._engine is None:
-            self._engine = create_async_engine(
-                "postgresql+asyncpg://",
-                async_creator=partial(asyncpg.connect, self.url),
-                pool_size=2,
-                max_overflow=0,
-                pool_recycle=3600,
-            )
-        return self._engine
 
     @classmethod
     async def connect(
@@ -215,8 +198,6 @@ class Database:
 
     async def close(self) -> None:
         await self.pool.close()
-        if self._engine is not None:
-            await self._engine.dispose()
 
     async def __aenter__(self) -> Database:
         return self

@@ -32,11 +32,8 @@ from typing import Any
 
 import asyncpg
 
-from . import _tool_sql as sql
-from .call_records import CallRecorder, fold, open_call_value, outcome_of
-from .canonical import json_digest
-from .db import Database
-from .errors import (
+from ..canonical import json_digest
+from ..errors import (
     CallStateError,
     ClaimRaced,
     DatabaseUnavailable,
@@ -44,12 +41,14 @@ from .errors import (
     ResultNotSerializable,
     UnknownCall,
 )
-from .journal import NewEvent
-from .keys import KeyRing
-from .limits import INT8, int_problem, name_problem, text_problem
-from .log import get_logger
-from .notify import Listener
-from .tool_calls import (
+from ..journal import NewEvent
+from ..keys import KeyRing
+from ..limits import INT8, int_problem, name_problem, text_problem
+from ..log import get_logger
+from ..store import Database
+from ..store.notify import Listener
+from . import _sql as sql
+from .model import (
     CallContext,
     CallOutcome,
     CallRecord,
@@ -64,6 +63,7 @@ from .tool_calls import (
     call_record,
     call_stream,
 )
+from .records import CallRecorder, fold, open_call_value, outcome_of
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 

@@ -11,7 +11,7 @@ from alembic.script import ScriptDirectory
 
 __all__ = ["alembic_config", "downgrade", "head_revision", "upgrade"]
 
-_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+_MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
 
 def alembic_config(url: str) -> Config:

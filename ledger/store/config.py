@@ -6,7 +6,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["configured_url", "masked", "normalize_url", "resolve_url"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from .canonical import GENESIS_HASH
-from .db import Database
+from ..canonical import GENESIS_HASH
+from ..journal import Event, Journal
+from ..store import Database
 from .digest import export_event
-from .journal import Event, Journal
 from .verifier import ExportedEvent
 
 __all__ = ["export_events"]

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
-from . import migrate
-from .db import open_raw_connection
+from ledger.store import migrate
+from ledger.store.db import open_raw_connection
 
 __all__ = ["scratch_database", "with_database"]
 

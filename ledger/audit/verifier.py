@@ -1,16 +1,16 @@
 """Check Signoff's signed digests and proofs with nothing but the public keys: no database.
 
-    python -m ledger.verifier digest DIGEST --public-keys KEYS
-    python -m ledger.verifier inclusion DIGEST PROOF --public-keys KEYS
-    python -m ledger.verifier consistency OLD NEW PROOF --public-keys KEYS
+    python -m ledger.audit.verifier digest DIGEST --public-keys KEYS
+    python -m ledger.audit.verifier inclusion DIGEST PROOF --public-keys KEYS
+    python -m ledger.audit.verifier consistency OLD NEW PROOF --public-keys KEYS
 
 KEYS is the output of `signoff keys export-public`. Exit 0: valid; 1: invalid (the reason is
 printed); 2: usage error (bad arguments, unreadable files, malformed KEYS).
 
 This module defines the documents it checks, so an auditor needs to trust only it,
-`ledger/canonical.py` and `ledger/merkle.py` (stdlib and `cryptography` otherwise).
+`ledger/canonical.py` and `ledger/audit/merkle.py` (stdlib and `cryptography` otherwise).
 
-The journal's Merkle tree (RFC 6962 hashing, `ledger.merkle`) has one leaf per event, in the
+The journal's Merkle tree (RFC 6962 hashing, `ledger.audit.merkle`) has one leaf per event, in the
 journal's global order (transaction id, position) below the horizon, the order `Journal.read_all`
 yields. Leaf data is the event's 32-byte chain hash, `SHA-256(previous hash of its stream ||
 canonical bytes)`, so a leaf commits to the event's content and to its stream's history.
@@ -21,7 +21,7 @@ the last leaf; 0 when empty), `taken_at`, `key_id`, `algorithm` ("Ed25519") and 
 each a 4-byte big-endian length and its UTF-8 text: tree size (decimal), root (64 lowercase hex
 digits), last position (decimal), taken-at (`YYYY-MM-DDTHH:MM:SS.ffffffZ`) and the key id.
 
-Exported event (JSON object; `ledger.digest.export_event` makes it, for `ledger export` too):
+Exported event (JSON object; `ledger.audit.digest.export_event` makes it, for `ledger export` too):
 position, txid, stream_id, version, type, actor, recorded_at (canonical text), data (the
 canonical JSON text, verbatim), hash and prev_hash (hex). Only stream id, version, type, actor,
 recorded_at and data are hashed; position and txid are the database's bookkeeping and are not
@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .canonical import chain_hash, event_bytes, format_time
+from ..canonical import chain_hash, event_bytes, format_time
 from .merkle import HASH_SIZE, leaf_hash, verify_consistency, verify_inclusion
 
 __all__ = [
@@ -526,7 +526,7 @@ def _document(parse: Callable[[str], _T], path: Path) -> _T:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ledger.verifier",
+        prog="python -m ledger.audit.verifier",
         description="Check Signoff digests and proofs offline, with only the public keys "
         "(`signoff keys export-public`). Exit 0: valid, 1: invalid, 2: usage error.",
     )

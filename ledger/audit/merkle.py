@@ -1,6 +1,6 @@
 """RFC 6962 / RFC 9162 Merkle trees: hashing, roots, inclusion and consistency proofs.
 
-Pure Python and stdlib only, so the standalone verifier (`ledger.verifier`) can use it without the
+Pure Python and stdlib only, so the standalone verifier (`.verifier`) can use it without the
 database layer.
 
 Hashing (RFC 9162 §2.1.1): `leaf = SHA-256(0x00 || data)`, `node = SHA-256(0x01 || left || right)`.

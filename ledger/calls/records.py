@@ -12,13 +12,13 @@ from typing import Any
 
 import asyncpg
 
-from . import _tool_sql as sql
-from .canonical import canonical_json, json_digest
-from .db import Database
-from .errors import ResultTampered
-from .journal import NewEvent, append_arguments
-from .keys import KeyRing, Purpose
-from .tool_calls import (
+from ..canonical import canonical_json, json_digest
+from ..errors import ResultTampered
+from ..journal.journal import NewEvent, append_arguments
+from ..keys import KeyRing, Purpose
+from ..store import Database
+from . import _sql as sql
+from .model import (
     CallOutcome,
     CallRecord,
     CallStatus,

@@ -29,10 +29,10 @@ from typing import Any
 
 import asyncpg
 
-from .canonical import GENESIS_HASH, canonical_json, chain_hash, event_bytes
-from .db import Database
-from .errors import InvalidEvent, VersionConflict
-from .limits import INT4, INT8, int_problem
+from ..canonical import GENESIS_HASH, canonical_json, chain_hash, event_bytes
+from ..errors import InvalidEvent, VersionConflict
+from ..limits import INT4, INT8, int_problem
+from ..store import Database
 
 __all__ = [
     "MAX_DATA_BYTES",

@@ -1,0 +1,38 @@
+"""The once-per-run tool-call ledger: the call model and its fold (`model`), the recorder that
+appends a call's events and writes its row (`records`, SQL in `_sql`), and `ToolLedger`, the
+service adapters run every tool call through (`service`)."""
+
+from .model import (
+    CallContext,
+    CallOutcome,
+    CallRecord,
+    CallStatus,
+    Effect,
+    GateDeny,
+    GateRespond,
+    GateRun,
+    ToolCall,
+    ToolFailed,
+    ToolPolicy,
+    call_stream,
+)
+from .service import DEFAULT_LEASE_SECONDS, Gate, ToolFunction, ToolLedger
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "CallContext",
+    "CallOutcome",
+    "CallRecord",
+    "CallStatus",
+    "Effect",
+    "Gate",
+    "GateDeny",
+    "GateRespond",
+    "GateRun",
+    "ToolCall",
+    "ToolFailed",
+    "ToolFunction",
+    "ToolLedger",
+    "ToolPolicy",
+    "call_stream",
+]

@@ -1,0 +1,94 @@
+"""Dependencies point one way, `adapters -> approvals -> ledger`, and each agent framework is
+imported only under its adapter. Read from every module's imports with `ast`, lazy imports
+inside functions included."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from .processes import ROOT
+
+PACKAGES = ("ledger", "approvals", "adapters", "migrations")
+# Third-party packages that only an adapter (and tests and benchmarks) may import.
+FRAMEWORKS = ("langgraph", "langchain", "langchain_core", "dex", "psycopg", "psycopg_pool")
+FRAMEWORK_HOMES = ("adapters/langgraph", "adapters/dex", "adapters/welt", "adapters/demo")
+
+
+def modules(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def imported(path: Path) -> set[str]:
+    """Every module `path` imports, absolute names (relative imports resolved)."""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            names.add(module)
+    return names
+
+
+def offenders(folders: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in modules(*folders)
+        for name in sorted(imported(path))
+        if name.split(".")[0] in forbidden
+    ]
+
+
+def test_the_reader_sees_relative_and_lazy_imports() -> None:
+    probe = imported(ROOT / "ledger" / "calls" / "service.py")
+    assert {"ledger.calls.records", "ledger.store", "ledger.journal"} <= probe
+    assert "ledger.store.settings" in imported(ROOT / "ledger" / "store" / "config.py")  # lazy
+
+
+def test_the_ledger_imports_neither_approvals_nor_adapters() -> None:
+    assert offenders(("ledger",), ("approvals", "adapters")) == []
+
+
+def test_approvals_import_no_adapter() -> None:
+    assert offenders(("approvals",), ("adapters",)) == []
+
+
+def test_migrations_import_only_the_ledger() -> None:
+    assert offenders(("migrations",), ("approvals", "adapters")) == []
+
+
+def test_agent_frameworks_are_imported_only_under_their_adapters() -> None:
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in modules(*PACKAGES)
+        if not str(path.relative_to(ROOT)).startswith(FRAMEWORK_HOMES)
+        for name in sorted(imported(path))
+        if name.split(".")[0] in FRAMEWORKS
+    ]
+    assert found == []
+
+
+# Imports cannot see SQL: the ledger must not name approvals' tables or streams either.
+_APPROVALS_NAMES = re.compile(
+    r"\b(FROM|JOIN|INTO|UPDATE|TABLE)\s+approval"  # SQL on approvals' tables
+    r"|f?[\"']approval:"  # an approval's stream id, built by hand
+    r"|'(approved|edited)'"  # approvals' statuses
+)
+
+
+def test_the_ledger_source_names_no_approvals_table_or_stream() -> None:
+    assert _APPROVALS_NAMES.search("FROM tool_calls c LEFT JOIN approvals a ON")
+    assert not _APPROVALS_NAMES.search("streams (`approval:<id>`, `call:<run>/<call id>`)")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in modules("ledger")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _APPROVALS_NAMES.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert found == []
