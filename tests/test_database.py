@@ -80,8 +80,28 @@ async def schema_of(url: str) -> str:
         text=True,
         check=True,
     )
-    keep = (ln for ln in out.stdout.splitlines() if not ln.startswith(("--", "\\")))
-    return "\n".join(ln for ln in keep if ln.strip())
+    keep = [ln for ln in out.stdout.splitlines() if ln.strip() and not ln.startswith(("--", "\\"))]
+    return "\n".join(_columns_sorted(keep))
+
+
+def _columns_sorted(lines: list[str]) -> list[str]:
+    """The columns of each CREATE TABLE in name order: a migration that changes a column's type
+    through a new column and a rename cannot put it back in its place, and order carries no
+    meaning for Signoff's queries (none selects `*` into positions)."""
+    out: list[str] = []
+    columns: list[str] | None = None
+    for line in lines:
+        if columns is None:
+            out.append(line)
+            if line.startswith("CREATE TABLE ") and line.endswith("("):
+                columns = []
+        elif line.startswith(")"):
+            out.extend(sorted(c.rstrip(",") for c in columns))
+            out.append(line)
+            columns = None
+        else:
+            columns.append(line)
+    return out
 
 
 _LEFT_AT_BASE = """
