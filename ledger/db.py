@@ -24,38 +24,26 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from . import migrate
 from .config import masked, resolve_url
-from .errors import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
+from .errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    SchemaOutOfDate,
+    SignoffError,
+    translate,
+)
 from .log import get_logger
 
-__all__ = ["Database", "connection_lost", "open_raw_connection"]
+__all__ = ["Database", "open_raw_connection"]
 
 log = get_logger(__name__)
 
-# SQLSTATEs that mean the session is gone: class 08 (connection exception), and the server
-# shutting down, crashing or starting up (57P01-57P03: a restart, pg_terminate_backend).
-_LOST_SQLSTATES = ("08", "57P01", "57P02", "57P03")
 
-
-def connection_lost(error: BaseException, conn: asyncpg.Connection | None = None) -> bool:
-    """Whether `error`, raised while using `conn`, means the connection is gone (server
-    restart, network, terminated backend) rather than a statement that failed on a live one.
-
-    A lost connection surfaces in several shapes: the server's SQLSTATE, a socket error, or an
-    `InterfaceError` from a connection that is closed, or that the pool already took back (then
-    even `conn.is_closed()` raises).
-    """
-    if isinstance(error, asyncpg.PostgresError):
-        return (error.sqlstate or "").startswith(_LOST_SQLSTATES)
-    if isinstance(error, TimeoutError):  # a slow statement, not a lost connection
-        return False
-    if isinstance(error, OSError):  # ConnectionResetError, BrokenPipeError, ...
+def _closed(conn: asyncpg.Connection) -> bool:
+    """Whether `conn` is closed, including taken back by the pool (then even asking raises)."""
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:  # "released back to the pool": it closed under us
         return True
-    if isinstance(error, asyncpg.InterfaceError) and conn is not None:
-        try:
-            return bool(conn.is_closed())
-        except asyncpg.InterfaceError:  # "released back to the pool": it closed under us
-            return True
-    return False
 
 
 async def open_raw_connection(url: str) -> asyncpg.Connection:
@@ -146,14 +134,20 @@ class Database:
         """Borrow a pooled asyncpg connection (autocommit unless you open a transaction).
 
         With `existing` (a caller's connection, perhaps in its own transaction), use that one.
+
+        This is where driver errors become typed (`ledger.errors.translate`): whatever a
+        statement on the connection raises leaves as its registered error (`VersionConflict`,
+        `UniqueViolation`, `SerializationFailure`, `DatabaseUnavailable`, ...), chained to the
+        driver's, or unchanged when it has none.
         """
         if existing is not None:
             try:
                 yield existing
             except Exception as e:
-                if not connection_lost(e, existing):
+                typed = self._translate(e, existing)
+                if typed is None:
                     raise
-                raise self._unavailable(e) from e
+                raise typed from e
             return
         try:
             conn = await self.pool.acquire()
@@ -163,16 +157,15 @@ class Database:
         try:
             yield conn
         except Exception as e:
-            # DatabaseUnavailable: a nested use of this connection (`existing`) saw it lost.
-            lost = isinstance(e, DatabaseUnavailable) or connection_lost(e, conn)
-            if not lost:
+            # A DatabaseUnavailable here comes typed from a nested use of this connection.
+            typed = e if isinstance(e, DatabaseUnavailable) else self._translate(e, conn)
+            if isinstance(typed, DatabaseUnavailable):
+                # The server restarted or the network dropped: every pooled connection is
+                # likely dead, so replace them all rather than fail once per connection.
+                await self.pool.expire_connections()
+            if typed is None or typed is e:
                 raise
-            # The server restarted or the network dropped: every pooled connection is likely
-            # dead, so replace them all rather than fail once per connection.
-            await self.pool.expire_connections()
-            if isinstance(e, DatabaseUnavailable):
-                raise
-            raise self._unavailable(e) from e
+            raise typed from e
         finally:
             await self.pool.release(conn)  # asyncpg shields the release from cancellation
 
@@ -181,6 +174,10 @@ class Database:
         """Borrow a pooled asyncpg connection inside one transaction, committed on success."""
         async with self.connection() as conn, conn.transaction():
             yield conn
+
+    def _translate(self, error: Exception, conn: asyncpg.Connection) -> SignoffError | None:
+        closed = isinstance(error, asyncpg.InterfaceError) and _closed(conn)
+        return translate(error, target=masked(self.url), connection_closed=closed)
 
     def _unavailable(self, error: BaseException) -> DatabaseUnavailable:
         reason = str(error) or type(error).__name__

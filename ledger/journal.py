@@ -31,7 +31,7 @@ import asyncpg
 
 from .canonical import GENESIS_HASH, canonical_json, chain_hash, event_bytes
 from .db import Database
-from .errors import InvalidEvent, VersionConflict
+from .errors import InvalidEvent
 from .limits import INT4, INT8, int_problem
 
 __all__ = [
@@ -169,15 +169,8 @@ class Journal:
         if notify is not None and not _CHANNEL.fullmatch(notify):
             raise InvalidEvent(f"not a notification channel name: {notify!r}")
         args = (*append_arguments(stream_id, events, expected_version), notify)
-        try:
-            async with self.db.connection(connection) as conn:
-                positions = await conn.fetchval(_APPEND, *args)
-        except asyncpg.UniqueViolationError as e:
-            raise VersionConflict(stream_id, expected_version, None) from e
-        except asyncpg.PostgresError as e:
-            if e.sqlstate == "SG409":
-                raise VersionConflict(stream_id, expected_version, int(e.detail or -1)) from e
-            raise
+        async with self.db.connection(connection) as conn:  # SG409 leaves as VersionConflict
+            positions = await conn.fetchval(_APPEND, *args)
         return Appended(stream_id, expected_version + len(events), tuple(positions))
 
     async def stream_version(
