@@ -10,23 +10,31 @@ if TYPE_CHECKING:
     from .config import resolve_url
     from .db import Database
     from .errors import (
+        AppendOnlyViolation,
         ConfigurationError,
+        DatabaseError,
         DatabaseUnavailable,
+        DeadlockDetected,
         EmbeddedServerError,
         InvalidEvent,
         InvalidJson,
         SchemaOutOfDate,
+        SerializationFailure,
         SignoffError,
+        UniqueViolation,
         VersionConflict,
     )
     from .journal import Appended, BadEvent, Event, Journal, NewEvent, VerifyReport
 
 __all__ = [
+    "AppendOnlyViolation",
     "Appended",
     "BadEvent",
     "ConfigurationError",
     "Database",
+    "DatabaseError",
     "DatabaseUnavailable",
+    "DeadlockDetected",
     "EmbeddedServerError",
     "Event",
     "InvalidEvent",
@@ -34,7 +42,9 @@ __all__ = [
     "Journal",
     "NewEvent",
     "SchemaOutOfDate",
+    "SerializationFailure",
     "SignoffError",
+    "UniqueViolation",
     "VerifyReport",
     "VersionConflict",
     "canonical_json",
@@ -51,13 +61,18 @@ _HOMES = {
     "Database": "db",
     **dict.fromkeys(
         [
+            "AppendOnlyViolation",
             "ConfigurationError",
+            "DatabaseError",
             "DatabaseUnavailable",
+            "DeadlockDetected",
             "EmbeddedServerError",
             "InvalidEvent",
             "InvalidJson",
             "SchemaOutOfDate",
+            "SerializationFailure",
             "SignoffError",
+            "UniqueViolation",
             "VersionConflict",
         ],
         "errors",

@@ -270,7 +270,8 @@ def append_arguments(
     stream_id: str, events: Sequence[NewEvent], expected_version: int
 ) -> tuple[Any, ...]:
     """The first seven arguments of `signoff_append` (all but the notify channel), for
-    statements that append in the same round trip as other work.
+    statements that append in the same round trip as other work. Run them through
+    `Database.connection()`: a stale version there is `VersionConflict` too.
 
     Raises:
         InvalidEvent: malformed input.
