@@ -53,7 +53,8 @@ async def open_raw_connection(url: str) -> asyncpg.Connection:
     except (TimeoutError, OSError) as e:
         raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
     except asyncpg.PostgresError as e:  # unknown database, bad credentials, too many clients
-        raise DatabaseUnavailable(masked(url), f"{e} (SQLSTATE {e.sqlstate})") from e
+        reason = f"{e} (SQLSTATE {e.sqlstate})"
+        raise DatabaseUnavailable(masked(url), reason, sqlstate=e.sqlstate) from e
     except ValueError as e:  # asyncpg's DSN parser
         raise ConfigurationError(f"malformed database URL {masked(url)!r}: {e}") from e
 
@@ -181,9 +182,10 @@ class Database:
 
     def _unavailable(self, error: BaseException) -> DatabaseUnavailable:
         reason = str(error) or type(error).__name__
-        if isinstance(error, asyncpg.PostgresError) and error.sqlstate:
-            reason = f"{reason} (SQLSTATE {error.sqlstate})"
-        return DatabaseUnavailable(masked(self.url), reason)
+        sqlstate = error.sqlstate if isinstance(error, asyncpg.PostgresError) else None
+        if sqlstate:
+            reason = f"{reason} (SQLSTATE {sqlstate})"
+        return DatabaseUnavailable(masked(self.url), reason, sqlstate=sqlstate)
 
     async def close(self) -> None:
         await self.pool.close()

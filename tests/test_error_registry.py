@@ -237,3 +237,10 @@ async def test_a_backend_terminated_mid_statement_is_unavailable_with_its_sqlsta
         assert isinstance(caught.value.__cause__, asyncpg.PostgresError)
         async with db.connection() as conn:  # the pool serves again
             assert await conn.fetchval("SELECT 1") == 1
+
+
+async def test_a_refused_connection_keeps_the_servers_sqlstate(database_url: str) -> None:
+    missing = database_url.rsplit("/", 1)[0] + f"/missing_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DatabaseUnavailable) as caught:
+        await Database.connect(missing)
+    assert caught.value.sqlstate == "3D000"  # invalid_catalog_name: no such database
