@@ -27,12 +27,25 @@ from ledger.errors import (
     registered,
     translate,
 )
+from ledger.keys import KeyRing, LocalKek
 from ledger.tool_calls import CallContext, ToolCall, call_stream
 from ledger.tool_ledger import ToolLedger
+
+from .processes import TEST_KEK
 
 
 async def double(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
     return {"doubled": args["n"] * 2}
+
+
+@pytest.fixture
+async def damaged(fresh_database_url: str) -> AsyncIterator[tuple[ToolLedger, Journal]]:
+    """A tool ledger on a database of its own: the tests below put foreign events in call
+    streams, which the session database's projection checks would rightly report."""
+    async with await Database.connect(fresh_database_url, pool_size=2) as db:
+        tool_ledger = ToolLedger(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
+        yield tool_ledger, Journal(db)
+        await tool_ledger.close()
 
 
 @pytest.fixture
@@ -88,8 +101,9 @@ def test_errors_without_a_registered_code_are_left_as_they_are() -> None:
 
 
 async def test_a_stale_stream_behind_a_new_call_is_a_version_conflict_from_the_ledger(
-    ledger: ToolLedger, journal: Journal
+    damaged: tuple[ToolLedger, Journal],
 ) -> None:
+    ledger, journal = damaged
     run = f"run-{uuid.uuid4().hex[:10]}"
     stream = call_stream(run, "c1")
     await journal.append(
@@ -110,8 +124,9 @@ async def test_a_stale_stream_behind_a_new_call_is_a_version_conflict_from_the_l
 
 
 async def test_a_stale_expected_version_in_the_ledgers_advance_statement_is_a_version_conflict(
-    ledger: ToolLedger, journal: Journal, db: Database
+    damaged: tuple[ToolLedger, Journal],
 ) -> None:
+    ledger, journal = damaged
     run = f"run-{uuid.uuid4().hex[:10]}"
     await ledger.execute(ToolCall(run, "c1", "double", {"n": 2}), double)
     record = await ledger.get(run, "c1")
@@ -131,7 +146,7 @@ async def test_a_stale_expected_version_in_the_ledgers_advance_statement_is_a_ve
         actor="x",
     )
     with pytest.raises(VersionConflict) as caught:
-        async with db.connection() as conn:
+        async with ledger.db.connection() as conn:
             await ledger.records.advance(conn, record, [step])
     conflict = caught.value
     assert (conflict.stream_id, conflict.expected_version) == (stream, record.version)
