@@ -2,15 +2,28 @@
 
 Every error is a `SignoffError`; each condition has its own subclass carrying the ids and values a
 caller needs to react, so nobody has to parse a message.
+
+Errors the database raises are typed at one boundary (`Database.connection()`): each
+`DatabaseError` subclass registers the SQLSTATEs it stands for (`class X(DatabaseError,
+code="23505")`; a two-character code stands for a whole class), `lookup` finds the class of a
+code, and `translate` turns a driver's error into its typed error. Our own functions raise
+`SG4xx` codes with their fields as a JSON object in DETAIL. This module imports only the
+standard library (the offline verifier uses it), so driver errors are read by their attributes.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any, ClassVar
+
 __all__ = [
+    "AppendOnlyViolation",
     "CallStateError",
     "ClaimRaced",
     "ConfigurationError",
+    "DatabaseError",
     "DatabaseUnavailable",
+    "DeadlockDetected",
     "DecryptionFailed",
     "DigestError",
     "DigestMismatch",
@@ -27,10 +40,15 @@ __all__ = [
     "ResultNotSerializable",
     "ResultTampered",
     "SchemaOutOfDate",
+    "SerializationFailure",
     "SignoffError",
+    "UniqueViolation",
     "UnknownCall",
     "UnknownKey",
     "VersionConflict",
+    "lookup",
+    "registered",
+    "translate",
 ]
 
 
@@ -42,13 +60,156 @@ class ConfigurationError(SignoffError):
     """A setting (database URL, key file, ...) is missing or malformed."""
 
 
-class DatabaseUnavailable(SignoffError):
-    """The database could not be reached or refused the connection."""
+_REGISTRY: dict[str, type[DatabaseError]] = {}
 
-    def __init__(self, target: str, reason: str) -> None:
-        super().__init__(f"cannot connect to PostgreSQL at {target}: {reason}")
+
+class DatabaseError(SignoffError):
+    """A statement failed in the database for a reason callers may act on.
+
+    `sqlstate` is the server's code (None when the error came from the client side, e.g. a
+    socket). `retryable`: the transaction was rolled back whole and running it again may
+    succeed.
+    """
+
+    sqlstate: str | None = None
+    retryable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, code: str | tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        codes = (code,) if isinstance(code, str) else code
+        for each in codes:
+            if len(each) not in (2, 5):
+                raise TypeError(f"{cls.__name__}: {each!r} is not an SQLSTATE or SQLSTATE class")
+            if each in _REGISTRY:
+                raise TypeError(f"SQLSTATE {each} is registered to {_REGISTRY[each].__name__}")
+            _REGISTRY[each] = cls
+        if len(codes) == 1 and len(codes[0]) == 5:
+            cls.sqlstate = codes[0]  # also when raised by hand
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        """The typed error for a driver's `error` with this class's `sqlstate` (subclasses
+        with fields read them here, from the error's attributes or its JSON DETAIL)."""
+        return cls(_described(error, sqlstate), sqlstate=sqlstate)
+
+
+def lookup(sqlstate: str) -> type[DatabaseError] | None:
+    """The typed error registered for `sqlstate`, or for its class (its first two characters)."""
+    return _REGISTRY.get(sqlstate) or _REGISTRY.get(sqlstate[:2])
+
+
+def registered() -> dict[str, type[DatabaseError]]:
+    """Every registered SQLSTATE (or class) and its typed error."""
+    return dict(_REGISTRY)
+
+
+def translate(
+    error: BaseException, *, target: str = "PostgreSQL", connection_closed: bool = False
+) -> SignoffError | None:
+    """The typed error for a driver's `error`, or None when it has none (re-raise it as is).
+
+    Args:
+        target: where the database is (a masked URL), for `DatabaseUnavailable`.
+        connection_closed: the connection `error` came from is closed (the driver's
+            "connection is closed" errors carry no SQLSTATE).
+    """
+    if isinstance(error, SignoffError):
+        return None
+    sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(sqlstate, str) and (typed := lookup(sqlstate)) is not None:
+        return typed.from_driver(error, sqlstate, target)
+    if isinstance(error, TimeoutError):  # a slow statement, not a lost connection
+        return None
+    if isinstance(error, OSError) or connection_closed:  # reset, broken pipe, closed
+        return DatabaseUnavailable(target, str(error) or type(error).__name__)
+    return None
+
+
+def _described(error: BaseException, sqlstate: str) -> str:
+    """The server's message (never its DETAIL, which may quote the values) and the SQLSTATE."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return f"{text} (SQLSTATE {sqlstate})"
+
+
+def _fields(error: BaseException) -> dict[str, Any]:
+    """The JSON object our own functions put in DETAIL ({} when there is none)."""
+    try:
+        fields = json.loads(getattr(error, "detail", None) or "{}")
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class DatabaseUnavailable(DatabaseError, code=("08", "57P01", "57P02", "57P03")):
+    """The database could not be reached, refused the connection, or the connection was lost
+    (class 08, the server shutting down or restarting, a terminated backend, a socket error).
+    Whether a write in flight was committed is unknown."""
+
+    def __init__(self, target: str, reason: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(f"cannot connect to PostgreSQL at {target}: {reason}", sqlstate=sqlstate)
         self.target = target
         self.reason = reason
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        return cls(target, _described(error, sqlstate), sqlstate=sqlstate)
+
+
+class UniqueViolation(DatabaseError, code="23505"):
+    """A row with the same key exists (`constraint` says which key); nothing was written."""
+
+    def __init__(
+        self, message: str, *, constraint: str | None = None, table: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+        self.table = table
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        return cls(
+            _described(error, sqlstate),
+            constraint=getattr(error, "constraint_name", None),
+            table=getattr(error, "table_name", None),
+        )
+
+
+class SerializationFailure(DatabaseError, code="40001"):
+    """The transaction lost a race with a concurrent one and was rolled back: run it again."""
+
+    retryable = True
+
+
+class DeadlockDetected(SerializationFailure, code="40P01"):
+    """The transaction was chosen to break a deadlock and was rolled back: run it again."""
+
+
+class AppendOnlyViolation(DatabaseError, code="SG403"):
+    """A change to append-only history (`operation` on `table`) was refused."""
+
+    def __init__(self, message: str, *, table: str | None, operation: str | None) -> None:
+        super().__init__(message)
+        self.table = table
+        self.operation = operation
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        fields = _fields(error)
+        table, operation = fields.get("table"), fields.get("operation")
+        return cls(
+            _described(error, sqlstate),
+            table=table if isinstance(table, str) else None,
+            operation=operation if isinstance(operation, str) else None,
+        )
 
 
 class SchemaOutOfDate(SignoffError):
@@ -81,7 +242,7 @@ class InvalidJson(SignoffError, ValueError):
         self.problem = problem
 
 
-class VersionConflict(SignoffError):
+class VersionConflict(DatabaseError, code="SG409"):
     """Another writer appended to the stream first; nothing was written."""
 
     def __init__(self, stream_id: str, expected_version: int, actual_version: int | None) -> None:
@@ -92,6 +253,16 @@ class VersionConflict(SignoffError):
         self.stream_id = stream_id
         self.expected_version = expected_version
         self.actual_version = actual_version
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        fields = _fields(error)
+        stream, expected = fields.get("stream_id"), _int_or_none(fields.get("expected_version"))
+        return cls(
+            stream if isinstance(stream, str) else "unknown",
+            -1 if expected is None else expected,
+            _int_or_none(fields.get("actual_version")),
+        )
 
 
 class KeyRingError(SignoffError):

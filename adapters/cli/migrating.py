@@ -19,7 +19,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy.exc import DBAPIError
 
 from ledger import SignoffError
-from ledger.errors import DatabaseUnavailable
+from ledger.errors import DatabaseUnavailable, translate
 from ledger.store import migrate
 from ledger.store.config import masked
 from ledger.store.db import open_raw_connection
@@ -58,7 +58,9 @@ def migrate_database(
 
 def _translated(url: str, revision: str, error: Any, raised: Exception) -> SignoffError:
     cause = getattr(error, "__cause__", None) or error
-    if isinstance(cause, (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)):
+    # Lost or refused, by the registry's rule (SQLSTATE 08, 57P01-57P03, sockets, closed).
+    closed = isinstance(cause, asyncpg.InterfaceError)
+    if isinstance(translate(cause, connection_closed=closed), DatabaseUnavailable):
         return DatabaseUnavailable(masked(url), str(cause) or type(cause).__name__)
     if isinstance(raised, DBAPIError) and raised.connection_invalidated:
         return DatabaseUnavailable(masked(url), str(cause) or type(cause).__name__)

@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 
 from ..canonical import GENESIS_HASH, canonical_json, chain_hash, event_bytes
-from ..errors import InvalidEvent, VersionConflict
+from ..errors import InvalidEvent
 from ..limits import INT4, INT8, int_problem
 from ..store import Database
 
@@ -169,15 +169,8 @@ class Journal:
         if notify is not None and not _CHANNEL.fullmatch(notify):
             raise InvalidEvent(f"not a notification channel name: {notify!r}")
         args = (*append_arguments(stream_id, events, expected_version), notify)
-        try:
-            async with self.db.connection(connection) as conn:
-                positions = await conn.fetchval(_APPEND, *args)
-        except asyncpg.UniqueViolationError as e:
-            raise VersionConflict(stream_id, expected_version, None) from e
-        except asyncpg.PostgresError as e:
-            if e.sqlstate == "SG409":
-                raise VersionConflict(stream_id, expected_version, int(e.detail or -1)) from e
-            raise
+        async with self.db.connection(connection) as conn:  # SG409 leaves as VersionConflict
+            positions = await conn.fetchval(_APPEND, *args)
         return Appended(stream_id, expected_version + len(events), tuple(positions))
 
     async def stream_version(
@@ -277,7 +270,8 @@ def append_arguments(
     stream_id: str, events: Sequence[NewEvent], expected_version: int
 ) -> tuple[Any, ...]:
     """The first seven arguments of `signoff_append` (all but the notify channel), for
-    statements that append in the same round trip as other work.
+    statements that append in the same round trip as other work. Run them through
+    `Database.connection()`: a stale version there is `VersionConflict` too.
 
     Raises:
         InvalidEvent: malformed input.

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from ..errors import ConfigurationError, DatabaseUnavailable, SchemaOutOfDate
+from ..errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    SchemaOutOfDate,
+    SignoffError,
+    translate,
+)
 from ..log import get_logger
 from . import migrate
 from .config import masked
@@ -27,35 +33,17 @@ from .config import masked
 if TYPE_CHECKING:
     from .settings import Settings
 
-__all__ = ["Database", "connection_lost", "open_raw_connection"]
+__all__ = ["Database", "open_raw_connection"]
 
 log = get_logger(__name__)
 
-# SQLSTATEs that mean the session is gone: class 08 (connection exception), and the server
-# shutting down, crashing or starting up (57P01-57P03: a restart, pg_terminate_backend).
-_LOST_SQLSTATES = ("08", "57P01", "57P02", "57P03")
 
-
-def connection_lost(error: BaseException, conn: asyncpg.Connection | None = None) -> bool:
-    """Whether `error`, raised while using `conn`, means the connection is gone (server
-    restart, network, terminated backend) rather than a statement that failed on a live one.
-
-    A lost connection surfaces in several shapes: the server's SQLSTATE, a socket error, or an
-    `InterfaceError` from a connection that is closed, or that the pool already took back (then
-    even `conn.is_closed()` raises).
-    """
-    if isinstance(error, asyncpg.PostgresError):
-        return (error.sqlstate or "").startswith(_LOST_SQLSTATES)
-    if isinstance(error, TimeoutError):  # a slow statement, not a lost connection
-        return False
-    if isinstance(error, OSError):  # ConnectionResetError, BrokenPipeError, ...
+def _closed(conn: asyncpg.Connection) -> bool:
+    """Whether `conn` is closed, including taken back by the pool (then even asking raises)."""
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:  # "released back to the pool": it closed under us
         return True
-    if isinstance(error, asyncpg.InterfaceError) and conn is not None:
-        try:
-            return bool(conn.is_closed())
-        except asyncpg.InterfaceError:  # "released back to the pool": it closed under us
-            return True
-    return False
 
 
 async def open_raw_connection(url: str) -> asyncpg.Connection:
@@ -65,7 +53,8 @@ async def open_raw_connection(url: str) -> asyncpg.Connection:
     except (TimeoutError, OSError) as e:
         raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
     except asyncpg.PostgresError as e:  # unknown database, bad credentials, too many clients
-        raise DatabaseUnavailable(masked(url), f"{e} (SQLSTATE {e.sqlstate})") from e
+        reason = f"{e} (SQLSTATE {e.sqlstate})"
+        raise DatabaseUnavailable(masked(url), reason, sqlstate=e.sqlstate) from e
     except ValueError as e:  # asyncpg's DSN parser
         raise ConfigurationError(f"malformed database URL {masked(url)!r}: {e}") from e
 
@@ -154,14 +143,20 @@ class Database:
         """Borrow a pooled asyncpg connection (autocommit unless you open a transaction).
 
         With `existing` (a caller's connection, perhaps in its own transaction), use that one.
+
+        This is where driver errors become typed (`ledger.errors.translate`): whatever a
+        statement on the connection raises leaves as its registered error (`VersionConflict`,
+        `UniqueViolation`, `SerializationFailure`, `DatabaseUnavailable`, ...), chained to the
+        driver's, or unchanged when it has none.
         """
         if existing is not None:
             try:
                 yield existing
             except Exception as e:
-                if not connection_lost(e, existing):
+                typed = self._translate(e, existing)
+                if typed is None:
                     raise
-                raise self._unavailable(e) from e
+                raise typed from e
             return
         try:
             conn = await self.pool.acquire()
@@ -171,16 +166,15 @@ class Database:
         try:
             yield conn
         except Exception as e:
-            # DatabaseUnavailable: a nested use of this connection (`existing`) saw it lost.
-            lost = isinstance(e, DatabaseUnavailable) or connection_lost(e, conn)
-            if not lost:
+            # A DatabaseUnavailable here comes typed from a nested use of this connection.
+            typed = e if isinstance(e, DatabaseUnavailable) else self._translate(e, conn)
+            if isinstance(typed, DatabaseUnavailable):
+                # The server restarted or the network dropped: every pooled connection is
+                # likely dead, so replace them all rather than fail once per connection.
+                await self.pool.expire_connections()
+            if typed is None or typed is e:
                 raise
-            # The server restarted or the network dropped: every pooled connection is likely
-            # dead, so replace them all rather than fail once per connection.
-            await self.pool.expire_connections()
-            if isinstance(e, DatabaseUnavailable):
-                raise
-            raise self._unavailable(e) from e
+            raise typed from e
         finally:
             await self.pool.release(conn)  # asyncpg shields the release from cancellation
 
@@ -190,11 +184,16 @@ class Database:
         async with self.connection() as conn, conn.transaction():
             yield conn
 
+    def _translate(self, error: Exception, conn: asyncpg.Connection) -> SignoffError | None:
+        closed = isinstance(error, asyncpg.InterfaceError) and _closed(conn)
+        return translate(error, target=masked(self.url), connection_closed=closed)
+
     def _unavailable(self, error: BaseException) -> DatabaseUnavailable:
         reason = str(error) or type(error).__name__
-        if isinstance(error, asyncpg.PostgresError) and error.sqlstate:
-            reason = f"{reason} (SQLSTATE {error.sqlstate})"
-        return DatabaseUnavailable(masked(self.url), reason)
+        sqlstate = error.sqlstate if isinstance(error, asyncpg.PostgresError) else None
+        if sqlstate:
+            reason = f"{reason} (SQLSTATE {sqlstate})"
+        return DatabaseUnavailable(masked(self.url), reason, sqlstate=sqlstate)
 
     async def close(self) -> None:
         await self.pool.close()
