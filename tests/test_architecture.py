@@ -8,8 +8,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 from .processes import ROOT
 
 PACKAGES = ("ledger", "approvals", "adapters", "migrations")

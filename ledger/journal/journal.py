@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -43,7 +44,6 @@ __all__ = [
     "Journal",
     "NewEvent",
     "VerifyReport",
-    "append_arguments",
 ]
 
 MAX_DATA_BYTES = 256 * 1024
@@ -169,15 +169,9 @@ class Journal:
         if notify is not None and not _CHANNEL.fullmatch(notify):
             raise InvalidEvent(f"not a notification channel name: {notify!r}")
         args = (*append_arguments(stream_id, events, expected_version), notify)
-        try:
+        with version_conflicts(stream_id, expected_version):
             async with self.db.connection(connection) as conn:
                 positions = await conn.fetchval(_APPEND, *args)
-        except asyncpg.UniqueViolationError as e:
-            raise VersionConflict(stream_id, expected_version, None) from e
-        except asyncpg.PostgresError as e:
-            if e.sqlstate == "SG409":
-                raise VersionConflict(stream_id, expected_version, int(e.detail or -1)) from e
-            raise
         return Appended(stream_id, expected_version + len(events), tuple(positions))
 
     async def stream_version(
@@ -273,11 +267,24 @@ def _check(event: Event, previous_hash: bytes, previous_version: int) -> str | N
     return None
 
 
+@contextmanager
+def version_conflicts(stream_id: str, expected_version: int) -> Iterator[None]:
+    """Raise `VersionConflict` for a statement that appended to `stream_id` and lost the race."""
+    try:
+        yield
+    except asyncpg.UniqueViolationError as e:
+        raise VersionConflict(stream_id, expected_version, None) from e
+    except asyncpg.PostgresError as e:
+        if e.sqlstate == "SG409":
+            raise VersionConflict(stream_id, expected_version, int(e.detail or -1)) from e
+        raise
+
+
 def append_arguments(
     stream_id: str, events: Sequence[NewEvent], expected_version: int
 ) -> tuple[Any, ...]:
-    """The first seven arguments of `signoff_append` (all but the notify channel), for
-    statements that append in the same round trip as other work.
+    """The first seven arguments of `signoff_append` (all but the notify channel), in order;
+    for the journal package's own statements (`Journal.append`, `projection.commit`).
 
     Raises:
         InvalidEvent: malformed input.
