@@ -139,13 +139,13 @@ async def commit(
         ProjectionError, UnknownEventType: the events do not fold onto `record`.
         VersionConflict: the stream has moved on though the row had not; nothing was written.
     """
+    stream, version, types, payloads, actors, times, canonical = append_arguments(
+        stream_id, events, expected_version
+    )
     new = fold(projection, facts(stream_id, events, expected_version), record)
     channel = projection.notify(record, new)
     if channel is not None and not _CHANNEL.fullmatch(channel):
         raise ValueError(f"not a notification channel name: {channel!r}")
-    stream, version, types, payloads, actors, times, canonical = append_arguments(
-        stream_id, events, expected_version
-    )
     params = projection.to_row(new) | values
     params |= {
         "expected_version": version,
