@@ -85,6 +85,20 @@ class ProjectionContract:
         assert record is not None
         return record
 
+    async def _next(self, db: Database, record: Any, step: Commit) -> Any:
+        """Commit `step` onto `record` as read, on a connection of its own (None: not written)."""
+        stream, events, values = step
+        async with db.connection() as conn:
+            return await commit(
+                conn,
+                self.create_projection(),
+                stream,
+                record,
+                events,
+                expected_version=record.version,
+                **values,
+            )
+
     # -- the contract ---------------------------------------------------------------------
 
     async def test_the_row_written_equals_the_fold_of_the_commits_events(
@@ -100,11 +114,9 @@ class ProjectionContract:
         )
         assert await self._row(db, projection, record) == record == folded
 
-        stream, events, values = self.next_commit(ring, record)
-        async with db.connection() as conn:
-            later = await commit(
-                conn, projection, stream, record, events, expected_version=record.version, **values
-            )
+        step = self.next_commit(ring, record)
+        stream, events, _ = step
+        later = await self._next(db, record, step)
         assert later is not None and later.version == record.version + len(events)
         assert await self._row(db, projection, record) == later
         assert later == fold(projection, facts(stream, events, record.version), record)
@@ -117,26 +129,10 @@ class ProjectionContract:
         projection = self.create_projection()
         journal = Journal(db)
         stale = await self._committed(db, ring)
-        stale_stream, stale_events, stale_values = self.next_commit(ring, stale)
-        async with db.connection() as conn:
-            moved = await commit(
-                conn,
-                projection,
-                stale_stream,
-                stale,
-                stale_events,
-                expected_version=stale.version,
-                **stale_values,
-            )
-            again = await commit(
-                conn,
-                projection,
-                stale_stream,
-                stale,
-                stale_events,
-                expected_version=stale.version,
-                **stale_values,
-            )
+        step = self.next_commit(ring, stale)
+        stale_stream = step[0]
+        moved = await self._next(db, stale, step)
+        again = await self._next(db, stale, step)
         assert moved is not None and again is None
         assert await journal.stream_version(stale_stream) == moved.version
         assert await self._row(db, projection, stale) == moved
@@ -151,20 +147,12 @@ class ProjectionContract:
             ring = await KeyRing.open(db, LocalKek(TEST_KEK))
             projection, journal = self.create_projection(), Journal(db)
             record = await self._committed(db, ring)
-            stream, events, values = self.next_commit(ring, record)
+            step = self.next_commit(ring, record)
+            stream = step[0]
             intruder = NewEvent("intruder.appended", {"at": _at()}, actor="test")
             await journal.append(stream, [intruder], expected_version=record.version)
-            async with db.connection() as conn:
-                with pytest.raises(VersionConflict):
-                    await commit(
-                        conn,
-                        projection,
-                        stream,
-                        record,
-                        events,
-                        expected_version=record.version,
-                        **values,
-                    )
+            with pytest.raises(VersionConflict):
+                await self._next(db, record, step)
             assert await journal.stream_version(stream) == record.version + 1
             assert await self._row(db, projection, record) == record
 
@@ -231,11 +219,7 @@ class ProjectionContract:
         db, ring = env
         projection = self.create_projection()
         record = await self._committed(db, ring)
-        stream, events, values = self.next_commit(ring, record)
-        async with db.connection() as conn:
-            await commit(
-                conn, projection, stream, record, events, expected_version=record.version, **values
-            )
+        assert await self._next(db, record, self.next_commit(ring, record)) is not None
         assert await verify_projection(db, projection) == []
         async with db.connection() as conn:
             rows = await conn.fetch(f"SELECT {projection.columns} FROM {projection.table}")
