@@ -1,10 +1,10 @@
 """The approval store: approvals as events in the journal, decided in any process, used once.
 
-Every change appends to the stream `approval:<id>` and updates the `approvals` projection in the
-same transaction. Decisions lock the projection row (`FOR UPDATE`), so concurrent reviewers take
-turns, and so do consumers: the first to lock the row uses the decision, the next finds it used.
-Final
-decisions NOTIFY `signoff_approvals` (after commit); waiters also re-check on a timer.
+Every change appends to the stream `approval:<id>` and writes the `approvals` projection row in
+the same statement (`ledger.journal.projection.commit`). Decisions lock the projection row
+(`FOR UPDATE`), so concurrent reviewers take turns, and so do consumers: the first to lock the
+row uses the decision, the next finds it used. Final decisions NOTIFY `signoff_approvals`
+(after commit); waiters also re-check on a timer.
 """
 
 from __future__ import annotations

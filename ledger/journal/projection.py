@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import asyncpg
 
-from ..errors import ProjectionError
+from ..errors import InvalidEvent, ProjectionError
 from ..store import Database
 from .journal import _CHANNEL, NewEvent, append_arguments, version_conflicts
 
@@ -145,7 +145,7 @@ async def commit(
     new = fold(projection, facts(stream_id, events, expected_version), record)
     channel = projection.notify(record, new)
     if channel is not None and not _CHANNEL.fullmatch(channel):
-        raise ValueError(f"not a notification channel name: {channel!r}")
+        raise InvalidEvent(f"not a notification channel name: {channel!r}")
     params = projection.to_row(new) | values
     params |= {
         "expected_version": version,
