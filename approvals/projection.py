@@ -1,21 +1,50 @@
-"""The `approvals` table as a fold over the `approval:<id>` streams: pure, no I/O.
+"""The `approvals` table as a projection of the `approval:<id>` streams: pure, no I/O.
 
-The store folds the events it appends onto the row it locked and writes the result, and
-`rebuild` folds whole streams; both use `apply`, so a rebuild equals the live table by
-construction, and a test checks that it does.
+`ApprovalProjection` is the fold rule and the row mapping; `ledger.journal.projection` folds
+with it, writes the row in the same statement as the events, and rebuilds the table from the
+journal to check it.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
+
+from ledger.errors import ProjectionError, UnknownEventType
+from ledger.journal.projection import Fact, Projection
 
 from .model import STATUS_OF, Approval, ApprovalPolicy, ApprovalStatus, DecisionKind, Review
 
-__all__ = ["STREAM_PREFIX", "apply", "approval_id_of", "stream_of"]
+__all__ = [
+    "APPROVALS",
+    "NOTIFY_CHANNEL",
+    "STREAM_PREFIX",
+    "ApprovalProjection",
+    "approval_id_of",
+    "row_to_approval",
+    "stream_of",
+]
 
 STREAM_PREFIX = "approval:"
+NOTIFY_CHANNEL = "signoff_approvals"
+
+COLUMNS = """
+approval_id, run_id, thread_id, tool, kind, call_id, args_digest, binding, requested_by,
+policy::text AS policy, status, reviews::text AS reviews, decided_by, decided_at, expires_at,
+consumed_by, consumed_at, thread_config::text AS thread_config, requested_at, version
+"""
+_JSONB = ("policy", "reviews", "thread_config")
+_NEW = (
+    "approval_id", "run_id", "thread_id", "tool", "kind", "call_id", "args_digest", "binding",
+    "requested_by", "policy", "status", "reviews", "decided_by", "decided_at", "expires_at",
+    "consumed_by", "consumed_at", "thread_config", "requested_at", "version",
+)  # fmt: skip
+_CHANGED = (
+    "status", "reviews", "decided_by", "decided_at", "consumed_by", "consumed_at", "version",
+)  # fmt: skip
 
 
 def stream_of(approval_id: str) -> str:
@@ -30,6 +59,10 @@ def _time(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
+def _value(column: str) -> str:
+    return f":{column}::jsonb" if column in _JSONB else f":{column}"
+
+
 def _deciders(state: Approval, review: Review, recorded: list[str] | str) -> tuple[str, ...]:
     """Who made a final decision: the event's list. Events written before that list existed
     hold the names joined with commas, which a name may contain; the reviews say the same
@@ -41,15 +74,91 @@ def _deciders(state: Approval, review: Review, recorded: list[str] | str) -> tup
     return (review.reviewer,)
 
 
-def apply(
-    state: Approval | None,
-    approval_id: str,
-    version: int,
-    type_: str,
-    data: dict[str, Any],
-    actor: str,
-) -> Approval:
+def row_to_approval(row: Mapping[str, Any]) -> Approval:
+    config = row["thread_config"]
+    return Approval(
+        approval_id=row["approval_id"],
+        run_id=row["run_id"],
+        thread_id=row["thread_id"],
+        tool=row["tool"],
+        kind=row["kind"],
+        call_id=row["call_id"],
+        args_digest=row["args_digest"],
+        binding=row["binding"],
+        requested_by=row["requested_by"],
+        policy=ApprovalPolicy.from_json(json.loads(row["policy"])),
+        status=ApprovalStatus(row["status"]),
+        requested_at=row["requested_at"],
+        expires_at=row["expires_at"],
+        decided_by=tuple(row["decided_by"] or ()),
+        decided_at=row["decided_at"],
+        consumed_by=row["consumed_by"],
+        consumed_at=row["consumed_at"],
+        reviews=tuple(Review.from_json(r) for r in json.loads(row["reviews"])),
+        thread_config=None if config is None else json.loads(config),
+        version=row["version"],
+    )
+
+
+class ApprovalProjection(Projection[Approval]):
+    """The `approvals` table. A second request for the same (run, call, arguments) meets the
+    first one's row and writes nothing: the caller returns that approval."""
+
+    table = "approvals"
+    key = ("approval_id",)
+    stream_prefix = STREAM_PREFIX
+    columns = COLUMNS
+    inserted: ClassVar[Mapping[str, str]] = {column: _value(column) for column in _NEW}
+    updated: ClassVar[Mapping[str, str]] = {column: _value(column) for column in _CHANGED}
+    conflict = "(run_id, call_id, args_digest)"
+
+    def stream_of(self, record: Approval) -> str:
+        return stream_of(record.approval_id)
+
+    def label(self, record: Approval) -> str:
+        return record.approval_id
+
+    def from_row(self, row: Mapping[str, Any]) -> Approval:
+        return row_to_approval(row)
+
+    def to_row(self, record: Approval) -> dict[str, Any]:
+        a = record
+        return {
+            "approval_id": a.approval_id,
+            "run_id": a.run_id,
+            "thread_id": a.thread_id,
+            "tool": a.tool,
+            "kind": a.kind,
+            "call_id": a.call_id,
+            "args_digest": a.args_digest,
+            "binding": a.binding,
+            "requested_by": a.requested_by,
+            "policy": json.dumps(a.policy.to_json()),
+            "status": a.status,
+            "reviews": json.dumps([r.to_json() for r in a.reviews]),
+            "decided_by": list(a.decided_by) or None,
+            "decided_at": a.decided_at,
+            "expires_at": a.expires_at,
+            "consumed_by": a.consumed_by,
+            "consumed_at": a.consumed_at,
+            "thread_config": None if a.thread_config is None else json.dumps(a.thread_config),
+            "requested_at": a.requested_at,
+            "version": a.version,
+        }
+
+    def notify(self, before: Approval | None, after: Approval) -> str | None:
+        # Wake waiters only for what they wait for: a request becoming final.
+        became_final = after.status.final and (before is None or not before.status.final)
+        return NOTIFY_CHANNEL if became_final else None
+
+    def apply(self, record: Approval | None, event: Fact) -> Approval:
+        return _apply(record, event)
+
+
+def _apply(state: Approval | None, event: Fact) -> Approval:
     """The approval after one more event of its stream."""
+    approval_id, version, type_ = approval_id_of(event.stream_id), event.version, event.type
+    data, actor = event.data, event.actor
     if type_ == "approval.requested":
         requested_at = datetime.fromisoformat(data["requested_at"])
         return Approval(
@@ -70,7 +179,7 @@ def apply(
             version=version,
         )
     if state is None:
-        raise ValueError(f"approval {approval_id}: {type_} before approval.requested")
+        raise ProjectionError(event.stream_id, f"{type_} before approval.requested")
     if type_ == "approval.decided":
         review = Review.from_json(data)
         state = replace(state, reviews=(*state.reviews, review))
@@ -87,5 +196,8 @@ def apply(
     elif type_ == "approval.consumed":
         state = replace(state, consumed_by=data["task_run_id"], consumed_at=_time(data["at"]))
     else:
-        raise ValueError(f"approval {approval_id}: unknown event type {type_!r}")
+        raise UnknownEventType(event.stream_id, type_)
     return replace(state, version=version)
+
+
+APPROVALS = ApprovalProjection()

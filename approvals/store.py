@@ -1,10 +1,10 @@
 """The approval store: approvals as events in the journal, decided in any process, used once.
 
-Every change appends to the stream `approval:<id>` and updates the `approvals` projection in the
-same transaction. Decisions lock the projection row (`FOR UPDATE`), so concurrent reviewers take
-turns, and so do consumers: the first to lock the row uses the decision, the next finds it used.
-Final
-decisions NOTIFY `signoff_approvals` (after commit); waiters also re-check on a timer.
+Every change appends to the stream `approval:<id>` and writes the `approvals` projection row in
+the same statement (`ledger.journal.projection.commit`). Decisions lock the projection row
+(`FOR UPDATE`), so concurrent reviewers take turns, and so do consumers: the first to lock the
+row uses the decision, the next finds it used. Final decisions NOTIFY `signoff_approvals`
+(after commit); waiters also re-check on a timer.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import asyncpg
 
 from ledger.errors import DatabaseUnavailable
 from ledger.journal import Journal, NewEvent
+from ledger.journal.projection import verify_projection
 from ledger.keys import KeyRing
 from ledger.limits import INT8, int_problem
 from ledger.log import get_logger
@@ -56,7 +57,7 @@ from .model import (
     is_expired,
     json_object,
 )
-from .projection import stream_of
+from .projection import APPROVALS, stream_of
 from .records import NOTIFY_CHANNEL, ApprovalRecorder, row_to_approval
 from .tokens import parse_token, sign_token, token_mac_ok
 
@@ -283,7 +284,7 @@ class ApprovalStore:
     async def verify_projection(self) -> list[str]:
         """Rebuild every approval from its stream and compare with the `approvals` table;
         return the differences (none when the projection is true to the journal)."""
-        return await self.records.verify_projection()
+        return await verify_projection(self.db, APPROVALS)
 
     # -- reading ---------------------------------------------------------------------------
 

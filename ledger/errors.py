@@ -37,6 +37,7 @@ __all__ = [
     "KeyStateError",
     "NoActiveKey",
     "NotInDigest",
+    "ProjectionError",
     "ResultNotSerializable",
     "ResultTampered",
     "SchemaOutOfDate",
@@ -44,6 +45,7 @@ __all__ = [
     "SignoffError",
     "UniqueViolation",
     "UnknownCall",
+    "UnknownEventType",
     "UnknownKey",
     "VersionConflict",
     "lookup",
@@ -263,6 +265,23 @@ class VersionConflict(DatabaseError, code="SG409"):
             -1 if expected is None else expected,
             _int_or_none(fields.get("actual_version")),
         )
+
+
+class ProjectionError(SignoffError, ValueError):
+    """A stream's events do not fold into a projection row (an event before the stream's first,
+    or one the projection does not know)."""
+
+    def __init__(self, stream_id: str, problem: str) -> None:
+        super().__init__(f"{stream_id}: {problem}")
+        self.stream_id = stream_id
+
+
+class UnknownEventType(ProjectionError):
+    """The stream holds an event type its projection has no rule for."""
+
+    def __init__(self, stream_id: str, event_type: str) -> None:
+        super().__init__(stream_id, f"unknown event type {event_type!r}")
+        self.event_type = event_type
 
 
 class KeyRingError(SignoffError):

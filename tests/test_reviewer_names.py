@@ -21,12 +21,13 @@ from approvals import (
     Review,
     approval_gate,
 )
-from approvals.projection import apply, stream_of
+from approvals.projection import APPROVALS, stream_of
 from ledger.audit.queries import CallFilter, call_story, find_calls
 from ledger.calls.model import CallContext, ToolCall
-from ledger.calls.records import fold
+from ledger.calls.projection import CALLS
 from ledger.calls.service import ToolLedger
 from ledger.journal import Journal, NewEvent
+from ledger.journal.projection import facts, fold
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database, migrate
 
@@ -163,10 +164,7 @@ async def _old_approval(
         events.append(NewEvent("approval.decided", data, actor=reviewer))
     consumed = {"task_run_id": f"{run}/{call_id}", "at": _at()}
     events.append(NewEvent("approval.consumed", consumed, actor=f"{run}/{call_id}"))
-    state = None
-    for version, e in enumerate(events, start=1):
-        state = apply(state, approval_id, version, e.type, e.data, e.actor)
-    assert state is not None
+    state = fold(APPROVALS, facts(stream_of(approval_id), events))
     await Journal(db).append(stream_of(approval_id), events, expected_version=0)
     async with db.connection() as conn:
         await conn.execute(
@@ -211,7 +209,7 @@ async def _old_call(db: Database, run: str, call_id: str, approval_id: str | Non
         NewEvent("call.started", started, actor="old-worker"),
         NewEvent("call.succeeded", {"attempt": 1, "result_digest": "2" * 64, "at": _at()}, "w"),
     ]
-    r = fold(None, events, run, call_id)
+    r = fold(CALLS, facts(f"call:{run}/{call_id}", events))
     await Journal(db).append(f"call:{run}/{call_id}", events, expected_version=0)
     async with db.connection() as conn:
         await conn.execute(

@@ -19,8 +19,9 @@ from ledger.errors import (
     InvalidToolCall,
     ResultNotSerializable,
     UnknownCall,
+    VersionConflict,
 )
-from ledger.journal import Journal
+from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 
@@ -244,6 +245,30 @@ async def test_the_tool_calls_table_equals_its_rebuild(ledger: ToolLedger, db: D
     finally:
         async with db.connection() as conn:
             await conn.execute("UPDATE tool_calls SET attempts = 1 WHERE run_id = $1", call.run_id)
+
+
+async def test_a_stream_that_moved_under_a_running_call_raises_version_conflict(
+    fresh_database_url: str,
+) -> None:
+    """The outcome's append fails inside the statement that writes the row: the error is typed,
+    and neither the outcome event nor the row change is written."""
+    async with await Database.connect(fresh_database_url) as db:
+        ring = await KeyRing.open(db, LocalKek(TEST_KEK))
+        ledger = ToolLedger(db, ring)
+        call = ToolCall(new_run(), "c1", "t", {})
+        stream = f"call:{call.run_id}/{call.call_id}"
+        journal = Journal(db)
+
+        async def intrude(args: dict[str, Any], context: CallContext) -> str:
+            at = {"at": "2026-01-01T00:00:00+00:00"}
+            await journal.append(stream, [NewEvent("intruder", at, "x")], expected_version=1)
+            return "done"
+
+        with pytest.raises(VersionConflict):
+            await ledger.execute(call, intrude, WRITE)
+        assert [e.type for e in await journal.read_stream(stream)] == ["call.started", "intruder"]
+        assert (await ledger.get(call.run_id, call.call_id)).status is CallStatus.RUNNING
+        await ledger.close()
 
 
 # -- real processes ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""The once-per-run tool-call ledger: the call model and its fold (`model`), the recorder that
-appends a call's events and writes its row (`records`, SQL in `_sql`), and `ToolLedger`, the
-service adapters run every tool call through (`service`)."""
+"""The once-per-run tool-call ledger: the call model (`model`), its fold and row mapping
+(`projection`), the recorder that appends a call's events and writes its row (`records`, SQL in
+`_sql`), and `ToolLedger`, the service adapters run every tool call through (`service`)."""
 
 from .model import (
     CallContext,

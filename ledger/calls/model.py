@@ -1,4 +1,4 @@
-"""Tool calls: effects, policies, records and the fold that projects their streams. No I/O.
+"""Tool calls: effects, policies, records and their rows. No I/O (the fold is `projection`).
 
 A call's stream is `call:<run id>/<call id>`. Its events, in order:
 
@@ -13,7 +13,7 @@ A call's stream is `call:<run id>/<call id>`. Its events, in order:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -30,7 +30,6 @@ __all__ = [
     "ToolCall",
     "ToolFailed",
     "ToolPolicy",
-    "apply_call_event",
     "call_record",
     "call_stream",
 ]
@@ -190,66 +189,3 @@ def call_record(row: Mapping[str, Any]) -> CallRecord:
 
 def call_stream(run_id: str, call_id: str) -> str:
     return f"call:{run_id}/{call_id}"
-
-
-_OUTCOME = {
-    "call.succeeded": CallStatus.SUCCEEDED,
-    "call.failed": CallStatus.FAILED,
-    "call.outcome_unknown": CallStatus.OUTCOME_UNKNOWN,
-    "call.denied": CallStatus.DENIED,
-    "call.responded": CallStatus.RESPONDED,
-}
-
-
-def apply_call_event(
-    state: CallRecord | None,
-    run_id: str,
-    call_id: str,
-    version: int,
-    type_: str,
-    data: dict[str, Any],
-) -> CallRecord:
-    """The call after one more event of its stream."""
-    at = datetime.fromisoformat(data["at"])
-    if type_ == "call.started":
-        return CallRecord(
-            run_id=run_id,
-            call_id=call_id,
-            tool=data["tool"],
-            effect=Effect(data["effect"]),
-            once_per_run=data["once_per_run"],
-            request_digest=data["request_digest"],
-            args_digest=data["args_digest"],
-            idempotency_key=data["idempotency_key"],
-            approval_id=data["approval_id"],
-            status=CallStatus.RUNNING,
-            attempts=1,
-            worker_id=data["worker_id"],
-            started_at=at,
-            version=version,
-            # Absent from streams started before calls recorded them (see verify_projection).
-            approved_by=tuple(data.get("approved_by", ())),
-            approval_stream=data.get("approval_stream"),
-        )
-    if state is None:
-        raise ValueError(f"call {run_id}/{call_id}: {type_} before call.started")
-    if type_ == "call.retried":
-        state = replace(state, attempts=data["attempt"], worker_id=data["worker_id"])
-    elif type_ in _OUTCOME:
-        state = replace(
-            state,
-            status=_OUTCOME[type_],
-            finished_at=at,
-            result_digest=data.get("result_digest"),
-        )
-    elif type_ == "call.resolved":
-        state = replace(
-            state,
-            status=CallStatus(data["status"]),
-            resolved_by=data["by"],
-            finished_at=at,
-            result_digest=data["result_digest"],
-        )
-    else:
-        raise ValueError(f"call {run_id}/{call_id}: unknown event type {type_!r}")
-    return replace(state, version=version)

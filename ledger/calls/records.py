@@ -7,48 +7,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from typing import Any
 
 import asyncpg
 
 from ..canonical import canonical_json, json_digest
 from ..errors import ResultTampered
-from ..journal.journal import NewEvent, append_arguments
-from ..keys import KeyRing, Purpose
+from ..journal import NewEvent
+from ..journal.projection import commit
+from ..keys import KeyRing
+from ..keys.values import open_value, seal_value
 from ..store import Database
 from . import _sql as sql
-from .model import (
-    CallOutcome,
-    CallRecord,
-    CallStatus,
-    apply_call_event,
-    call_record,
-    call_stream,
-)
+from .model import CallOutcome, CallRecord, CallStatus, call_record, call_stream
+from .projection import CALLS
 
-__all__ = ["CallRecorder", "fold", "open_call_value", "outcome_of"]
-
-
-def fold(
-    record: CallRecord | None, events: list[NewEvent], run_id: str, call_id: str
-) -> CallRecord:
-    """The call after `events` (its next events, in order)."""
-    version = 0 if record is None else record.version
-    for event in events:
-        version += 1
-        record = apply_call_event(record, run_id, call_id, version, event.type, event.data)
-    if record is None:
-        raise ValueError("a tool-call step needs at least one event")
-    return record
+__all__ = ["CallRecorder", "open_call_value", "outcome_of"]
 
 
 async def open_call_value(
     ring: KeyRing, run_id: str, call_id: str, part: str, sealed: bytes
 ) -> str:
     """Decrypt a call's sealed `args` or `result` (JSON text), bound to that call."""
-    context = f"{call_stream(run_id, call_id)}:{part}"
-    return (await ring.decrypt_fresh(Purpose.RESULT, sealed, context.encode(), context)).decode()
+    return await open_value(ring, call_stream(run_id, call_id), part, sealed)
 
 
 def outcome_of(record: CallRecord, value: Any, *, replayed: bool) -> CallOutcome:
@@ -76,45 +57,30 @@ class CallRecorder:
     def seal(self, run_id: str, call_id: str, part: str, value: Any) -> tuple[bytes, str]:
         """Encrypt a JSON value bound to its call; return it with its digest."""
         text = canonical_json(value)
-        context = f"{call_stream(run_id, call_id)}:{part}".encode()
         digest = hashlib.sha256(text.encode()).hexdigest()
-        return self.ring.encrypt(Purpose.RESULT, text.encode(), context), digest
+        return seal_value(self.ring, call_stream(run_id, call_id), part, text), digest
 
     async def insert(
         self,
         conn: asyncpg.Connection,
-        record: CallRecord,
+        stream_id: str,
         events: list[NewEvent],
         sealed_args: bytes,
         sealed_result: bytes | None,
-    ) -> bool:
-        """Write a new call and its first events; False when the call (or, once per run, the
-        tool) is in the ledger already."""
-        inserted = await conn.fetchval(
-            sql.START,
-            record.run_id,
-            record.call_id,
-            record.tool,
-            record.effect,
-            record.once_per_run,
-            record.request_digest,
-            record.args_digest,
-            sealed_args,
-            record.idempotency_key,
-            record.approval_id,
-            record.status,
-            record.worker_id,
-            self.lease_seconds,
-            record.result_digest,
-            sealed_result,
-            record.started_at,
-            record.finished_at,
-            record.version,
-            *append_arguments(call_stream(record.run_id, record.call_id), events, 0),
-            list(record.approved_by),
-            record.approval_stream,
+    ) -> CallRecord | None:
+        """Write a new call and its first events, in one statement; None when the call (or,
+        once per run, the tool) is in the ledger already."""
+        return await commit(
+            conn,
+            CALLS,
+            stream_id,
+            None,
+            events,
+            expected_version=0,
+            args_sealed=sealed_args,
+            result_sealed=sealed_result,
+            lease_seconds=self.lease_seconds,
         )
-        return inserted is not None
 
     async def advance(
         self,
@@ -123,26 +89,18 @@ class CallRecorder:
         events: list[NewEvent],
         sealed_result: bytes | None = None,
     ) -> CallRecord | None:
-        """Append `events` and write what they fold to, if the row is still at the version
-        `record` holds; None otherwise."""
-        new = fold(record, events, record.run_id, record.call_id)
-        moved = await conn.fetchrow(
-            sql.ADVANCE,
-            new.run_id,
-            new.call_id,
-            new.status,
-            new.attempts,
-            new.worker_id,
-            self.lease_seconds,
-            new.result_digest,
-            sealed_result,
-            new.resolved_by,
-            new.finished_at,
-            new.version,
-            record.version,
-            *append_arguments(call_stream(new.run_id, new.call_id), events, record.version),
+        """Append `events` and write what they fold to, in one statement, if the row is still
+        at the version `record` holds; None otherwise."""
+        return await commit(
+            conn,
+            CALLS,
+            CALLS.stream_of(record),
+            record,
+            events,
+            expected_version=record.version,
+            result_sealed=sealed_result,
+            lease_seconds=self.lease_seconds,
         )
-        return None if moved is None else new
 
     async def advance_alone(
         self, record: CallRecord, event: NewEvent, sealed: bytes
@@ -184,41 +142,3 @@ class CallRecorder:
                 [version for _, version in held],
                 self.lease_seconds,
             )
-
-    async def verify_projection(self) -> list[str]:
-        """Rebuild every call from its stream and compare with the `tool_calls` table; return
-        the differences (none when the projection is true to the journal).
-
-        Calls started before `call.started` recorded who approved them (schema 0005) have
-        `approved_by` and `approval_stream` filled in by that migration from the approval they
-        consumed, which their own streams cannot confirm: for those calls the two are left out
-        of the comparison (the approval's stream is their evidence). The migration appends
-        nothing: the journal is history and a new event would bump the version a running
-        call's worker is fenced by."""
-        rebuilt: dict[tuple[str, str], CallRecord] = {}
-        keys: dict[str, tuple[str, str]] = {}  # stream -> (run, call), from call.started
-        unrecorded: set[tuple[str, str]] = set()  # started without saying who approved
-        async with self.db.transaction() as conn:
-            for row in await conn.fetch(sql.STREAM_EVENTS):
-                data = json.loads(row["data"])
-                if row["version"] == 1:
-                    keys[row["stream_id"]] = (data["run_id"], data["call_id"])
-                    if "approved_by" not in data:
-                        unrecorded.add(keys[row["stream_id"]])
-                key = keys.get(row["stream_id"])
-                if key is None:
-                    return [f"{row['stream_id']}: events before call.started"]
-                rebuilt[key] = apply_call_event(
-                    rebuilt.get(key), key[0], key[1], row["version"], row["type"], data
-                )
-            live = {(r["run_id"], r["call_id"]): call_record(r) for r in await conn.fetch(sql.ALL)}
-        for k in unrecorded & live.keys():
-            live[k] = replace(live[k], approved_by=(), approval_stream=None)
-        problems = [f"{k}: in the table, not in the journal" for k in live.keys() - rebuilt.keys()]
-        problems += [f"{k}: in the journal, not in the table" for k in rebuilt.keys() - live.keys()]
-        problems += [
-            f"{k}: table {live[k]} != journal {rebuilt[k]}"
-            for k in live.keys() & rebuilt.keys()
-            if live[k] != rebuilt[k]
-        ]
-        return problems

@@ -42,6 +42,7 @@ from ..errors import (
     UnknownCall,
 )
 from ..journal import NewEvent
+from ..journal.projection import verify_projection
 from ..keys import KeyRing
 from ..limits import INT8, int_problem, name_problem, text_problem
 from ..log import get_logger
@@ -63,7 +64,8 @@ from .model import (
     call_record,
     call_stream,
 )
-from .records import CallRecorder, fold, open_call_value, outcome_of
+from .projection import CALLS
+from .records import CallRecorder, open_call_value, outcome_of
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 
@@ -277,7 +279,7 @@ class ToolLedger:
     async def verify_projection(self) -> list[str]:
         """Rebuild every call from its stream and compare with the `tool_calls` table; return
         the differences (none when the projection is true to the journal)."""
-        return await self.records.verify_projection()
+        return await verify_projection(self.db, CALLS)
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -385,9 +387,9 @@ class ToolLedger:
             kind = "call.denied" if isinstance(decision, GateDeny) else "call.responded"
             data = {"approval_id": decision.approval_id, "result_digest": digest, "at": _now()}
             events.append(NewEvent(kind, data, actor=self.worker_id))
-        record = fold(None, events, call.run_id, call.call_id)
-        inserted = await self.records.insert(conn, record, events, sealed_args, sealed_result)
-        if not inserted:
+        stream = call_stream(call.run_id, call.call_id)
+        record = await self.records.insert(conn, stream, events, sealed_args, sealed_result)
+        if record is None:
             return None
         if record.status is CallStatus.RUNNING:
             return _Run(record, args)

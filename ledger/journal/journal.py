@@ -43,7 +43,6 @@ __all__ = [
     "Journal",
     "NewEvent",
     "VerifyReport",
-    "append_arguments",
 ]
 
 MAX_DATA_BYTES = 256 * 1024
@@ -269,9 +268,9 @@ def _check(event: Event, previous_hash: bytes, previous_version: int) -> str | N
 def append_arguments(
     stream_id: str, events: Sequence[NewEvent], expected_version: int
 ) -> tuple[Any, ...]:
-    """The first seven arguments of `signoff_append` (all but the notify channel), for
-    statements that append in the same round trip as other work. Run them through
-    `Database.connection()`: a stale version there is `VersionConflict` too.
+    """The first seven arguments of `signoff_append` (all but the notify channel), in order;
+    for the journal package's own statements (`Journal.append`, `projection.commit`), run through
+    `Database.connection()`, where a stale version is `VersionConflict` too.
 
     Raises:
         InvalidEvent: malformed input.

@@ -1,0 +1,161 @@
+"""The `tool_calls` table as a projection of the `call:<run>/<call id>` streams: pure, no I/O.
+
+`CallProjection` is the fold rule and the row mapping; `ledger.journal.projection` folds with
+it, writes the row in the same statement as the events, and rebuilds the table to check it.
+Ciphertexts and leases are not in the record: `commit` is given them by name
+(`args_sealed`, `result_sealed`, `lease_seconds`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, ClassVar
+
+from ..errors import ProjectionError, UnknownEventType
+from ..journal.projection import Fact, Projection
+from . import _sql as sql
+from .model import CallRecord, CallStatus, Effect, call_record, call_stream
+
+__all__ = ["CALLS", "CallProjection"]
+
+_LEASE = "CASE WHEN :status = 'running' THEN now() + make_interval(secs => :lease_seconds) END"
+_NEW = (
+    "run_id", "call_id", "tool", "effect", "once_per_run", "request_digest", "args_digest",
+    "args_sealed", "idempotency_key", "approval_id", "status", "attempts", "worker_id",
+    "result_digest", "result_sealed", "started_at", "finished_at", "version", "approved_by",
+    "approval_stream",
+)  # fmt: skip
+
+
+class CallProjection(Projection[CallRecord]):
+    """The `tool_calls` table. A new call that meets a row (the same call, or, once per run,
+    the same tool) writes nothing, and the caller takes the slow path. Later steps are fenced
+    by the version the caller read: a worker whose call was taken over writes nothing; waiters
+    are woken only when there are some."""
+
+    table = "tool_calls"
+    key = ("run_id", "call_id")
+    stream_prefix = "call:"
+    columns = sql.COLUMNS
+    inserted: ClassVar[Mapping[str, str]] = {c: f":{c}" for c in _NEW} | {"lease_until": _LEASE}
+    updated: ClassVar[Mapping[str, str]] = {
+        "status": ":status",
+        "attempts": ":attempts",
+        "worker_id": ":worker_id",
+        "lease_until": _LEASE,
+        "result_digest": ":result_digest",
+        "result_sealed": "coalesce(:result_sealed, result_sealed)",
+        "resolved_by": ":resolved_by",
+        "finished_at": ":finished_at",
+        "version": ":version",
+    }
+    notify_when = "waiters > 0"
+
+    def stream_of(self, record: CallRecord) -> str:
+        return call_stream(record.run_id, record.call_id)
+
+    def from_row(self, row: Mapping[str, Any]) -> CallRecord:
+        return call_record(row)
+
+    def to_row(self, record: CallRecord) -> dict[str, Any]:
+        r = record
+        return {
+            "run_id": r.run_id,
+            "call_id": r.call_id,
+            "tool": r.tool,
+            "effect": r.effect,
+            "once_per_run": r.once_per_run,
+            "request_digest": r.request_digest,
+            "args_digest": r.args_digest,
+            "idempotency_key": r.idempotency_key,
+            "approval_id": r.approval_id,
+            "status": r.status,
+            "attempts": r.attempts,
+            "worker_id": r.worker_id,
+            "result_digest": r.result_digest,
+            "resolved_by": r.resolved_by,
+            "started_at": r.started_at,
+            "finished_at": r.finished_at,
+            "version": r.version,
+            "approved_by": list(r.approved_by),
+            "approval_stream": r.approval_stream,
+        }
+
+    def notify(self, before: CallRecord | None, after: CallRecord) -> str | None:
+        return None if before is None else sql.CHANNEL
+
+    def apply(self, record: CallRecord | None, event: Fact) -> CallRecord:
+        return _apply(record, event)
+
+    def as_verified(self, live: CallRecord, first: Fact) -> CallRecord:
+        """Calls started before `call.started` recorded who approved them (schema 0005) have
+        `approved_by` and `approval_stream` filled in by that migration from the approval they
+        consumed, which their own streams cannot confirm: for those calls the two are left out
+        of the comparison (the approval's stream is their evidence). The migration appends
+        nothing: the journal is history and a new event would bump the version a running
+        call's worker is fenced by."""
+        if "approved_by" in first.data:
+            return live
+        return replace(live, approved_by=(), approval_stream=None)
+
+
+_OUTCOME = {
+    "call.succeeded": CallStatus.SUCCEEDED,
+    "call.failed": CallStatus.FAILED,
+    "call.outcome_unknown": CallStatus.OUTCOME_UNKNOWN,
+    "call.denied": CallStatus.DENIED,
+    "call.responded": CallStatus.RESPONDED,
+}
+
+
+def _apply(state: CallRecord | None, event: Fact) -> CallRecord:
+    """The call after one more event of its stream."""
+    version, type_, data = event.version, event.type, event.data
+    at = datetime.fromisoformat(data["at"])
+    if type_ == "call.started":
+        return CallRecord(
+            run_id=data["run_id"],
+            call_id=data["call_id"],
+            tool=data["tool"],
+            effect=Effect(data["effect"]),
+            once_per_run=data["once_per_run"],
+            request_digest=data["request_digest"],
+            args_digest=data["args_digest"],
+            idempotency_key=data["idempotency_key"],
+            approval_id=data["approval_id"],
+            status=CallStatus.RUNNING,
+            attempts=1,
+            worker_id=data["worker_id"],
+            started_at=at,
+            version=version,
+            # Absent from streams started before calls recorded them (see `as_verified`).
+            approved_by=tuple(data.get("approved_by", ())),
+            approval_stream=data.get("approval_stream"),
+        )
+    if state is None:
+        raise ProjectionError(event.stream_id, f"{type_} before call.started")
+    if type_ == "call.retried":
+        state = replace(state, attempts=data["attempt"], worker_id=data["worker_id"])
+    elif type_ in _OUTCOME:
+        state = replace(
+            state,
+            status=_OUTCOME[type_],
+            finished_at=at,
+            result_digest=data.get("result_digest"),
+        )
+    elif type_ == "call.resolved":
+        state = replace(
+            state,
+            status=CallStatus(data["status"]),
+            resolved_by=data["by"],
+            finished_at=at,
+            result_digest=data["result_digest"],
+        )
+    else:
+        raise UnknownEventType(event.stream_id, type_)
+    return replace(state, version=version)
+
+
+CALLS = CallProjection()

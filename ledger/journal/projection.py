@@ -1,0 +1,247 @@
+"""Projections: tables that are folds over journal streams, written in the same statement as
+the events they fold.
+
+A `Projection` says, for one kind of stream (`approval:<id>`, `call:<run>/<call id>`), how one
+event changes its record (`apply`, pure), how a record maps to its table row and back, and
+which columns an insert and an update write. Everything else is here, once:
+
+- `fold`: the record a sequence of events makes (the live write and the rebuild use it alike,
+  so a rebuild equals the live table by construction);
+- `commit`: one statement that writes the row and appends the events (a CTE: the row write
+  first, fenced by its own conflict rule or by the version the caller read; the append from
+  its result). A lost race writes neither, and no caller numbers `$n` parameters by hand;
+- `verify_projection`: rebuild every row from the journal and name the rows that differ.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, ClassVar, Generic, TypeVar
+
+import asyncpg
+
+from ..errors import InvalidEvent, ProjectionError
+from ..store import Database
+from .journal import _CHANNEL, NewEvent, append_arguments
+
+__all__ = ["Fact", "Projection", "commit", "facts", "fold", "verify_projection"]
+
+R = TypeVar("R")
+
+_NAMED = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+_PREFIX = re.compile(r"[a-z]+:")
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """An event as a fold sees it: where it is and what it says."""
+
+    stream_id: str
+    version: int
+    type: str
+    data: dict[str, Any]
+    actor: str
+
+
+class Projection(ABC, Generic[R]):
+    """One table folded from the streams that start with `stream_prefix`.
+
+    `inserted` and `updated` map each column a new row or a later step writes to its SQL value,
+    written with named parameters (`:status`): the keys of `to_row`, plus what the caller passes
+    to `commit` (values kept outside the record, such as ciphertexts). An update is fenced by
+    `:expected_version`."""
+
+    table: ClassVar[str]
+    key: ClassVar[tuple[str, ...]]  # the primary key's columns
+    stream_prefix: ClassVar[str]
+    columns: ClassVar[str]  # the SELECT list `from_row` reads
+    inserted: ClassVar[Mapping[str, str]]
+    updated: ClassVar[Mapping[str, str]]
+    conflict: ClassVar[str] = ""  # the ON CONFLICT target of an insert ("": any conflict)
+    notify_when: ClassVar[str] = "true"  # over the written row: whether to NOTIFY
+
+    @abstractmethod
+    def stream_of(self, record: R) -> str:
+        """The stream a record is the fold of."""
+
+    def label(self, record: R) -> str:
+        """How `verify_projection` names a record."""
+        return self.stream_of(record)
+
+    @abstractmethod
+    def apply(self, record: R | None, event: Fact) -> R:
+        """The record after one more event of its stream (None: before its first event).
+
+        Raises:
+            ProjectionError: an event before the stream's first event;
+            UnknownEventType: an event type this projection has no rule for.
+        """
+
+    @abstractmethod
+    def from_row(self, row: Mapping[str, Any]) -> R:
+        """A table row as a record."""
+
+    @abstractmethod
+    def to_row(self, record: R) -> dict[str, Any]:
+        """A record as the values of its row, by column."""
+
+    def notify(self, before: R | None, after: R) -> str | None:
+        """The channel to NOTIFY when this step commits (None: nobody waits for it)."""
+        return None
+
+    def as_verified(self, live: R, first: Fact) -> R:
+        """The part of a live record its stream can confirm (all of it, unless overridden)."""
+        return live
+
+
+def fold(projection: Projection[R], events: Iterable[Fact], record: R | None = None) -> R:
+    """The record `events` make, starting from `record` (None: a stream's first events)."""
+    for event in events:
+        record = projection.apply(record, event)
+    if record is None:
+        raise ProjectionError(projection.stream_prefix, "no events to fold")
+    return record
+
+
+def facts(stream_id: str, events: Sequence[NewEvent], after_version: int = 0) -> Iterable[Fact]:
+    """Events about to be appended to `stream_id` (now at `after_version`), as a fold sees them."""
+    for version, event in enumerate(events, start=after_version + 1):
+        yield Fact(stream_id, version, event.type, event.data, event.actor)
+
+
+async def commit(
+    conn: asyncpg.Connection,
+    projection: Projection[R],
+    stream_id: str,
+    record: R | None,
+    events: Sequence[NewEvent],
+    *,
+    expected_version: int,
+    **values: Any,
+) -> R | None:
+    """Append `events` to `stream_id` and write the row they fold `record` to, in one statement.
+
+    `record` is the row as the caller read it (None: a new row), at `expected_version`.
+    `values` are the extra named parameters the projection's columns use.
+
+    Returns:
+        The new record; None when nothing was written: a new row met a conflict (for example
+        an identical request, which the caller then reads), or an existing row has moved on
+        from `expected_version`.
+
+    Raises:
+        InvalidEvent: malformed events; nothing was written.
+        ProjectionError, UnknownEventType: the events do not fold onto `record`.
+        VersionConflict: the stream has moved on though the row had not; nothing was written.
+    """
+    stream, version, types, payloads, actors, times, canonical = append_arguments(
+        stream_id, events, expected_version
+    )
+    new = fold(projection, facts(stream_id, events, expected_version), record)
+    channel = projection.notify(record, new)
+    if channel is not None and not _CHANNEL.fullmatch(channel):
+        raise InvalidEvent(f"not a notification channel name: {channel!r}")
+    params = projection.to_row(new) | values
+    params |= {
+        "expected_version": version,
+        "stream_id": stream,
+        "types": types,
+        "payloads": payloads,
+        "actors": actors,
+        "times": times,
+        "canonical": canonical,
+        "notify": channel,
+    }
+    text, names = _statement(type(projection), record is None)
+    # A stale version (SG409) leaves the caller's `Database.connection()` as VersionConflict.
+    positions = await conn.fetchval(text, *(params[name] for name in names))
+    return None if positions is None else new
+
+
+@cache
+def _statement(projection: type[Projection[Any]], insert: bool) -> tuple[str, tuple[str, ...]]:
+    """The commit statement of a projection, with its named parameters numbered in order."""
+    if insert:
+        columns = projection.inserted
+        target = " ".join(filter(None, ("ON CONFLICT", projection.conflict, "DO NOTHING")))
+        write = (
+            f"INSERT INTO {projection.table} ({', '.join(columns)})\n"
+            f"    VALUES ({', '.join(columns.values())})\n"
+            f"    {target}\n"
+            "    RETURNING true AS wake"
+        )
+    else:
+        fence = " AND ".join(f"{k} = :{k}" for k in (*projection.key, "version"))
+        write = (
+            f"UPDATE {projection.table} SET "
+            + ", ".join(f"{column} = {value}" for column, value in projection.updated.items())
+            + f"\n    WHERE {fence.replace(':version', ':expected_version')}"
+            + f"\n    RETURNING ({projection.notify_when}) AS wake"
+        )
+    named = (
+        f"WITH written AS (\n    {write}\n)\n"
+        "SELECT signoff_append(:stream_id, :expected_version, :types, :payloads, :actors,"
+        " :times, :canonical, CASE WHEN written.wake THEN :notify::text END) FROM written"
+    )
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return _NAMED.sub(number, named), tuple(names)
+
+
+async def verify_projection(db: Database, projection: Projection[Any]) -> list[str]:
+    """Rebuild every row of the projection from the journal and compare with its table; return
+    the differences (none when the table is true to the journal)."""
+    if not _PREFIX.fullmatch(projection.stream_prefix):
+        raise ValueError(f"not a stream prefix: {projection.stream_prefix!r}")
+    rebuilt: dict[str, Any] = {}
+    first: dict[str, Fact] = {}
+    problems: list[str] = []
+    broken: set[str] = set()
+    async with db.transaction() as conn:
+        events = await conn.fetch(
+            "SELECT stream_id, version, type, data::text AS data, actor FROM events"
+            f" WHERE stream_id LIKE '{projection.stream_prefix}%' ORDER BY stream_id, version"
+        )
+        rows = await conn.fetch(f"SELECT {projection.columns} FROM {projection.table}")
+    for row in events:
+        stream = row["stream_id"]
+        if stream in broken:
+            continue
+        fact = Fact(stream, row["version"], row["type"], _json(row["data"]), row["actor"])
+        first.setdefault(stream, fact)
+        try:
+            rebuilt[stream] = projection.apply(rebuilt.get(stream), fact)
+        except ProjectionError as e:
+            broken.add(stream)
+            rebuilt.pop(stream, None)
+            problems.append(f"{stream} (version {fact.version}): {e}")
+    live = {projection.stream_of(r): r for r in map(projection.from_row, rows)}
+    label = projection.label
+    problems += [
+        f"{label(live[s])}: in the table, not in the journal"
+        for s in sorted(live.keys() - rebuilt.keys() - broken)
+    ]
+    problems += [
+        f"{label(rebuilt[s])}: in the journal, not in the table"
+        for s in sorted(rebuilt.keys() - live.keys())
+    ]
+    for s in sorted(live.keys() & rebuilt.keys()):
+        table = projection.as_verified(live[s], first[s])
+        if table != rebuilt[s]:
+            problems.append(f"{label(table)}: table {table} != journal {rebuilt[s]}")
+    return problems
+
+
+def _json(text: str) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(text)
+    return value
