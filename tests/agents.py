@@ -36,7 +36,7 @@ from adapters.langgraph import (
     EncryptedPostgresSaver,
     SignoffMiddleware,
     SignoffTools,
-    ToolRule,
+    ToolSpec,
     encrypted_checkpointer,
     get_idempotency_key,
     signoff_tool_node,
@@ -214,14 +214,15 @@ def build_self_interrupting_tool(effects: Effects) -> BaseTool:
     return refund_and_ask
 
 
-RULES: dict[str, ToolRule] = {
-    "lookup_order": ToolRule(effect=Effect.READ),
-    "refund": ToolRule(
+SPECS = (
+    ToolSpec("lookup_order", effect=Effect.READ),
+    ToolSpec(
+        "refund",
         effect=Effect.SINGLE_ATTEMPT,
         approval=ApprovalPolicy(),
         description="Refund money to a customer",
     ),
-}
+)
 
 
 # -- the two agents --------------------------------------------------------------------------
@@ -266,13 +267,13 @@ class Harness:
     ledger: ToolLedger
     saver: EncryptedPostgresSaver
 
-    def signoff(self, rules: Mapping[str, ToolRule] | None = None) -> SignoffTools:
-        return SignoffTools(self.ledger, self.store, RULES if rules is None else rules)
+    def signoff(self, specs: Sequence[ToolSpec] | None = None) -> SignoffTools:
+        return SignoffTools(self.ledger, self.store, SPECS if specs is None else specs)
 
     def agent(
         self, kind: Kind, script: str, effects: Effects | None = None
     ) -> tuple[Graph, ScriptedModel]:
-        """The agent of `kind` running `SCRIPTS[script]` with the usual tools and rules."""
+        """The agent of `kind` running `SCRIPTS[script]` with the usual tools and specs."""
         model = ScriptedModel(script=SCRIPTS[script])
         tools = build_tools(effects or Effects(self.db))
         return build_agent(kind, model, tools, self.signoff(), self.saver), model

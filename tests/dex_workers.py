@@ -20,7 +20,14 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from adapters.dex import DecideRequest, DexTool, ToolCallRequest, call_tool, decide_for_flow
+from adapters.dex import (
+    DecideRequest,
+    DexTool,
+    ToolCallRequest,
+    ToolSpec,
+    call_tool,
+    decide_for_flow,
+)
 from adapters.dex.errors import DecisionConflict
 from approvals import ApprovalPolicy, ApprovalStore, DecisionKind
 from ledger.calls.model import CallContext, Effect
@@ -56,7 +63,9 @@ async def call(
             await asyncio.sleep(sleep)
             return {"refunded": args["amount"], "by": os.getpid()}
 
-        tool = DexTool("refund", refund, Effect(effect), APPROVAL if approval == "yes" else None)
+        tool = DexTool(
+            ToolSpec("refund", Effect(effect), APPROVAL if approval == "yes" else None), refund
+        )
         request = ToolCallRequest(call_id, "refund", REFUND_ARGS, turn_id="t1")
         result = await call_tool(ledger, store, flow_id, request, tool)
         await ledger.close()

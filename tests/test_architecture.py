@@ -90,3 +90,34 @@ def test_the_ledger_source_names_no_approvals_table_or_stream() -> None:
         if _APPROVALS_NAMES.search(line) and not line.lstrip().startswith("#")
     ]
     assert found == []
+
+
+# The runtime every adapter shares imports no framework: a new adapter (an HTTP service) can
+# use it without installing another one's extra.
+_RUNTIME_MAY_IMPORT = {"__future__", "dataclasses", "datetime", "typing", "approvals", "ledger"}
+
+
+def test_the_adapters_runtime_imports_only_the_ledger_and_approvals() -> None:
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in modules("adapters/runtime")
+        for name in sorted(imported(path))
+        if name.split(".")[0] not in _RUNTIME_MAY_IMPORT and not name.startswith("adapters.runtime")
+    ]
+    assert found == []
+
+
+# The task run that consumes an approval, `<run>/<call id>`, is built by the runtime alone.
+_TASK_RUN_ID = re.compile(r"f[\"']\{[^}]+\}/\{[^}]+\}[\"']")
+
+
+def test_adapters_build_no_task_run_id_of_their_own() -> None:
+    assert _TASK_RUN_ID.search("task_run = f\"{run_id}/{tool_call['id']}\"")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in modules("adapters")
+        if not str(path.relative_to(ROOT)).startswith("adapters/runtime")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _TASK_RUN_ID.search(line)
+    ]
+    assert found == []

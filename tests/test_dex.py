@@ -62,6 +62,7 @@ from adapters.dex import (
     ToolCallFlow,
     ToolCallRequest,
     ToolCallResult,
+    ToolSpec,
     await_approval,
     call_tool,
     channel_key,
@@ -318,7 +319,9 @@ async def test_an_approved_call_through_the_sdk_dispatcher(
     store: ApprovalStore, ledger: ToolLedger, db: Database, cache: BlobCache
 ) -> None:
     refunds = Refunds()
-    runtime = SignoffDex.of(store, ledger, DexTool("refund", refunds, approval=FIVE_MINUTES))
+    runtime = SignoffDex.of(
+        store, ledger, DexTool(ToolSpec("refund", approval=FIVE_MINUTES), refunds)
+    )
     worker = SdkWorker(ToolCallFlow(runtime), cache)
     flow_id, request = new_flow(), ToolCallRequest("call/1%", "refund", {"amount": 5}, "t1")
 
@@ -403,7 +406,7 @@ async def test_the_expiry_timer_path_through_the_sdk_dispatcher_denies_the_call(
 ) -> None:
     refunds = Refunds()
     policy = ApprovalPolicy(expires_in=timedelta(seconds=1))
-    runtime = SignoffDex.of(store, ledger, DexTool("refund", refunds, approval=policy))
+    runtime = SignoffDex.of(store, ledger, DexTool(ToolSpec("refund", approval=policy), refunds))
     worker = SdkWorker(ToolCallFlow(runtime), cache)
     flow_id, request = new_flow(), ToolCallRequest("c1", "refund", {"amount": 7})
 
@@ -428,7 +431,7 @@ async def test_a_read_goes_straight_to_the_call_with_three_attempts(
         await asyncio.sleep(0.3)
         return "delivered"
 
-    runtime = SignoffDex.of(store, ledger, DexTool("lookup", slow_lookup, Effect.READ))
+    runtime = SignoffDex.of(store, ledger, DexTool(ToolSpec("lookup", Effect.READ), slow_lookup))
     worker = SdkWorker(ToolCallFlow(runtime), cache)
     flow_id, request = new_flow(), ToolCallRequest("c1", "lookup", {"order": "A-1"})
     start, _ = await worker.execute("StartToolCall", flow_id, request)
@@ -454,7 +457,9 @@ async def test_a_flow_without_a_runtime_refuses_to_run(cache: BlobCache) -> None
 async def test_a_decision_made_without_the_rpc_is_seen_at_the_next_recheck(
     store: ApprovalStore, ledger: ToolLedger, cache: BlobCache
 ) -> None:
-    runtime = SignoffDex.of(store, ledger, DexTool("refund", Refunds(), approval=FIVE_MINUTES))
+    runtime = SignoffDex.of(
+        store, ledger, DexTool(ToolSpec("refund", approval=FIVE_MINUTES), Refunds())
+    )
     flow = ToolCallFlow(runtime, recheck_every=timedelta(seconds=60))
     worker = SdkWorker(flow, cache)
     flow_id, request = new_flow(), ToolCallRequest("c1", "refund", {"amount": 2})
@@ -468,7 +473,7 @@ async def test_a_decision_made_without_the_rpc_is_seen_at_the_next_recheck(
     assert next_steps(rechecked) == ["CallTool"]
 
     # No expiry and no re-check: only the wake-up ends the wait.
-    forever = DexTool("refund", Refunds(), approval=ApprovalPolicy(expires_in=None))
+    forever = DexTool(ToolSpec("refund", approval=ApprovalPolicy(expires_in=None)), Refunds())
     never = SdkWorker(
         ToolCallFlow(SignoffDex.of(store, ledger, forever), recheck_every=None), cache
     )
@@ -518,7 +523,7 @@ async def test_the_tool_gets_the_idempotency_key_flow_turn_call(
     store: ApprovalStore, ledger: ToolLedger
 ) -> None:
     refunds, flow_id = Refunds(), new_flow()
-    tool = DexTool("refund", refunds, Effect.IDEMPOTENT_WRITE)
+    tool = DexTool(ToolSpec("refund", Effect.IDEMPOTENT_WRITE), refunds)
     request = ToolCallRequest("call_7", "refund", {"amount": 1}, turn_id="turn-3")
     result = await call_tool(ledger, store, flow_id, request, tool)
     expected = f"{flow_id}/turn-3/call_7"
@@ -580,6 +585,20 @@ async def test_a_different_second_decision_is_a_clear_error(
         )
 
 
+async def test_the_same_decision_from_another_reviewer_is_a_conflict_not_a_repeat(
+    store: ApprovalStore, db: Database
+) -> None:
+    flow_id = new_flow()
+    approval = await store.request(
+        run_id=flow_id, tool="refund", args={"amount": 9}, call_id="c1", requested_by="agent"
+    )
+    await decide_for_flow(store, flow_id, DecideRequest.of(approval, Decision.approve(), "alice"))
+    with pytest.raises(DecisionConflict, match="already approved"):
+        await decide_for_flow(store, flow_id, DecideRequest.of(approval, Decision.approve(), "bob"))
+    assert (await store.get(approval.approval_id)).decided_by == ("alice",)
+    assert await decided_events(db, approval.approval_id) == ["approval.decided"]
+
+
 async def test_a_repeated_quorum_vote_counts_once(store: ApprovalStore, db: Database) -> None:
     flow_id = new_flow()
     approval = await store.request(
@@ -619,18 +638,20 @@ async def test_expiry_on_the_timer_path_denies_the_call(
     store: ApprovalStore, ledger: ToolLedger
 ) -> None:
     refunds, flow_id = Refunds(), new_flow()
-    tool = DexTool("refund", refunds, approval=ApprovalPolicy(expires_in=timedelta(seconds=1)))
+    tool = DexTool(
+        ToolSpec("refund", approval=ApprovalPolicy(expires_in=timedelta(seconds=1))), refunds
+    )
     request = ToolCallRequest("c1", "refund", {"amount": 4})
-    assert tool.approval is not None
-    state = await await_approval(store, flow_id, request, tool.approval)
+    assert tool.spec.approval is not None
+    state = await await_approval(store, flow_id, request, tool.spec)
     assert (state.ready, state.timer, state.channel_key) == (False, timedelta(seconds=1), "c1")
     approval = await store.get(state.approval_id)
     assert approval.expires_at is not None
     early = approval.expires_at - timedelta(milliseconds=200)  # Dex's clock ran ahead
-    state = await await_approval(store, flow_id, request, tool.approval, now=early)
+    state = await await_approval(store, flow_id, request, tool.spec, now=early)
     assert (state.ready, state.timer) == (False, timedelta(seconds=1))
     await asyncio.sleep(1.1)
-    state = await await_approval(store, flow_id, request, tool.approval)
+    state = await await_approval(store, flow_id, request, tool.spec)
     assert (state.ready, state.status) == (True, ApprovalStatus.PENDING)
 
     result = await call_tool(ledger, store, flow_id, request, tool)
@@ -664,7 +685,7 @@ async def test_a_call_whose_approval_is_pending_does_not_run(
     store: ApprovalStore, ledger: ToolLedger
 ) -> None:
     refunds, flow_id = Refunds(), new_flow()
-    tool = DexTool("refund", refunds, approval=FIVE_MINUTES)
+    tool = DexTool(ToolSpec("refund", approval=FIVE_MINUTES), refunds)
     with pytest.raises(ApprovalPending):
         await call_tool(ledger, store, flow_id, ToolCallRequest("c1", "refund", {}), tool)
     with pytest.raises(UnknownCall):
@@ -838,8 +859,10 @@ async def test_end_to_end_on_a_live_dex_server(
     runtime = SignoffDex.of(
         store,
         ledger,
-        DexTool("refund", refunds, approval=FIVE_MINUTES),
-        DexTool("void", refunds, approval=ApprovalPolicy(expires_in=timedelta(seconds=2))),
+        DexTool(ToolSpec("refund", approval=FIVE_MINUTES), refunds),
+        DexTool(
+            ToolSpec("void", approval=ApprovalPolicy(expires_in=timedelta(seconds=2))), refunds
+        ),
     )
     flow = ToolCallFlow(runtime, flow_type=f"SignoffToolCallTest{uuid.uuid4().hex[:6]}")
     registry = Registry([flow], allow_async_handlers=True)

@@ -20,7 +20,7 @@ from typing import Any, cast
 import pytest
 from langchain_core.runnables import RunnableConfig
 
-from adapters.langgraph.tools import SignoffTools, ToolRule
+from adapters.langgraph.tools import SignoffTools, ToolSpec
 from adapters.welt import InvalidWeltPayload, WeltAgent
 from approvals import (
     ApprovalPolicy,
@@ -359,7 +359,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def env(db: Database, journal: Journal, store: ApprovalStore, ledger: ToolLedger) -> Env:
-    tools = SignoffTools(ledger, store, rules={"refund": ToolRule(approval=ApprovalPolicy())})
+    tools = SignoffTools(ledger, store, [ToolSpec("refund", approval=ApprovalPolicy())])
     welt = WeltAgent(cast(Any, None), store)  # answering needs no graph
     return Env(db, journal, store, ledger, tools, welt)
 

@@ -19,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
 
 from adapters.langgraph import resume_config
+from adapters.runtime import DecisionConflict
 from approvals import ApprovalAlreadyDecided, ApprovalStatus, Decision, DecisionNotAllowed
 from ledger.keys import LocalKek
 from tests.support.scratch import scratch_database
@@ -503,3 +504,23 @@ async def test_the_chat_user_who_asked_cannot_approve_their_own_request(harness:
     assert approval is not None and approval.requested_by == "slack:U42"
     with pytest.raises(DecisionNotAllowed, match="may not decide"):
         await harness.store.decide(approval.approval_id, Decision.approve(), "slack:U42")
+
+
+async def test_a_replayed_resume_decision_is_a_duplicate_and_a_different_one_a_conflict(
+    harness: Harness,
+) -> None:
+    signoff = harness.signoff()
+    run = f"resume-{uuid.uuid4().hex[:8]}"
+    config: RunnableConfig = {"configurable": {"thread_id": run, "signoff_reviewer": "alice"}}
+    call = {"name": "refund", "args": {"order_id": "A-1", "amount": 5}, "id": "c-resume"}
+    approval = await signoff.pending_approval(call, config)
+    assert approval is not None
+    reject = {"type": "reject", "message": "not this one"}
+    first = await signoff.apply_resume(approval, reject, call, config)
+    # LangGraph hands the same resume value to a node that runs again: nothing new recorded.
+    again = await signoff.apply_resume(approval, reject, call, config)
+    assert first.status is again.status is ApprovalStatus.REJECTED
+    assert len(again.reviews) == 1
+    with pytest.raises(DecisionConflict, match="already rejected"):
+        await signoff.apply_resume(approval, {"type": "approve"}, call, config)
+    assert (await harness.store.get(approval.approval_id)).status is ApprovalStatus.REJECTED

@@ -40,7 +40,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, StateGraph
 
 from adapters.demo.model import ScriptedChatModel
-from adapters.langgraph import SignoffTools, ToolRule, encrypted_checkpointer
+from adapters.langgraph import SignoffTools, ToolSpec, encrypted_checkpointer
 from adapters.langgraph.reencrypt import key_usage
 from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
 from ledger.calls.model import CallContext, CallStatus, Effect
@@ -246,11 +246,11 @@ class Given:
     async def given_signoff(self) -> SignoffTools:
         ledger = ToolLedger(self.db, self.ring, poll_interval=0.05)
         self.stack.push_async_callback(ledger.close)
-        rules = {
-            "lookup_order": ToolRule(effect=Effect.READ),
-            "refund": ToolRule(approval=ApprovalPolicy()),
-        }
-        return SignoffTools(ledger, await self.given_store(), rules)
+        specs = [
+            ToolSpec("lookup_order", effect=Effect.READ),
+            ToolSpec("refund", approval=ApprovalPolicy()),
+        ]
+        return SignoffTools(ledger, await self.given_store(), specs)
 
     async def given_builder(self) -> StateGraph[Counter, Any, Any, Any]:
         builder = StateGraph(Counter)
@@ -348,11 +348,11 @@ async def the_worker_is_built_with_both_tools(ns: Namespace, given: Given) -> No
     runtime = ns["runtime"]
     assert set(runtime.tools) == {"refund", "lookup"}
     refund, lookup = runtime.tool("refund"), runtime.tool("lookup")
-    assert (refund.effect, refund.approval) == (
+    assert (refund.effect, refund.spec.approval) == (
         Effect.IDEMPOTENT_WRITE,
         ApprovalPolicy(expires_in=timedelta(hours=4)),
     )
-    assert (lookup.effect, lookup.approval) == (Effect.READ, None)
+    assert (lookup.effect, lookup.spec.approval) == (Effect.READ, None)
     assert runtime.store is ns["store"]
     assert ns["flow"].get_flow_type() == "SignoffToolCall"
     assert ns["worker"].worker_target

@@ -456,6 +456,22 @@ async def test_a_duplicate_delivery_is_a_harmless_repeat(store: ApprovalStore) -
     assert notices([again]) == []
 
 
+async def test_another_typed_answer_by_the_same_person_is_no_repeat(store: ApprovalStore) -> None:
+    approval = await requested(store)
+    [first] = await deliver(store, fixture("answer_respond"), approval.approval_id)
+    [same] = await deliver(store, fixture("answer_respond"), approval.approval_id)
+    [other] = await deliver(store, fixture("answer_typed_approve"), approval.approval_id)
+
+    assert [first.status, same.status, other.status] == [
+        AnswerStatus.DECIDED,
+        AnswerStatus.REPEATED,
+        AnswerStatus.ALREADY_DECIDED,
+    ]
+    stored = await store.get(approval.approval_id, reveal=True)
+    assert stored.decision == Decision.respond("Do not refund; offer a replacement instead")
+    assert len(stored.reviews) == 1
+
+
 async def test_another_answer_to_a_decided_approval_is_reported_not_recorded(
     store: ApprovalStore,
 ) -> None:

@@ -32,7 +32,7 @@ from adapters.langgraph import (
     EncryptedPostgresSaver,
     SignoffMiddleware,
     SignoffTools,
-    ToolRule,
+    ToolSpec,
     encrypted_checkpointer,
 )
 from adapters.welt import WeltAgent
@@ -100,14 +100,15 @@ async def tool_runs(db: Database) -> list[dict[str, Any]]:
     return [{**dict(r), "args": json.loads(r["args"])} for r in rows]
 
 
-def rules(policy: ApprovalPolicy | None = None) -> dict[str, ToolRule]:
-    return {
-        "refund": ToolRule(
+def specs(policy: ApprovalPolicy | None = None) -> tuple[ToolSpec, ...]:
+    return (
+        ToolSpec(
+            "refund",
             effect=Effect.SINGLE_ATTEMPT,
             approval=policy or ApprovalPolicy(),
             description="Refund money to a customer",
-        )
-    }
+        ),
+    )
 
 
 POLICIES: dict[str, ApprovalPolicy] = {
@@ -129,7 +130,7 @@ class WeltHarness:
         self, script: list[AIMessage] | None = None, policy: ApprovalPolicy | None = None
     ) -> tuple[WeltAgent, ScriptedModel]:
         model = ScriptedModel(script=list(script or SCRIPT))
-        signoff = SignoffTools(self.ledger, self.store, rules(policy))
+        signoff = SignoffTools(self.ledger, self.store, specs(policy))
         graph = create_agent(
             model,
             tools=build_tools(self.db),

@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
-from adapters.langgraph import SignoffMiddleware, SignoffTools, ToolRule, get_idempotency_key
+from adapters.langgraph import SignoffMiddleware, SignoffTools, ToolSpec, get_idempotency_key
 from approvals import ApprovalPolicy
 from ledger.calls.model import Effect
 from ledger.journal import Journal, NewEvent
@@ -28,21 +28,22 @@ from ledger.journal import Journal, NewEvent
 from .model import ScriptedChatModel
 from .script import LEADS, LOOKUP_CALL, REFUND_CALL, payments_stream
 
-__all__ = ["ORDERS", "RULES", "SupportModel", "build_agent", "next_step", "support_tools"]
+__all__ = ["ORDERS", "SPECS", "SupportModel", "build_agent", "next_step", "support_tools"]
 
 ORDERS: dict[str, dict[str, Any]] = {
     "A-1042": {"total": 120.0, "currency": "EUR", "status": "delivered"},
 }
-RULES = {
-    "lookup_order": ToolRule(effect=Effect.READ),
-    "refund": ToolRule(
+SPECS = (
+    ToolSpec("lookup_order", effect=Effect.READ),
+    ToolSpec(
+        "refund",
         effect=Effect.SINGLE_ATTEMPT,
         approval=ApprovalPolicy(
             approvers=frozenset({f"group:{LEADS}"}),
             description="Refunds move money: a support lead approves each one.",
         ),
     ),
-}
+)
 
 
 def _ask(name: str, args: dict[str, Any], call_id: str) -> AIMessage:

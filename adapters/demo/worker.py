@@ -38,7 +38,7 @@ from ledger.log import configure_logging
 from ledger.store import Database
 from ledger.store.settings import Settings
 
-from .agent import RULES, build_agent
+from .agent import SPECS, build_agent
 from .script import CUSTOMER_MESSAGE
 
 __all__ = ["emit", "main"]
@@ -59,7 +59,7 @@ async def _session() -> AsyncIterator[tuple[SignoffTools, EncryptedPostgresSaver
         ledger = ToolLedger(db, ring)
         try:
             async with encrypted_checkpointer(db, ring, max_size=4) as checkpointer:
-                yield SignoffTools(ledger, store, RULES, requested_by="support-agent"), checkpointer
+                yield SignoffTools(ledger, store, SPECS, requested_by="support-agent"), checkpointer
         finally:
             await ledger.close()
             await store.close()

@@ -2,7 +2,7 @@
 live in Signoff's store, so they hold across Workers, restarts and sessions, and auditors see
 Dex calls in the same ledger as LangGraph ones.
 
-Workers: `ToolCallFlow(SignoffDex.of(store, ledger, DexTool(...), ...))` in a
+Workers: `ToolCallFlow(SignoffDex.of(store, ledger, DexTool(ToolSpec(...), fn), ...))` in a
 `Registry([...], allow_async_handlers=True)` served by an `AsyncWorker`. Clients: the same Flow
 (runtime optional), `AsyncClient.start_flow(flow, flow_id, ToolCallRequest(...))`, and
 `decide_approval(...)` for reviewers.
@@ -13,6 +13,8 @@ Workers: `ToolCallFlow(SignoffDex.of(store, ledger, DexTool(...), ...))` in a
 from adapters.extras import DEX, require_extra
 
 require_extra("adapters.dex", "dex", DEX)
+
+from adapters.runtime import ToolSpec
 
 from .client import decide_approval
 from .errors import ApprovalNotForThisCall, DecisionConflict, RuntimeNotBound
@@ -69,6 +71,7 @@ __all__ = [
     "ToolCallFlow",
     "ToolCallRequest",
     "ToolCallResult",
+    "ToolSpec",
     "await_approval",
     "call_step_options",
     "call_tool",

@@ -1,29 +1,13 @@
-"""Errors of the Dex adapter. Each carries the ids it is about."""
+"""Errors of the Dex adapter. Each carries the ids it is about. `DecisionConflict` is the
+runtime's, shared with every adapter."""
 
 from __future__ import annotations
 
+from adapters.runtime import DecisionConflict
 from approvals.errors import ApprovalError
 from ledger.errors import SignoffError
 
 __all__ = ["ApprovalNotForThisCall", "DecisionConflict", "RuntimeNotBound"]
-
-
-class DecisionConflict(ApprovalError):
-    """A decision arrived for an approval that already holds a different one (or that expired
-    or was cancelled). The recorded decision stands; nothing was written.
-
-    Attributes:
-        recorded: the approval's status (`approved`, `rejected`, `expired`, ...).
-        attempted: the kind of the decision that was refused.
-    """
-
-    def __init__(self, approval_id: str, recorded: str, attempted: str) -> None:
-        super().__init__(
-            approval_id,
-            f"already {recorded}; a different decision ({attempted}) cannot replace it",
-        )
-        self.recorded = recorded
-        self.attempted = attempted
 
 
 class ApprovalNotForThisCall(ApprovalError):

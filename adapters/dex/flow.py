@@ -152,7 +152,7 @@ class StartToolCall(_ToolCallStep):
         self, context: AsyncContext, input: ToolCallRequest
     ) -> StepDecision:
         tool = self._tool(input)
-        if tool.approval is not None:
+        if tool.spec.approval is not None:
             return go_to(AwaitToolApproval, input)
         return self._call(input, tool)
 
@@ -164,9 +164,9 @@ class AwaitToolApproval(_ToolCallStep):
         self, context: AsyncContext, input: ToolCallRequest
     ) -> Wait:
         runtime, tool = self.flow.signoff(), self._tool(input)
-        if tool.approval is None:
+        if tool.spec.approval is None:
             return Wait.skip_immediately()
-        state = await await_approval(runtime.store, context.flow_id, input, tool.approval)
+        state = await await_approval(runtime.store, context.flow_id, input, tool.spec)
         if state.ready:
             return Wait.skip_immediately()
         signal = DECISIONS.for_one(state.channel_key)
@@ -179,8 +179,8 @@ class AwaitToolApproval(_ToolCallStep):
         self, context: AsyncContext, input: ToolCallRequest
     ) -> StepDecision:
         runtime, tool = self.flow.signoff(), self._tool(input)
-        if tool.approval is not None:
-            state = await await_approval(runtime.store, context.flow_id, input, tool.approval)
+        if tool.spec.approval is not None:
+            state = await await_approval(runtime.store, context.flow_id, input, tool.spec)
             if not state.ready:  # a re-check, or the timer fired a moment early: wait again
                 return go_to(AwaitToolApproval, input)
         return self._call(input, tool)

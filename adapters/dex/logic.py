@@ -1,17 +1,17 @@
 """What each Step and the decide RPC do, as plain async functions over the approval store and
-the tool-call ledger. The Dex wiring in `flow.py` only calls these and turns their answers into
-Waits, movements and channel messages, so everything here runs (and is tested) without a Dex
-server.
+the tool-call ledger, built on the adapters' runtime (`adapters.runtime`). The Dex wiring in
+`flow.py` only calls these and turns their answers into Waits, movements and channel
+messages, so everything here runs (and is tested) without a Dex server.
 
-- `await_approval`: record the request in the store (the same request again returns the same
-  approval) and say whether the call may go on (a final decision, or expired) or how long the
-  Step should wait for the decision or the expiry.
-- `record_decision` / `decide_for_flow`: record a decision in the store. Dex gives every RPC
-  call a fresh request id, so repeated delivery is recognised by the approval's state: the same
-  decision again is a success that writes nothing, a different one is `DecisionConflict`.
-- `call_tool`: run the call through `ToolLedger.execute`, consuming the approval in the
-  intent's transaction; the ledger replays a finished call and turns a write whose worker died
-  into `outcome_unknown`.
+- `await_approval`: record the request in the store (`ask`: the same request again returns the
+  same approval) and say whether the call may go on (a final decision, or expired) or how long
+  the Step should wait for the decision or the expiry.
+- `record_decision` / `decide_for_flow`: record a decision in the store by the runtime's rule
+  (`decide_once`): the same decision again by the same reviewer is a success that writes
+  nothing, a different one is `DecisionConflict`.
+- `call_tool`: run the call through the ledger (`run`), consuming the approval in the intent's
+  transaction; the ledger replays a finished call and turns a write whose worker died into
+  `outcome_unknown`.
 """
 
 from __future__ import annotations
@@ -22,26 +22,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from approvals import (
-    Approval,
-    ApprovalAlreadyDecided,
-    ApprovalPending,
-    ApprovalPolicy,
-    ApprovalStatus,
-    ApprovalStore,
-    Decision,
-    DecisionKind,
-    DecisionNotAllowed,
-    Reviewer,
-    approval_gate,
+from adapters.runtime import (
+    DecisionRecord,
+    ToolSpec,
+    ask,
+    decide_once,
+    ready,
+    require_ready,
+    run,
+    task_run_id,
 )
-from approvals.model import is_expired
-from ledger.calls.model import CallContext, Effect, ToolCall, ToolFailed, ToolPolicy
+from approvals import ApprovalStatus, ApprovalStore, Decision, Reviewer
+from ledger.calls.model import CallContext, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolFunction, ToolLedger
-from ledger.canonical import json_digest
 from ledger.log import get_logger
 
-from .errors import ApprovalNotForThisCall, DecisionConflict, RuntimeNotBound
+from .errors import ApprovalNotForThisCall, RuntimeNotBound
 from .values import DecideRequest, DecideResult, ToolCallRequest, ToolCallResult, channel_key
 
 __all__ = [
@@ -61,33 +57,33 @@ log = get_logger(__name__)
 
 @dataclass(frozen=True)
 class DexTool:
-    """A tool the Flow may run, and how Signoff treats it.
+    """A tool the Flow may run: its spec and its function.
 
     Attributes:
+        spec: how Signoff treats it (name, effect, approval policy, once per run); an effect of
+            None is single_attempt.
         fn: `async fn(args, context)`; `context.idempotency_key` is
             `<flowId>/<turnId>/<toolCallId>`, the same on every attempt.
-        effect: read and idempotent_write run up to three attempts, anything else once; a
-            write whose outcome is not recorded becomes `outcome_unknown`.
-        approval: the approval policy; None runs the tool without asking.
-        once_per_run: at most once per Flow, whatever the call id.
     """
 
-    name: str
+    spec: ToolSpec
     fn: ToolFunction
-    effect: Effect = Effect.SINGLE_ATTEMPT
-    approval: ApprovalPolicy | None = None
-    once_per_run: bool = False
 
     @property
-    def policy(self) -> ToolPolicy:
-        return ToolPolicy(self.effect, self.once_per_run)
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def effect(self) -> Effect:
+        """The effect the ledger runs it with (the retry policy of its Step follows it)."""
+        return self.spec.ledger_policy().effect
 
 
 def _no_such_tool(name: str) -> DexTool:
     async def refuse(args: dict[str, Any], context: CallContext) -> None:
         raise ToolFailed(f"the agent has no tool named {name!r}")
 
-    return DexTool(name, refuse, Effect.READ)
+    return DexTool(ToolSpec(name, Effect.READ), refuse)
 
 
 @dataclass
@@ -120,11 +116,6 @@ def require_runtime(runtime: SignoffDex | None, flow_type: str) -> SignoffDex:
     return runtime
 
 
-def task_run_id(flow_id: str, call_id: str) -> str:
-    """Who consumes the approval of a call: `<flowId>/<toolCallId>`."""
-    return f"{flow_id}/{call_id}"
-
-
 # -- awaiting an approval ----------------------------------------------------------------------
 
 
@@ -147,32 +138,22 @@ class ApprovalWait:
     channel_key: str
 
 
-async def _request(
-    store: ApprovalStore, flow_id: str, request: ToolCallRequest, policy: ApprovalPolicy
-) -> Approval:
-    return await store.request(
-        run_id=flow_id,
-        tool=request.tool,
-        args=request.args,
-        call_id=request.call_id,
-        requested_by=request.requested_by,
-        policy=policy,
-    )
+def _call(flow_id: str, request: ToolCallRequest) -> ToolCall:
+    return ToolCall(flow_id, request.call_id, request.tool, request.args, turn_id=request.turn_id)
 
 
 async def await_approval(
     store: ApprovalStore,
     flow_id: str,
     request: ToolCallRequest,
-    policy: ApprovalPolicy,
+    spec: ToolSpec,
     *,
     now: datetime | None = None,
 ) -> ApprovalWait:
     """Record the approval request of a call (once: the same request returns the same
     approval) and say whether to go on or how long to wait."""
-    approval = await _request(store, flow_id, request, policy)
+    approval = await ask(store, spec, _call(flow_id, request), request.requested_by)
     now = now or datetime.now(UTC)
-    expired = approval.status is ApprovalStatus.PENDING and is_expired(approval.expires_at, now)
     timer = None
     if approval.expires_at is not None:
         remaining = (approval.expires_at - now).total_seconds()
@@ -180,7 +161,7 @@ async def await_approval(
     return ApprovalWait(
         approval_id=approval.approval_id,
         status=approval.status,
-        ready=approval.status.final or expired,
+        ready=ready(approval, now),
         timer=timer,
         channel_key=channel_key(request.call_id),
     )
@@ -189,58 +170,17 @@ async def await_approval(
 # -- decisions ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DecisionRecord:
-    """A decision in the store; `duplicate` when it was there already (nothing written)."""
-
-    approval: Approval
-    duplicate: bool
-
-
-def _same_decision(recorded: Decision, attempted: Decision) -> bool:
-    if recorded.kind is not attempted.kind:
-        return False
-    if attempted.kind is DecisionKind.EDIT:
-        return (
-            recorded.args is not None
-            and attempted.args is not None
-            and (json_digest(recorded.args) == json_digest(attempted.args))
-        )
-    if attempted.kind is DecisionKind.RESPOND:
-        return recorded.message == attempted.message
-    if attempted.kind is DecisionKind.REJECT:
-        return recorded.reason == attempted.reason
-    return True
-
-
 async def record_decision(
     store: ApprovalStore, approval_id: str, decision: Decision, reviewer: Reviewer | str
 ) -> DecisionRecord:
-    """Record `decision` unless the approval holds it already.
+    """Record `decision` unless this reviewer gave it already (`adapters.runtime.decide_once`).
 
     Raises:
         DecisionConflict: the approval holds another decision, expired or was cancelled.
         UnknownApproval, ApprovalExpired, DecisionNotAllowed, InvalidApprovalRequest: as
             `ApprovalStore.decide`.
     """
-    who = Reviewer(reviewer) if isinstance(reviewer, str) else reviewer
-    bound = log.bind(approval_id=approval_id, reviewer=who.id)
-    try:
-        return DecisionRecord(await store.decide(approval_id, decision, who), duplicate=False)
-    except ApprovalAlreadyDecided:
-        approval = await store.get(approval_id, reveal=True)
-        if approval.status in (ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED):
-            raise DecisionConflict(approval_id, approval.status, decision.kind) from None
-        if approval.decision is None or not _same_decision(approval.decision, decision):
-            raise DecisionConflict(approval_id, approval.status, decision.kind) from None
-    except DecisionNotAllowed:
-        # The same reviewer's approval delivered again while a quorum is still open.
-        approval = await store.get(approval_id)
-        approved_before = who.id in approval.approvers
-        if decision.kind is not DecisionKind.APPROVE or not approved_before:
-            raise
-    bound.info("decision delivered again; already recorded", status=str(approval.status))
-    return DecisionRecord(approval, duplicate=True)
+    return await decide_once(store, approval_id, decision, reviewer)
 
 
 async def decide_for_flow(
@@ -281,19 +221,15 @@ async def call_tool(
         ApprovalPending: the tool needs an approval that is neither decided nor expired.
         InvalidToolCall: malformed call, or the call id reused with other arguments.
     """
-    call = ToolCall(flow_id, request.call_id, request.tool, request.args, turn_id=request.turn_id)
+    call = _call(flow_id, request)
     bound = log.bind(run_id=flow_id, call_id=request.call_id, tool=request.tool)
-    gate = None
-    if tool.approval is not None:
-        approval = await _request(store, flow_id, request, tool.approval)
-        if approval.status is ApprovalStatus.PENDING and not is_expired(
-            approval.expires_at, datetime.now(UTC)
-        ):
-            raise ApprovalPending(approval.approval_id)
-        run = task_run_id(flow_id, request.call_id)
-        gate = approval_gate(store, approval.approval_id, run, request.args)
-        bound = bound.bind(approval_id=approval.approval_id)
-    outcome = await ledger.execute(call, tool.fn, tool.policy, gate=gate)
+    approval_id = None
+    if tool.spec.approval is not None:
+        approval = await ask(store, tool.spec, call, request.requested_by)
+        require_ready(approval)
+        approval_id = approval.approval_id
+        bound = bound.bind(approval_id=approval_id)
+    outcome = await run(ledger, store, tool.spec, call, tool.fn, approval_id)
     bound.info(
         "dex tool call done",
         status=str(outcome.status),

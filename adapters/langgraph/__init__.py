@@ -13,7 +13,7 @@ from .errors import InvalidResume, PlaintextCheckpoint, UnsupportedCheckpoint
 from .middleware import SignoffMiddleware
 from .reencrypt import KeyUsage, ReencryptReport, TableCounts, key_usage, reencrypt_checkpoints
 from .tool_node import SignoffToolNode, signoff_tool_node
-from .tools import SignoffTools, ToolRule, effect_of, get_idempotency_key, resume_config
+from .tools import SignoffTools, ToolSpec, effect_of, get_idempotency_key, resume_config
 
 __all__ = [
     "CheckpointSealer",
@@ -26,7 +26,7 @@ __all__ = [
     "SignoffToolNode",
     "SignoffTools",
     "TableCounts",
-    "ToolRule",
+    "ToolSpec",
     "UnsupportedCheckpoint",
     "effect_of",
     "encrypted_checkpointer",

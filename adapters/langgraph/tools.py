@@ -1,11 +1,11 @@
 """Tool calls of LangGraph agents, run through Signoff: the logic the middleware and the tool
 node share.
 
-For each tool call: replay it if the ledger has it; if its rule requires approval, ask the
-store and pause with `interrupt()` until a decision exists (from the resume value, or from the
-store when the graph resumes with nothing); then `ToolLedger.execute` consumes the decision and
-records the intent in one transaction, runs the tool once, and records the outcome. The model
-gets a `ToolMessage` for every outcome.
+For each tool call: replay it if the ledger has it; if its spec requires approval, ask the
+store and pause with `interrupt()` until a decision exists (from the resume value, recorded by
+the runtime's decide rule, or from the store when the graph resumes with nothing); then the
+runtime's `run` consumes the decision and records the intent in one transaction, runs the tool
+once, and records the outcome. The model gets a `ToolMessage` for every outcome.
 
 Run ids: `configurable["signoff_run_id"]`, else the thread id. Call ids: the model's tool call
 ids, which must be unique within a run (a repeated id with other arguments is refused, with the
@@ -15,9 +15,9 @@ same arguments it replays).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -25,17 +25,10 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from approvals import (
-    Approval,
-    ApprovalAlreadyDecided,
-    ApprovalPolicy,
-    ApprovalStore,
-    Decision,
-    DecisionKind,
-    approval_gate,
-)
+from adapters.runtime import ToolSpec, ask, decide_once
+from adapters.runtime import run as run_call
+from approvals import Approval, ApprovalStore, Decision, DecisionKind
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
-from ledger.calls.model import ToolPolicy as LedgerPolicy
 from ledger.calls.service import ToolLedger
 from ledger.errors import UnknownCall
 from ledger.log import get_logger
@@ -46,7 +39,7 @@ __all__ = [
     "IDEMPOTENCY_KEY",
     "RUN_ID",
     "SignoffTools",
-    "ToolRule",
+    "ToolSpec",
     "call_id_of",
     "effect_of",
     "get_idempotency_key",
@@ -64,30 +57,11 @@ Execute = Callable[[dict[str, Any], RunnableConfig], Awaitable[ToolMessage]]
 """Runs the tool itself with these arguments and config; returns its message."""
 
 
-@dataclass(frozen=True)
-class ToolRule:
-    """How Signoff treats one tool.
-
-    Attributes:
-        effect: read, idempotent_write or single_attempt; None: the tool's MCP annotations,
-            else single_attempt.
-        approval: the approval policy (allowed decisions, approvers, quorum, expiry); None runs
-            the tool without asking.
-        once_per_run: run at most once per run, whatever the call id.
-        description: shown to reviewers.
-    """
-
-    effect: Effect | None = None
-    approval: ApprovalPolicy | None = None
-    once_per_run: bool = False
-    description: str = ""
-
-
-def effect_of(tool: BaseTool | None, rule: ToolRule) -> Effect:
-    """The rule's effect, else the MCP annotations the tool carries in its metadata
+def effect_of(tool: BaseTool | None, spec: ToolSpec) -> Effect:
+    """The spec's effect, else the MCP annotations the tool carries in its metadata
     (`readOnlyHint` -> read, `idempotentHint` -> idempotent_write), else single-attempt."""
-    if rule.effect is not None:
-        return rule.effect
+    if spec.effect is not None:
+        return spec.effect
     metadata: Mapping[str, Any] = (tool.metadata or {}) if tool is not None else {}
     hints = {**metadata, **(metadata.get("annotations") or {})}
     if hints.get("readOnlyHint") is True:
@@ -160,16 +134,25 @@ def _thread_config(config: RunnableConfig) -> dict[str, Any]:
 
 @dataclass
 class SignoffTools:
-    """The shared runtime: a ledger, an approval store and a rule per tool name."""
+    """What the middleware and the tool node share: a ledger, an approval store and a spec per
+    tool (`default` for tools without one; its name is ignored)."""
 
     ledger: ToolLedger
     approvals: ApprovalStore
-    rules: Mapping[str, ToolRule] = field(default_factory=dict)
-    default: ToolRule = field(default_factory=ToolRule)
+    specs: Sequence[ToolSpec] = ()
+    default: ToolSpec = field(default_factory=lambda: ToolSpec("*"))
     requested_by: str = "agent"
+    _by_name: dict[str, ToolSpec] = field(init=False, repr=False)
 
-    def rule(self, name: str) -> ToolRule:
-        return self.rules.get(name, self.default)
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tool names must be unique: {names}")
+        self._by_name = {s.name: s for s in self.specs}
+
+    def spec(self, name: str) -> ToolSpec:
+        """The spec of the tool of that name (the default, named so, for any other)."""
+        return self._by_name.get(name) or replace(self.default, name=name)
 
     def approval_request(self, approval: Approval, tool_call: Mapping[str, Any]) -> dict[str, Any]:
         """The interrupt value: HumanInTheLoopMiddleware's per-call request plus our ids."""
@@ -178,7 +161,7 @@ class SignoffTools:
             "tool_call_id": tool_call["id"],
             "name": tool_call["name"],
             "args": tool_call["args"],
-            "description": self.rule(tool_call["name"]).description
+            "description": self.spec(tool_call["name"]).description
             or approval.policy.description
             or f"Approve {tool_call['name']}?",
             "approval_id": approval.approval_id,
@@ -188,10 +171,10 @@ class SignoffTools:
     async def pending_approval(
         self, tool_call: Mapping[str, Any], config: RunnableConfig
     ) -> Approval | None:
-        """The approval this call still needs, or None: no rule asks for one, or the ledger
+        """The approval this call still needs, or None: its spec asks for none, or the ledger
         has the call already (a finished call is never asked about again)."""
-        rule = self.rule(tool_call["name"])
-        if rule.approval is None:
+        spec = self.spec(tool_call["name"])
+        if spec.approval is None:
             return None
         run_id = run_id_of(config)
         try:
@@ -200,15 +183,13 @@ class SignoffTools:
         except UnknownCall:
             pass
         configurable = config.get("configurable") or {}
-        return await self.approvals.request(
-            run_id=run_id,
-            tool=tool_call["name"],
-            args=tool_call["args"],
-            call_id=tool_call["id"],
+        return await ask(
+            self.approvals,
+            spec,
+            ToolCall(run_id, tool_call["id"], tool_call["name"], tool_call["args"]),
             # Who asked, per run when the caller knows (a chat user), so that person cannot
             # approve their own request unless the policy allows it.
-            requested_by=str(configurable.get(REQUESTED_BY) or self.requested_by),
-            policy=rule.approval,
+            str(configurable.get(REQUESTED_BY) or self.requested_by),
             thread_id=configurable.get("thread_id"),
             thread_config=_thread_config(config),
         )
@@ -216,8 +197,10 @@ class SignoffTools:
     async def apply_resume(
         self, approval: Approval, value: Any, tool_call: Mapping[str, Any], config: RunnableConfig
     ) -> Approval:
-        """Take a resume value: a HumanInTheLoopMiddleware decision (recorded in the store), a
-        signed token (verified against this call), or nothing (read the store)."""
+        """Take a resume value: a HumanInTheLoopMiddleware decision (recorded in the store; the
+        same decision replayed is a duplicate, a different one than the store holds raises
+        `DecisionConflict`), a signed token (verified against this call), or nothing (read the
+        store)."""
         if value is None or value == "continue" or value == {}:
             return await self.approvals.get(approval.approval_id)
         if isinstance(value, str):
@@ -237,10 +220,10 @@ class SignoffTools:
             configurable = config.get("configurable") or {}
             # The reviewer comes from the caller's config, never from the resume value itself.
             reviewer = configurable.get(REVIEWER) or "langgraph-resume"
-            try:
-                return await self.approvals.decide(approval.approval_id, decision, str(reviewer))
-            except ApprovalAlreadyDecided:
-                return await self.approvals.get(approval.approval_id)
+            recorded = await decide_once(
+                self.approvals, approval.approval_id, decision, str(reviewer)
+            )
+            return recorded.approval
         raise InvalidResume(
             f"cannot resume approval {approval.approval_id} with {type(value).__name__}: send a "
             "decision ({'type': 'approve'|'reject'|'edit'|'respond', ...}), a signed token, "
@@ -282,14 +265,10 @@ class SignoffTools:
         turn_id: str = "0",
     ) -> ToolMessage:
         """Run one call through the ledger (consuming `approval` if given); its message."""
-        rule = self.rule(tool_call["name"])
+        spec = self.spec(tool_call["name"])
+        spec = replace(spec, effect=effect_of(tool, spec))
         run_id = run_id_of(config)
         call = ToolCall(run_id, tool_call["id"], tool_call["name"], tool_call["args"], turn_id)
-        policy = LedgerPolicy(effect_of(tool, rule), rule.once_per_run)
-        gate = None
-        if approval is not None:
-            task_run = f"{run_id}/{tool_call['id']}"
-            gate = approval_gate(self.approvals, approval.approval_id, task_run, call.args)
 
         async def fn(args: dict[str, Any], context: CallContext) -> Any:
             configurable = {**(config.get("configurable") or {})}
@@ -299,10 +278,10 @@ class SignoffTools:
                 message = await execute(args, {**config, "configurable": configurable})
             except GraphBubbleUp as e:
                 # A tool that pauses itself would repeat what it did before the pause on
-                # resume: ask through a rule's approval policy instead.
+                # resume: ask through a spec's approval policy instead.
                 raise RuntimeError(
                     f"{call.tool} paused the graph itself ({type(e).__name__}); tools run "
-                    "through Signoff ask for approval through their rule instead"
+                    "through Signoff ask for approval through their spec instead"
                 ) from None
             finally:
                 _current_key.reset(token)
@@ -310,7 +289,8 @@ class SignoffTools:
                 raise ToolFailed(str(message.content))
             return message.content
 
-        outcome = await self.ledger.execute(call, fn, policy, gate=gate)
+        approval_id = None if approval is None else approval.approval_id
+        outcome = await run_call(self.ledger, self.approvals, spec, call, fn, approval_id)
         return tool_message(outcome, tool_call)
 
 

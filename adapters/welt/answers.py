@@ -10,10 +10,11 @@ Who decided: Welt passes the Slack user it verified as the runtime user id,
 each button: it is sent once every question of a stop is answered, under the identity of the
 person whose answer completed it. Every answer of one payload is recorded under that identity.
 
-Every decision goes through `ApprovalStore.decide`, which locks the approval: an approval is
-decided once, whatever is delivered twice or in which process. A repeated delivery of the same
-answer by the same person is a harmless repeat (`REPEATED`); anything else that meets a decided
-approval is reported (`ALREADY_DECIDED`), never recorded.
+Every decision goes through the runtime's decide rule (`adapters.runtime.decide_once`, over
+`ApprovalStore.decide`, which locks the approval): an approval is decided once, whatever is
+delivered twice or in which process. A repeated delivery of the same answer by the same person
+is a harmless repeat (`REPEATED`); anything else that meets a decided approval is reported
+(`ALREADY_DECIDED`), never recorded.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from adapters.runtime import DecisionConflict, decide_once
 from approvals import (
     Approval,
-    ApprovalAlreadyDecided,
     ApprovalExpired,
     ApprovalStatus,
     ApprovalStore,
@@ -171,10 +172,10 @@ async def _record(
         return AnswerOutcome(approval_id, AnswerStatus.NO_DECISION, None, approval)
     kind = decision.kind
     try:
-        decided = await store.decide(approval_id, decision, reviewer)
-    except (ApprovalAlreadyDecided, DecisionNotAllowed, ApprovalExpired) as e:
+        recorded = await decide_once(store, approval_id, decision, reviewer)
+    except (DecisionConflict, DecisionNotAllowed, ApprovalExpired) as e:
         current = await store.get(approval_id)
-        status = _not_recorded(e, current, reviewer.id, kind)
+        status = _not_recorded(e, current)
         log.info(
             "welt answer not recorded",
             approval_id=approval_id,
@@ -183,6 +184,10 @@ async def _record(
             outcome=str(status),
         )
         return AnswerOutcome(approval_id, status, kind, current, str(e))
+    if recorded.duplicate:
+        log.info("welt answer repeated", approval_id=approval_id, reviewer=reviewer.id)
+        return AnswerOutcome(approval_id, AnswerStatus.REPEATED, kind, recorded.approval)
+    decided = recorded.approval
     log.info(
         "welt answer recorded",
         approval_id=approval_id,
@@ -193,13 +198,9 @@ async def _record(
     return AnswerOutcome(approval_id, AnswerStatus.DECIDED, kind, decided)
 
 
-def _not_recorded(
-    error: Exception, current: Approval, reviewer_id: str, kind: DecisionKind
-) -> AnswerStatus:
-    if any(r.reviewer == reviewer_id and r.decision is kind for r in current.reviews):
-        return AnswerStatus.REPEATED
+def _not_recorded(error: Exception, current: Approval) -> AnswerStatus:
     if isinstance(error, ApprovalExpired) or current.status is ApprovalStatus.EXPIRED:
         return AnswerStatus.EXPIRED
-    if isinstance(error, ApprovalAlreadyDecided):
+    if isinstance(error, DecisionConflict):
         return AnswerStatus.ALREADY_DECIDED
     return AnswerStatus.REFUSED

@@ -66,12 +66,12 @@ class UnknownInterrupt(WeltError, LookupError):
 
 class UnsupportedInterrupt(WeltError):
     """The run paused on an interrupt that is not a Signoff approval request: this adapter
-    renders and answers approvals only (ask through a `ToolRule`'s approval policy)."""
+    renders and answers approvals only (ask through a `ToolSpec`'s approval policy)."""
 
     def __init__(self, interrupt_id: str) -> None:
         super().__init__(
             f"interrupt {interrupt_id} is not a Signoff approval request; the Welt adapter "
-            "renders approvals only (give the tool a ToolRule with an approval policy)"
+            "renders approvals only (give the tool a ToolSpec with an approval policy)"
         )
         self.interrupt_id = interrupt_id
 

@@ -1,0 +1,29 @@
+"""The runtime every adapter shares (LangGraph, Dex, Welt): one tool spec, the ids, the
+`ask -> wait -> gate -> execute` flow and the idempotent decide rule. It imports no agent
+framework, only the ledger and approvals, so each adapter is wiring around these functions.
+
+```
+ask(store, spec, call, requested_by)      -> Approval (the same request returns the same one)
+ready(approval) / await_final(store, id, s) -> final (or expired) yet?
+run(ledger, store, spec, call, fn, id)    -> CallOutcome (approval consumed in the intent)
+decide_once(store, id, decision, who)     -> DecisionRecord(duplicate, approval) | DecisionConflict
+```
+"""
+
+from .decide import DecisionConflict, DecisionRecord, decide_once, same_decision
+from .flow import ask, await_final, ready, require_ready, run
+from .spec import ToolSpec, task_run_id
+
+__all__ = [
+    "DecisionConflict",
+    "DecisionRecord",
+    "ToolSpec",
+    "ask",
+    "await_final",
+    "decide_once",
+    "ready",
+    "require_ready",
+    "run",
+    "same_decision",
+    "task_run_id",
+]
