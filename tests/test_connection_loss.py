@@ -5,8 +5,6 @@ serves again afterwards."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -26,6 +24,7 @@ from ledger.store.embedded import ensure_server, stop_server
 from tests.support.scratch import scratch_database
 
 from .processes import TEST_KEK
+from .support.embedded_homes import private_home
 
 
 @pytest.fixture(scope="module")
@@ -141,22 +140,16 @@ async def test_a_terminated_backend_is_database_unavailable_and_the_pool_recover
 
 
 @pytest.fixture
-def private_home() -> Iterator[Path]:
-    """A private embedded server's home, two levels below a fresh temporary folder."""
-    base = Path(tempfile.mkdtemp(prefix="signoff-errors-"))
-    base.chmod(0o711)  # as root the server user must be able to traverse it
-    home = base / "x" / "home"
-    try:
-        yield home
-    finally:
-        stop_server(home)
-        shutil.rmtree(base, ignore_errors=True)
+def home() -> Iterator[Path]:
+    """A private embedded server's home; nothing of it outlives the test."""
+    with private_home() as path:
+        yield path
 
 
 async def test_a_server_restart_under_an_open_transaction_is_database_unavailable(
-    private_home: Path,
+    home: Path,
 ) -> None:
-    url = await asyncio.to_thread(ensure_server, private_home)
+    url = await asyncio.to_thread(ensure_server, home)
     await asyncio.to_thread(migrate.upgrade, url)
     db = await Database.connect(url, pool_size=2)
     journal = Journal(db)
@@ -165,8 +158,8 @@ async def test_a_server_restart_under_an_open_transaction_is_database_unavailabl
         with pytest.raises(DatabaseUnavailable):
             async with db.transaction() as conn:
                 await conn.fetchval("SELECT 1")
-                await asyncio.to_thread(stop_server, private_home)
-                assert await asyncio.to_thread(ensure_server, private_home) == url
+                await asyncio.to_thread(stop_server, home)
+                assert await asyncio.to_thread(ensure_server, home) == url
                 await noticed(conn)
                 await journal.append(
                     stream,

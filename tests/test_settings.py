@@ -8,9 +8,7 @@ import base64
 import json
 import os
 import re
-import shutil
 import stat
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -24,8 +22,9 @@ from ledger import ConfigurationError
 from ledger.errors import KekMissing
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database, migrate
-from ledger.store.embedded import stop_server
 from ledger.store.settings import Settings
+
+from .support.embedded_homes import private_home
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("ledger", "approvals", "adapters", "migrations")
@@ -185,14 +184,8 @@ async def test_the_key_ring_refreshes_as_often_as_the_settings_say(
 @pytest.fixture
 def settings_home() -> Iterator[Path]:
     """A private embedded home; its server is stopped and the folder removed afterwards."""
-    home = Path(f"/var/lib/signoff-settings-{uuid.uuid4().hex[:12]}")
-    try:
+    with private_home() as home:
         yield home
-    finally:
-        try:
-            stop_server(home)
-        finally:
-            shutil.rmtree(home, ignore_errors=True)
 
 
 async def test_the_embedded_server_makes_its_kek_file_once_and_a_url_to_it_does_not_use_it(

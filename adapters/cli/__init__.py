@@ -68,13 +68,29 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a reader that went away shows here, not at interpreter exit
+    except SystemExit:  # argparse's --help and usage errors: their output may meet a closed pipe
+        _flush_or_silence()
+        raise
     except BrokenPipeError:
-        # The reader went away (`signoff ... | head`): stop quietly. Output still buffered
-        # would fail again when Python flushes stdout at exit, so point stdout at devnull.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()
         return 1
+    return code
+
+
+def _flush_or_silence() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    """The reader went away (`signoff ... | head`): stop quietly. Output still buffered would
+    fail again when Python flushes stdout at exit, so point stdout at devnull."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _main(argv: Sequence[str] | None) -> int:
