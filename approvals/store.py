@@ -27,6 +27,7 @@ from ledger.keys import KeyRing
 from ledger.limits import INT8, int_problem
 from ledger.log import get_logger
 from ledger.store import Database
+from ledger.store.config import masked
 from ledger.store.notify import Listener
 
 from . import _sql
@@ -355,7 +356,7 @@ class ApprovalStore:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     if approval is None:
-                        raise DatabaseUnavailable(self.db.url, "no answer while waiting")
+                        raise DatabaseUnavailable(masked(self.db.url), "no answer while waiting")
                     return approval
                 try:
                     async with asyncio.timeout(min(self.poll_interval, remaining)):

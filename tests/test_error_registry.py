@@ -261,3 +261,22 @@ async def test_a_refused_connection_keeps_the_servers_sqlstate(database_url: str
     with pytest.raises(DatabaseUnavailable) as caught:
         await Database.connect(missing)
     assert caught.value.sqlstate == "3D000"  # invalid_catalog_name: no such database
+
+
+@pytest.mark.parametrize(
+    "raised", [ConnectionRefusedError(111, "webhook refused"), FileNotFoundError(2, "no file")]
+)
+async def test_a_socket_error_of_code_inside_a_block_is_not_a_lost_database(
+    database_url: str, raised: OSError
+) -> None:
+    """A gate, a KMS or a progress callback runs inside `connection()`: its own OSError leaves
+    as itself, and the pool keeps its connection."""
+    async with await Database.connect(database_url, pool_size=1) as one:
+        async with one.connection() as conn:
+            before = await conn.fetchval("SELECT pg_backend_pid()")
+        with pytest.raises(type(raised)) as caught:
+            async with one.transaction():
+                raise raised
+        assert caught.value is raised
+        async with one.connection() as conn:  # not expired: the same backend serves again
+            assert await conn.fetchval("SELECT pg_backend_pid()") == before

@@ -207,7 +207,11 @@ async def verify_projection(db: Database, projection: Projection[Any]) -> list[s
     first: dict[str, Fact] = {}
     problems: list[str] = []
     broken: set[str] = set()
-    async with db.transaction() as conn:
+    # One snapshot for both reads: a commit between them would look like a difference.
+    async with (
+        db.connection() as conn,
+        conn.transaction(isolation="repeatable_read", readonly=True),
+    ):
         events = await conn.fetch(
             "SELECT stream_id, version, type, data::text AS data, actor FROM events"
             f" WHERE stream_id LIKE '{projection.stream_prefix}%' ORDER BY stream_id, version"

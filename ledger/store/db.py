@@ -102,6 +102,10 @@ class Database:
                 f"this role may not read the schema revision ({e}); connect as the application "
                 "role, or with check_schema=False"
             ) from e
+        except Exception as e:  # the probe is no pooled connection: type its errors here
+            if (typed := _translated(e, probe, url)) is None:
+                raise
+            raise typed from e
         finally:
             await probe.close()
         if check_schema:
@@ -185,8 +189,7 @@ class Database:
             yield conn
 
     def _translate(self, error: Exception, conn: asyncpg.Connection) -> SignoffError | None:
-        closed = isinstance(error, asyncpg.InterfaceError) and _closed(conn)
-        return translate(error, target=masked(self.url), connection_closed=closed)
+        return _translated(error, conn, self.url)
 
     def _unavailable(self, error: BaseException) -> DatabaseUnavailable:
         reason = str(error) or type(error).__name__
@@ -216,3 +219,13 @@ async def _schema_revision(conn: asyncpg.Connection) -> str | None:
         return None
     revision: str | None = await conn.fetchval("SELECT version_num FROM alembic_version")
     return revision
+
+
+def _translated(error: Exception, conn: asyncpg.Connection, url: str) -> SignoffError | None:
+    """The typed error for `error`, raised while using `conn`. A socket error counts as a lost
+    connection only when `conn` is closed: code inside a `connection()` block (a gate, a KMS
+    call, a progress callback) has sockets of its own, and their errors are not ours."""
+    closed = isinstance(error, (asyncpg.InterfaceError, OSError)) and _closed(conn)
+    if isinstance(error, OSError) and not closed:
+        return None
+    return translate(error, target=masked(url), connection_closed=closed)
