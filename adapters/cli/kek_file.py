@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import shlex
 from pathlib import Path
@@ -10,12 +9,7 @@ from pathlib import Path
 from ledger.errors import ConfigurationError
 from ledger.keys.kek import create_kek_file
 
-__all__ = ["new_key", "shell_quoted", "write_new"]
-
-
-def new_key() -> str:
-    """32 random bytes, base64: a KEK as `SIGNOFF_KEK` takes it."""
-    return base64.b64encode(os.urandom(32)).decode()
+__all__ = ["shell_quoted", "write_new"]
 
 
 def write_new(path: Path) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.keys import KeyInfo, KeyRing, LocalKek, Purpose
+from ledger.keys.kek import new_kek_text
 
 from . import kek_file
 from .arguments import identifier
@@ -182,7 +183,7 @@ async def _export_public(args: argparse.Namespace) -> int:
 
 def _new_kek(args: argparse.Namespace) -> int:
     if args.out is None:
-        key = kek_file.new_key()
+        key = new_kek_text()
         if sys.stdout.isatty() and not wants_json(args):
             print(
                 "warning: the KEK below is now in your terminal's scrollback; prefer --out FILE",

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ..errors import ConfigurationError
 from ..log import get_logger
 
-__all__ = ["Kek", "LocalKek", "create_kek_file", "embedded_kek"]
+__all__ = ["Kek", "LocalKek", "create_kek_file", "embedded_kek", "new_kek_text"]
 
 log = get_logger(__name__)
 _NONCE = 12
@@ -106,6 +106,11 @@ def embedded_kek(path: Path) -> LocalKek:
     return kek
 
 
+def new_kek_text() -> str:
+    """32 random bytes, base64: a new KEK as `SIGNOFF_KEK` and KEK files hold it."""
+    return base64.b64encode(os.urandom(32)).decode()
+
+
 def create_kek_file(path: Path) -> None:
     """Write a new random KEK (base64) to `path`, mode 0600; refuses to overwrite."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,4 +119,4 @@ def create_kek_file(path: Path) -> None:
     except FileExistsError as e:
         raise ConfigurationError(f"{path} exists already; not overwriting a KEK") from e
     with os.fdopen(fd, "w") as file:
-        file.write(base64.b64encode(os.urandom(32)).decode() + "\n")
+        file.write(new_kek_text() + "\n")
