@@ -25,7 +25,4 @@ WHERE run_id = $1 AND tool = $2 AND expires_at > $3
 ORDER BY expires_at DESC LIMIT 1
 """
 
-INSERT_GRANT = """
-INSERT INTO approval_grants (grant_id, run_id, tool, granted_by, granted_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-"""
+GRANT = "SELECT signoff_grant($1, $2, $3, $4, $5, $6, $7::json)"

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from ledger.errors import ProjectionError, UnknownEventType
 from ledger.journal.projection import Fact, Projection
@@ -37,14 +37,6 @@ policy::text AS policy, status, reviews::text AS reviews, decided_by, decided_at
 consumed_by, consumed_at, thread_config::text AS thread_config, requested_at, version
 """
 _JSONB = ("policy", "reviews", "thread_config")
-_NEW = (
-    "approval_id", "run_id", "thread_id", "tool", "kind", "call_id", "args_digest", "binding",
-    "requested_by", "policy", "status", "reviews", "decided_by", "decided_at", "expires_at",
-    "consumed_by", "consumed_at", "thread_config", "requested_at", "version",
-)  # fmt: skip
-_CHANGED = (
-    "status", "reviews", "decided_by", "decided_at", "consumed_by", "consumed_at", "version",
-)  # fmt: skip
 
 
 def stream_of(approval_id: str) -> str:
@@ -57,10 +49,6 @@ def approval_id_of(stream_id: str) -> str:
 
 def _time(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
-
-
-def _value(column: str) -> str:
-    return f":{column}::jsonb" if column in _JSONB else f":{column}"
 
 
 def _deciders(state: Approval, review: Review, recorded: list[str] | str) -> tuple[str, ...]:
@@ -102,15 +90,16 @@ def row_to_approval(row: Mapping[str, Any]) -> Approval:
 
 class ApprovalProjection(Projection[Approval]):
     """The `approvals` table. A second request for the same (run, call, arguments) meets the
-    first one's row and writes nothing: the caller returns that approval."""
+    first one's row and writes nothing: the caller returns that approval. Only a decision
+    changes the reviews, and only a decision, expiry or cancelling who decided, and only a
+    consumption who consumed (migration 0010's `signoff_commit_approval` checks it)."""
 
     table = "approvals"
     key = ("approval_id",)
     stream_prefix = STREAM_PREFIX
     columns = COLUMNS
-    inserted: ClassVar[Mapping[str, str]] = {column: _value(column) for column in _NEW}
-    updated: ClassVar[Mapping[str, str]] = {column: _value(column) for column in _CHANGED}
-    conflict = "(run_id, call_id, args_digest)"
+    write_function = "signoff_commit_approval"
+    json_columns = _JSONB
 
     def stream_of(self, record: Approval) -> str:
         return stream_of(record.approval_id)

@@ -20,6 +20,7 @@ from typing import Any
 
 import asyncpg
 
+from ledger.canonical import canonical_json
 from ledger.errors import DatabaseUnavailable
 from ledger.journal import Journal, NewEvent
 from ledger.journal.projection import verify_projection
@@ -184,13 +185,9 @@ class ApprovalStore:
         grant_id = f"grant-{uuid.uuid4().hex}"
         now = datetime.now(UTC)
         data = {"run_id": run_id, "tool": tool, "at": now.isoformat(), "until": until.isoformat()}
-        async with self.db.transaction() as conn:
-            await conn.execute(_sql.INSERT_GRANT, grant_id, run_id, tool, granted_by, now, until)
-            await self.journal.append(
-                f"grant:{grant_id}",
-                [NewEvent("approval.granted", data, actor=granted_by)],
-                expected_version=0,
-                connection=conn,
+        async with self.db.connection() as conn:  # the row and its `grant:<id>` event, at once
+            await conn.execute(
+                _sql.GRANT, grant_id, run_id, tool, granted_by, now, until, canonical_json(data)
             )
         return grant_id
 

@@ -28,6 +28,7 @@ __all__ = [
     "DigestError",
     "DigestMismatch",
     "EmbeddedServerError",
+    "EventNotPermitted",
     "InvalidEvent",
     "InvalidJson",
     "InvalidToolCall",
@@ -37,9 +38,11 @@ __all__ = [
     "KeyStateError",
     "NoActiveKey",
     "NotInDigest",
+    "PermissionDenied",
     "ProjectionError",
     "ResultNotSerializable",
     "ResultTampered",
+    "RowOutOfStep",
     "SchemaOutOfDate",
     "SerializationFailure",
     "SignoffError",
@@ -211,6 +214,47 @@ class AppendOnlyViolation(DatabaseError, code="SG403"):
             _described(error, sqlstate),
             table=table if isinstance(table, str) else None,
             operation=operation if isinstance(operation, str) else None,
+        )
+
+
+class PermissionDenied(DatabaseError, code="42501"):
+    """The login's roles do not allow this statement (for example a worker writing a table or
+    calling a reviewer's function); nothing was written."""
+
+
+class EventNotPermitted(PermissionDenied, code="SG401"):
+    """The login may not append events of this `event_type` (see the `event_rights` table):
+    a worker deciding an approval, say; nothing was written."""
+
+    def __init__(self, message: str, *, login: str | None, event_type: str | None) -> None:
+        super().__init__(message)
+        self.login = login
+        self.event_type = event_type
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        fields = _fields(error)
+        login, type_ = fields.get("login"), fields.get("type")
+        return cls(
+            _described(error, sqlstate),
+            login=login if isinstance(login, str) else None,
+            event_type=type_ if isinstance(type_, str) else None,
+        )
+
+
+class RowOutOfStep(DatabaseError, code="SG422"):
+    """A projection row was not what its events make it (a status, a decider or a consumer
+    changed without the event that says so, or a row outside its stream); nothing was written."""
+
+    def __init__(self, message: str, *, stream_id: str | None) -> None:
+        super().__init__(message)
+        self.stream_id = stream_id
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        stream = _fields(error).get("stream_id")
+        return cls(
+            _described(error, sqlstate), stream_id=stream if isinstance(stream, str) else None
         )
 
 

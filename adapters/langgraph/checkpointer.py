@@ -34,7 +34,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ledger.errors import DecryptionFailed
+from ledger.errors import DecryptionFailed, SchemaOutOfDate
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store.config import normalize_url
@@ -365,18 +365,22 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
 async def encrypted_checkpointer(
     db: Database, ring: KeyRing, *, allow_plaintext: bool = False, max_size: int = 10
 ) -> AsyncIterator[EncryptedPostgresSaver]:
-    """An `EncryptedPostgresSaver` on its own psycopg pool to `db`, with LangGraph's checkpoint
-    tables set up.
+    """An `EncryptedPostgresSaver` on its own psycopg pool to `db`, on the checkpoint tables
+    Signoff's schema made (migration 0010), so a worker login needs no CREATE right.
 
     Args:
         db: the Signoff database (its URL is used; LangGraph's saver needs psycopg).
         ring: the key ring (`await KeyRing.open(db)`).
         allow_plaintext: read rows not encrypted by Signoff (migration only).
         max_size: the most connections the pool opens.
+
+    Raises:
+        SchemaOutOfDate: this langgraph-checkpoint-postgres needs checkpoint tables newer than
+            the schema's.
     """
-    # autocommit and dict rows: what LangGraph's saver expects (setup() also creates indexes
-    # CONCURRENTLY, which cannot run in a transaction). prepare_threshold=0 is what LangGraph's
-    # own from_conn_string uses.
+    await _checkpoint_tables_ready(db)
+    # autocommit and dict rows: what LangGraph's saver expects. prepare_threshold=0 is what
+    # LangGraph's own from_conn_string uses.
     async with AsyncConnectionPool(
         normalize_url(db.url),
         min_size=1,
@@ -385,6 +389,16 @@ async def encrypted_checkpointer(
         connection_class=AsyncConnection[DictRow],
         kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
     ) as pool:
-        saver = EncryptedPostgresSaver(pool, ring, allow_plaintext=allow_plaintext)
-        await saver.setup()
-        yield saver
+        yield EncryptedPostgresSaver(pool, ring, allow_plaintext=allow_plaintext)
+
+
+async def _checkpoint_tables_ready(db: Database) -> None:
+    """LangGraph's `setup()` would create what is missing, which needs the schema's owner: the
+    migration has made the tables, and a newer saver than it knows is refused instead."""
+    needed = len(AsyncPostgresSaver.MIGRATIONS) - 1
+    async with db.connection() as conn:
+        done = await conn.fetchval("SELECT max(v) FROM checkpoint_migrations")
+    if done is None or done < needed:
+        raise SchemaOutOfDate(
+            f"checkpoint tables at {done}", f"LangGraph's checkpoint tables at {needed}"
+        )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..calls.model import CallRecord, CallStatus, call_record, call_stream
+from ..calls.model import CallRecord, CallStatus, call_record
 from ..calls.records import open_call_value
 from ..errors import ConfigurationError, InvalidEvent, UnknownCall, VersionConflict
 from ..journal import Event, Journal, NewEvent
@@ -107,7 +107,7 @@ async def call_story(
         raise UnknownCall(run_id, call_id)
     call, approved_by = found[0]
     journal = Journal(db)
-    events = await journal.read_stream(call_stream(run_id, call_id))
+    events = await journal.read_stream(call.stream_id)
     approval_events = (
         await journal.read_stream(call.approval_stream) if call.approval_stream else []
     )
@@ -117,13 +117,14 @@ async def call_story(
     if ring is None:
         raise ConfigurationError("revealing needs the key ring")
     await ring.fresh()
-    await record_reveal(db, f"reveal:{run_id}/{call_id}", reveal_by, run_id=run_id, call_id=call_id)
+    reveal_stream = "reveal:" + call.stream_id.removeprefix("call:")
+    await record_reveal(db, reveal_stream, reveal_by, run_id=run_id, call_id=call_id)
     async with db.connection() as conn:
         sealed = await conn.fetchrow(_SEALED, run_id, call_id)
-    args = json.loads(await open_call_value(ring, run_id, call_id, "args", sealed["args_sealed"]))
+    args = json.loads(await open_call_value(ring, call.stream_id, "args", sealed["args_sealed"]))
     result = None
     if sealed["result_sealed"] is not None:
-        text = await open_call_value(ring, run_id, call_id, "result", sealed["result_sealed"])
+        text = await open_call_value(ring, call.stream_id, "result", sealed["result_sealed"])
         result = json.loads(text)
     return CallStory(call, approved_by, events, approval_events, args, result)
 

@@ -6,17 +6,13 @@ CHANNEL = "signoff_calls"
 COLUMNS = """
 run_id, call_id, tool, effect, once_per_run, request_digest, args_digest, args_sealed,
 idempotency_key, approval_id, status, attempts, worker_id, result_digest, result_sealed,
-resolved_by, started_at, finished_at, version, approved_by, approval_stream, lease_until,
+resolved_by, started_at, finished_at, version, approved_by, approval_stream, stream_id,
+lease_until,
 (status = 'running' AND lease_until < now()) AS lapsed
 """
 
 # Every call one worker runs, renewed in one statement (fenced by version, as every step is).
-RENEW = """
-UPDATE tool_calls t SET lease_until = now() + make_interval(secs => $4)
-FROM unnest($1::text[], $2::text[], $3::int[]) AS held(run_id, call_id, version)
-WHERE t.run_id = held.run_id AND t.call_id = held.call_id AND t.version = held.version
-  AND t.status = 'running'
-"""
+RENEW = "SELECT signoff_renew_leases($1::text[], $2::text[], $3::int[], $4)"
 
 BY_ID = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
 BY_ID_FOR_UPDATE = BY_ID + " FOR UPDATE"
@@ -24,10 +20,8 @@ ONCE_PER_RUN_FOR_UPDATE = (
     f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND tool = $2 AND once_per_run FOR UPDATE"
 )
 
-ADD_WAITER = "UPDATE tool_calls SET waiters = waiters + 1 WHERE run_id = $1 AND call_id = $2"
-DROP_WAITER = """
-UPDATE tool_calls SET waiters = waiters - 1 WHERE run_id = $1 AND call_id = $2 AND waiters > 0
-"""
+ADD_WAITER = "SELECT signoff_count_waiter($1, $2, 1)"
+DROP_WAITER = "SELECT signoff_count_waiter($1, $2, -1)"
 
 LAPSED = f"""
 SELECT {COLUMNS} FROM tool_calls WHERE status = 'running' AND lease_until < now() LIMIT $1

@@ -145,6 +145,11 @@ class CallRecord:
     version: int = 0
     approved_by: tuple[str, ...] = ()
     approval_stream: str | None = None
+    stream_id: str = ""  # its stream (calls made before schema 0010 keep the one they had)
+
+    def __post_init__(self) -> None:
+        if not self.stream_id:
+            object.__setattr__(self, "stream_id", call_stream(self.run_id, self.call_id))
 
 
 @dataclass(frozen=True)
@@ -184,8 +189,15 @@ def call_record(row: Mapping[str, Any]) -> CallRecord:
         version=row["version"],
         approved_by=tuple(row["approved_by"]),
         approval_stream=row["approval_stream"],
+        stream_id=row["stream_id"],
     )
 
 
 def call_stream(run_id: str, call_id: str) -> str:
-    return f"call:{run_id}/{call_id}"
+    """The stream of a new call: `call:<run>/<call id>`, with `%` and `/` in either part
+    percent-encoded, so no two calls share one (as `signoff_call_stream` in the database)."""
+    return f"call:{_escaped(run_id)}/{_escaped(call_id)}"
+
+
+def _escaped(part: str) -> str:
+    return part.replace("%", "%25").replace("/", "%2F")

@@ -11,22 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from ..errors import ProjectionError, UnknownEventType
 from ..journal.projection import Fact, Projection
 from . import _sql as sql
-from .model import CallRecord, CallStatus, Effect, call_record, call_stream
+from .model import CallRecord, CallStatus, Effect, call_record
 
 __all__ = ["CALLS", "CallProjection"]
-
-_LEASE = "CASE WHEN :status = 'running' THEN now() + make_interval(secs => :lease_seconds) END"
-_NEW = (
-    "run_id", "call_id", "tool", "effect", "once_per_run", "request_digest", "args_digest",
-    "args_sealed", "idempotency_key", "approval_id", "status", "attempts", "worker_id",
-    "result_digest", "result_sealed", "started_at", "finished_at", "version", "approved_by",
-    "approval_stream",
-)  # fmt: skip
 
 
 class CallProjection(Projection[CallRecord]):
@@ -39,22 +31,11 @@ class CallProjection(Projection[CallRecord]):
     key = ("run_id", "call_id")
     stream_prefix = "call:"
     columns = sql.COLUMNS
-    inserted: ClassVar[Mapping[str, str]] = {c: f":{c}" for c in _NEW} | {"lease_until": _LEASE}
-    updated: ClassVar[Mapping[str, str]] = {
-        "status": ":status",
-        "attempts": ":attempts",
-        "worker_id": ":worker_id",
-        "lease_until": _LEASE,
-        "result_digest": ":result_digest",
-        "result_sealed": "coalesce(:result_sealed, result_sealed)",
-        "resolved_by": ":resolved_by",
-        "finished_at": ":finished_at",
-        "version": ":version",
-    }
-    notify_when = "waiters > 0"
+    write_function = "signoff_commit_call"
+    extras = ("args_sealed", "result_sealed", "lease_seconds")
 
     def stream_of(self, record: CallRecord) -> str:
-        return call_stream(record.run_id, record.call_id)
+        return record.stream_id
 
     def from_row(self, row: Mapping[str, Any]) -> CallRecord:
         return call_record(row)
@@ -133,6 +114,7 @@ def _apply(state: CallRecord | None, event: Fact) -> CallRecord:
             # Absent from streams started before calls recorded them (see `as_verified`).
             approved_by=tuple(data.get("approved_by", ())),
             approval_stream=data.get("approval_stream"),
+            stream_id=event.stream_id,
         )
     if state is None:
         raise ProjectionError(event.stream_id, f"{type_} before call.started")

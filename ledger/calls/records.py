@@ -19,17 +19,15 @@ from ..keys import KeyRing
 from ..keys.values import open_value, seal_value
 from ..store import Database
 from . import _sql as sql
-from .model import CallOutcome, CallRecord, CallStatus, call_record, call_stream
+from .model import CallOutcome, CallRecord, CallStatus, call_record
 from .projection import CALLS
 
 __all__ = ["CallRecorder", "open_call_value", "outcome_of"]
 
 
-async def open_call_value(
-    ring: KeyRing, run_id: str, call_id: str, part: str, sealed: bytes
-) -> str:
-    """Decrypt a call's sealed `args` or `result` (JSON text), bound to that call."""
-    return await open_value(ring, call_stream(run_id, call_id), part, sealed)
+async def open_call_value(ring: KeyRing, stream_id: str, part: str, sealed: bytes) -> str:
+    """Decrypt a call's sealed `args` or `result` (JSON text), bound to that call's stream."""
+    return await open_value(ring, stream_id, part, sealed)
 
 
 def outcome_of(record: CallRecord, value: Any, *, replayed: bool) -> CallOutcome:
@@ -54,11 +52,11 @@ class CallRecorder:
         self.ring = ring
         self.lease_seconds = lease_seconds
 
-    def seal(self, run_id: str, call_id: str, part: str, value: Any) -> tuple[bytes, str]:
-        """Encrypt a JSON value bound to its call; return it with its digest."""
+    def seal(self, stream_id: str, part: str, value: Any) -> tuple[bytes, str]:
+        """Encrypt a JSON value bound to its call's stream; return it with its digest."""
         text = canonical_json(value)
         digest = hashlib.sha256(text.encode()).hexdigest()
-        return seal_value(self.ring, call_stream(run_id, call_id), part, text), digest
+        return seal_value(self.ring, stream_id, part, text), digest
 
     async def insert(
         self,
@@ -121,14 +119,11 @@ class CallRecorder:
                 attempts=record.attempts,
                 approval_id=record.approval_id,
             )
-        text = await open_call_value(
-            self.ring, record.run_id, record.call_id, "result", row["result_sealed"]
-        )
+        text = await open_call_value(self.ring, record.stream_id, "result", row["result_sealed"])
         value = json.loads(text)
         if json_digest(value) != record.result_digest:
             raise ResultTampered(
-                f"the stored result of {call_stream(record.run_id, record.call_id)} does not "
-                "match the digest in the journal"
+                f"the stored result of {record.stream_id} does not match the digest in the journal"
             )
         return outcome_of(record, value, replayed=replayed)
 

@@ -246,7 +246,7 @@ class ToolLedger:
                 )
             status = CallStatus.SUCCEEDED if succeeded else CallStatus.FAILED
             text = note or f"resolved as {status} by {by}"
-            sealed, digest = self.records.seal(record.run_id, record.call_id, "result", text)
+            sealed, digest = self.records.seal(record.stream_id, "result", text)
             data = {"status": str(status), "by": by, "result_digest": digest, "at": _now()}
             resolved = await self.records.advance(
                 conn, record, [NewEvent("call.resolved", data, actor=by)], sealed
@@ -328,9 +328,7 @@ class ToolLedger:
         if record.attempts >= record.effect.max_attempts:
             return _Replay(await self._give_up(conn, record))
         args = json.loads(
-            await open_call_value(
-                self.ring, record.run_id, record.call_id, "args", row["args_sealed"]
-            )
+            await open_call_value(self.ring, record.stream_id, "args", row["args_sealed"])
         )
         data = {
             "attempt": record.attempts + 1,
@@ -362,7 +360,8 @@ class ToolLedger:
     ) -> _Step | None:
         args = decision.args if isinstance(decision, GateRun) else call.args
         # Sealing yields the digest of the arguments that run (a reviewer's edit, or the request).
-        sealed_args, args_digest = self.records.seal(call.run_id, call.call_id, "args", args)
+        stream = call_stream(call.run_id, call.call_id)
+        sealed_args, args_digest = self.records.seal(stream, "args", args)
         started = {
             "run_id": call.run_id,
             "call_id": call.call_id,
@@ -383,11 +382,10 @@ class ToolLedger:
         value: Any = None
         if not isinstance(decision, GateRun):
             value = decision.reason if isinstance(decision, GateDeny) else decision.message
-            sealed_result, digest = self.records.seal(call.run_id, call.call_id, "result", value)
+            sealed_result, digest = self.records.seal(stream, "result", value)
             kind = "call.denied" if isinstance(decision, GateDeny) else "call.responded"
             data = {"approval_id": decision.approval_id, "result_digest": digest, "at": _now()}
             events.append(NewEvent(kind, data, actor=self.worker_id))
-        stream = call_stream(call.run_id, call.call_id)
         record = await self.records.insert(conn, stream, events, sealed_args, sealed_result)
         if record is None:
             return None
@@ -410,7 +408,7 @@ class ToolLedger:
             f"{record.attempts}; "
             + ("the tool may or may not have taken effect" if unknown else "no attempts left")
         )
-        sealed, digest = self.records.seal(record.run_id, record.call_id, "result", text)
+        sealed, digest = self.records.seal(record.stream_id, "result", text)
         data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
         event = NewEvent(f"call.{status}", data, actor=self.worker_id)
         settled = await self.records.advance(conn, record, [event], sealed)
@@ -469,7 +467,7 @@ class ToolLedger:
                 self._held.pop((record.run_id, record.call_id), None)
             break
         try:
-            sealed, digest = self.records.seal(record.run_id, record.call_id, "result", value)
+            sealed, digest = self.records.seal(record.stream_id, "result", value)
         except (TypeError, ValueError) as e:
             raise ResultNotSerializable(
                 f"{record.tool} returned a value that is not JSON ({e}); no outcome recorded"
@@ -514,7 +512,7 @@ class ToolLedger:
         listener = self._listener
         await listener.start()
         try:
-            with listener.waiting(call_stream(record.run_id, record.call_id)) as event:
+            with listener.waiting(record.stream_id) as event:
                 while True:
                     event.clear()
                     async with self.db.connection() as conn:

@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -52,7 +52,7 @@ MAX_EVENTS_PER_APPEND = 1000
 _MAX_NAME = {"stream id": 200, "type": 100, "actor": 200}
 _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
-_APPEND = "SELECT signoff_append($1, $2, $3, $4, $5, $6, $7, $8)"
+_APPEND = "SELECT signoff_append($1, $2, $3, $4, $5, $6)"
 _HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
 _COLUMNS = (
     "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash"
@@ -267,10 +267,11 @@ def _check(event: Event, previous_hash: bytes, previous_version: int) -> str | N
 
 def append_arguments(
     stream_id: str, events: Sequence[NewEvent], expected_version: int
-) -> tuple[Any, ...]:
-    """The first seven arguments of `signoff_append` (all but the notify channel), in order;
+) -> tuple[str, int, list[str], list[str], list[str]]:
+    """The first five arguments of `signoff_append` (all but the notify channel), in order;
     for the journal package's own statements (`Journal.append`, `projection.commit`), run through
-    `Database.connection()`, where a stale version is `VersionConflict` too.
+    `Database.connection()`, where a stale version is `VersionConflict` too. The database sets
+    each event's time and transaction id and computes its canonical bytes and hash.
 
     Raises:
         InvalidEvent: malformed input.
@@ -286,24 +287,16 @@ def append_arguments(
         raise InvalidEvent(f"at most {MAX_EVENTS_PER_APPEND} events per append, not {len(events)}")
     if expected_version + len(events) > INT4[1]:  # versions are an `integer` column
         raise InvalidEvent(f"a stream has at most {INT4[1]} versions; expected_version is too big")
-    types, payloads, actors, times, canonical = [], [], [], [], []
-    for offset, event in enumerate(events, start=1):
+    types, payloads, actors = [], [], []
+    for event in events:
         if not isinstance(event, NewEvent):
             raise InvalidEvent(f"events are NewEvent values, not {type(event).__name__}")
         _check_name("type", event.type)
         _check_name("actor", event.actor)
-        payload = _payload(event)
-        recorded_at = datetime.now(UTC)
         types.append(event.type)
-        payloads.append(payload)
+        payloads.append(_payload(event))
         actors.append(event.actor)
-        times.append(recorded_at)
-        canonical.append(
-            event_bytes(
-                stream_id, expected_version + offset, event.type, event.actor, recorded_at, payload
-            )
-        )
-    return (stream_id, expected_version, types, payloads, actors, times, canonical)
+    return (stream_id, expected_version, types, payloads, actors)
 
 
 def _payload(event: NewEvent) -> str:

@@ -3,13 +3,14 @@ the events they fold.
 
 A `Projection` says, for one kind of stream (`approval:<id>`, `call:<run>/<call id>`), how one
 event changes its record (`apply`, pure), how a record maps to its table row and back, and
-which columns an insert and an update write. Everything else is here, once:
+which database function writes the row. Everything else is here, once:
 
 - `fold`: the record a sequence of events makes (the live write and the rebuild use it alike,
   so a rebuild equals the live table by construction);
-- `commit`: one statement that writes the row and appends the events (a CTE: the row write
-  first, fenced by its own conflict rule or by the version the caller read; the append from
-  its result). A lost race writes neither, and no caller numbers `$n` parameters by hand;
+- `commit`: one statement, the projection's write function, that writes the row and appends
+  the events (the row first, fenced by its own conflict rule or by the version the caller
+  read; the append after it, with the rights of the login checked there). A lost race writes
+  neither;
 - `verify_projection`: rebuild every row from the journal and name the rows that differ.
 """
 
@@ -20,6 +21,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -33,7 +35,6 @@ __all__ = ["Fact", "Projection", "commit", "facts", "fold", "verify_projection"]
 
 R = TypeVar("R")
 
-_NAMED = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 _PREFIX = re.compile(r"[a-z]+:")
 
 
@@ -51,19 +52,19 @@ class Fact:
 class Projection(ABC, Generic[R]):
     """One table folded from the streams that start with `stream_prefix`.
 
-    `inserted` and `updated` map each column a new row or a later step writes to its SQL value,
-    written with named parameters (`:status`): the keys of `to_row`, plus what the caller passes
-    to `commit` (values kept outside the record, such as ciphertexts). An update is fenced by
-    `:expected_version`."""
+    The database writes the row, in `write_function` (a migration's SECURITY DEFINER function
+    that checks the row against its events and appends them): `commit` hands it whether the row
+    is new, the row as JSON (`to_row`; the `json_columns` are JSON text already), then the
+    `extras` the caller passes by name (values kept outside the record, such as ciphertexts),
+    then the events."""
 
     table: ClassVar[str]
     key: ClassVar[tuple[str, ...]]  # the primary key's columns
     stream_prefix: ClassVar[str]
     columns: ClassVar[str]  # the SELECT list `from_row` reads
-    inserted: ClassVar[Mapping[str, str]]
-    updated: ClassVar[Mapping[str, str]]
-    conflict: ClassVar[str] = ""  # the ON CONFLICT target of an insert ("": any conflict)
-    notify_when: ClassVar[str] = "true"  # over the written row: whether to NOTIFY
+    write_function: ClassVar[str]
+    json_columns: ClassVar[tuple[str, ...]] = ()
+    extras: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def stream_of(self, record: R) -> str:
@@ -127,7 +128,7 @@ async def commit(
     """Append `events` to `stream_id` and write the row they fold `record` to, in one statement.
 
     `record` is the row as the caller read it (None: a new row), at `expected_version`.
-    `values` are the extra named parameters the projection's columns use.
+    `values` are the projection's `extras`, by name (one not given is NULL).
 
     Returns:
         The new record; None when nothing was written: a new row met a conflict (for example
@@ -139,63 +140,47 @@ async def commit(
         ProjectionError, UnknownEventType: the events do not fold onto `record`.
         VersionConflict: the stream has moved on though the row had not; nothing was written.
     """
-    stream, version, types, payloads, actors, times, canonical = append_arguments(
-        stream_id, events, expected_version
-    )
+    arguments = append_arguments(stream_id, events, expected_version)
     new = fold(projection, facts(stream_id, events, expected_version), record)
     channel = projection.notify(record, new)
     if channel is not None and not _CHANNEL.fullmatch(channel):
         raise InvalidEvent(f"not a notification channel name: {channel!r}")
-    params = projection.to_row(new) | values
-    params |= {
-        "expected_version": version,
-        "stream_id": stream,
-        "types": types,
-        "payloads": payloads,
-        "actors": actors,
-        "times": times,
-        "canonical": canonical,
-        "notify": channel,
-    }
-    text, names = _statement(type(projection), record is None)
+    extras = tuple(values.get(name) for name in projection.extras)
+    row = _row_json(projection.to_row(new), projection.json_columns)
     # A stale version (SG409) leaves the caller's `Database.connection()` as VersionConflict.
-    positions = await conn.fetchval(text, *(params[name] for name in names))
+    positions = await conn.fetchval(
+        _statement(type(projection)), record is None, row, *extras, *arguments, channel
+    )
     return None if positions is None else new
 
 
 @cache
-def _statement(projection: type[Projection[Any]], insert: bool) -> tuple[str, tuple[str, ...]]:
-    """The commit statement of a projection, with its named parameters numbered in order."""
-    if insert:
-        columns = projection.inserted
-        target = " ".join(filter(None, ("ON CONFLICT", projection.conflict, "DO NOTHING")))
-        write = (
-            f"INSERT INTO {projection.table} ({', '.join(columns)})\n"
-            f"    VALUES ({', '.join(columns.values())})\n"
-            f"    {target}\n"
-            "    RETURNING true AS wake"
-        )
-    else:
-        fence = " AND ".join(f"{k} = :{k}" for k in (*projection.key, "version"))
-        write = (
-            f"UPDATE {projection.table} SET "
-            + ", ".join(f"{column} = {value}" for column, value in projection.updated.items())
-            + f"\n    WHERE {fence.replace(':version', ':expected_version')}"
-            + f"\n    RETURNING ({projection.notify_when}) AS wake"
-        )
-    named = (
-        f"WITH written AS (\n    {write}\n)\n"
-        "SELECT signoff_append(:stream_id, :expected_version, :types, :payloads, :actors,"
-        " :times, :canonical, CASE WHEN written.wake THEN :notify::text END) FROM written"
-    )
-    names: list[str] = []
+def _statement(projection: type[Projection[Any]]) -> str:
+    """The call of a projection's write function."""
+    count = 2 + len(projection.extras) + 6
+    placeholders = ", ".join(f"${i}" for i in range(1, count + 1))
+    return f"SELECT {projection.write_function}({placeholders})".replace("$2,", "$2::jsonb,", 1)
 
-    def number(match: re.Match[str]) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
 
-    return _NAMED.sub(number, named), tuple(names)
+def _row_json(row: Mapping[str, Any], json_columns: tuple[str, ...]) -> str:
+    """A row as one JSON object, its JSON columns spliced in as the JSON text they hold."""
+    parts = []
+    for column, value in row.items():
+        text = value if column in json_columns and value is not None else _dumps(value)
+        parts.append(f"{json.dumps(column)}:{text}")
+    return "{" + ",".join(parts) + "}"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_json_default, ensure_ascii=False)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"not a row value: {type(value).__name__}")
 
 
 async def verify_projection(db: Database, projection: Projection[Any]) -> list[str]:
