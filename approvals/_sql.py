@@ -10,7 +10,8 @@ BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"
 
 # Decisions and consumption lock the row: concurrent reviewers and consumers take turns, and the
 # second consumer finds the decision used.
-BY_ID_FOR_UPDATE = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1 FOR UPDATE"
+# The lock is taken by the database's function (FOR UPDATE needs rights no worker has).
+BY_ID_FOR_UPDATE = f"SELECT {COLUMNS} FROM signoff_lock_approval($1)"
 
 LIST = f"""
 SELECT {COLUMNS} FROM approvals

@@ -29,7 +29,8 @@ __all__ = ["CallFilter", "CallStory", "call_story", "find_calls", "record_reveal
 _FIND = """
 SELECT run_id, call_id, tool, effect, once_per_run, request_digest, args_digest,
        idempotency_key, approval_id, status, attempts, worker_id, started_at,
-       finished_at, result_digest, resolved_by, version, approved_by, approval_stream
+       finished_at, result_digest, resolved_by, version, approved_by, approval_stream,
+       stream_id
 FROM tool_calls
 WHERE ($1::text IS NULL OR run_id = $1)
   AND ($2::text IS NULL OR tool = $2)

@@ -15,10 +15,9 @@ lease_until,
 RENEW = "SELECT signoff_renew_leases($1::text[], $2::text[], $3::int[], $4)"
 
 BY_ID = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
-BY_ID_FOR_UPDATE = BY_ID + " FOR UPDATE"
-ONCE_PER_RUN_FOR_UPDATE = (
-    f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND tool = $2 AND once_per_run FOR UPDATE"
-)
+# Locks are taken by the database's functions (FOR UPDATE needs rights no worker has).
+BY_ID_FOR_UPDATE = f"SELECT {COLUMNS} FROM signoff_lock_call($1, $2)"
+ONCE_PER_RUN_FOR_UPDATE = f"SELECT {COLUMNS} FROM signoff_lock_once_per_run($1, $2)"
 
 ADD_WAITER = "SELECT signoff_count_waiter($1, $2, 1)"
 DROP_WAITER = "SELECT signoff_count_waiter($1, $2, -1)"

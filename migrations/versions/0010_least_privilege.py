@@ -333,6 +333,23 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 $$;
 """
 
+# Row locks (FOR UPDATE needs UPDATE rights, which no role but the owner has): the lock is the
+# caller's transaction's, as if it had locked the row itself.
+LOCKS = """
+CREATE FUNCTION signoff_lock_call(p_run text, p_call text) RETURNS SETOF tool_calls
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+    SELECT * FROM tool_calls WHERE run_id = p_run AND call_id = p_call FOR UPDATE
+$$;
+CREATE FUNCTION signoff_lock_once_per_run(p_run text, p_tool text) RETURNS SETOF tool_calls
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+    SELECT * FROM tool_calls WHERE run_id = p_run AND tool = p_tool AND once_per_run FOR UPDATE
+$$;
+CREATE FUNCTION signoff_lock_approval(p_id text) RETURNS SETOF approvals
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+    SELECT * FROM approvals WHERE approval_id = p_id FOR UPDATE
+$$;
+"""
+
 CALL_STREAMS = """
 ALTER TABLE tool_calls ADD COLUMN stream_id text;
 UPDATE tool_calls SET stream_id = 'call:' || run_id || '/' || call_id;
@@ -388,8 +405,11 @@ FUNCTIONS = (
     "signoff_grant(text, text, text, text, timestamptz, timestamptz, json)",
     "signoff_renew_leases(text[], text[], integer[], double precision)",
     "signoff_count_waiter(text, text, integer)",
+    "signoff_lock_call(text, text)",
+    "signoff_lock_once_per_run(text, text)",
+    "signoff_lock_approval(text)",
 )
-_APPEND, _CALL, _APPROVAL, _GRANT, _RENEW, _WAITER = FUNCTIONS
+_APPEND, _CALL, _APPROVAL, _GRANT, _RENEW, _WAITER, *_LOCKS = FUNCTIONS
 _ROLES = "signoff_app, signoff_reviewer, signoff_key_admin, signoff_auditor"
 _CHECKPOINT_TABLES = "checkpoints, checkpoint_blobs, checkpoint_writes"
 
@@ -403,6 +423,7 @@ GRANT EXECUTE ON FUNCTION {_APPEND} TO signoff_app, signoff_reviewer, signoff_ke
 GRANT EXECUTE ON FUNCTION {_CALL}, {_APPROVAL} TO signoff_app, signoff_reviewer;
 GRANT EXECUTE ON FUNCTION {_GRANT} TO signoff_reviewer;
 GRANT EXECUTE ON FUNCTION {_RENEW}, {_WAITER} TO signoff_app;
+GRANT EXECUTE ON FUNCTION {", ".join(_LOCKS)} TO signoff_app, signoff_reviewer;
 GRANT SELECT, INSERT, UPDATE, DELETE ON {_CHECKPOINT_TABLES} TO signoff_app;
 GRANT SELECT, UPDATE ON {_CHECKPOINT_TABLES} TO signoff_key_admin;
 GRANT SELECT ON checkpoint_migrations TO signoff_app, signoff_key_admin;
@@ -413,6 +434,7 @@ def upgrade() -> None:
     for script in (RIGHTS, FIELD, APPEND, CALL_STREAMS, COMMIT_CALL, COMMIT_APPROVAL, GRANT):
         execute_script(script)
     execute_script(LEASES)
+    execute_script(LOCKS)
     execute_script(CHECKPOINTS)
     execute_script(GRANTS)
 
@@ -425,6 +447,7 @@ def downgrade() -> None:
         f"""
         REVOKE ALL ON {_CHECKPOINT_TABLES}, checkpoint_migrations FROM signoff_app,
             signoff_key_admin;
+        {"".join(f"DROP FUNCTION {f};" for f in _LOCKS)}
         DROP FUNCTION {_RENEW}; DROP FUNCTION {_WAITER}; DROP FUNCTION {_GRANT};
         DROP FUNCTION {_APPROVAL}; DROP FUNCTION {_CALL}; DROP FUNCTION {_APPEND};
         DROP FUNCTION signoff_call_stream(text, text); DROP FUNCTION signoff_field(text);

@@ -1,0 +1,332 @@
+"""Least privilege: agent workers on a login that has only `signoff_app`, deciders on one that
+has only `signoff_reviewer`, and what each of them cannot do even with SQL of its own.
+
+The database is this module's own, migrated and keyed by its owner; nothing below runs as the
+owner except that setup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.types import Command
+
+from adapters.langgraph import encrypted_checkpointer
+from adapters.runtime import ToolSpec, ask, await_final, decide_once, run
+from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
+from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy, call_stream
+from ledger.calls.service import ToolLedger
+from ledger.errors import EventNotPermitted, PermissionDenied, RowOutOfStep
+from ledger.journal import Journal
+from ledger.keys import KeyRing, LocalKek
+from ledger.store import Database
+from tests.support.logins import login
+from tests.support.scratch import scratch_database
+
+from .checkpoint_workers import review_graph
+from .processes import TEST_KEK, kek_env, run_cli
+
+
+class Logins:
+    def __init__(self, owner: str, worker: str, reviewer: str, auditor: str) -> None:
+        self.owner, self.worker, self.reviewer, self.auditor = owner, worker, reviewer, auditor
+
+
+@pytest.fixture(scope="module")
+async def logins(server_url: str) -> AsyncIterator[Logins]:
+    async with scratch_database(server_url, prefix="signoff_roles") as owner:
+        async with await Database.connect(owner) as db:
+            await KeyRing.open(db, LocalKek(TEST_KEK))  # the owner makes the data keys
+        async with (
+            login(server_url, owner, "signoff_app") as worker,
+            login(server_url, owner, "signoff_reviewer") as reviewer,
+            login(server_url, owner, "signoff_auditor") as auditor,
+        ):
+            yield Logins(owner, worker, reviewer, auditor)
+
+
+class Side:
+    """One side's database, key ring, approval store and tool ledger."""
+
+    def __init__(self, db: Database, ring: KeyRing) -> None:
+        self.db, self.ring = db, ring
+        self.store = ApprovalStore(db, ring, poll_interval=0.05)
+        self.ledger = ToolLedger(db, ring, lease_seconds=1.0, poll_interval=0.05)
+
+    async def close(self) -> None:
+        await self.ledger.close()
+        await self.store.close()
+        await self.db.close()
+
+
+async def side(url: str) -> Side:
+    db = await Database.connect(url, pool_size=4)
+    return Side(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
+
+
+@pytest.fixture(scope="module")
+async def worker(logins: Logins) -> AsyncIterator[Side]:
+    s = await side(logins.worker)
+    yield s
+    await s.close()
+
+
+@pytest.fixture(scope="module")
+async def reviewer(logins: Logins) -> AsyncIterator[Side]:
+    s = await side(logins.reviewer)
+    yield s
+    await s.close()
+
+
+def new_run() -> str:
+    return f"lp-{uuid.uuid4().hex[:10]}"
+
+
+def refund(run_id: str, call_id: str = "c1") -> ToolCall:
+    return ToolCall(run_id, call_id, "refund", {"amount": 9}, turn_id="t1")
+
+
+async def count(db: Database, sql: str, *args: Any) -> int:
+    async with db.connection() as conn:
+        value: int = await conn.fetchval(sql, *args)
+    return value
+
+
+# -- what they can do ------------------------------------------------------------------------
+
+
+async def test_a_worker_asks_a_reviewer_decides_and_the_worker_runs_the_call_once(
+    worker: Side, reviewer: Side
+) -> None:
+    ran: list[dict[str, Any]] = []
+
+    async def tool(args: dict[str, Any], context: CallContext) -> str:
+        ran.append(args)
+        return "refunded"
+
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    approval = await ask(worker.store, spec, call, "agent")
+    waiting = asyncio.ensure_future(await_final(worker.store, approval.approval_id, 30))
+    await asyncio.sleep(0.1)
+    await decide_once(reviewer.store, approval.approval_id, Decision.edit({"amount": 2}), "alice")
+    assert (await waiting).status is ApprovalStatus.EDITED
+    first = await run(worker.ledger, worker.store, spec, call, tool, approval.approval_id)
+    again = await run(worker.ledger, worker.store, spec, call, tool, approval.approval_id)
+    assert (first.status, again.replayed, ran) == (CallStatus.SUCCEEDED, True, [{"amount": 2}])
+
+
+async def test_a_lapsed_single_attempt_call_is_outcome_unknown_and_a_reviewer_resolves_it(
+    worker: Side, reviewer: Side
+) -> None:
+    call = refund(new_run())
+    started = asyncio.Event()
+
+    async def hangs(args: dict[str, Any], context: CallContext) -> str:
+        started.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    task = asyncio.ensure_future(worker.ledger.execute(call, hangs))
+    await started.wait()
+    task.cancel()  # the worker dies with the call running; its lease lapses
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(1.2)
+
+    async def never(args: dict[str, Any], context: CallContext) -> str:
+        raise AssertionError("a write that may have happened is not repeated")
+
+    outcome = await worker.ledger.execute(call, never)
+    assert outcome.status is CallStatus.OUTCOME_UNKNOWN
+    with pytest.raises(EventNotPermitted):  # resolving is a person's call
+        await worker.ledger.resolve(call.run_id, call.call_id, succeeded=True, by="agent")
+    resolved = await reviewer.ledger.resolve(call.run_id, call.call_id, succeeded=True, by="bob")
+    assert resolved.status is CallStatus.SUCCEEDED
+
+
+async def test_reads_retries_and_waiters_work_for_a_worker(worker: Side) -> None:
+    run_id, calls = new_run(), 0
+
+    async def read(args: dict[str, Any], context: CallContext) -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.3)
+        return calls
+
+    call = ToolCall(run_id, "r1", "lookup", {"q": 1}, turn_id="t1")
+    policy = ToolPolicy(effect=Effect.READ)
+    first, second = await asyncio.gather(  # the second one waits for the first
+        worker.ledger.execute(call, read, policy), worker.ledger.execute(call, read, policy)
+    )
+    assert (first.result, second.result, calls) == (1, 1, 1)
+
+
+async def test_checkpoints_are_written_and_read_by_a_worker(worker: Side) -> None:
+    async with encrypted_checkpointer(worker.db, worker.ring, max_size=2) as saver:
+        graph = review_graph(saver)
+        config: Any = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}
+        out = await graph.ainvoke({"messages": [HumanMessage(content="refund?")]}, config)
+        assert out["__interrupt__"]
+        done = await graph.ainvoke(Command(resume="yes"), config)
+    assert done["note"]
+
+
+async def test_the_cli_reads_and_decides_as_a_reviewer(logins: Logins, worker: Side) -> None:
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    approval = await ask(worker.store, spec, call, "agent")
+    env = kek_env()
+    listed = await run_cli("approvals", "list", database_url=logins.reviewer, env=env)
+    assert listed.code == 0 and approval.approval_id in listed.stdout, listed.stderr
+    decided = await run_cli(
+        "approvals", "decide", approval.approval_id, "approve", "--by", "carol",
+        database_url=logins.reviewer, env=env,
+    )  # fmt: skip
+    assert decided.code == 0, decided.stderr
+    assert (await worker.store.get(approval.approval_id)).status is ApprovalStatus.APPROVED
+    verified = await run_cli("ledger", "verify", database_url=logins.reviewer, env=env)
+    assert verified.code == 0, verified.stderr
+
+
+# -- what they cannot do ---------------------------------------------------------------------
+
+
+async def test_a_worker_cannot_decide_its_own_request(worker: Side) -> None:
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    approval = await ask(worker.store, spec, call, "agent")
+    with pytest.raises(EventNotPermitted) as refused:
+        await worker.store.decide(approval.approval_id, Decision.approve(), "mallory")
+    assert refused.value.event_type == "approval.decided"
+    assert (await worker.store.get(approval.approval_id)).status is ApprovalStatus.PENDING
+
+
+async def test_a_reviewer_cannot_run_tools(reviewer: Side) -> None:
+    async def tool(args: dict[str, Any], context: CallContext) -> str:
+        raise AssertionError("never runs")
+
+    with pytest.raises(EventNotPermitted):
+        await reviewer.ledger.execute(refund(new_run()), tool)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE tool_calls SET status = 'running', effect = 'read', lease_until = now()",
+        "UPDATE approvals SET consumed_at = NULL",
+        "UPDATE approvals SET status = 'approved'",
+        "DELETE FROM tool_calls",
+        "UPDATE data_keys SET public_key = NULL",
+        "INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)"
+        " VALUES ('999999999'::xid8, 'x:1', 1, 't', '{}', 'a', now(), sha256(''))",
+        "INSERT INTO approval_grants VALUES ('g', 'r', 't', 'm', now(), now())",
+        "INSERT INTO event_rights VALUES ('%', 'signoff_app')",
+    ],
+)
+async def test_no_table_is_written_directly_by_a_worker(worker: Side, statement: str) -> None:
+    with pytest.raises(PermissionDenied):
+        async with worker.db.connection() as conn:
+            await conn.execute(statement)
+
+
+async def forge(conn: asyncpg.Connection, function: str, *args: Any) -> Any:
+    return await conn.fetchval(f"SELECT {function}", *args)
+
+
+async def test_a_worker_cannot_append_a_decision_or_a_grant_with_sql_of_its_own(
+    worker: Side,
+) -> None:
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    approval = await ask(worker.store, spec, call, "agent")
+    stream = f"approval:{approval.approval_id}"
+    decided = json.dumps({"decision": "approve", "reviewer": "mallory", "final": True})
+    async with worker.db.connection() as conn:
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await conn.fetchval(
+                "SELECT signoff_append($1, 1, ARRAY['approval.decided'], ARRAY[$2::json],"
+                " ARRAY['mallory'], NULL)",
+                stream,
+                decided,
+            )
+        assert refused.value.sqlstate == "SG401"
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await conn.fetchval(
+                "SELECT signoff_grant('g1', 'r', 'refund', 'mallory', now(), now(), '{}')"
+            )
+        assert refused.value.sqlstate == "42501"
+    assert await Journal(worker.db).stream_version(stream) == 1
+
+
+async def test_a_worker_cannot_move_a_row_past_its_events(worker: Side) -> None:
+    """The write function keeps a row in step: a consumption event cannot carry an approval
+    to `approved`, nor a retry a call to `succeeded`."""
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    approval = await ask(worker.store, spec, call, "agent")
+    async with worker.db.connection() as conn:
+        row = await conn.fetchrow(
+            "SELECT to_jsonb(a) - 'version' AS row FROM approvals a WHERE approval_id = $1",
+            approval.approval_id,
+        )
+        forged = json.loads(row["row"]) | {
+            "status": "approved",
+            "decided_by": ["mallory"],
+            "consumed_by": "x",
+            "consumed_at": "2026-01-01T00:00:00+00:00",
+        }
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await conn.fetchval(
+                "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
+                " ARRAY['approval.consumed'], ARRAY['{}'::json], ARRAY['x'], NULL)",
+                json.dumps(forged),
+                f"approval:{approval.approval_id}",
+            )
+        assert refused.value.sqlstate == "SG422"
+    assert (await worker.store.get(approval.approval_id)).status is ApprovalStatus.PENDING
+
+
+async def test_rows_out_of_step_are_refused_as_typed_errors(worker: Side) -> None:
+    run_id = new_run()
+    stream = call_stream(run_id, "c1")
+    row = {"run_id": run_id, "call_id": "c1", "status": "succeeded"}
+    with pytest.raises(RowOutOfStep):
+        async with worker.db.connection() as conn:
+            await conn.fetchval(
+                "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 1, $2, 0,"
+                " ARRAY['call.started'], ARRAY['{}'::json], ARRAY['w'], NULL)",
+                json.dumps(row),
+                stream,
+            )
+
+
+# -- ids -----------------------------------------------------------------------------------
+
+
+async def test_two_calls_never_share_a_stream(worker: Side) -> None:
+    """(run `tenant-a/session`, call `c1`) and (run `tenant-a`, call `session/c1`) used to share
+    the stream `call:tenant-a/session/c1`."""
+    base = new_run()
+    first = ToolCall(f"{base}/session", "c1", "refund", {"amount": 1}, turn_id="t1")
+    second = ToolCall(base, "session/c1", "refund", {"amount": 2}, turn_id="t1")
+    assert call_stream(first.run_id, first.call_id) != call_stream(second.run_id, second.call_id)
+    ran: list[int] = []
+
+    async def tool(args: dict[str, Any], context: CallContext) -> int:
+        ran.append(args["amount"])
+        return int(args["amount"])
+
+    outcomes = [await worker.ledger.execute(c, tool) for c in (first, second)]
+    assert [o.result for o in outcomes] == [1, 2] and ran == [1, 2]
+    journal = Journal(worker.db)
+    for c in (first, second):
+        events = await journal.read_stream(call_stream(c.run_id, c.call_id))
+        assert [e.type for e in events] == ["call.started", "call.succeeded"]
+        assert events[0].data["call_id"] == c.call_id
+    assert (
+        await count(worker.db, "SELECT count(*) FROM tool_calls WHERE run_id LIKE $1", base + "%")
+        == 2
+    )
