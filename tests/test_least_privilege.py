@@ -185,7 +185,7 @@ async def test_the_cli_reads_and_decides_as_a_reviewer(logins: Logins, worker: S
     listed = await run_cli("approvals", "list", database_url=logins.reviewer, env=env)
     assert listed.code == 0 and approval.approval_id in listed.stdout, listed.stderr
     decided = await run_cli(
-        "approvals", "decide", approval.approval_id, "approve", "--by", "carol",
+        "approvals", "decide", approval.approval_id, "--approve", "--by", "carol",
         database_url=logins.reviewer, env=env,
     )  # fmt: skip
     assert decided.code == 0, decided.stderr

@@ -26,6 +26,7 @@ from ledger.audit.queries import CallFilter, call_story, find_calls
 from ledger.calls.model import CallContext, ToolCall
 from ledger.calls.projection import CALLS
 from ledger.calls.service import ToolLedger
+from ledger.canonical import canonical_json, event_bytes
 from ledger.journal import Journal, NewEvent
 from ledger.journal.projection import facts, fold
 from ledger.keys import KeyRing, LocalKek
@@ -165,7 +166,7 @@ async def _old_approval(
     consumed = {"task_run_id": f"{run}/{call_id}", "at": _at()}
     events.append(NewEvent("approval.consumed", consumed, actor=f"{run}/{call_id}"))
     state = fold(APPROVALS, facts(stream_of(approval_id), events))
-    await Journal(db).append(stream_of(approval_id), events, expected_version=0)
+    await _old_append(db, stream_of(approval_id), events)
     async with db.connection() as conn:
         await conn.execute(
             """INSERT INTO approvals (approval_id, run_id, thread_id, tool, kind, call_id,
@@ -190,6 +191,26 @@ async def _old_approval(
         )
 
 
+async def _old_append(db: Database, stream: str, events: list[NewEvent]) -> None:
+    """Append as clients did before schema 0010: they sent the times and canonical bytes."""
+    now = datetime.now(UTC)
+    payloads = [canonical_json(e.data) for e in events]
+    canonical = [
+        event_bytes(stream, i, e.type, e.actor, now, payload)
+        for i, (e, payload) in enumerate(zip(events, payloads, strict=True), start=1)
+    ]
+    async with db.connection() as conn:
+        await conn.fetchval(
+            "SELECT signoff_append($1, 0, $2, $3, $4, $5, $6, NULL)",
+            stream,
+            [e.type for e in events],
+            payloads,
+            [e.actor for e in events],
+            [now] * len(events),
+            canonical,
+        )
+
+
 async def _old_call(db: Database, run: str, call_id: str, approval_id: str | None) -> None:
     """A finished call as the code of schema 0004 recorded it: no approvers, no approval stream."""
     started = {
@@ -210,7 +231,7 @@ async def _old_call(db: Database, run: str, call_id: str, approval_id: str | Non
         NewEvent("call.succeeded", {"attempt": 1, "result_digest": "2" * 64, "at": _at()}, "w"),
     ]
     r = fold(CALLS, facts(f"call:{run}/{call_id}", events))
-    await Journal(db).append(f"call:{run}/{call_id}", events, expected_version=0)
+    await _old_append(db, f"call:{run}/{call_id}", events)
     async with db.connection() as conn:
         await conn.execute(
             """INSERT INTO tool_calls (run_id, call_id, tool, effect, once_per_run,

@@ -439,14 +439,27 @@ def upgrade() -> None:
     execute_script(GRANTS)
 
 
-# The checkpoint tables stay (they hold the agents' state; LangGraph's setup() made them
-# before this revision); the rights of 0001-0004 come back.
-def downgrade() -> None:
-    previous = import_module("migrations.versions.0006_typed_conflicts")
-    execute_script(
-        f"""
+# The checkpoint tables go only when they are empty: they hold the agents' state (LangGraph's
+# setup() made them before this revision, and makes them again). The rights of 0001-0004 and
+# 0006's append function come back.
+DROP_EMPTY_CHECKPOINTS = f"""
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT FROM checkpoints) AND NOT EXISTS (SELECT FROM checkpoint_blobs)
+            AND NOT EXISTS (SELECT FROM checkpoint_writes) THEN
+        DROP TABLE {_CHECKPOINT_TABLES}, checkpoint_migrations;
+    ELSE
         REVOKE ALL ON {_CHECKPOINT_TABLES}, checkpoint_migrations FROM signoff_app,
             signoff_key_admin;
+    END IF;
+END $$;
+"""
+
+
+def downgrade() -> None:
+    previous = import_module("migrations.versions.0006_typed_conflicts")
+    execute_script(DROP_EMPTY_CHECKPOINTS)
+    execute_script(
+        f"""
         {"".join(f"DROP FUNCTION {f};" for f in _LOCKS)}
         DROP FUNCTION {_RENEW}; DROP FUNCTION {_WAITER}; DROP FUNCTION {_GRANT};
         DROP FUNCTION {_APPROVAL}; DROP FUNCTION {_CALL}; DROP FUNCTION {_APPEND};
@@ -463,5 +476,7 @@ def downgrade() -> None:
             timestamptz[], bytea[], text) TO signoff_app;
         GRANT SELECT, INSERT, UPDATE ON data_keys, approvals, approval_grants, tool_calls
             TO signoff_app;
+        REVOKE SELECT ON events, approvals, approval_grants, tool_calls, data_keys
+            FROM signoff_reviewer, signoff_key_admin;
         """
     )
