@@ -19,7 +19,18 @@ WHERE t.run_id = held.run_id AND t.call_id = held.call_id AND t.version = held.v
 """
 
 BY_ID = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
-BY_ID_FOR_UPDATE = BY_ID + " FOR UPDATE"
+
+# The ledger acts on a row only when the call's stream ($3) agrees with it, so the rows that are
+# acted on come with their stream in the same statement (a new call never reads one).
+_STREAM_COLUMN = """
+(SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
+ FROM events e WHERE e.stream_id = $3) AS stream
+"""
+BY_ID_CHECKED = (
+    f"SELECT {COLUMNS}, {_STREAM_COLUMN} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
+)
+BY_ID_FOR_UPDATE = BY_ID_CHECKED + " FOR UPDATE"
+STREAM = "SELECT version, type, data::text, actor FROM events WHERE stream_id = $1 ORDER BY version"
 ONCE_PER_RUN_FOR_UPDATE = (
     f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND tool = $2 AND once_per_run FOR UPDATE"
 )
