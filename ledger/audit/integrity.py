@@ -15,10 +15,13 @@ Signoff keeps), since the ledger knows no approvals.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
+
+from ..errors import ConfigurationError
 from ..journal import Event, Journal, Projection, VerifyReport
 from ..journal.journal import _COLUMNS
 from ..journal.projection import ProjectionCheck, check_projection
@@ -51,12 +54,6 @@ WHERE txid::text::bigint % 4294967296 <> xmin::text::bigint
    OR txid >= pg_snapshot_xmax(pg_current_snapshot())
 ORDER BY position
 """
-# Transactions among $1 that inserted an event at top level (not in a savepoint).
-_TOP_LEVEL = """
-SELECT DISTINCT txid::text::bigint FROM events
-WHERE txid = ANY($1::text[]::xid8[]) AND txid::text::bigint % 4294967296 = xmin::text::bigint
-"""
-
 _STREAMS = (
     f"SELECT {_COLUMNS} FROM events WHERE starts_with(stream_id, $1) ORDER BY stream_id, version"
 )
@@ -139,11 +136,12 @@ class LedgerReport:
 
 async def check_global_order(db: Database) -> OrderReport:
     """Every event of the table is in the global order `read_all` reads: its `txid` is the id of
-    the transaction that inserted it (the row's `xmin`) and below the next id to be handed out.
+    the transaction that inserted it (whose low 32 bits are the row's `xmin`) and below the next
+    id to be handed out (its epoch is not ahead of the server's).
 
-    An event written in a savepoint (an approval consumed inside a call's intent) has the
-    savepoint's id as its `xmin`; it is accepted when that id is newer than `txid` and the
-    transaction `txid` also wrote an event at top level."""
+    Signoff appends at a transaction's top level (`Database.transaction` never opens a
+    savepoint): an event appended in a savepoint has the savepoint's id as `xmin`, and is
+    reported like a forged `txid`, since nothing in SQL tells the two apart."""
     async with (
         db.connection() as conn,
         conn.transaction(isolation="repeatable_read", readonly=True),
@@ -153,32 +151,25 @@ async def check_global_order(db: Database) -> OrderReport:
         in_flight = await conn.fetchval(
             "SELECT count(*) FROM events WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())"
         )
-        nested = {r["txid"] for r in suspects if r["txid"] < xmax}
-        top_level: set[int] = set()
-        if nested:
-            rows = await conn.fetch(_TOP_LEVEL, [str(t) for t in nested])
-            top_level = {r[0] for r in rows}
-    bad = []
-    for r in suspects:
-        problem = _order_problem(r["txid"], r["xmin"], xmax, top_level)
-        if problem is not None:
-            bad.append(OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], problem))
-    return OrderReport(events, horizon, in_flight, tuple(bad))
+    bad = tuple(
+        OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], _order_problem(r, xmax))
+        for r in suspects
+    )
+    return OrderReport(events, horizon, in_flight, bad)
 
 
-def _order_problem(txid: int, xmin: int, xmax: int, top_level: set[int]) -> str | None:
+def _order_problem(row: Mapping[str, Any], xmax: int) -> str:
+    txid = row["txid"]
     if txid >= xmax:
         return (
             f"txid {txid} is in the future (the next transaction id is {xmax}): read_all, "
             "exports and digests never reach it"
         )
     # The newest full id below xmax whose low 32 bits are xmin: the inserting transaction.
-    inserted_by = xmax - 1 - ((xmax - 1 - xmin) % _XID_WRAP)
-    if inserted_by > txid and txid in top_level:
-        return None  # a savepoint of transaction txid
+    inserted_by = xmax - 1 - ((xmax - 1 - row["xmin"]) % _XID_WRAP)
     return (
-        f"txid {txid} is not the transaction that inserted it ({inserted_by}): it sits out of "
-        "the global order"
+        f"txid {txid} is not the transaction that inserted it ({inserted_by}; or it was "
+        "appended in a savepoint): it sits out of the global order"
     )
 
 
@@ -190,11 +181,23 @@ async def verify_ledger(
     progress: Callable[[int], None] | None = None,
 ) -> LedgerReport:
     """Check the hash chains, the global order, each of `projections` against a rebuild and
-    each of `stream_checks`, in that order (`progress(n)`: n more events' chains checked)."""
-    chains = await Journal(db).verify(progress=progress)
-    order = await check_global_order(db)
-    checked = tuple([await check_projection(db, p) for p in projections])
-    streams = tuple([await _run_stream_check(db, c) for c in stream_checks])
+    each of `stream_checks`, in that order (`progress(n)`: n more events' chains checked).
+
+    Raises:
+        ConfigurationError: the login may not read the `events` table (with its `xmin`) and
+            the projections' tables, as `signoff_app` may; the auditor role's views hide the
+            transaction ids this checks.
+    """
+    try:
+        chains = await Journal(db).verify(progress=progress)
+        order = await check_global_order(db)
+        checked = tuple([await check_projection(db, p) for p in projections])
+        streams = tuple([await _run_stream_check(db, c) for c in stream_checks])
+    except asyncpg.InsufficientPrivilegeError as e:
+        raise ConfigurationError(
+            f"verifying the ledger reads the events and projection tables, and this login may "
+            f"not ({e}): use a login granted signoff_app"
+        ) from e
     return LedgerReport(chains, order, checked, streams)
 
 
