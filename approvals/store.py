@@ -133,7 +133,7 @@ class ApprovalStore:
         expiry(policy, datetime.now(UTC))  # refuses an expiry out of range before any write
         digest = args_digest(args)
         await self.ring.fresh()
-        async with self.db.connection(connection) as conn, conn.transaction():
+        async with self.db.transaction(connection) as conn:
             existing = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
             if existing is not None:
                 return row_to_approval(existing)
@@ -259,7 +259,7 @@ class ApprovalStore:
         _text(approval_id, "approval id")
         _text(task_run_id, "task_run_id")
         await self.ring.fresh()
-        async with self.db.connection(connection) as conn, conn.transaction():
+        async with self.db.transaction(connection) as conn:
             approval = await self._locked(conn, approval_id)
             if approval.consumed:
                 raise ApprovalAlreadyDecided(

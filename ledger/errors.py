@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 __all__ = [
     "AppendOnlyViolation",
     "CallStateError",
+    "CallTampered",
     "ClaimRaced",
     "ConfigurationError",
     "DatabaseError",
@@ -428,6 +429,21 @@ class UnknownCall(SignoffError):
 
 class CallStateError(SignoffError):
     """The operation does not fit the call's status (e.g. resolving a call that finished)."""
+
+
+class CallTampered(SignoffError):
+    """A call's `tool_calls` row disagrees with its stream in what decides whether it runs
+    (status, effect, attempts, version, digests, approval): the ledger refuses to run, replay,
+    retry, settle or resolve it until the row is rebuilt from the journal."""
+
+    def __init__(self, run_id: str, call_id: str, fields: tuple[str, ...]) -> None:
+        super().__init__(
+            f"call {call_id!r} of run {run_id!r}: its row disagrees with its stream in "
+            f"{', '.join(fields)}; nothing was run (`signoff ledger verify` shows the rows)"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.fields = fields
 
 
 class ResultTampered(SignoffError):

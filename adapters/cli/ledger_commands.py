@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from approvals.checks import verify_all
 from ledger.audit.digest import (
     Digest,
     DigestCheck,
@@ -20,8 +21,8 @@ from ledger.audit.digest import (
     take_digest,
     verify_digest,
 )
+from ledger.audit.integrity import LedgerReport
 from ledger.audit.verifier import MalformedDocument, load_public_keys
-from ledger.journal import Journal, VerifyReport
 from ledger.keys import KeyRing
 from ledger.store import Database
 
@@ -33,7 +34,7 @@ from .progress import Progress, progress_bar, shows_progress
 
 _VERIFY_EXAMPLES = """\
 examples:
-  signoff ledger verify                                  every hash chain (exit 1 if tampered)
+  signoff ledger verify                                  chains, order, projections (exit 1 if not)
   signoff ledger verify --digest digest.json             and the database still matches it
   signoff ledger verify --digest digest.json --public-keys keys.json     without the KEK
 """
@@ -52,7 +53,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     verify = commands.add_parser(
         "verify",
-        help="recompute every hash chain; exit 1 and name the first bad event if any",
+        help="check the hash chains, the global order, every projection against a rebuild and "
+        "the stream checks; exit 1 and name the first problem if any",
         epilog=_VERIFY_EXAMPLES,
     )
     verify.add_argument(
@@ -99,21 +101,44 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report, check = asyncio.run(_verify_journal(args))
-    first = report.first_bad
-    if first is None:
-        text = f"journal intact: {report.events} events in {report.streams} streams"
+    report, check = asyncio.run(_verify_ledger(args))
+    problems = report.problems
+    chains, order = report.chains, report.order
+    if not problems:
+        text = "\n".join(
+            [
+                f"ledger intact: {chains.events} events in {chains.streams} streams",
+                f"  hash chains: {chains.events} events recomputed",
+                f"  global order: {order.events} events, each under the transaction that wrote "
+                f"it ({order.in_flight} above the horizon)",
+                "  projections rebuilt from their streams: "
+                + ", ".join(f"{p.table} ({p.rows} rows)" for p in report.projections),
+                "  stream checks: "
+                + (
+                    ", ".join(f"{c.name} ({c.streams} streams)" for c in report.stream_checks)
+                    or "none registered"
+                ),
+            ]
+        )
     else:
-        text = (
-            f"journal TAMPERED: {len(report.bad)} bad event(s); first: stream "
-            f"{safe(repr(first.stream_id))} version {first.version} position {first.position}: "
-            f"{safe(first.problem)}"
+        text = "\n".join(
+            [f"ledger TAMPERED: {len(problems)} problem(s); first: {safe(problems[0])}"]
+            + [f"  - {safe(_brief(p))}" for p in problems]
         )
     data: dict[str, Any] = {
         "ok": report.ok,
-        "events": report.events,
-        "streams": report.streams,
-        "bad": [asdict(b) for b in report.bad],
+        "events": chains.events,
+        "streams": chains.streams,
+        "bad": [asdict(b) for b in chains.bad],
+        "order": {
+            "events": order.events,
+            "horizon": order.horizon,
+            "in_flight": order.in_flight,
+            "bad": [asdict(b) for b in order.bad],
+        },
+        "projections": [asdict(p) for p in report.projections],
+        "stream_checks": [asdict(c) for c in report.stream_checks],
+        "problems": problems,
     }
     if check is not None:
         digest = check.digest
@@ -136,7 +161,13 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if data["ok"] else 1
 
 
-async def _verify_journal(args: argparse.Namespace) -> tuple[VerifyReport, DigestCheck | None]:
+def _brief(problem: str, limit: int = 200) -> str:
+    """One problem on one short line (a projection's difference prints whole records)."""
+    line = " ".join(problem.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, DigestCheck | None]:
     if args.public_keys and not args.digest:
         raise DigestError("--public-keys checks a digest's signature: give --digest FILE too")
     digest = _read_digest(args.digest) if args.digest else None
@@ -146,7 +177,7 @@ async def _verify_journal(args: argparse.Namespace) -> tuple[VerifyReport, Diges
             keys = signing_keys(await KeyRing.open(db, create_missing=False))
         total = await _journal_size(args, db)
         with progress_bar(args, "verifying chains", total=total) as advance:
-            report = await Journal(db).verify(progress=advance)
+            report = await verify_all(db, progress=advance)
         if digest is None or keys is None:
             return report, None
         with progress_bar(args, "checking digest", total=digest.tree_size) as advance:

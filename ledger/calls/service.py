@@ -11,6 +11,12 @@
 3. Record the outcome, fenced by the stream version the worker holds: a worker whose call was
    taken over records nothing.
 
+Rows never outrank streams. Every step that acts on an existing row (replay, wait, retry after a
+lapsed lease, settling as `outcome_unknown`, resolving) first folds the call's stream, read in
+the statement that locks the row, and refuses with `CallTampered` (nothing runs, a warning is
+logged) when the row says anything else: an edited row cannot make a finished call run again.
+A new call reads no stream: its insert is the whole claim.
+
 Leases: 30 s by default, renewed every 10 s, measured on the database server's clock. Long
 enough that a slow round trip or a pause of the worker never makes a live call look dead (for a
 single-attempt write that would cost a person's time to resolve), short enough that a read
@@ -28,13 +34,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import asyncpg
 
 from ..canonical import json_digest
 from ..errors import (
     CallStateError,
+    CallTampered,
     ClaimRaced,
     DatabaseUnavailable,
     InvalidToolCall,
@@ -42,7 +49,7 @@ from ..errors import (
     UnknownCall,
 )
 from ..journal import NewEvent
-from ..journal.projection import verify_projection
+from ..journal.projection import Fact, disagreement, verify_projection
 from ..keys import KeyRing
 from ..limits import INT8, int_problem, name_problem, text_problem
 from ..log import get_logger
@@ -98,6 +105,11 @@ _Step = _Run | _Replay | _Wait
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _stream_facts(stream_id: str, entries: list[Any]) -> list[Fact]:
+    """(version, type, data, actor) entries of one stream as a fold sees them."""
+    return [Fact(stream_id, v, t, d, a) for v, t, d, a in entries]
 
 
 def _check_id(value: object, what: str) -> None:
@@ -215,9 +227,12 @@ class ToolLedger:
         _check_id(run_id, "run_id")
         _check_id(call_id, "call_id")
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
-        if row is None:
-            raise UnknownCall(run_id, call_id)
+            row = await conn.fetchrow(
+                sql.BY_ID_CHECKED, run_id, call_id, call_stream(run_id, call_id)
+            )
+            if row is None:
+                raise UnknownCall(run_id, call_id)
+            await self._confirmed(conn, row, locked=False)
         return await self.records.outcome(row, replayed=True)
 
     async def resolve(
@@ -236,10 +251,12 @@ class ToolLedger:
             raise InvalidToolCall(f"a note must be text without NUL or lone surrogates: {note!r}")
         await self.reap()
         async with self.db.transaction() as conn:
-            row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, run_id, call_id)
+            row = await conn.fetchrow(
+                sql.BY_ID_FOR_UPDATE, run_id, call_id, call_stream(run_id, call_id)
+            )
             if row is None:
                 raise UnknownCall(run_id, call_id)
-            record = call_record(row)
+            record = await self._confirmed(conn, row)
             if record.status is not CallStatus.OUTCOME_UNKNOWN:
                 raise CallStateError(
                     f"call {call_id} of run {run_id} is {record.status}, not outcome_unknown"
@@ -269,11 +286,19 @@ class ToolLedger:
             record = call_record(row)
             if record.attempts < record.effect.max_attempts:
                 continue
+            stream = call_stream(record.run_id, record.call_id)
             async with self.db.transaction() as conn:
-                locked = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, record.run_id, record.call_id)
-                if locked is not None and locked["lapsed"]:
-                    await self._give_up(conn, call_record(locked))
-                    settled += 1
+                locked = await conn.fetchrow(
+                    sql.BY_ID_FOR_UPDATE, record.run_id, record.call_id, stream
+                )
+                if locked is None or not locked["lapsed"]:
+                    continue
+                try:
+                    confirmed = await self._confirmed(conn, locked)
+                except CallTampered:
+                    continue  # logged; left for a person, never settled from its row
+                await self._give_up(conn, confirmed)
+                settled += 1
         return settled
 
     async def verify_projection(self) -> list[str]:
@@ -305,7 +330,8 @@ class ToolLedger:
         gate: Gate | None,
         request_digest: str,
     ) -> _Step:
-        row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, call.run_id, call.call_id)
+        stream = call_stream(call.run_id, call.call_id)
+        row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, call.run_id, call.call_id, stream)
         if row is None and policy.once_per_run:
             row = await conn.fetchrow(sql.ONCE_PER_RUN_FOR_UPDATE, call.run_id, call.tool)
         if row is None:
@@ -314,7 +340,7 @@ class ToolLedger:
             if step is None:
                 raise ClaimRaced  # rolls the gate's consumption back too
             return step
-        record = call_record(row)
+        record = await self._confirmed(conn, row)
         if record.call_id == call.call_id and record.request_digest != request_digest:
             raise InvalidToolCall(
                 f"call id {call.call_id!r} of run {call.run_id!r} was used before with other "
@@ -330,6 +356,8 @@ class ToolLedger:
         args = json.loads(
             await open_call_value(self.ring, record.stream_id, "args", row["args_sealed"])
         )
+        if json_digest(args) != record.args_digest:  # the stream's digest of what runs
+            self._refuse(record, ("args_sealed",))
         data = {
             "attempt": record.attempts + 1,
             "worker_id": self.worker_id,
@@ -349,6 +377,43 @@ class ToolLedger:
             attempt=retried.attempts,
         )
         return _Run(retried, args)
+
+    async def _confirmed(
+        self, conn: asyncpg.Connection, row: asyncpg.Record, *, locked: bool = True
+    ) -> CallRecord:
+        """The record of `row` once its stream confirms it.
+
+        The stream comes with the row (`sql.BY_ID_CHECKED`'s `stream` column) or, for a row
+        found by tool (once per run), is read here. A row locked after waiting for another
+        writer is newer than the statement's snapshot of its stream: a `locked` row that
+        disagrees is compared again with its stream read afresh (the lock keeps both still).
+
+        Raises:
+            CallTampered: the row and its stream disagree; logged, nothing written.
+        """
+        record = call_record(row)
+        stream_id = call_stream(record.run_id, record.call_id)
+        text = row.get("stream")
+        problem: tuple[str, ...] = ("stream",)
+        if text is not None:
+            problem = disagreement(CALLS, record, _stream_facts(stream_id, json.loads(text)))
+        if problem and locked:
+            entries = [
+                (v, t, json.loads(d), a) for v, t, d, a in await conn.fetch(sql.STREAM, stream_id)
+            ]
+            problem = disagreement(CALLS, record, _stream_facts(stream_id, entries))
+        if problem:
+            self._refuse(record, problem)
+        return record
+
+    def _refuse(self, record: CallRecord, fields: tuple[str, ...]) -> NoReturn:
+        log.warning(
+            "call row disagrees with its stream; refusing to act on it",
+            run_id=record.run_id,
+            call_id=record.call_id,
+            fields=list(fields),
+        )
+        raise CallTampered(record.run_id, record.call_id, fields)
 
     async def _start(
         self,

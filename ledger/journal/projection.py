@@ -11,16 +11,20 @@ which database function writes the row. Everything else is here, once:
   the events (the row first, fenced by its own conflict rule or by the version the caller
   read; the append after it, with the rights of the login checked there). A lost race writes
   neither;
-- `verify_projection`: rebuild every row from the journal and name the rows that differ.
+- `verify_projection` (`check_projection` with counts): rebuild every row from the journal and
+  name the rows that differ;
+- `disagreement`: the fields in which one live row differs from the fold of its stream, for
+  callers that must not act on a row its stream does not confirm.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from typing import Any, ClassVar, Generic, TypeVar
@@ -31,7 +35,17 @@ from ..errors import InvalidEvent, ProjectionError
 from ..store import Database
 from .journal import _CHANNEL, NewEvent, append_arguments
 
-__all__ = ["Fact", "Projection", "commit", "facts", "fold", "verify_projection"]
+__all__ = [
+    "Fact",
+    "Projection",
+    "ProjectionCheck",
+    "check_projection",
+    "commit",
+    "disagreement",
+    "facts",
+    "fold",
+    "verify_projection",
+]
 
 R = TypeVar("R")
 
@@ -183,9 +197,48 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not a row value: {type(value).__name__}")
 
 
+def disagreement(projection: Projection[R], live: R, events: Sequence[Fact]) -> tuple[str, ...]:
+    """The fields in which `live` (a row as read) differs from the fold of its stream's
+    `events`; () when the stream confirms it. A stream that does not fold (no events, an unknown
+    type) confirms nothing: ("stream",)."""
+    try:
+        rebuilt = fold(projection, events)
+    except ProjectionError:
+        return ("stream",)
+    table = projection.as_verified(live, events[0])
+    if table == rebuilt:
+        return ()
+    if not (dataclasses.is_dataclass(table) and dataclasses.is_dataclass(rebuilt)):
+        return ("record",)
+    return tuple(
+        f.name
+        for f in dataclasses.fields(table)
+        if getattr(table, f.name) != getattr(rebuilt, f.name, None)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionCheck:
+    """What `check_projection` compared: the table's rows, the streams rebuilt, the problems."""
+
+    table: str
+    rows: int
+    streams: int
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
 async def verify_projection(db: Database, projection: Projection[Any]) -> list[str]:
     """Rebuild every row of the projection from the journal and compare with its table; return
     the differences (none when the table is true to the journal)."""
+    return list((await check_projection(db, projection)).problems)
+
+
+async def check_projection(db: Database, projection: Projection[Any]) -> ProjectionCheck:
+    """`verify_projection`, with how many rows and streams were compared."""
     if not _PREFIX.fullmatch(projection.stream_prefix):
         raise ValueError(f"not a stream prefix: {projection.stream_prefix!r}")
     rebuilt: dict[str, Any] = {}
@@ -228,7 +281,8 @@ async def verify_projection(db: Database, projection: Projection[Any]) -> list[s
         table = projection.as_verified(live[s], first[s])
         if table != rebuilt[s]:
             problems.append(f"{label(table)}: table {table} != journal {rebuilt[s]}")
-    return problems
+    streams = len(rebuilt) + len(broken)
+    return ProjectionCheck(projection.table, len(rows), streams, tuple(problems))
 
 
 def _json(text: str) -> dict[str, Any]:

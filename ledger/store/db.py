@@ -183,10 +183,19 @@ class Database:
             await self.pool.release(conn)  # asyncpg shields the release from cancellation
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        """Borrow a pooled asyncpg connection inside one transaction, committed on success."""
-        async with self.connection() as conn, conn.transaction():
-            yield conn
+    async def transaction(
+        self, existing: asyncpg.Connection | None = None
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """Borrow a pooled asyncpg connection inside one transaction, committed on success; or
+        use `existing` and its open transaction as it is. Never a savepoint: an event appended
+        in one carries the savepoint's transaction id as its row's `xmin`, not the `txid` it
+        records, and `ledger verify` reports it as out of the global order."""
+        async with self.connection(existing) as conn:
+            if conn.is_in_transaction():
+                yield conn
+            else:
+                async with conn.transaction():
+                    yield conn
 
     def _translate(self, error: Exception, conn: asyncpg.Connection) -> SignoffError | None:
         return _translated(error, conn, self.url)

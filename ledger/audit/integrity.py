@@ -1,0 +1,223 @@
+"""Everything an auditor relies on, checked against the database: `signoff ledger verify`.
+
+`verify_ledger` runs, in order:
+
+1. the hash chains (`Journal.verify`);
+2. the global order (`check_global_order`): every event's `txid` is the transaction that inserted
+   it and not in the future, so `read_all`, exports and digests reach every event `read_stream`
+   returns;
+3. every projection against a rebuild from its streams (`check_projection`);
+4. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams.
+
+The lists of projections and stream checks are the caller's (`approvals.checks` holds the ones
+Signoff keeps), since the ledger knows no approvals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigurationError, PermissionDenied
+from ..journal import Event, Journal, Projection, VerifyReport
+from ..journal.journal import _COLUMNS
+from ..journal.projection import ProjectionCheck, check_projection
+from ..store import Database
+
+__all__ = [
+    "LedgerReport",
+    "OrderReport",
+    "OutOfOrder",
+    "StreamCheck",
+    "StreamChecker",
+    "check_global_order",
+    "verify_ledger",
+]
+
+_XID_WRAP = 1 << 32
+
+# The row's `xmin` is the (32-bit) id of the transaction that inserted it; `txid` claims the
+# full 64-bit id. Both are read in one snapshot, whose xmax is the next id to be handed out.
+_SNAPSHOT = """
+SELECT count(*),
+       pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint
+FROM events
+"""
+_SUSPECTS = """
+SELECT position, stream_id, version, txid::text::bigint AS txid, xmin::text::bigint AS xmin
+FROM events
+WHERE txid::text::bigint % 4294967296 <> xmin::text::bigint
+   OR txid >= pg_snapshot_xmax(pg_current_snapshot())
+ORDER BY position
+"""
+_STREAMS = (
+    f"SELECT {_COLUMNS} FROM events WHERE starts_with(stream_id, $1) ORDER BY stream_id, version"
+)
+
+StreamChecker = Callable[[str, Sequence[Event]], Sequence[str]]
+"""Checks one whole stream (its id, its events oldest first); returns its problems."""
+
+
+@dataclass(frozen=True)
+class StreamCheck:
+    """A check of whole streams beyond their hash chains (decision signatures and policies of
+    `approval:` streams, say). `prepare` loads once what the check needs (public keys,
+    policies) and returns the checker `verify_ledger` calls for every stream under
+    `stream_prefix`."""
+
+    name: str
+    stream_prefix: str
+    prepare: Callable[[Database], Awaitable[StreamChecker]]
+
+
+@dataclass(frozen=True, slots=True)
+class OutOfOrder:
+    """An event whose `txid` does not put it where its transaction belongs."""
+
+    position: int
+    stream_id: str
+    version: int
+    txid: int
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
+class OrderReport:
+    events: int
+    horizon: int  # the snapshot's xmin: events below it are final in the global order
+    in_flight: int  # events at or above it (their order is final once older transactions end)
+    bad: tuple[OutOfOrder, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCheckReport:
+    name: str
+    streams: int
+    problems: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class LedgerReport:
+    """What `verify_ledger` checked; `problems` lists every finding, in the order checked."""
+
+    chains: VerifyReport
+    order: OrderReport
+    projections: tuple[ProjectionCheck, ...]
+    stream_checks: tuple[StreamCheckReport, ...]
+
+    @property
+    def problems(self) -> list[str]:
+        found = [
+            f"hash chain: stream {b.stream_id!r} version {b.version} position {b.position}: "
+            f"{b.problem}"
+            for b in sorted(self.chains.bad, key=lambda b: b.position)
+        ]
+        found += [
+            f"global order: stream {b.stream_id!r} version {b.version} position {b.position}: "
+            f"{b.problem}"
+            for b in self.order.bad
+        ]
+        found += [f"projection {p.table}: {x}" for p in self.projections for x in p.problems]
+        found += [f"{c.name}: {problem}" for c in self.stream_checks for problem in c.problems]
+        return found
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+async def check_global_order(db: Database) -> OrderReport:
+    """Every event of the table is in the global order `read_all` reads: its `txid` is the id of
+    the transaction that inserted it (whose low 32 bits are the row's `xmin`) and below the next
+    id to be handed out (its epoch is not ahead of the server's).
+
+    Signoff appends at a transaction's top level (`Database.transaction` never opens a
+    savepoint): an event appended in a savepoint has the savepoint's id as `xmin`, and is
+    reported like a forged `txid`, since nothing in SQL tells the two apart."""
+    async with (
+        db.connection() as conn,
+        conn.transaction(isolation="repeatable_read", readonly=True),
+    ):
+        events, horizon, xmax = await conn.fetchrow(_SNAPSHOT)
+        suspects = await conn.fetch(_SUSPECTS)
+        in_flight = await conn.fetchval(
+            "SELECT count(*) FROM events WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())"
+        )
+    bad = tuple(
+        OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], _order_problem(r, xmax))
+        for r in suspects
+    )
+    return OrderReport(events, horizon, in_flight, bad)
+
+
+def _order_problem(row: Mapping[str, Any], xmax: int) -> str:
+    txid = row["txid"]
+    if txid >= xmax:
+        return (
+            f"txid {txid} is in the future (the next transaction id is {xmax}): read_all, "
+            "exports and digests never reach it"
+        )
+    # The newest full id below xmax whose low 32 bits are xmin: the inserting transaction.
+    inserted_by = xmax - 1 - ((xmax - 1 - row["xmin"]) % _XID_WRAP)
+    return (
+        f"txid {txid} is not the transaction that inserted it ({inserted_by}; or it was "
+        "appended in a savepoint): it sits out of the global order"
+    )
+
+
+async def verify_ledger(
+    db: Database,
+    projections: Sequence[Projection[Any]],
+    stream_checks: Sequence[StreamCheck] = (),
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> LedgerReport:
+    """Check the hash chains, the global order, each of `projections` against a rebuild and
+    each of `stream_checks`, in that order (`progress(n)`: n more events' chains checked).
+
+    Raises:
+        ConfigurationError: the login may not read the `events` table (with its `xmin`) and
+            the projections' tables, as `signoff_app` may; the auditor role's views hide the
+            transaction ids this checks.
+    """
+    try:
+        chains = await Journal(db).verify(progress=progress)
+        order = await check_global_order(db)
+        checked = tuple([await check_projection(db, p) for p in projections])
+        streams = tuple([await _run_stream_check(db, c) for c in stream_checks])
+    except PermissionDenied as e:
+        raise ConfigurationError(
+            f"verifying the ledger reads the events and projection tables, and this login may "
+            f"not ({e}): use a login granted signoff_app"
+        ) from e
+    return LedgerReport(chains, order, checked, streams)
+
+
+async def _run_stream_check(db: Database, check: StreamCheck) -> StreamCheckReport:
+    checker = await check.prepare(db)
+    problems: list[str] = []
+    streams = 0
+    current: list[Event] = []
+
+    def finish() -> None:
+        nonlocal streams
+        if current:
+            streams += 1
+            stream_id = current[0].stream_id
+            problems.extend(f"{stream_id}: {p}" for p in checker(stream_id, current))
+
+    async with db.transaction() as conn:
+        async for row in conn.cursor(_STREAMS, check.stream_prefix, prefetch=5000):
+            event = Event(*row)
+            if current and current[0].stream_id != event.stream_id:
+                finish()
+                current = []
+            current.append(event)
+    finish()
+    return StreamCheckReport(check.name, streams, tuple(problems))

@@ -1,0 +1,223 @@
+"""`signoff ledger verify` checks everything an auditor relies on, in order: the hash chains, that
+every event is in the global order, every projection against a rebuild, and the stream checks.
+Forgeries are plain SQL on the test's superuser connection."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+import approvals
+import ledger
+from approvals import ApprovalStore, Decision, approval_gate
+from approvals.checks import PROJECTIONS, verify_all
+from ledger.audit.integrity import StreamCheck, StreamChecker, check_global_order, verify_ledger
+from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
+from ledger.calls.service import ToolLedger
+from ledger.canonical import canonical_json, chain_hash, event_bytes
+from ledger.journal import Event, Journal, NewEvent, Projection
+from ledger.keys import KeyRing, LocalKek
+from ledger.store import Database
+
+from .processes import TEST_KEK, run_cli
+
+FUTURE_TXID = 9_000_000_000_000  # far beyond any transaction id this server will hand out
+
+
+async def double(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+    return {"doubled": args["n"] * 2}
+
+
+async def fill(db: Database) -> str:
+    """An approved call (its approval consumed in the intent's transaction), a plain call and a
+    stream of notes; returns the notes' stream."""
+    ring = await KeyRing.open(db, LocalKek(TEST_KEK))
+    store = ApprovalStore(db, ring)
+    calls = ToolLedger(db, ring)
+    run, args = f"run-{uuid.uuid4().hex[:8]}", {"n": 2}
+    try:
+        approval = await store.request(
+            run_id=run, tool="refund", args=args, call_id="c1", requested_by="agent"
+        )
+        await store.decide(approval.approval_id, Decision.approve(), "alice")
+        gate = approval_gate(store, approval.approval_id, f"{run}/c1", args)
+        policy = ToolPolicy(Effect.SINGLE_ATTEMPT)
+        await calls.execute(ToolCall(run, "c1", "refund", args), double, policy, gate=gate)
+        await calls.execute(ToolCall(run, "c2", "lookup", args), double, ToolPolicy(Effect.READ))
+    finally:
+        await store.close()
+        await calls.close()
+    notes = f"note:{uuid.uuid4().hex[:8]}"
+    await Journal(db).append(notes, [NewEvent("noted", {"n": 1}, "auditor")], expected_version=0)
+    return notes
+
+
+@pytest.fixture
+async def filled(fresh_database_url: str) -> AsyncIterator[tuple[str, Database, str]]:
+    async with await Database.connect(fresh_database_url) as db:
+        yield fresh_database_url, db, await fill(db)
+
+
+async def forge_event(db: Database, stream: str, txid: int) -> int:
+    """Append a correctly chained event to `stream` by a direct INSERT with a chosen `txid`;
+    return its position."""
+    head = (await Journal(db).read_stream(stream))[-1]
+    version, data, at = head.version + 1, canonical_json({"n": 2}), datetime.now(UTC)
+    digest = chain_hash(head.hash, event_bytes(stream, version, "noted", "auditor", at, data))
+    async with db.connection() as conn:
+        position: int = await conn.fetchval(
+            "INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)"
+            " VALUES ($1::text::xid8, $2, $3, 'noted', $4::json, 'auditor', $5, $6)"
+            " RETURNING position",
+            str(txid),
+            stream,
+            version,
+            data,
+            at,
+            digest,
+        )
+    return position
+
+
+async def test_a_clean_ledger_verifies_and_says_what_was_checked(
+    filled: tuple[str, Database, str],
+) -> None:
+    url, db, _ = filled
+    report = await verify_all(db)
+    assert report.ok, report.problems
+    assert report.order.events == report.chains.events > 0
+    assert {p.table: p.rows for p in report.projections} == {"approvals": 1, "tool_calls": 2}
+
+    result = await run_cli("ledger", "verify", database_url=url)
+    assert result.code == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("ledger intact:")
+    assert "approvals (1 rows), tool_calls (2 rows)" in result.stdout
+    assert "global order" in result.stdout and "stream checks: none registered" in result.stdout
+    as_json = json.loads((await run_cli("ledger", "verify", "--json", database_url=url)).stdout)
+    assert as_json["ok"] is True and as_json["problems"] == []
+    assert as_json["order"]["events"] == as_json["events"]
+
+
+async def test_a_login_with_only_the_worker_role_can_verify(
+    filled: tuple[str, Database, str],
+) -> None:
+    """`ledger verify` reads the events (with their `xmin`) and the projection tables, which
+    the worker role may read; the auditor role sees only the audit views and cannot."""
+    url, db, _ = filled
+    app, auditor = (f"verify_{role}_{uuid.uuid4().hex[:8]}" for role in ("app", "auditor"))
+    parts = urlsplit(url)
+
+    def login_url(login: str) -> str:
+        return urlunsplit(parts._replace(netloc=f"{login}@{parts.netloc.split('@')[-1]}"))
+
+    async with db.connection() as conn:
+        await conn.execute(f"CREATE ROLE {app} LOGIN IN ROLE signoff_app")
+        await conn.execute(f"CREATE ROLE {auditor} LOGIN IN ROLE signoff_auditor")
+    try:
+        result = await run_cli("ledger", "verify", database_url=login_url(app))
+        assert result.code == 0, result.stdout + result.stderr
+        result = await run_cli("ledger", "verify", database_url=login_url(auditor))
+        assert result.code == 2 and "use a login granted signoff_app" in result.stderr, result
+    finally:
+        async with db.connection() as conn:
+            await conn.execute(f"DROP ROLE {app}")
+            await conn.execute(f"DROP ROLE {auditor}")
+
+
+async def test_an_event_with_a_txid_in_the_future_is_reported(
+    filled: tuple[str, Database, str],
+) -> None:
+    """Finding 3 as found: a direct INSERT with a txid far in the future and a correctly
+    chained hash. `read_stream` returns the event, `read_all` never does, the hash chains are
+    intact; the global-order check names it, and `ledger verify` exits 1 naming it."""
+    url, db, notes = filled
+    journal = Journal(db)
+    position = await forge_event(db, notes, FUTURE_TXID)
+    assert [e.position for e in await journal.read_stream(notes)][-1] == position
+    assert position not in [e.position async for e in journal.read_all()]
+    assert (await journal.verify()).ok, "the chain is correctly forged"
+
+    order = await check_global_order(db)
+    assert [(b.position, b.stream_id, b.version) for b in order.bad] == [(position, notes, 2)]
+    assert "in the future" in order.bad[0].problem
+    report = await verify_all(db)
+    assert not report.ok and report.problems[0].startswith("global order")
+
+    result = await run_cli("ledger", "verify", database_url=url)
+    assert result.code == 1, result.stdout + result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("ledger TAMPERED: 1 problem(s); first: global order")
+    assert notes in first and f"position {position}" in first
+    bad = json.loads((await run_cli("ledger", "verify", "--json", database_url=url)).stdout)
+    assert [b["position"] for b in bad["order"]["bad"]] == [position]
+
+
+async def test_an_event_with_another_transactions_txid_is_reported(
+    filled: tuple[str, Database, str],
+) -> None:
+    """A txid in the past (an earlier transaction's) puts the event behind readers' cursors."""
+    _, db, notes = filled
+    earlier = (await Journal(db).read_stream(notes))[0].txid
+    position = await forge_event(db, notes, earlier)
+    order = await check_global_order(db)
+    assert [(b.position, b.stream_id) for b in order.bad] == [(position, notes)]
+    assert "not the transaction that inserted it" in order.bad[0].problem
+
+
+async def test_a_projection_row_edited_by_the_owner_is_reported(
+    filled: tuple[str, Database, str],
+) -> None:
+    url, db, _ = filled
+    async with db.connection() as conn:
+        run = await conn.fetchval("SELECT run_id FROM tool_calls WHERE call_id = 'c1'")
+        await conn.execute("UPDATE tool_calls SET attempts = 7 WHERE call_id = 'c1'")
+    result = await run_cli("ledger", "verify", database_url=url)
+    assert result.code == 1, result.stdout + result.stderr
+    first = result.stdout.splitlines()[0]
+    assert "first: projection tool_calls" in first and f"call:{run}/c1" in first
+    # The chains and the global order are intact: only the projection is named.
+    report = await verify_all(db)
+    assert report.chains.ok and report.order.ok and len(report.problems) == 1
+
+
+async def test_stream_checks_run_over_whole_streams_after_the_projections(
+    filled: tuple[str, Database, str],
+) -> None:
+    """The hook decision signatures and policies plug into: a `StreamCheck` sees every stream
+    under its prefix, whole, and its problems are reported last."""
+    _, db, _ = filled
+    seen: dict[str, list[str]] = {}
+
+    async def prepare(database: Database) -> StreamChecker:
+        def check(stream_id: str, events: Sequence[Event]) -> list[str]:
+            seen[stream_id] = [e.type for e in events]
+            return ["unsigned decision"] if "approval.decided" in seen[stream_id] else []
+
+        return check
+
+    hook = StreamCheck("decision signatures", "approval:", prepare)
+    report = await verify_ledger(db, PROJECTIONS, [hook])
+    assert len(seen) == 1
+    [(stream, types)] = seen.items()
+    assert types[0] == "approval.requested" and "approval.consumed" in types
+    assert report.problems == [f"decision signatures: {stream}: unsigned decision"]
+    assert [(c.name, c.streams) for c in report.stream_checks] == [("decision signatures", 1)]
+
+
+def test_every_projection_is_verified() -> None:
+    """`approvals.checks.PROJECTIONS` lists every projection instance the packages define, so
+    a new one (a reviewer directory, say) cannot be left out of `ledger verify`."""
+    found: set[int] = set()
+    for package in (ledger, approvals):
+        for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            names = vars(importlib.import_module(module.name))
+            found |= {id(v) for v in names.values() if isinstance(v, Projection)}
+    assert found == {id(p) for p in PROJECTIONS}
