@@ -1,9 +1,15 @@
-"""The approval store's queries, in one place (its row writes are `projection.APPROVALS`'s)."""
+"""The approval store's queries, in one place (its row writes are `projection.APPROVALS`'s).
+
+`BY_REQUEST` finds a request by its arguments' digest under any live value-MAC key (and the
+unkeyed SHA-256 of requests older than keyed digests): after a rotation the same (run, call id,
+arguments) still finds its approval, in one statement."""
 
 from .projection import COLUMNS
 
 BY_REQUEST = f"""
-SELECT {COLUMNS} FROM approvals WHERE run_id = $1 AND call_id = $2 AND args_digest = $3
+SELECT {COLUMNS} FROM approvals
+WHERE run_id = $1 AND call_id = $2 AND args_digest = ANY($3::text[])
+ORDER BY requested_at LIMIT 1
 """
 
 BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"

@@ -32,7 +32,7 @@ from typing import Any
 
 import asyncpg
 
-from ..canonical import json_digest
+from ..canonical import canonical_json
 from ..errors import (
     CallStateError,
     ClaimRaced,
@@ -44,6 +44,7 @@ from ..errors import (
 from ..journal import NewEvent
 from ..journal.projection import verify_projection
 from ..keys import KeyRing
+from ..keys.digests import matches, text_digest
 from ..limits import INT8, int_problem, name_problem, text_problem
 from ..log import get_logger
 from ..store import Database
@@ -122,9 +123,16 @@ def _validate(call: ToolCall, policy: ToolPolicy) -> str:
     if not isinstance(call.args, dict):
         raise InvalidToolCall(f"arguments must be a JSON object, not {type(call.args).__name__}")
     try:
-        return json_digest(call.args)
+        return canonical_json(call.args)
     except ValueError as e:
         raise InvalidToolCall(f"arguments of {call.tool} are not JSON: {e}") from e
+
+
+async def _same_request(ring: KeyRing, recorded: str, digest: str, args_text: str) -> bool:
+    """Whether a call's recorded request digest is that of these arguments: the same text
+    under the active key, else recomputed under the key it names (written before a rotation),
+    or as SHA-256 (written before keyed digests)."""
+    return recorded == digest or await matches(ring, recorded, args_text)
 
 
 class ToolLedger:
@@ -189,10 +197,11 @@ class ToolLedger:
         returned, its outcome is recorded even if the task is cancelled.
         """
         policy = policy or ToolPolicy()
-        request_digest = _validate(call, policy)
+        args_text = _validate(call, policy)
         await self.ring.fresh()
+        request_digest = text_digest(self.ring, args_text)
         while True:
-            step = await self._claim(call, policy, gate, request_digest)
+            step = await self._claim(call, policy, gate, request_digest, args_text)
             if isinstance(step, _Replay):
                 return step.outcome
             if isinstance(step, _Wait):
@@ -284,7 +293,12 @@ class ToolLedger:
     # -- claiming --------------------------------------------------------------------------
 
     async def _claim(
-        self, call: ToolCall, policy: ToolPolicy, gate: Gate | None, request_digest: str
+        self,
+        call: ToolCall,
+        policy: ToolPolicy,
+        gate: Gate | None,
+        request_digest: str,
+        args_text: str,
     ) -> _Step | None:
         if gate is None:  # the common case: one statement, no transaction
             async with self.db.connection() as conn:
@@ -293,7 +307,7 @@ class ToolLedger:
                 return step
         try:
             async with self.db.transaction() as conn:
-                return await self._claim_locked(conn, call, policy, gate, request_digest)
+                return await self._claim_locked(conn, call, policy, gate, request_digest, args_text)
         except ClaimRaced:
             return None
 
@@ -304,6 +318,7 @@ class ToolLedger:
         policy: ToolPolicy,
         gate: Gate | None,
         request_digest: str,
+        args_text: str,
     ) -> _Step:
         row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, call.run_id, call.call_id)
         if row is None and policy.once_per_run:
@@ -315,7 +330,9 @@ class ToolLedger:
                 raise ClaimRaced  # rolls the gate's consumption back too
             return step
         record = call_record(row)
-        if record.call_id == call.call_id and record.request_digest != request_digest:
+        if record.call_id == call.call_id and not await _same_request(
+            self.ring, record.request_digest, request_digest, args_text
+        ):
             raise InvalidToolCall(
                 f"call id {call.call_id!r} of run {call.run_id!r} was used before with other "
                 "arguments"
