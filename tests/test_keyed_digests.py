@@ -263,6 +263,26 @@ async def test_requests_replays_tokens_and_edits_still_match_after_a_value_mac_r
     assert not await matches(kring, record.args_digest, canonical_json(edited))
 
 
+async def test_a_process_that_has_not_seen_the_new_value_mac_key_still_replays_its_calls(
+    kdb: Database, kring: KeyRing, kledger: ToolLedger
+) -> None:
+    stale = KeyRing(kdb, LocalKek(TEST_KEK), refresh_seconds=3600)
+    await stale.refresh()
+    other = ToolLedger(kdb, stale, lease_seconds=1.0, poll_interval=0.05)
+    try:
+        new_key = await kring.rotate(Purpose.VALUE_MAC)
+        call = ToolCall(_run(), "c1", "refund", ARGS)
+        first = await kledger.execute(call, _refund)
+        assert digest_key_id((await kledger.get(call.run_id, "c1")).result_digest or "") == new_key
+        # The other process writes under its cached key until it refreshes, and checks a
+        # digest under a key it has not seen by loading it on demand.
+        assert stale.active_key_id(Purpose.VALUE_MAC) != new_key
+        replay = await other.execute(call, _refund)
+        assert replay.replayed and replay.result == first.result
+    finally:
+        await other.close()
+
+
 def _at() -> str:
     return datetime.now(UTC).isoformat()
 
