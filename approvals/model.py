@@ -8,7 +8,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from ledger.canonical import canonical_json, json_digest
+from ledger.canonical import canonical_json
+from ledger.keys import KeyRing
+from ledger.keys.digests import value_digest
 from ledger.limits import name_problem, text_problem
 
 from .errors import InvalidApprovalRequest
@@ -163,6 +165,11 @@ class Decision:
         return cls(DecisionKind.RESPOND, message=message)
 
 
+_REVIEW_FIELDS = (
+    "reason", "reason_sealed", "args_digest", "args_sealed", "message_sealed", "grant_id",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Review:
     """One reviewer's decision on an approval, as its `approval.decided` event records it.
@@ -171,8 +178,11 @@ class Review:
         reviewer: who decided (a reviewer id; any text a name may be, commas included).
         decision: what they decided.
         at: when.
-        reason: a reject's reason.
-        args_digest, args_sealed: an edit's arguments (digest, and sealed base64 ciphertext).
+        reason: the reviewer's reason in clear, only in reviews recorded before reasons were
+            sealed; newer ones hold `reason_sealed` (the store opens it).
+        reason_sealed: the reviewer's reason (a reject's, or any decision's), sealed.
+        args_digest, args_sealed: an edit's arguments (keyed digest, and sealed base64
+            ciphertext).
         message_sealed: a respond's answer, sealed.
         grant_id: the sticky grant that approved it, when no person decided this request.
     """
@@ -185,6 +195,7 @@ class Review:
     args_sealed: str | None = None
     message_sealed: str | None = None
     grant_id: str | None = None
+    reason_sealed: str | None = None
 
     def to_json(self, *, sealed: bool = True) -> dict[str, Any]:
         """The review as event and row JSON (absent fields left out); without `sealed`, no
@@ -194,7 +205,7 @@ class Review:
             "decision": str(self.decision),
             "at": self.at.isoformat(),
         }
-        for name in ("reason", "args_digest", "args_sealed", "message_sealed", "grant_id"):
+        for name in _REVIEW_FIELDS:
             value = getattr(self, name)
             if value is not None and (sealed or not name.endswith("_sealed")):
                 data[name] = value
@@ -213,6 +224,7 @@ class Review:
             args_sealed=data.get("args_sealed"),
             message_sealed=data.get("message_sealed"),
             grant_id=data.get("grant_id"),
+            reason_sealed=data.get("reason_sealed"),
         )
 
 
@@ -326,9 +338,10 @@ def _check_text(text: str, what: str) -> None:
         raise InvalidApprovalRequest(f"{what} is longer than {MAX_TEXT_BYTES} bytes")
 
 
-def args_digest(args: dict[str, Any]) -> str:
-    """SHA-256 (hex) of the canonical JSON of a call's arguments (as the tool-call ledger)."""
-    return json_digest(args)
+def args_digest(ring: KeyRing, args: dict[str, Any]) -> str:
+    """The keyed digest of a call's arguments under the active value-MAC key, as the tool-call
+    ledger writes it (`ledger.keys.digests`)."""
+    return value_digest(ring, args)
 
 
 def binding_of(

@@ -25,6 +25,7 @@ from ledger.errors import DatabaseUnavailable
 from ledger.journal import Journal, NewEvent
 from ledger.journal.projection import verify_projection
 from ledger.keys import KeyRing
+from ledger.keys.digests import matches, text_digest, value_digests
 from ledger.limits import INT8, int_problem
 from ledger.log import get_logger
 from ledger.store import Database
@@ -50,7 +51,6 @@ from .model import (
     DecisionKind,
     Review,
     Reviewer,
-    args_digest,
     binding_of,
     check_decision,
     expiry,
@@ -131,10 +131,12 @@ class ApprovalStore:
             raise InvalidApprovalRequest(f"not an ApprovalPolicy: {type(policy).__name__}")
         json_object(policy.to_json(), "policy")
         expiry(policy, datetime.now(UTC))  # refuses an expiry out of range before any write
-        digest = args_digest(args)
         await self.ring.fresh()
+        digest = text_digest(self.ring, args_text)
+        # The same request may be recorded under an older value-MAC key: look for every form.
+        known = value_digests(self.ring, args_text)
         async with self.db.transaction(connection) as conn:
-            existing = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
+            existing = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, known)
             if existing is not None:
                 return row_to_approval(existing)
             now = datetime.now(UTC)
@@ -163,7 +165,7 @@ class ApprovalStore:
                 events.append(NewEvent("approval.decided", decided, actor=by))
             approval = await self.records.commit(conn, approval_id, None, events)
             if approval is None:  # another process asked the same question a moment ago
-                row = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, digest)
+                row = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, known)
                 return row_to_approval(row)
         log.info(
             "approval requested",
@@ -393,13 +395,19 @@ class ApprovalStore:
         """
         for value, what in ((run_id, "run_id"), (tool, "tool"), (call_id, "call_id")):
             _text(value, what)
-        json_object(args, "args")
+        args_text = json_object(args, "args")
         parsed = parse_token(token)
         await token_mac_ok(self.ring, parsed)
         approval = await self.get(parsed.approval_id)
-        expected = binding_of(run_id, tool, kind, args_digest(args), call_id, approval.approval_id)
+        # The request's digest is checked under the key it names (maybe rotated out since);
+        # the binding then holds that digest.
+        same_args = await matches(self.ring, approval.args_digest, args_text)
+        expected = binding_of(
+            run_id, tool, kind, approval.args_digest, call_id, approval.approval_id
+        )
         if not (
-            hmac.compare_digest(parsed.binding, expected)
+            same_args
+            and hmac.compare_digest(parsed.binding, expected)
             and hmac.compare_digest(approval.binding, expected)
         ):
             raise TokenBindingMismatch(
@@ -419,7 +427,7 @@ class ApprovalStore:
         if status is ApprovalStatus.APPROVED:
             return Decision.approve()
         if status is ApprovalStatus.REJECTED:
-            return Decision.reject(None if last is None else last.reason)
+            return Decision.reject(None if last is None else await self.reason_of(approval, last))
         if status is ApprovalStatus.EDITED and last is not None and last.args_sealed is not None:
             edited = await self.records.open(
                 last.args_sealed, approval.approval_id, f"edit:{last.reviewer}"
@@ -437,6 +445,19 @@ class ApprovalStore:
         if status is ApprovalStatus.CANCELLED:
             return Decision.reject("the approval request was cancelled")
         raise ApprovalPending(approval.approval_id)
+
+    async def reason_of(self, approval: Approval, review: Review) -> str | None:
+        """A review's reason in clear: opened from its sealed form, or as recorded in clear
+        before reasons were sealed.
+
+        Raises:
+            UnknownKey, DecryptionFailed: the sealed reason is not this review's, or its key is
+                retired.
+        """
+        if review.reason_sealed is None:
+            return review.reason
+        part = _reason_part(review.decision, review.reviewer)
+        return await self.records.open(review.reason_sealed, approval.approval_id, part)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -489,8 +510,12 @@ class ApprovalStore:
             reviewer=who.id,
             decision=decision.kind,
             at=datetime.now(UTC),
-            reason=decision.reason,
-            args_digest=None if edited is None else args_digest(json.loads(edited)),
+            reason_sealed=None
+            if decision.reason is None
+            else self.records.seal(
+                decision.reason, approval_id, _reason_part(decision.kind, who.id)
+            ),
+            args_digest=None if edited is None else text_digest(self.ring, edited),
             args_sealed=None
             if edited is None
             else self.records.seal(edited, approval_id, f"edit:{who.id}"),
@@ -504,6 +529,12 @@ class ApprovalStore:
             deciders = {*approvers, who.id} if decision.kind is DecisionKind.APPROVE else {who.id}
             data["decided_by"] = sorted(deciders)
         return NewEvent("approval.decided", data, actor=who.id)
+
+
+def _reason_part(kind: DecisionKind, reviewer: str) -> str:
+    """Where a reason is sealed: one reviewer's one kind of decision on one approval (a
+    reviewer approves at most once, and any other decision is final)."""
+    return f"reason:{kind}:{reviewer}"
 
 
 def _due(approval: Approval) -> bool:

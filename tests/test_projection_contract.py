@@ -244,7 +244,7 @@ class TestApprovalProjection(ProjectionContract):
         approval_id = f"apr-{uuid.uuid4().hex}"
         run, call = f"run-{uuid.uuid4().hex[:8]}", "c1"
         args = {"amount": 10}
-        digest = args_digest(args)
+        digest = args_digest(ring, args)
         requested = {
             "run_id": run,
             "thread_id": None,

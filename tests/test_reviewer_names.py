@@ -274,7 +274,9 @@ async def test_calls_approved_before_migration_0005_keep_their_approvers_and_ver
 
     await asyncio.to_thread(migrate.upgrade, scratch_url)
     async with await Database.connect(scratch_url) as db:
-        ring = await KeyRing.open(db, LocalKek(TEST_KEK))
+        # No new keys: 0007's downgrade keeps no key of the purposes it added (value_mac), so
+        # a database holding one cannot go back below it, which this test does at its end.
+        ring = await KeyRing.open(db, LocalKek(TEST_KEK), create_missing=False)
         ledger, store = ToolLedger(db, ring), ApprovalStore(db, ring)
         assert await ledger.verify_projection() == []
         assert await store.verify_projection() == []

@@ -234,13 +234,18 @@ async def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _short(digest: str) -> str:
+    """The first hex digits of a digest (keyed `hmac:<key id>:<hex>`, or plain hex)."""
+    return digest.rpartition(":")[2][:16]
+
+
 def _story_text(story: CallStory, revealed: bool) -> str:
     call = story.call
     lines = [
         f"call {safe(call.call_id)} of run {safe(call.run_id)}: {safe(call.tool)} "
         f"({call.effect}), {call.status} after {call.attempts} attempt(s)",
-        f"  idempotency key {safe(call.idempotency_key)}; arguments {call.args_digest[:16]}…; "
-        f"result {(call.result_digest or '-')[:16]}…",
+        f"  idempotency key {safe(call.idempotency_key)}; arguments {_short(call.args_digest)}…; "
+        f"result {_short(call.result_digest or '-')}…",
     ]
     if call.approval_id:
         lines.append(

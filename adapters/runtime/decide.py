@@ -21,9 +21,10 @@ from approvals import (
     DecisionKind,
     DecisionNotAllowed,
     Reviewer,
-    args_digest,
 )
 from approvals.errors import ApprovalError
+from ledger.canonical import canonical_json
+from ledger.keys.digests import matches
 from ledger.log import get_logger
 
 __all__ = ["DecisionConflict", "DecisionRecord", "decide_once", "same_decision"]
@@ -60,17 +61,20 @@ class DecisionRecord:
 async def same_decision(
     store: ApprovalStore, approval: Approval, decision: Decision, reviewer_id: str
 ) -> bool:
-    """Whether `reviewer_id` gave `decision` on `approval` already: same kind, same reason,
-    same edited arguments (by digest), same answer."""
+    """Whether `reviewer_id` gave `decision` on `approval` already: same kind, same reason
+    (sealed: compared opened), same edited arguments (by digest, under the key it names), same
+    answer."""
     for review in approval.reviews:
-        if (
-            review.reviewer != reviewer_id
-            or review.decision is not decision.kind
-            or review.reason != decision.reason
-        ):
+        if review.reviewer != reviewer_id or review.decision is not decision.kind:
+            continue
+        if await store.reason_of(approval, review) != decision.reason:
             continue
         if decision.kind is DecisionKind.EDIT:
-            return decision.args is not None and review.args_digest == args_digest(decision.args)
+            return (
+                decision.args is not None
+                and review.args_digest is not None
+                and await matches(store.ring, review.args_digest, canonical_json(decision.args))
+            )
         if decision.kind is DecisionKind.RESPOND:
             # An answer is sealed and always the final review: compare it decrypted.
             if approval.status is not ApprovalStatus.RESPONDED or review != approval.reviews[-1]:

@@ -16,17 +16,18 @@ RENEW = "SELECT signoff_renew_leases($1::text[], $2::text[], $3::int[], $4)"
 
 BY_ID = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
 
-# The ledger acts on a row only when the call's stream ($3) agrees with it, so the rows that are
-# acted on come with their stream in the same statement (a new call never reads one).
+# The ledger acts on a row only when the call's stream (the one the row names: calls made before
+# schema 0010 keep theirs) agrees with it, so the rows that are acted on come with their stream
+# in the same statement (a new call never reads one).
 _STREAM_COLUMN = """
 (SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
- FROM events e WHERE e.stream_id = $3) AS stream
+ FROM events e WHERE e.stream_id = t.stream_id) AS stream
 """
 BY_ID_CHECKED = (
-    f"SELECT {COLUMNS}, {_STREAM_COLUMN} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
+    f"SELECT {COLUMNS}, {_STREAM_COLUMN} FROM tool_calls t WHERE run_id = $1 AND call_id = $2"
 )
 # Locks are taken by the database's functions (FOR UPDATE needs rights no worker has).
-BY_ID_FOR_UPDATE = f"SELECT {COLUMNS}, {_STREAM_COLUMN} FROM signoff_lock_call($1, $2)"
+BY_ID_FOR_UPDATE = f"SELECT {COLUMNS}, {_STREAM_COLUMN} FROM signoff_lock_call($1, $2) t"
 STREAM = "SELECT version, type, data::text, actor FROM events WHERE stream_id = $1 ORDER BY version"
 ONCE_PER_RUN_FOR_UPDATE = f"SELECT {COLUMNS} FROM signoff_lock_once_per_run($1, $2)"
 

@@ -5,17 +5,17 @@ module only reads and writes what was decided, one statement per step.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 import asyncpg
 
-from ..canonical import canonical_json, json_digest
+from ..canonical import canonical_json
 from ..errors import ResultTampered
 from ..journal import NewEvent
 from ..journal.projection import commit
 from ..keys import KeyRing
+from ..keys.digests import matches, text_digest
 from ..keys.values import open_value, seal_value
 from ..store import Database
 from . import _sql as sql
@@ -53,10 +53,9 @@ class CallRecorder:
         self.lease_seconds = lease_seconds
 
     def seal(self, stream_id: str, part: str, value: Any) -> tuple[bytes, str]:
-        """Encrypt a JSON value bound to its call's stream; return it with its digest."""
+        """Encrypt a JSON value bound to its call's stream; return it with its keyed digest."""
         text = canonical_json(value)
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        return seal_value(self.ring, stream_id, part, text), digest
+        return seal_value(self.ring, stream_id, part, text), text_digest(self.ring, text)
 
     async def insert(
         self,
@@ -109,7 +108,8 @@ class CallRecorder:
 
     async def outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
         """The outcome a row records, its result opened and checked against the journal's
-        digest."""
+        digest (under the key that digest names, or as SHA-256 for a digest from before keyed
+        digests)."""
         record = call_record(row)
         if not record.status.final:
             return CallOutcome(
@@ -120,12 +120,12 @@ class CallRecorder:
                 approval_id=record.approval_id,
             )
         text = await open_call_value(self.ring, record.stream_id, "result", row["result_sealed"])
-        value = json.loads(text)
-        if json_digest(value) != record.result_digest:
+        digest = record.result_digest
+        if digest is None or not await matches(self.ring, digest, text):
             raise ResultTampered(
                 f"the stored result of {record.stream_id} does not match the digest in the journal"
             )
-        return outcome_of(record, value, replayed=replayed)
+        return outcome_of(record, json.loads(text), replayed=replayed)
 
     async def renew(self, held: list[tuple[tuple[str, str], int]]) -> None:
         """Extend the leases of these calls ((run, call) -> version) in one statement."""

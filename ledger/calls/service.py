@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 
 import asyncpg
 
-from ..canonical import json_digest
+from ..canonical import canonical_json
 from ..errors import (
     CallStateError,
     CallTampered,
@@ -51,6 +51,7 @@ from ..errors import (
 from ..journal import NewEvent
 from ..journal.projection import Fact, disagreement, verify_projection
 from ..keys import KeyRing
+from ..keys.digests import matches, text_digest
 from ..limits import INT8, int_problem, name_problem, text_problem
 from ..log import get_logger
 from ..store import Database
@@ -134,9 +135,16 @@ def _validate(call: ToolCall, policy: ToolPolicy) -> str:
     if not isinstance(call.args, dict):
         raise InvalidToolCall(f"arguments must be a JSON object, not {type(call.args).__name__}")
     try:
-        return json_digest(call.args)
+        return canonical_json(call.args)
     except ValueError as e:
         raise InvalidToolCall(f"arguments of {call.tool} are not JSON: {e}") from e
+
+
+async def _same_request(ring: KeyRing, recorded: str, digest: str, args_text: str) -> bool:
+    """Whether a call's recorded request digest is that of these arguments: the same text
+    under the active key, else recomputed under the key it names (written before a rotation),
+    or as SHA-256 (written before keyed digests)."""
+    return recorded == digest or await matches(ring, recorded, args_text)
 
 
 class ToolLedger:
@@ -201,10 +209,11 @@ class ToolLedger:
         returned, its outcome is recorded even if the task is cancelled.
         """
         policy = policy or ToolPolicy()
-        request_digest = _validate(call, policy)
+        args_text = _validate(call, policy)
         await self.ring.fresh()
+        request_digest = text_digest(self.ring, args_text)
         while True:
-            step = await self._claim(call, policy, gate, request_digest)
+            step = await self._claim(call, policy, gate, request_digest, args_text)
             if isinstance(step, _Replay):
                 return step.outcome
             if isinstance(step, _Wait):
@@ -227,9 +236,7 @@ class ToolLedger:
         _check_id(run_id, "run_id")
         _check_id(call_id, "call_id")
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(
-                sql.BY_ID_CHECKED, run_id, call_id, call_stream(run_id, call_id)
-            )
+            row = await conn.fetchrow(sql.BY_ID_CHECKED, run_id, call_id)
             if row is None:
                 raise UnknownCall(run_id, call_id)
             await self._confirmed(conn, row, locked=False)
@@ -251,9 +258,7 @@ class ToolLedger:
             raise InvalidToolCall(f"a note must be text without NUL or lone surrogates: {note!r}")
         await self.reap()
         async with self.db.transaction() as conn:
-            row = await conn.fetchrow(
-                sql.BY_ID_FOR_UPDATE, run_id, call_id, call_stream(run_id, call_id)
-            )
+            row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, run_id, call_id)
             if row is None:
                 raise UnknownCall(run_id, call_id)
             record = await self._confirmed(conn, row)
@@ -286,11 +291,8 @@ class ToolLedger:
             record = call_record(row)
             if record.attempts < record.effect.max_attempts:
                 continue
-            stream = call_stream(record.run_id, record.call_id)
             async with self.db.transaction() as conn:
-                locked = await conn.fetchrow(
-                    sql.BY_ID_FOR_UPDATE, record.run_id, record.call_id, stream
-                )
+                locked = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, record.run_id, record.call_id)
                 if locked is None or not locked["lapsed"]:
                     continue
                 try:
@@ -309,7 +311,12 @@ class ToolLedger:
     # -- claiming --------------------------------------------------------------------------
 
     async def _claim(
-        self, call: ToolCall, policy: ToolPolicy, gate: Gate | None, request_digest: str
+        self,
+        call: ToolCall,
+        policy: ToolPolicy,
+        gate: Gate | None,
+        request_digest: str,
+        args_text: str,
     ) -> _Step | None:
         if gate is None:  # the common case: one statement, no transaction
             async with self.db.connection() as conn:
@@ -318,7 +325,7 @@ class ToolLedger:
                 return step
         try:
             async with self.db.transaction() as conn:
-                return await self._claim_locked(conn, call, policy, gate, request_digest)
+                return await self._claim_locked(conn, call, policy, gate, request_digest, args_text)
         except ClaimRaced:
             return None
 
@@ -329,9 +336,9 @@ class ToolLedger:
         policy: ToolPolicy,
         gate: Gate | None,
         request_digest: str,
+        args_text: str,
     ) -> _Step:
-        stream = call_stream(call.run_id, call.call_id)
-        row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, call.run_id, call.call_id, stream)
+        row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, call.run_id, call.call_id)
         if row is None and policy.once_per_run:
             row = await conn.fetchrow(sql.ONCE_PER_RUN_FOR_UPDATE, call.run_id, call.tool)
         if row is None:
@@ -341,7 +348,9 @@ class ToolLedger:
                 raise ClaimRaced  # rolls the gate's consumption back too
             return step
         record = await self._confirmed(conn, row)
-        if record.call_id == call.call_id and record.request_digest != request_digest:
+        if record.call_id == call.call_id and not await _same_request(
+            self.ring, record.request_digest, request_digest, args_text
+        ):
             raise InvalidToolCall(
                 f"call id {call.call_id!r} of run {call.run_id!r} was used before with other "
                 "arguments"
@@ -353,11 +362,10 @@ class ToolLedger:
             return _Wait(record)
         if record.attempts >= record.effect.max_attempts:
             return _Replay(await self._give_up(conn, record))
-        args = json.loads(
-            await open_call_value(self.ring, record.stream_id, "args", row["args_sealed"])
-        )
-        if json_digest(args) != record.args_digest:  # the stream's digest of what runs
+        args_text = await open_call_value(self.ring, record.stream_id, "args", row["args_sealed"])
+        if not await matches(self.ring, record.args_digest, args_text):  # the stream's digest
             self._refuse(record, ("args_sealed",))
+        args = json.loads(args_text)
         data = {
             "attempt": record.attempts + 1,
             "worker_id": self.worker_id,
@@ -392,7 +400,7 @@ class ToolLedger:
             CallTampered: the row and its stream disagree; logged, nothing written.
         """
         record = call_record(row)
-        stream_id = call_stream(record.run_id, record.call_id)
+        stream_id = record.stream_id
         text = row.get("stream")
         problem: tuple[str, ...] = ("stream",)
         if text is not None:

@@ -51,6 +51,7 @@ class Purpose(StrEnum):
     RESULT = "result"
     APPROVAL_MAC = "approval_mac"
     DIGEST_SIGNING = "digest_signing"
+    VALUE_MAC = "value_mac"  # keyed digests of arguments and results (`ledger.keys.digests`)
 
 
 class KeyState(StrEnum):
@@ -64,6 +65,7 @@ _PREFIX = {
     Purpose.RESULT: "res",
     Purpose.APPROVAL_MAC: "mac",
     Purpose.DIGEST_SIGNING: "sig",
+    Purpose.VALUE_MAC: "vmac",
 }
 _ADMIN_LOCK = 0x5167_0FF1
 
@@ -105,6 +107,7 @@ class _Loaded:
     info: KeyInfo
     material: bytes
     aead: AESGCM | None
+    hmac_base: hmac.HMAC | None = None  # keyed once, copied per message (value-MAC keys)
 
 
 def _wrap_context(key_id: str, purpose: str) -> bytes:
@@ -205,7 +208,8 @@ class KeyRing:
         except InvalidTag as e:
             raise KekMismatch(info.kek_id, self.kek.kek_id, source) from e
         aead = AESGCM(material) if info.purpose in (Purpose.CHECKPOINT, Purpose.RESULT) else None
-        return _Loaded(info, material, aead)
+        base = hmac.new(material, digestmod=sha256) if info.purpose is Purpose.VALUE_MAC else None
+        return _Loaded(info, material, aead, base)
 
     def all_keys(self) -> list[KeyInfo]:
         """Every key, retired ones included, as of the last refresh."""
@@ -276,6 +280,35 @@ class KeyRing:
         """
         material = (await self._key_fresh(key_id, Purpose.APPROVAL_MAC)).material
         return hmac.compare_digest(hmac.new(material, message, sha256).digest(), tag)
+
+    def value_mac(self, message: bytes, key_id: str | None = None) -> tuple[str, str]:
+        """HMAC-SHA256 (hex) of `message` under a value-MAC key, the active one by default:
+        (key id, hex). Only the cache: callers that may name a key it has not seen use
+        `value_mac_fresh`.
+
+        Raises:
+            NoActiveKey: no active value-MAC key (and none named).
+            UnknownKey: the named key is unknown, retired or not a value-MAC key.
+        """
+        key_id = key_id or self.active_key_id(Purpose.VALUE_MAC)
+        base = self._key(key_id, Purpose.VALUE_MAC).hmac_base
+        if base is None:
+            raise UnknownKey(key_id, "not a value-MAC key")
+        mac = base.copy()
+        mac.update(message)
+        return key_id, mac.hexdigest()
+
+    async def value_mac_fresh(self, message: bytes, key_id: str) -> str:
+        """`value_mac` under `key_id`, refreshing the cache first if it has not seen the key."""
+        await self._key_fresh(key_id, Purpose.VALUE_MAC)
+        return self.value_mac(message, key_id)[1]
+
+    def live_key_ids(self, purpose: Purpose) -> list[str]:
+        """The keys of `purpose` that still open or verify: the active one first, then the
+        decrypt-only ones, newest first."""
+        live = [k.info for k in self._keys.values() if k.info.purpose is purpose]
+        live.sort(key=lambda i: (i.state is not KeyState.ACTIVE, -i.created_at.timestamp()))
+        return [i.key_id for i in live]
 
     def sign(self, message: bytes) -> tuple[str, bytes]:
         """Ed25519 signature of `message` under the active signing key: (key id, signature)."""
