@@ -15,8 +15,8 @@ from ledger.calls.model import GateDeny, GateRespond, GateRun
 from ledger.calls.service import Gate
 from ledger.errors import ClaimRaced
 
-from .errors import ApprovalAlreadyDecided
-from .model import Approval, DecisionKind
+from .errors import ApprovalAlreadyDecided, DecisionForged
+from .model import Approval, DecisionKind, args_digest
 from .projection import stream_of
 from .store import ApprovalStore
 
@@ -54,6 +54,8 @@ def approval_gate(
                 # approval: look again, and replay or wait for that run.
                 raise ClaimRaced(f"approval {approval_id} was consumed by this call") from e
             raise
+        if approval.args_digest != args_digest(args):  # the binding covers the asked arguments
+            raise DecisionForged(approval_id, "it is for other arguments than this call's")
         return gate_result(approval, args)
 
     return gate

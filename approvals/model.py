@@ -175,6 +175,9 @@ class Review:
         args_digest, args_sealed: an edit's arguments (digest, and sealed base64 ciphertext).
         message_sealed: a respond's answer, sealed.
         grant_id: the sticky grant that approved it, when no person decided this request.
+        groups: the reviewer's groups the decision was made with (signed with it).
+        signature: the reviewer side's signature (`ledger.keys.attest`): {key_id, signature}.
+        grant: for a grant's approval, the signed grant (its terms and signature).
     """
 
     reviewer: str
@@ -185,6 +188,9 @@ class Review:
     args_sealed: str | None = None
     message_sealed: str | None = None
     grant_id: str | None = None
+    groups: tuple[str, ...] | None = None
+    signature: dict[str, str] | None = None
+    grant: dict[str, Any] | None = None
 
     def to_json(self, *, sealed: bool = True) -> dict[str, Any]:
         """The review as event and row JSON (absent fields left out); without `sealed`, no
@@ -198,7 +204,17 @@ class Review:
             value = getattr(self, name)
             if value is not None and (sealed or not name.endswith("_sealed")):
                 data[name] = value
+        if self.groups is not None:
+            data["groups"] = list(self.groups)
+        for name in ("signature", "grant"):
+            if (value := getattr(self, name)) is not None:
+                data[name] = value
         return data
+
+    def payload(self) -> dict[str, Any]:
+        """What the decision carries besides its kind, as its signature covers it."""
+        names = ("reason", "args_digest", "args_sealed", "message_sealed", "grant_id")
+        return {n: v for n in names if (v := getattr(self, n)) is not None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Review:
@@ -213,6 +229,9 @@ class Review:
             args_sealed=data.get("args_sealed"),
             message_sealed=data.get("message_sealed"),
             grant_id=data.get("grant_id"),
+            groups=None if data.get("groups") is None else tuple(data["groups"]),
+            signature=data.get("signature"),
+            grant=data.get("grant"),
         )
 
 

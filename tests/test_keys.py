@@ -45,7 +45,8 @@ async def test_open_creates_one_active_key_per_purpose_once(keys_db: Database) -
     ring = await KeyRing.open(keys_db, kek)
     assert {k.purpose for k in ring.all_keys() if k.state is KeyState.ACTIVE} == set(Purpose)
     assert await KeyRing.open(keys_db, kek) is not None
-    assert await count(keys_db, "SELECT count(*) FROM data_keys") == 4
+    # Four under the worker KEK, and the decision key under the session's reviewer KEK.
+    assert await count(keys_db, "SELECT count(*) FROM data_keys") == 5
     events = await Journal(keys_db).read_stream("keys:checkpoint")
     assert [e.type for e in events] == ["key.created"]
     assert events[0].data["kek_id"] == kek.kek_id
@@ -127,7 +128,7 @@ async def test_a_wrong_kek_names_the_kek_needed_and_writes_nothing(keys_db: Data
         await KeyRing.open(keys_db, wrong)
     assert right.kek_id in str(caught.value)
     assert (caught.value.needed, caught.value.configured) == (right.kek_id, wrong.kek_id)
-    assert await count(keys_db, "SELECT count(*) FROM data_keys") == 4
+    assert await count(keys_db, "SELECT count(*) FROM data_keys") == 5
     assert await count(keys_db, "SELECT count(*) FROM events") == before
 
 
@@ -178,8 +179,11 @@ async def test_rewrap_moves_every_key_to_a_new_kek_at_once(keys_db: Database) ->
         await KeyRing.open(keys_db, old)
     reopened = await KeyRing.open(keys_db, new)
     assert reopened.decrypt(Purpose.CHECKPOINT, sealed, b"ctx", "row") == b"state"
-    kek_ids = await count(keys_db, "SELECT count(DISTINCT kek_id) FROM data_keys")
-    assert kek_ids == 1
+    kek_ids = await count(
+        keys_db,
+        "SELECT count(DISTINCT kek_id) FROM data_keys WHERE purpose <> 'decision_signing'",
+    )
+    assert kek_ids == 1  # the decision key stays under the reviewer KEK
 
 
 async def test_macs_and_signatures(keys_db: Database) -> None:
