@@ -120,6 +120,7 @@ class _Loaded:
     info: KeyInfo
     material: bytes | None  # None: a decision key without the reviewer KEK (verifies only)
     aead: AESGCM | None
+    signer: Ed25519PrivateKey | None = None  # signing keys: loaded once, not per signature
 
 
 def _wrap_context(key_id: str, purpose: str) -> bytes:
@@ -260,7 +261,10 @@ class KeyRing:
         except InvalidTag as e:
             raise KekMismatch(info.kek_id, kek.kek_id, source) from e
         aead = AESGCM(material) if info.purpose in (Purpose.CHECKPOINT, Purpose.RESULT) else None
-        return _Loaded(info, material, aead)
+        signer = (
+            Ed25519PrivateKey.from_private_bytes(material) if info.purpose in _SIGNING else None
+        )
+        return _Loaded(info, material, aead, signer)
 
     def all_keys(self) -> list[KeyInfo]:
         """Every key, retired ones included, as of the last refresh."""
@@ -345,8 +349,10 @@ class KeyRing:
         if purpose is Purpose.DECISION_SIGNING:
             self.require_decision_signer()
         key_id = self.active_key_id(purpose)
-        material = _material(self._key(key_id, purpose))
-        return key_id, Ed25519PrivateKey.from_private_bytes(material).sign(message)
+        loaded = self._key(key_id, purpose)
+        if loaded.signer is None:
+            raise ReviewerKekMissing(loaded.info.kek_id)
+        return key_id, loaded.signer.sign(message)
 
     async def verify_signature(
         self, key_id: str, message: bytes, signature: bytes, purpose: Purpose
