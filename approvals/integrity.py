@@ -22,6 +22,7 @@ A stream recorded before records were signed is reported `unsigned`; workers ref
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -39,15 +40,17 @@ from ledger.keys.attest import (
     sign_statement,
     statement_ok,
 )
+from ledger.store import Database
 
 from .model import ApprovalPolicy, DecisionKind, Review, Reviewer, binding_of
-from .projection import approval_id_of
+from .projection import STREAM_PREFIX, approval_id_of
 
 __all__ = [
     "ProblemKind",
     "StreamProblem",
     "approval_problems",
     "as_facts",
+    "every_approval_problem",
     "grant_statement",
     "mac_events",
     "policy_problem",
@@ -227,6 +230,34 @@ async def approval_problems(ring: KeyRing, events: Sequence[Recorded]) -> list[S
             await _step(ring, req, tally, event, problem)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             problem(event, ProblemKind.FORGED, f"a malformed {event.type}: {e!r}")
+    return problems
+
+
+_EVERY_APPROVAL_EVENT = f"""
+SELECT stream_id, version, type, data::text AS data, actor FROM events
+WHERE stream_id LIKE '{STREAM_PREFIX}%' ORDER BY stream_id, version
+"""
+
+
+async def every_approval_problem(db: Database, ring: KeyRing) -> list[StreamProblem]:
+    """`approval_problems` of every approval stream in the journal, read in one snapshot."""
+    await ring.fresh()
+    problems: list[StreamProblem] = []
+    stream: list[Fact] = []
+    async with (
+        db.connection() as conn,
+        conn.transaction(isolation="repeatable_read", readonly=True),
+    ):
+        async for row in conn.cursor(_EVERY_APPROVAL_EVENT, prefetch=2000):
+            fact = Fact(
+                row["stream_id"], row["version"], row["type"], json.loads(row["data"]), row["actor"]
+            )
+            if stream and stream[0].stream_id != fact.stream_id:
+                problems += await approval_problems(ring, stream)
+                stream = []
+            stream.append(fact)
+    if stream:
+        problems += await approval_problems(ring, stream)
     return problems
 
 

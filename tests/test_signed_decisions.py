@@ -31,10 +31,10 @@ from approvals import (
     args_digest,
     binding_of,
 )
-from approvals.integrity import as_facts, sign_review
+from approvals.integrity import as_facts, every_approval_problem, sign_review
 from approvals.projection import APPROVALS, stream_of
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
-from ledger.calls.resolution import resolution_problem
+from ledger.calls.resolution import every_resolution_problem, resolution_problem
 from ledger.calls.service import ToolLedger
 from ledger.errors import ReviewerKekMissing, UnknownCall
 from ledger.journal import Journal, NewEvent
@@ -368,6 +368,7 @@ async def test_resolutions_are_signed(
     resolved = (await Journal(db).read_stream(stream))[-1]
     assert resolved.type == "call.resolved"
     assert await resolution_problem(ring, stream, record.request_digest, resolved.data) is None
+    assert stream not in {p.stream_id for p in await every_resolution_problem(db, ring)}
     forged = {**resolved.data, "by": "mallory"}
     assert "does not verify" in (
         await resolution_problem(ring, stream, record.request_digest, forged) or ""
@@ -412,6 +413,8 @@ async def test_approvals_recorded_before_signing_read_and_verify_as_unsigned(
     assert "carries no MAC" in str(problems[0]) and "unsigned" in str(problems[1])
     stream_events = await Journal(db).read_stream(stream_of(approval_id))
     assert await approval_problems(ring, stream_events) == problems
+    everything = await every_approval_problem(db, ring)  # what `ledger verify` reads
+    assert [p for p in everything if p.approval_id == approval_id] == problems
     gate = approval_gate(store, approval_id, f"{run}/c1", call.args)
     with pytest.raises(DecisionForged):
         await ledger.execute(call, Tool(), WRITE, gate=gate)

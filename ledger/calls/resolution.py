@@ -8,15 +8,41 @@ and when. Only the reviewer side can make one; `resolution_problem` checks one f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ..canonical import format_time
 from ..keys import KeyRing
 from ..keys.attest import Statement, sign_statement, statement_ok
+from ..store import Database
 
-__all__ = ["resolution_problem", "resolution_statement", "sign_resolution"]
+__all__ = [
+    "ResolutionProblem",
+    "every_resolution_problem",
+    "resolution_problem",
+    "resolution_statement",
+    "sign_resolution",
+]
+
+_RESOLUTIONS = """
+SELECT r.stream_id, r.version, r.data::text AS data, s.data->>'request_digest' AS request_digest
+FROM events r JOIN events s ON s.stream_id = r.stream_id AND s.version = 1
+WHERE r.type = 'call.resolved' ORDER BY r.stream_id, r.version
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolutionProblem:
+    stream_id: str
+    version: int
+    unsigned: bool  # recorded before resolutions were signed
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.stream_id} (version {self.version}): the resolution {self.message}"
 
 
 def resolution_statement(stream_id: str, request_digest: str, data: Mapping[str, Any]) -> Statement:
@@ -50,3 +76,20 @@ async def resolution_problem(
     except (KeyError, TypeError, ValueError) as e:
         return f"a malformed resolution: {e!r}"
     return await statement_ok(ring, statement, data.get("signature"))
+
+
+async def every_resolution_problem(db: Database, ring: KeyRing) -> list[ResolutionProblem]:
+    """`resolution_problem` of every `call.resolved` event in the journal."""
+    await ring.fresh()
+    async with db.connection() as conn:
+        rows = await conn.fetch(_RESOLUTIONS)
+    problems = []
+    for row in rows:
+        digest = row["request_digest"] or ""
+        data = json.loads(row["data"])
+        why = await resolution_problem(ring, row["stream_id"], digest, data)
+        if why is not None:
+            problems.append(
+                ResolutionProblem(row["stream_id"], row["version"], why == "unsigned", why)
+            )
+    return problems
