@@ -5,12 +5,15 @@ side but outside the policy is refused too; a worker's ring verifies and cannot 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,7 +39,7 @@ from approvals.projection import APPROVALS, stream_of
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
 from ledger.calls.resolution import every_resolution_problem, resolution_problem
 from ledger.calls.service import ToolLedger
-from ledger.errors import ReviewerKekMissing, UnknownCall
+from ledger.errors import ConfigurationError, ReviewerKekMissing, UnknownCall
 from ledger.journal import Journal, NewEvent
 from ledger.journal.journal import append_arguments
 from ledger.journal.projection import commit, fold
@@ -44,7 +47,7 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database, migrate
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK
+from .processes import TEST_KEK, kek_env, run_cli
 
 WRITE = ToolPolicy(Effect.SINGLE_ATTEMPT)
 LEADS = ApprovalPolicy(approvers=frozenset({"group:leads"}))
@@ -418,3 +421,33 @@ async def test_approvals_recorded_before_signing_read_and_verify_as_unsigned(
     gate = approval_gate(store, approval_id, f"{run}/c1", call.args)
     with pytest.raises(DecisionForged):
         await ledger.execute(call, Tool(), WRITE, gate=gate)
+
+
+async def test_the_cli_decides_only_with_the_reviewer_kek(
+    database_url: str, store: ApprovalStore
+) -> None:
+    approval, _ = await _ask(store, LEADS)
+    decide = ("approvals", "decide", approval.approval_id, "--approve", "--by", "lead-1")
+    worker = {k: v for k, v in kek_env().items() if not k.startswith("SIGNOFF_REVIEWER_KEK")}
+    refused = await run_cli(*decide, "--group", "leads", database_url=database_url, env=worker)
+    assert refused.code == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "SIGNOFF_REVIEWER_KEK" in refused.stderr
+    assert (await store.get(approval.approval_id)).version == approval.version  # nothing written
+    decided = await run_cli(*decide, "--group", "leads", database_url=database_url, env=kek_env())
+    assert decided.code == 0, decided.stderr
+    assert (await store.get(approval.approval_id)).status == "approved"
+    assert await store.problems(approval.approval_id) == []
+
+
+def test_the_reviewer_kek_is_read_from_its_own_variables(tmp_path: Path) -> None:
+    key = os.urandom(32)
+    text = base64.b64encode(key).decode()
+    assert Settings.from_env({"SIGNOFF_REVIEWER_KEK": text}).reviewer_kek is not None
+    (tmp_path / "reviewer-kek").write_text(text + "\n")
+    from_file = Settings.from_env({"SIGNOFF_REVIEWER_KEK_FILE": str(tmp_path / "reviewer-kek")})
+    assert from_file.reviewer_kek is not None
+    assert from_file.reviewer_kek.kek_id == LocalKek(key).kek_id
+    only_worker = Settings.from_env({"SIGNOFF_KEK": text})
+    assert only_worker.kek is not None and only_worker.reviewer_kek is None
+    with pytest.raises(ConfigurationError, match="SIGNOFF_REVIEWER_KEK"):
+        Settings.from_env({"SIGNOFF_REVIEWER_KEK": "not a key"})
