@@ -194,11 +194,8 @@ async def approval_problems(ring: KeyRing, events: Sequence[Recorded]) -> list[S
     if not events:
         return []
     approval_id = approval_id_of(events[0].stream_id)
-    problems: list[StreamProblem] = []
-
-    def problem(event: Recorded, kind: ProblemKind, message: str) -> None:
-        problems.append(StreamProblem(approval_id, event.version, kind, message))
-
+    problem = _Problems(approval_id)
+    problems = problem.found
     first = events[0]
     if first.type != "approval.requested":
         problem(first, ProblemKind.FORGED, f"the stream starts with {first.type}")
@@ -261,11 +258,18 @@ async def every_approval_problem(db: Database, ring: KeyRing) -> list[StreamProb
     return problems
 
 
-class _Report(Protocol):
-    def __call__(self, event: Recorded, kind: ProblemKind, message: str) -> None: ...
+class _Problems:
+    """The problems found in one stream; called to add one."""
+
+    def __init__(self, approval_id: str) -> None:
+        self.approval_id = approval_id
+        self.found: list[StreamProblem] = []
+
+    def __call__(self, event: Recorded, kind: ProblemKind, message: str) -> None:
+        self.found.append(StreamProblem(self.approval_id, event.version, kind, message))
 
 
-async def _mac(ring: KeyRing, binding: str, event: Recorded, problem: _Report) -> None:
+async def _mac(ring: KeyRing, binding: str, event: Recorded, problem: _Problems) -> None:
     wrong = await record_mac_ok(
         ring, binding, event.stream_id, event.version, event.type, event.actor, event.data
     )
@@ -288,12 +292,13 @@ class _Request:
 
 
 async def _step(
-    ring: KeyRing, req: _Request, tally: _Tally, event: Recorded, problem: _Report
+    ring: KeyRing, req: _Request, tally: _Tally, event: Recorded, problem: _Problems
 ) -> None:
     data = event.data
-    binding, approval_id, policy, request = req.binding, req.approval_id, req.policy, req.data
+    binding, approval_id, request = req.binding, req.approval_id, req.data
     if event.type == DECIDED:
         review = Review.from_json(data)
+        before = len(problem.found)
         if review.grant_id is not None:
             await _mac(ring, binding, event, problem)
             await _grant_problem(ring, review, event, request, problem)
@@ -307,27 +312,13 @@ async def _step(
                 problem(event, ProblemKind.FORGED, f"{review.reviewer}'s decision: {why}")
         if event.actor != review.reviewer:
             problem(event, ProblemKind.FORGED, f"appended by {event.actor} for {review.reviewer}")
-        if tally.final:
-            problem(event, ProblemKind.POLICY, "a decision after the approval was final")
-        elif wrong := policy_problem(
-            policy, req.requested_by, req.expires_at, tally.approvers, review
-        ):
-            problem(event, ProblemKind.POLICY, wrong)
+        # The policy is re-applied to what is signed: an unsigned (legacy) decision records no
+        # groups and may name its deciders the old way, and is refused as unsigned anyway.
+        signed = not any(p.kind is ProblemKind.UNSIGNED for p in problem.found[before:])
+        if signed:
+            _decision_policy(req, tally, review, data, event, problem)
         if review.decision is DecisionKind.APPROVE:
             tally.approvers.append(review.reviewer)
-            final = len(set(tally.approvers)) >= policy.quorum
-            deciders = sorted(set(tally.approvers))
-        else:
-            final, deciders = True, [review.reviewer]
-        if bool(data["final"]) != final and not tally.final:
-            problem(
-                event,
-                ProblemKind.POLICY,
-                f"it says final={bool(data['final'])}, but {len(set(tally.approvers))} of "
-                f"{policy.quorum} approvals make it final={final}",
-            )
-        if data["final"] and data.get("decided_by") != deciders:
-            problem(event, ProblemKind.POLICY, f"decided_by is not {deciders}")
         tally.final = tally.final or bool(data["final"])
     elif event.type in ("approval.expired", "approval.cancelled"):
         await _mac(ring, binding, event, problem)
@@ -345,12 +336,45 @@ async def _step(
         problem(event, ProblemKind.FORGED, f"an unknown event type {event.type}")
 
 
+def _decision_policy(
+    req: _Request,
+    tally: _Tally,
+    review: Review,
+    data: Mapping[str, Any],
+    event: Recorded,
+    problem: _Problems,
+) -> None:
+    """The policy against one more signed decision, and what the event says it makes final."""
+    policy = req.policy
+    if tally.final:
+        problem(event, ProblemKind.POLICY, "a decision after the approval was final")
+        return
+    if wrong := policy_problem(policy, req.requested_by, req.expires_at, tally.approvers, review):
+        problem(event, ProblemKind.POLICY, wrong)
+    if review.decision is DecisionKind.APPROVE:
+        approvers = {*tally.approvers, review.reviewer}
+        final, deciders = len(approvers) >= policy.quorum, sorted(approvers)
+    else:
+        final, deciders = True, [review.reviewer]
+    if bool(data["final"]) != final:
+        problem(
+            event,
+            ProblemKind.POLICY,
+            f"it says final={bool(data['final'])}, but {len(approvers)} of {policy.quorum} "
+            f"approvals make it final={final}"
+            if review.decision is DecisionKind.APPROVE
+            else f"a {review.decision} is final",
+        )
+    elif final and data.get("decided_by") != deciders:
+        problem(event, ProblemKind.POLICY, f"decided_by is not {deciders}")
+
+
 async def _grant_problem(
     ring: KeyRing,
     review: Review,
     event: Recorded,
     request: Mapping[str, Any],
-    problem: _Report,
+    problem: _Problems,
 ) -> None:
     """Check a grant's approval against the signed grant it carries."""
     grant = review.grant

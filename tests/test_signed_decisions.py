@@ -215,6 +215,13 @@ async def test_a_row_that_says_more_than_its_stream_is_refused(
         await ledger.execute(call, tool, WRITE, gate=gate)
     assert tool.runs == 0
     assert await store.problems(approval.approval_id) == []  # the stream itself is sound
+    async with db.connection() as conn:  # the session's other tests rebuild every row
+        await conn.execute(
+            "UPDATE approvals SET status = 'pending', decided_by = NULL, decided_at = NULL"
+            " WHERE approval_id = $1",
+            approval.approval_id,
+        )
+    assert await store.verify_projection() == []
 
 
 async def test_a_copied_signature_is_a_second_vote_of_the_same_reviewer(
