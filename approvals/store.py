@@ -238,7 +238,8 @@ class ApprovalStore:
 
         Raises:
             UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
-            DecisionNotAllowed (policy), InvalidApprovalRequest (malformed decision).
+            DecisionNotAllowed (policy), InvalidApprovalRequest (malformed decision),
+            ReviewerKekMissing (this store's ring cannot sign: an agent worker's).
         """
         _text(approval_id, "approval id")
         who = _reviewer(reviewer)
@@ -288,7 +289,9 @@ class ApprovalStore:
         as a denial. Runs in `connection`'s transaction when given.
 
         Raises:
-            UnknownApproval, ApprovalPending, ApprovalAlreadyDecided (used before).
+            UnknownApproval, ApprovalPending, ApprovalAlreadyDecided (used before),
+            DecisionForged / PolicyViolation (its stream does not prove its decision: nothing
+            is written, a warning is logged).
         """
         _text(approval_id, "approval id")
         _text(task_run_id, "task_run_id")
@@ -588,7 +591,6 @@ class ApprovalStore:
             )
         edited, answer = payload.get("args_text"), payload.get("message")
         review = Review(
-            groups=tuple(sorted(who.groups)),
             reviewer=who.id,
             decision=decision.kind,
             at=datetime.now(UTC),
@@ -600,6 +602,7 @@ class ApprovalStore:
             message_sealed=None
             if answer is None
             else self.records.seal(answer, approval_id, "respond"),
+            groups=tuple(sorted(who.groups)),
         )
         review = sign_review(self.ring, approval.binding, approval_id, review)
         final = decision.kind is not DecisionKind.APPROVE or len(approvers) + 1 >= policy.quorum
