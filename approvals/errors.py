@@ -9,8 +9,10 @@ __all__ = [
     "ApprovalError",
     "ApprovalExpired",
     "ApprovalPending",
+    "DecisionForged",
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
+    "PolicyViolation",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",
@@ -57,6 +59,16 @@ class ApprovalExpired(ApprovalError):
 
 class DecisionNotAllowed(ApprovalError):
     """The policy does not allow this decision or this reviewer."""
+
+
+class DecisionForged(ApprovalError):
+    """The approval's stream does not prove its decision: a bad or missing signature or MAC, a
+    row that disagrees with its stream. Nothing runs."""
+
+
+class PolicyViolation(ApprovalError):
+    """The approval's signed decisions do not meet its policy (an approver it does not name,
+    self-approval, a quorum not met, a decision after expiry). Nothing runs."""
 
 
 class InvalidApprovalRequest(SignoffError, ValueError):

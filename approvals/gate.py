@@ -13,9 +13,11 @@ import asyncpg
 
 from ledger.calls.model import GateDeny, GateRespond, GateRun
 from ledger.calls.service import Gate
+from ledger.canonical import canonical_json
 from ledger.errors import ClaimRaced
+from ledger.keys.digests import matches
 
-from .errors import ApprovalAlreadyDecided
+from .errors import ApprovalAlreadyDecided, DecisionForged
 from .model import Approval, DecisionKind
 from .projection import stream_of
 from .store import ApprovalStore
@@ -54,6 +56,9 @@ def approval_gate(
                 # approval: look again, and replay or wait for that run.
                 raise ClaimRaced(f"approval {approval_id} was consumed by this call") from e
             raise
+        # The binding covers the asked arguments.
+        if not await matches(store.ring, approval.args_digest, canonical_json(args)):
+            raise DecisionForged(approval_id, "it is for other arguments than this call's")
         return gate_result(approval, args)
 
     return gate

@@ -185,6 +185,9 @@ class Review:
             ciphertext).
         message_sealed: a respond's answer, sealed.
         grant_id: the sticky grant that approved it, when no person decided this request.
+        groups: the reviewer's groups the decision was made with (signed with it).
+        signature: the reviewer side's signature (`ledger.keys.attest`): {key_id, signature}.
+        grant: for a grant's approval, the signed grant (its terms and signature).
     """
 
     reviewer: str
@@ -196,6 +199,9 @@ class Review:
     message_sealed: str | None = None
     grant_id: str | None = None
     reason_sealed: str | None = None
+    groups: tuple[str, ...] | None = None
+    signature: dict[str, str] | None = None
+    grant: dict[str, Any] | None = None
 
     def to_json(self, *, sealed: bool = True) -> dict[str, Any]:
         """The review as event and row JSON (absent fields left out); without `sealed`, no
@@ -209,7 +215,16 @@ class Review:
             value = getattr(self, name)
             if value is not None and (sealed or not name.endswith("_sealed")):
                 data[name] = value
+        if self.groups is not None:
+            data["groups"] = list(self.groups)
+        for name in ("signature", "grant"):
+            if (value := getattr(self, name)) is not None:
+                data[name] = value
         return data
+
+    def payload(self) -> dict[str, Any]:
+        """What the decision carries besides its kind, as its signature covers it."""
+        return {n: v for n in _REVIEW_FIELDS if (v := getattr(self, n)) is not None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Review:
@@ -225,6 +240,9 @@ class Review:
             message_sealed=data.get("message_sealed"),
             grant_id=data.get("grant_id"),
             reason_sealed=data.get("reason_sealed"),
+            groups=None if data.get("groups") is None else tuple(data["groups"]),
+            signature=data.get("signature"),
+            grant=data.get("grant"),
         )
 
 

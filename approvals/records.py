@@ -14,6 +14,7 @@ from ledger.keys.values import as_text, from_text, open_value, seal_value
 from ledger.store import Database
 
 from . import _sql
+from .integrity import mac_events
 from .model import Approval
 from .projection import APPROVALS, NOTIFY_CHANNEL, row_to_approval, stream_of
 
@@ -35,9 +36,12 @@ class ApprovalRecorder:
         events: list[NewEvent],
     ) -> Approval | None:
         """Append `events` and write the approval they make, in one statement in `conn`'s
-        transaction. None when a new request lost the race to an identical one."""
+        transaction. None when a new request lost the race to an identical one. Every event
+        but a reviewer's signed decision is MACed here (`integrity.mac_events`)."""
         base = 0 if state is None else state.version
         stream = stream_of(approval_id)
+        binding = events[0].data["binding"] if state is None else state.binding
+        events = mac_events(self.ring, binding, stream, base, events)
         approval = await commit(conn, APPROVALS, stream, state, events, expected_version=base)
         if approval is None and state is not None:
             # Callers hold the row lock, so this means a bug, not a race: nothing was written.

@@ -1,10 +1,14 @@
 """The approval store: approvals as events in the journal, decided in any process, used once.
 
 Every change appends to the stream `approval:<id>` and writes the `approvals` projection row in
-the same statement (`ledger.journal.projection.commit`). Decisions lock the projection row
-(`FOR UPDATE`), so concurrent reviewers take turns, and so do consumers: the first to lock the
-row uses the decision, the next finds it used. Final decisions NOTIFY `signoff_approvals`
-(after commit); waiters also re-check on a timer.
+the same statement (`ledger.journal.projection.commit`). Decisions and grants are signed by the
+reviewer side (a ring with the reviewer KEK); every other event is MACed (`integrity`). Before
+a decision is consumed its stream is read and checked, signatures, MACs and policy, and the row
+must be the stream's fold: anything else is refused (`DecisionForged`, `PolicyViolation`).
+
+Decisions lock the projection row (`FOR UPDATE`), so concurrent reviewers take turns, and so do
+consumers: the first to lock the row uses the decision, the next finds it used. Final decisions
+NOTIFY `signoff_approvals` (after commit); waiters also re-check on a timer.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import asyncpg
 from ledger.canonical import canonical_json
 from ledger.errors import DatabaseUnavailable
 from ledger.journal import Journal, NewEvent
-from ledger.journal.projection import verify_projection
+from ledger.journal.projection import fold, verify_projection
 from ledger.keys import KeyRing
+from ledger.keys.attest import sign_statement, statement_ok
 from ledger.keys.digests import matches, text_digest, value_digests
 from ledger.limits import INT8, int_problem
 from ledger.log import get_logger
@@ -37,10 +42,21 @@ from .errors import (
     ApprovalAlreadyDecided,
     ApprovalExpired,
     ApprovalPending,
+    DecisionForged,
     DecisionNotAllowed,
     InvalidApprovalRequest,
+    PolicyViolation,
     TokenBindingMismatch,
     UnknownApproval,
+)
+from .integrity import (
+    ProblemKind,
+    StreamProblem,
+    approval_problems,
+    as_facts,
+    grant_statement,
+    policy_problem,
+    sign_review,
 )
 from .model import (
     MAX_ARGS_BYTES,
@@ -159,10 +175,10 @@ class ApprovalStore:
             events = [NewEvent("approval.requested", requested, actor=requested_by)]
             grant = await conn.fetchrow(_sql.ACTIVE_GRANT, run_id, tool, now)
             if grant is not None:
-                by = grant["granted_by"]
-                review = Review(by, DecisionKind.APPROVE, now, grant_id=grant["grant_id"])
-                decided = review.to_json() | {"final": True, "decided_by": [by]}
-                events.append(NewEvent("approval.decided", decided, actor=by))
+                review = await self._granted(conn, grant["grant_id"], policy, requested_by, now)
+                if review is not None:
+                    decided = review.to_json() | {"final": True, "decided_by": [review.reviewer]}
+                    events.append(NewEvent("approval.decided", decided, actor=review.reviewer))
             approval = await self.records.commit(conn, approval_id, None, events)
             if approval is None:  # another process asked the same question a moment ago
                 row = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, known)
@@ -177,16 +193,35 @@ class ApprovalStore:
         )
         return approval
 
-    async def grant(self, *, run_id: str, tool: str, until: datetime, granted_by: str) -> str:
-        """A sticky grant: requests for `tool` in `run_id` are approved until `until`."""
+    async def grant(
+        self, *, run_id: str, tool: str, until: datetime, granted_by: Reviewer | str
+    ) -> str:
+        """A sticky grant: requests for `tool` in `run_id` whose policy lets `granted_by` approve
+        them (quorum 1) are approved until `until`. Signed by the reviewer side.
+
+        Raises:
+            ReviewerKekMissing: this store's ring cannot sign (an agent worker's).
+        """
+        who = _reviewer(granted_by)
         _text(run_id, "run_id")
         _text(tool, "tool")
-        _text(granted_by, "granted_by")
         if not isinstance(until, datetime) or until.tzinfo is None:
             raise InvalidApprovalRequest("`until` must be timezone-aware")
         grant_id = f"grant-{uuid.uuid4().hex}"
         now = datetime.now(UTC)
-        data = {"run_id": run_id, "tool": tool, "at": now.isoformat(), "until": until.isoformat()}
+        data: dict[str, Any] = {
+            "grant_id": grant_id,
+            "run_id": run_id,
+            "tool": tool,
+            "granted_by": who.id,
+            "groups": sorted(who.groups),
+            "at": now.isoformat(),
+            "until": until.isoformat(),
+        }
+        await self.ring.fresh()
+        self.ring.require_decision_signer()
+        data["signature"] = sign_statement(self.ring, grant_statement(data))
+        granted_by = who.id
         async with self.db.connection() as conn:  # the row and its `grant:<id>` event, at once
             await conn.execute(
                 _sql.GRANT, grant_id, run_id, tool, granted_by, now, until, canonical_json(data)
@@ -202,17 +237,14 @@ class ApprovalStore:
 
         Raises:
             UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
-            DecisionNotAllowed (policy), InvalidApprovalRequest (malformed decision).
+            DecisionNotAllowed (policy), InvalidApprovalRequest (malformed decision),
+            ReviewerKekMissing (this store's ring cannot sign: an agent worker's).
         """
         _text(approval_id, "approval id")
-        who = Reviewer(reviewer) if isinstance(reviewer, str) else reviewer
-        if not isinstance(who, Reviewer):
-            raise InvalidApprovalRequest(f"not a Reviewer: {type(who).__name__}")
-        _text(who.id, "reviewer")
-        if who.id.startswith("group:"):
-            raise InvalidApprovalRequest(f"a reviewer is a person, not a group: {who.id!r}")
+        who = _reviewer(reviewer)
         payload = self._decision_payload(decision)
         await self.ring.fresh()
+        self.ring.require_decision_signer()  # before anything is written, expiry included
         async with self.db.transaction() as conn:
             approval = await self._locked(conn, approval_id)
             if approval.status is ApprovalStatus.PENDING and _due(approval):
@@ -256,13 +288,16 @@ class ApprovalStore:
         as a denial. Runs in `connection`'s transaction when given.
 
         Raises:
-            UnknownApproval, ApprovalPending, ApprovalAlreadyDecided (used before).
+            UnknownApproval, ApprovalPending, ApprovalAlreadyDecided (used before),
+            DecisionForged / PolicyViolation (its stream does not prove its decision: nothing
+            is written, a warning is logged).
         """
         _text(approval_id, "approval id")
         _text(task_run_id, "task_run_id")
         await self.ring.fresh()
         async with self.db.transaction(connection) as conn:
             approval = await self._locked(conn, approval_id)
+            await self._proven(conn, approval)
             if approval.consumed:
                 raise ApprovalAlreadyDecided(
                     approval_id,
@@ -280,6 +315,13 @@ class ApprovalStore:
             approval = _committed(await self.records.commit(conn, approval_id, approval, events))
         log.info("approval consumed", approval_id=approval_id, task_run_id=task_run_id)
         return replace(approval, decision=await self.final_decision(approval))
+
+    async def problems(self, approval_id: str) -> list[StreamProblem]:
+        """What is wrong with one approval's stream (`integrity.approval_problems`)."""
+        _text(approval_id, "approval id")
+        await self.ring.fresh()
+        events = await self.journal.read_stream(stream_of(approval_id))
+        return await approval_problems(self.ring, events)
 
     async def verify_projection(self) -> list[str]:
         """Rebuild every approval from its stream and compare with the `approvals` table;
@@ -429,10 +471,15 @@ class ApprovalStore:
         if status is ApprovalStatus.REJECTED:
             return Decision.reject(None if last is None else await self.reason_of(approval, last))
         if status is ApprovalStatus.EDITED and last is not None and last.args_sealed is not None:
-            edited = await self.records.open(
-                last.args_sealed, approval.approval_id, f"edit:{last.reviewer}"
+            edited = json.loads(
+                await self.records.open(
+                    last.args_sealed, approval.approval_id, f"edit:{last.reviewer}"
+                )
             )
-            return Decision.edit(json.loads(edited))
+            signed = last.args_digest  # the digest is what was signed
+            if signed is None or not await matches(self.ring, signed, canonical_json(edited)):
+                raise DecisionForged(approval.approval_id, "its edited arguments are not signed")
+            return Decision.edit(edited)
         if (
             status is ApprovalStatus.RESPONDED
             and last is not None
@@ -469,6 +516,62 @@ class ApprovalStore:
                 return approval
             event = _closing("approval.expired")
             return _committed(await self.records.commit(conn, approval_id, approval, [event]))
+
+    async def _proven(self, conn: asyncpg.Connection, approval: Approval) -> None:
+        """Refuse an approval whose stream does not prove it: a bad or missing MAC or signature,
+        a policy its decisions break, a row that is not its stream's fold. Logged."""
+        approval_id = approval.approval_id
+        events = await self.journal.read_stream(stream_of(approval_id), connection=conn)
+        problems = await approval_problems(self.ring, events)
+        if not problems and fold(APPROVALS, as_facts(events)) != approval:
+            problems = [
+                StreamProblem(
+                    approval_id, approval.version, ProblemKind.FORGED, "its row is not its stream"
+                )
+            ]
+        if not problems:
+            return
+        first = problems[0]
+        log.warning(
+            "approval refused: its stream does not prove it",
+            approval_id=approval_id,
+            version=first.version,
+            problem=first.message,
+            problems=len(problems),
+        )
+        error = PolicyViolation if first.kind is ProblemKind.POLICY else DecisionForged
+        raise error(approval_id, f"refused: {first.message} (version {first.version})")
+
+    async def _granted(
+        self,
+        conn: asyncpg.Connection,
+        grant_id: str,
+        policy: ApprovalPolicy,
+        requested_by: str,
+        now: datetime,
+    ) -> Review | None:
+        """The approval a sticky grant gives a new request: its signed grant checked, and its
+        policy allowing the grant's reviewer alone; else None (the request waits)."""
+        events = await self.journal.read_stream(f"grant:{grant_id}", connection=conn)
+        grant = events[0].data if events and events[0].type == "approval.granted" else None
+        if grant is None or "signature" not in grant:
+            log.warning("sticky grant unsigned: not used", grant_id=grant_id)
+            return None
+        why = await statement_ok(self.ring, grant_statement(grant), grant["signature"])
+        if why is not None:
+            log.warning("sticky grant refused", grant_id=grant_id, problem=why)
+            return None
+        review = Review(
+            grant["granted_by"],
+            DecisionKind.APPROVE,
+            now,
+            grant_id=grant_id,
+            groups=tuple(grant["groups"]),
+            grant=grant,
+        )
+        if policy.quorum > 1 or policy_problem(policy, requested_by, None, (), review):
+            return None
+        return review
 
     async def _locked(self, conn: asyncpg.Connection, approval_id: str) -> Approval:
         approval = await self.records.locked(conn, approval_id)
@@ -522,7 +625,9 @@ class ApprovalStore:
             message_sealed=None
             if answer is None
             else self.records.seal(answer, approval_id, "respond"),
+            groups=tuple(sorted(who.groups)),
         )
+        review = sign_review(self.ring, approval.binding, approval_id, review)
         final = decision.kind is not DecisionKind.APPROVE or len(approvers) + 1 >= policy.quorum
         data = review.to_json() | {"final": final}
         if final:
@@ -535,6 +640,16 @@ def _reason_part(kind: DecisionKind, reviewer: str) -> str:
     """Where a reason is sealed: one reviewer's one kind of decision on one approval (a
     reviewer approves at most once, and any other decision is final)."""
     return f"reason:{kind}:{reviewer}"
+
+
+def _reviewer(reviewer: Reviewer | str) -> Reviewer:
+    who = Reviewer(reviewer) if isinstance(reviewer, str) else reviewer
+    if not isinstance(who, Reviewer):
+        raise InvalidApprovalRequest(f"not a Reviewer: {type(who).__name__}")
+    _text(who.id, "reviewer")
+    if who.id.startswith("group:"):
+        raise InvalidApprovalRequest(f"a reviewer is a person, not a group: {who.id!r}")
+    return who
 
 
 def _due(approval: Approval) -> bool:

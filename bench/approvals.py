@@ -37,7 +37,8 @@ FLOWS = 8
 
 
 async def decider(url: str, interval: float) -> None:
-    """Approve every pending request as it appears (KEK from SIGNOFF_KEK), until stdin closes."""
+    """Approve every pending request as it appears (KEKs from SIGNOFF_KEK and
+    SIGNOFF_REVIEWER_KEK: the decider is the reviewer side), until stdin closes."""
     async with await Database.connect(url, pool_size=FLOWS) as db:
         store = ApprovalStore(db, await KeyRing.open(db))
         seen: set[str] = set()
@@ -66,15 +67,19 @@ async def decider(url: str, interval: float) -> None:
 
 
 async def main(seconds: float, baseline_seconds: float, interval: float) -> dict[str, float]:
-    kek = os.urandom(32)
+    kek, reviewer_kek = os.urandom(32), os.urandom(32)
     async with bench_database() as url:
         baseline = await raw_commit_rate(url, FLOWS, baseline_seconds)
 
         db = await Database.connect(url, pool_size=FLOWS + 2)
-        store = ApprovalStore(db, await KeyRing.open(db, LocalKek(kek)))
+        await KeyRing.open(db, LocalKek(kek), reviewer_kek=LocalKek(reviewer_kek))  # every key
+        worker_ring = KeyRing(db, LocalKek(kek))  # this process is the worker: no reviewer KEK
+        await worker_ring.refresh()
+        store = ApprovalStore(db, worker_ring)
         env = {
             **os.environ,
             "SIGNOFF_KEK": base64.b64encode(kek).decode(),
+            "SIGNOFF_REVIEWER_KEK": base64.b64encode(reviewer_kek).decode(),
             "PYTHONPATH": str(ROOT),
         }
         child = await asyncio.create_subprocess_exec(

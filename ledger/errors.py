@@ -43,6 +43,7 @@ __all__ = [
     "ProjectionError",
     "ResultNotSerializable",
     "ResultTampered",
+    "ReviewerKekMissing",
     "RowOutOfStep",
     "SchemaOutOfDate",
     "SerializationFailure",
@@ -352,6 +353,19 @@ class KekMissing(KeyRingError):
                 "new-kek` cannot open them"
             )
         super().__init__(message)
+        self.needed = needed
+
+
+class ReviewerKekMissing(KeyRingError):
+    """This process holds no reviewer-side KEK, so it cannot sign decisions (agent workers never
+    hold one: they verify with the public key)."""
+
+    def __init__(self, needed: str) -> None:
+        super().__init__(
+            f"signing a decision needs the reviewer-side KEK ({needed}): set "
+            "SIGNOFF_REVIEWER_KEK_FILE (or SIGNOFF_REVIEWER_KEK) on the reviewer side; agent "
+            "workers never hold it"
+        )
         self.needed = needed
 
 

@@ -7,6 +7,7 @@ session stops at its end when it started it.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,8 +23,12 @@ from ledger.store.config import configured_url
 from ledger.store.embedded import default_home, server_status, stop_server
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
+from .processes import REVIEWER_KEK_ENV, TEST_KEK
 from .support.embedded_homes import remove_session_base, servers_left
+
+# The session decides approvals too: every database's settings (and every child) carry the
+# reviewer KEK. A worker's ring without it is built from explicit settings in the tests of it.
+os.environ.update(REVIEWER_KEK_ENV)
 
 
 def _session_home() -> Path | None:

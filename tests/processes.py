@@ -14,11 +14,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # One KEK for the whole test session: every database the tests make (the shared one included)
 # has its data keys wrapped by it, and child processes get it as SIGNOFF_KEK.
 TEST_KEK = os.urandom(32)
+# The reviewer side's KEK (it wraps the decision signing key). The test session is both sides, so
+# conftest puts it in this process's environment as SIGNOFF_REVIEWER_KEK and children inherit it;
+# tests of a worker without it leave it out.
+TEST_REVIEWER_KEK = os.urandom(32)
+REVIEWER_KEK_ENV = {"SIGNOFF_REVIEWER_KEK": base64.b64encode(TEST_REVIEWER_KEK).decode()}
 
 
 def kek_env() -> dict[str, str]:
-    """This process's environment plus the session's KEK, for child processes."""
-    return {**os.environ, "SIGNOFF_KEK": base64.b64encode(TEST_KEK).decode()}
+    """This process's environment plus the session's KEKs, for child processes."""
+    return {**os.environ, **REVIEWER_KEK_ENV, "SIGNOFF_KEK": base64.b64encode(TEST_KEK).decode()}
 
 
 async def start_program(

@@ -72,10 +72,12 @@ async def test_demo_without_a_kek_keeps_one_for_the_database(
     blank_database_url: str, tmp_path: Path
 ) -> None:
     """A database of one's own and no KEK: the first demo migrates it and makes a KEK file named
-    by its id, the next one uses that file, and a different KEK is refused."""
+    by its id (and a reviewer KEK file for its decision key), the next one uses those files, and
+    a different KEK is refused."""
     if configured_url() is None:
         pytest.skip("on the embedded server the demo uses the server's own local KEK file")
-    env = {k: v for k, v in os.environ.items() if k not in ("SIGNOFF_KEK", "SIGNOFF_KEK_FILE")}
+    unset = ("SIGNOFF_KEK", "SIGNOFF_KEK_FILE", "SIGNOFF_REVIEWER_KEK", "SIGNOFF_REVIEWER_KEK_FILE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["SIGNOFF_EMBEDDED_DIR"] = str(tmp_path / "embedded")  # the KEK goes to its ../keks
     for _ in range(2):
         result = await run_cli("demo", database_url=blank_database_url, env=env, within=300)
@@ -85,6 +87,8 @@ async def test_demo_without_a_kek_keeps_one_for_the_database(
     assert kek_file.name.startswith("kek-")
     assert kek_file.stat().st_mode & 0o777 == 0o600
     assert str(kek_file) in result.stdout
+    (reviewer_kek,) = (tmp_path / "reviewer-keks").iterdir()
+    assert reviewer_kek.name.startswith("kek-") and reviewer_kek.name != kek_file.name
 
     other = await run_cli("demo", database_url=blank_database_url, env=kek_env(), within=60)
     assert other.code == 2

@@ -45,6 +45,7 @@ async def test_open_creates_one_active_key_per_purpose_once(keys_db: Database) -
     ring = await KeyRing.open(keys_db, kek)
     assert {k.purpose for k in ring.all_keys() if k.state is KeyState.ACTIVE} == set(Purpose)
     assert await KeyRing.open(keys_db, kek) is not None
+    # One per purpose: the decision key under the session's reviewer KEK, the rest under its KEK.
     assert await count(keys_db, "SELECT count(*) FROM data_keys") == len(Purpose)
     events = await Journal(keys_db).read_stream("keys:checkpoint")
     assert [e.type for e in events] == ["key.created"]
@@ -173,13 +174,17 @@ async def test_rewrap_moves_every_key_to_a_new_kek_at_once(keys_db: Database) ->
     old, new = new_kek(), new_kek()
     ring = await KeyRing.open(keys_db, old)
     sealed = ring.encrypt(Purpose.CHECKPOINT, b"state", b"ctx")
-    assert await ring.rewrap(new) == len(Purpose)
+    # Every key but the decision key, which the reviewer-side KEK wraps.
+    assert await ring.rewrap(new) == len(Purpose) - 1
     with pytest.raises(KekMismatch):
         await KeyRing.open(keys_db, old)
     reopened = await KeyRing.open(keys_db, new)
     assert reopened.decrypt(Purpose.CHECKPOINT, sealed, b"ctx", "row") == b"state"
-    kek_ids = await count(keys_db, "SELECT count(DISTINCT kek_id) FROM data_keys")
-    assert kek_ids == 1
+    kek_ids = await count(
+        keys_db,
+        "SELECT count(DISTINCT kek_id) FROM data_keys WHERE purpose <> 'decision_signing'",
+    )
+    assert kek_ids == 1  # the decision key stays under the reviewer KEK
 
 
 async def test_macs_and_signatures(keys_db: Database) -> None:

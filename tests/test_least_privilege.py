@@ -11,6 +11,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -23,15 +24,16 @@ from adapters.runtime import ToolSpec, ask, await_final, decide_once, run
 from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy, call_stream
 from ledger.calls.service import ToolLedger
-from ledger.errors import EventNotPermitted, PermissionDenied, RowOutOfStep
+from ledger.errors import EventNotPermitted, PermissionDenied, ReviewerKekMissing, RowOutOfStep
 from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
+from ledger.store.settings import Settings
 from tests.support.logins import login
 from tests.support.scratch import scratch_database
 
 from .checkpoint_workers import review_graph
-from .processes import TEST_KEK, kek_env, run_cli
+from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
 
 
 class Logins:
@@ -42,8 +44,8 @@ class Logins:
 @pytest.fixture(scope="module")
 async def logins(server_url: str) -> AsyncIterator[Logins]:
     async with scratch_database(server_url, prefix="signoff_roles") as owner:
-        async with await Database.connect(owner) as db:
-            await KeyRing.open(db, LocalKek(TEST_KEK))  # the owner makes the data keys
+        async with await Database.connect(owner) as db:  # the owner makes the data keys
+            await KeyRing.open(db, LocalKek(TEST_KEK), reviewer_kek=REVIEWER_KEK)
         async with (
             login(server_url, owner, "signoff_app") as worker,
             login(server_url, owner, "signoff_reviewer") as reviewer,
@@ -66,21 +68,27 @@ class Side:
         await self.db.close()
 
 
-async def side(url: str) -> Side:
-    db = await Database.connect(url, pool_size=4)
-    return Side(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
+REVIEWER_KEK = LocalKek(TEST_REVIEWER_KEK)
+
+
+async def side(url: str, reviewer_kek: LocalKek | None) -> Side:
+    """A process on `url`: a worker's holds only the worker KEK, a reviewer's both."""
+    settings = Settings(database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=reviewer_kek)
+    db = await Database.connect(url, pool_size=4, settings=settings)
+    return Side(db, await KeyRing.open(db, create_missing=False))
 
 
 @pytest.fixture(scope="module")
 async def worker(logins: Logins) -> AsyncIterator[Side]:
-    s = await side(logins.worker)
+    s = await side(logins.worker, None)
+    assert not s.ring.can_sign_decisions
     yield s
     await s.close()
 
 
 @pytest.fixture(scope="module")
 async def reviewer(logins: Logins) -> AsyncIterator[Side]:
-    s = await side(logins.reviewer)
+    s = await side(logins.reviewer, REVIEWER_KEK)
     yield s
     await s.close()
 
@@ -145,7 +153,7 @@ async def test_a_lapsed_single_attempt_call_is_outcome_unknown_and_a_reviewer_re
 
     outcome = await worker.ledger.execute(call, never)
     assert outcome.status is CallStatus.OUTCOME_UNKNOWN
-    with pytest.raises(EventNotPermitted):  # resolving is a person's call
+    with pytest.raises(ReviewerKekMissing):  # resolving is a person's call, signed
         await worker.ledger.resolve(call.run_id, call.call_id, succeeded=True, by="agent")
     resolved = await reviewer.ledger.resolve(call.run_id, call.call_id, succeeded=True, by="bob")
     assert resolved.status is CallStatus.SUCCEEDED
@@ -197,13 +205,43 @@ async def test_the_cli_reads_and_decides_as_a_reviewer(logins: Logins, worker: S
 # -- what they cannot do ---------------------------------------------------------------------
 
 
-async def test_a_worker_cannot_decide_its_own_request(worker: Side) -> None:
+async def test_a_worker_cannot_decide_even_with_the_reviewer_kek(
+    logins: Logins, worker: Side
+) -> None:
+    """The signing key is the first wall, the login's rights the second: a worker that has
+    stolen the reviewer-side KEK still cannot record a decision."""
     spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
     approval = await ask(worker.store, spec, call, "agent")
-    with pytest.raises(EventNotPermitted) as refused:
-        await worker.store.decide(approval.approval_id, Decision.approve(), "mallory")
-    assert refused.value.event_type == "approval.decided"
+    stolen = await side(logins.worker, REVIEWER_KEK)
+    try:
+        with pytest.raises(EventNotPermitted) as refused:
+            await stolen.store.decide(approval.approval_id, Decision.approve(), "mallory")
+        assert refused.value.event_type == "approval.decided"
+        with pytest.raises(PermissionDenied):  # nor grant a sticky approval
+            await stolen.store.grant(
+                run_id=call.run_id, tool="refund", until=datetime.now(UTC) + timedelta(hours=1),
+                granted_by="mallory",
+            )  # fmt: skip
+    finally:
+        await stolen.close()
     assert (await worker.store.get(approval.approval_id)).status is ApprovalStatus.PENDING
+
+
+async def test_a_reviewers_sticky_grant_approves_the_workers_next_request(
+    worker: Side, reviewer: Side
+) -> None:
+    run_id = new_run()
+    until = datetime.now(UTC) + timedelta(hours=1)
+    await reviewer.store.grant(run_id=run_id, tool="refund", until=until, granted_by="alice")
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(run_id)
+    approval = await ask(worker.store, spec, call, "agent")
+    assert approval.status is ApprovalStatus.APPROVED
+
+    async def tool(args: dict[str, Any], context: CallContext) -> str:
+        return "refunded"
+
+    outcome = await run(worker.ledger, worker.store, spec, call, tool, approval.approval_id)
+    assert outcome.status is CallStatus.SUCCEEDED
 
 
 async def test_a_reviewer_cannot_run_tools(reviewer: Side) -> None:

@@ -66,8 +66,9 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     decide = commands.add_parser(
         "decide",
         help="record a reviewer's decision",
-        description="Record one reviewer's decision. The approval's policy says who may decide "
-        "and how many approvals it needs; a decision that breaks it records nothing.",
+        description="Record one reviewer's decision, signed with the decision key (this needs "
+        "the reviewer-side KEK, SIGNOFF_REVIEWER_KEK_FILE). The approval's policy says who may "
+        "decide and how many approvals it needs; a decision that breaks it records nothing.",
         epilog=_DECIDE_EXAMPLES,
     )
     decide.add_argument("approval_id", type=identifier, help="the approval's id")

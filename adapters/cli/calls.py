@@ -137,7 +137,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "resolve",
         help="settle an outcome_unknown call",
         description="Settle a call whose outcome is unknown (its worker died mid-call), after "
-        "checking in the target system whether it took effect.",
+        "checking in the target system whether it took effect. The verdict is signed with the "
+        "decision key: this needs the reviewer-side KEK (SIGNOFF_REVIEWER_KEK_FILE).",
         epilog=_RESOLVE_EXAMPLES,
     )
     resolve.add_argument("run_id", metavar="RUN", type=identifier, help="the run id")

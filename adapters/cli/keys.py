@@ -38,7 +38,11 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         dest="command", required=True, metavar="COMMAND", help="what to do"
     )
 
-    init = commands.add_parser("init", help="create an active key for every purpose lacking one")
+    init = commands.add_parser(
+        "init",
+        help="create an active key for every purpose lacking one (the decision signing key "
+        "only with the reviewer-side KEK)",
+    )
     add_json_flag(init)
     init.set_defaults(run=lambda a: asyncio.run(_init(a)))
 
@@ -106,6 +110,13 @@ async def _init(args: argparse.Namespace) -> int:
         ring = await KeyRing.open(db, create_missing=False)
         created = await ring.init()
     text = f"created {', '.join(created)}" if created else "every purpose has an active key"
+    if not ring.can_sign_decisions and not any(
+        k.purpose is Purpose.DECISION_SIGNING for k in ring.all_keys()
+    ):
+        text += (
+            "; no decision signing key: run `keys init` again with SIGNOFF_REVIEWER_KEK_FILE "
+            "(the reviewer side's KEK) to make it"
+        )
     emit(args, text, {"created": created})
     return 0
 

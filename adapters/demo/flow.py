@@ -12,6 +12,11 @@ database of your own with no KEK configured gets a KEK file of the demo's, named
 beside the embedded server's folder (`<embedded dir>/../keks/<kek id>`), but only while it has no
 data keys yet; later runs use that file, and a database whose keys another KEK wrapped is refused
 with the KEK it needs.
+
+The reviewer side's KEK wraps the key that signs decisions: this process (the reviewer) holds it,
+the workers never do (it is taken out of their environment). It is `SIGNOFF_REVIEWER_KEK` /
+`SIGNOFF_REVIEWER_KEK_FILE` when set, else a file of the demo's (`<embedded dir>/../reviewer-keks/
+<kek id>`), made with the database's decision key and used by later runs.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from ledger.audit.queries import CallFilter, find_calls
 from ledger.calls.model import CallRecord, CallStatus
 from ledger.errors import KekMissing
 from ledger.journal import Journal, VerifyReport
-from ledger.keys import KeyRing, LocalKek
+from ledger.keys import KeyRing, KeyState, LocalKek, Purpose
 from ledger.keys.kek import create_kek_file
 from ledger.store import Database, migrate
 from ledger.store.config import masked
@@ -89,6 +94,7 @@ class Keys:
     ring: KeyRing
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    reviewer: KeyRing | None = None  # this process's ring with the reviewer KEK: it decides
 
 
 @dataclass
@@ -148,7 +154,7 @@ async def _demo(
         launch = Launch(_worker_env(settings, url, keys), log_level)
 
         first = await _worker(screen, launch, 1, "runs the agent until it pauses", "start", run_id)
-        store = ApprovalStore(db, keys.ring)
+        store = ApprovalStore(db, keys.reviewer or keys.ring)
         try:
             approval_id = await _approve(screen, store, run_id)
         finally:
@@ -214,6 +220,37 @@ def _demo_kek_dir(settings: Settings) -> Path:
 
 
 async def _keys(db: Database) -> Keys:
+    """The workers' key ring and this process's reviewer ring (see the module's docstring)."""
+    keys = await _worker_keys(db)
+    keys.reviewer = await _reviewer_ring(db, keys.ring)
+    return keys
+
+
+async def _reviewer_ring(db: Database, ring: KeyRing) -> KeyRing:
+    """A ring that signs decisions: under the configured reviewer KEK, else the demo's file of
+    the one that wraps this database's decision key (made now if it has none)."""
+    if ring.can_sign_decisions:
+        return ring
+    folder = db.settings.embedded_home.parent / "reviewer-keks"
+    wrapping = {
+        k.kek_id
+        for k in ring.all_keys()
+        if k.purpose is Purpose.DECISION_SIGNING and k.state is not KeyState.RETIRED
+    }
+    if wrapping:
+        path = folder / min(wrapping)
+        if not path.is_file():
+            raise DemoFailed(
+                f"this database's decisions are signed by a key wrapped by reviewer KEK "
+                f"{min(wrapping)}: set SIGNOFF_REVIEWER_KEK_FILE to it"
+            )
+        reviewer_kek = LocalKek.from_file(path)
+    else:
+        _, reviewer_kek = _new_kek_file(folder)
+    return await KeyRing.open(db, ring.kek, reviewer_kek=reviewer_kek)
+
+
+async def _worker_keys(db: Database) -> Keys:
     """The key ring, opened the way every worker will open it (see the module's docstring)."""
     settings = db.settings
     if settings.kek is not None:
@@ -268,6 +305,8 @@ def _worker_env(settings: Settings, url: str, keys: Keys) -> dict[str, str]:
     source = str(Path(adapters.__file__).resolve().parent.parent)
     path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, **keys.env}
+    for name in ("SIGNOFF_REVIEWER_KEK", "SIGNOFF_REVIEWER_KEK_FILE"):
+        env.pop(name, None)  # workers verify decisions; only this process signs them
     if settings.embedded:
         for name in ("SIGNOFF_DATABASE_URL", "DATABASE_URL"):
             env.pop(name, None)

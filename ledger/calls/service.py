@@ -74,6 +74,7 @@ from .model import (
 )
 from .projection import CALLS
 from .records import CallRecorder, open_call_value, outcome_of
+from .resolution import sign_resolution
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 
@@ -245,10 +246,12 @@ class ToolLedger:
     async def resolve(
         self, run_id: str, call_id: str, *, succeeded: bool, by: str, note: str | None = None
     ) -> CallRecord:
-        """A person's verdict on an `outcome_unknown` call (it is never run again).
+        """A person's verdict on an `outcome_unknown` call (it is never run again), signed by
+        the reviewer side (`resolution`).
 
         Raises:
-            UnknownCall; CallStateError when the call's outcome is known.
+            UnknownCall; CallStateError when the call's outcome is known; ReviewerKekMissing
+            when this ledger's ring cannot sign (an agent worker's).
         """
         _check_id(run_id, "run_id")
         _check_id(call_id, "call_id")
@@ -256,6 +259,8 @@ class ToolLedger:
             raise InvalidToolCall("resolving needs the name of who resolves it")
         if note is not None and (not isinstance(note, str) or text_problem(note) is not None):
             raise InvalidToolCall(f"a note must be text without NUL or lone surrogates: {note!r}")
+        await self.ring.fresh()
+        self.ring.require_decision_signer()
         await self.reap()
         async with self.db.transaction() as conn:
             row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, run_id, call_id)
@@ -270,6 +275,8 @@ class ToolLedger:
             text = note or f"resolved as {status} by {by}"
             sealed, digest = self.records.seal(record.stream_id, "result", text)
             data = {"status": str(status), "by": by, "result_digest": digest, "at": _now()}
+            stream = call_stream(record.run_id, record.call_id)
+            data = sign_resolution(self.ring, stream, record.request_digest, data)
             resolved = await self.records.advance(
                 conn, record, [NewEvent("call.resolved", data, actor=by)], sealed
             )

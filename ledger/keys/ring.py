@@ -11,6 +11,11 @@ created seconds ago in another process still opens.
 Encryption and MACs are synchronous and use only the cache (callers on async paths first
 `await ring.fresh()`); key administration (init, rotate, retire, rewrap) is serialized by one
 advisory lock and recorded in the journal (stream `keys:<purpose>`; never the key material).
+
+Two KEKs. The worker KEK wraps every key but one: the `decision_signing` key, which signs
+reviewers' decisions, is wrapped by the reviewer-side KEK (`SIGNOFF_REVIEWER_KEK[_FILE]`), which
+agent workers never hold. A ring opened without it loads that key's public half only: it
+verifies decisions and cannot sign them (`ReviewerKekMissing`), and it never creates one.
 """
 
 from __future__ import annotations
@@ -29,12 +34,19 @@ from hashlib import sha256
 from typing import Any
 
 import asyncpg
-from cryptography.exceptions import InvalidTag
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ..errors import KekMismatch, KekMissing, KeyStateError, NoActiveKey, UnknownKey
+from ..errors import (
+    KekMismatch,
+    KekMissing,
+    KeyStateError,
+    NoActiveKey,
+    ReviewerKekMissing,
+    UnknownKey,
+)
 from ..journal import Journal, NewEvent
 from ..log import get_logger
 from ..store import Database
@@ -52,6 +64,7 @@ class Purpose(StrEnum):
     APPROVAL_MAC = "approval_mac"
     DIGEST_SIGNING = "digest_signing"
     VALUE_MAC = "value_mac"  # keyed digests of arguments and results (`ledger.keys.digests`)
+    DECISION_SIGNING = "decision_signing"  # wrapped by the reviewer-side KEK
 
 
 class KeyState(StrEnum):
@@ -66,7 +79,9 @@ _PREFIX = {
     Purpose.APPROVAL_MAC: "mac",
     Purpose.DIGEST_SIGNING: "sig",
     Purpose.VALUE_MAC: "vmac",
+    Purpose.DECISION_SIGNING: "dsig",
 }
+_SIGNING = (Purpose.DIGEST_SIGNING, Purpose.DECISION_SIGNING)
 _ADMIN_LOCK = 0x5167_0FF1
 
 _SELECT_KEYS = """
@@ -105,9 +120,10 @@ class KeyInfo:
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     info: KeyInfo
-    material: bytes
+    material: bytes | None  # None: a decision key without the reviewer KEK (verifies only)
     aead: AESGCM | None
     hmac_base: hmac.HMAC | None = None  # keyed once, copied per message (value-MAC keys)
+    signer: Ed25519PrivateKey | None = None  # signing keys: loaded once, not per signature
 
 
 def _wrap_context(key_id: str, purpose: str) -> bytes:
@@ -130,9 +146,17 @@ def _info(row: asyncpg.Record) -> KeyInfo:
 class KeyRing:
     """Data keys for one database, usable from any number of processes."""
 
-    def __init__(self, db: Database, kek: Kek | None, *, refresh_seconds: float | None = None):
+    def __init__(
+        self,
+        db: Database,
+        kek: Kek | None,
+        *,
+        reviewer_kek: Kek | None = None,
+        refresh_seconds: float | None = None,
+    ):
         self.db = db
         self.kek = kek
+        self.reviewer_kek = reviewer_kek
         if refresh_seconds is None:
             refresh_seconds = db.settings.key_refresh_seconds
         self.refresh_seconds = refresh_seconds
@@ -144,10 +168,18 @@ class KeyRing:
 
     @classmethod
     async def open(
-        cls, db: Database, kek: Kek | None = None, *, create_missing: bool = True
+        cls,
+        db: Database,
+        kek: Kek | None = None,
+        *,
+        reviewer_kek: Kek | None = None,
+        create_missing: bool = True,
     ) -> KeyRing:
         """Load the key ring; with `create_missing`, create an active key for every purpose
-        that has none. The KEK defaults to the database's settings (`db.settings.kek`); with
+        that has none (the decision signing key only with a reviewer KEK). `reviewer_kek`
+        defaults to the settings' (`db.settings.reviewer_kek`): None on agent workers, whose ring
+        then verifies decisions and cannot sign them. The KEK defaults to the database's
+        settings (`db.settings.kek`); with
         none configured and the settings' database the embedded server, its home's KEK file,
         created for a database that has no keys yet.
 
@@ -165,11 +197,32 @@ class KeyRing:
                     # by a lost KEK would unwrap nothing, and hide which KEK is needed.
                     await cls(db, None).refresh()  # KekMissing when keys exist
                 kek = embedded_kek(local)
-        ring = cls(db, kek)
+        if reviewer_kek is None:
+            reviewer_kek = db.settings.reviewer_kek
+        ring = cls(db, kek, reviewer_kek=reviewer_kek)
         await ring.refresh()
-        if create_missing and set(Purpose) - set(ring._active):
+        if create_missing and set(ring._creatable()) - set(ring._active):
             await ring.init()
         return ring
+
+    def _creatable(self) -> list[Purpose]:
+        """The purposes this ring can make keys for: all but decision signing without the
+        reviewer KEK."""
+        return [p for p in Purpose if p is not Purpose.DECISION_SIGNING or self.reviewer_kek]
+
+    def _kek_for(self, purpose: Purpose) -> Kek | None:
+        return self.reviewer_kek if purpose is Purpose.DECISION_SIGNING else self.kek
+
+    @property
+    def can_sign_decisions(self) -> bool:
+        """Whether this ring holds the reviewer KEK (the reviewer side), so it signs decisions."""
+        return self.reviewer_kek is not None
+
+    def require_decision_signer(self) -> None:
+        """Raise `ReviewerKekMissing` unless this ring can sign decisions (check it before
+        writing anything that will need a signature)."""
+        if self.reviewer_kek is None:
+            raise ReviewerKekMissing(self._decision_kek_id())
 
     # -- reading the cache -------------------------------------------------------------------
 
@@ -198,18 +251,24 @@ class KeyRing:
             self._loaded_at = time.monotonic()
 
     def _unwrap(self, info: KeyInfo, wrapped: bytes) -> _Loaded:
-        if self.kek is None:
+        kek = self._kek_for(info.purpose)
+        if kek is None and info.purpose is Purpose.DECISION_SIGNING:
+            return _Loaded(info, None, None)  # a worker: verifies with the public key only
+        if kek is None:
             raise KekMissing(info.kek_id)
-        source = getattr(self.kek, "source", None)  # where the KEK came from, for the message
-        if info.kek_id != self.kek.kek_id:
-            raise KekMismatch(info.kek_id, self.kek.kek_id, source)
+        source = getattr(kek, "source", None)  # where the KEK came from, for the message
+        if info.kek_id != kek.kek_id:
+            raise KekMismatch(info.kek_id, kek.kek_id, source)
         try:
-            material = self.kek.unwrap(wrapped, _wrap_context(info.key_id, info.purpose))
+            material = kek.unwrap(wrapped, _wrap_context(info.key_id, info.purpose))
         except InvalidTag as e:
-            raise KekMismatch(info.kek_id, self.kek.kek_id, source) from e
+            raise KekMismatch(info.kek_id, kek.kek_id, source) from e
         aead = AESGCM(material) if info.purpose in (Purpose.CHECKPOINT, Purpose.RESULT) else None
         base = hmac.new(material, digestmod=sha256) if info.purpose is Purpose.VALUE_MAC else None
-        return _Loaded(info, material, aead, base)
+        signer = (
+            Ed25519PrivateKey.from_private_bytes(material) if info.purpose in _SIGNING else None
+        )
+        return _Loaded(info, material, aead, base, signer)
 
     def all_keys(self) -> list[KeyInfo]:
         """Every key, retired ones included, as of the last refresh."""
@@ -269,7 +328,7 @@ class KeyRing:
     def mac(self, message: bytes) -> tuple[str, bytes]:
         """HMAC-SHA256 of `message` under the active approval-MAC key: (key id, tag)."""
         key_id = self.active_key_id(Purpose.APPROVAL_MAC)
-        material = self._key(key_id, Purpose.APPROVAL_MAC).material
+        material = _material(self._key(key_id, Purpose.APPROVAL_MAC))
         return key_id, hmac.new(material, message, sha256).digest()
 
     async def verify_mac(self, key_id: str, message: bytes, tag: bytes) -> bool:
@@ -278,7 +337,7 @@ class KeyRing:
         Raises:
             UnknownKey: no such MAC key, or it is retired.
         """
-        material = (await self._key_fresh(key_id, Purpose.APPROVAL_MAC)).material
+        material = _material(await self._key_fresh(key_id, Purpose.APPROVAL_MAC))
         return hmac.compare_digest(hmac.new(material, message, sha256).digest(), tag)
 
     def value_mac(self, message: bytes, key_id: str | None = None) -> tuple[str, str]:
@@ -310,19 +369,60 @@ class KeyRing:
         live.sort(key=lambda i: (i.state is not KeyState.ACTIVE, -i.created_at.timestamp()))
         return [i.key_id for i in live]
 
-    def sign(self, message: bytes) -> tuple[str, bytes]:
-        """Ed25519 signature of `message` under the active signing key: (key id, signature)."""
-        key_id = self.active_key_id(Purpose.DIGEST_SIGNING)
-        material = self._key(key_id, Purpose.DIGEST_SIGNING).material
-        return key_id, Ed25519PrivateKey.from_private_bytes(material).sign(message)
+    def sign(self, message: bytes, purpose: Purpose = Purpose.DIGEST_SIGNING) -> tuple[str, bytes]:
+        """Ed25519 signature of `message` under the active signing key of `purpose` (digest or
+        decision signing): (key id, signature).
 
-    def public_key(self, key_id: str | None = None) -> tuple[str, bytes]:
-        """A signing key's raw Ed25519 public key (the active one by default)."""
-        key_id = key_id or self.active_key_id(Purpose.DIGEST_SIGNING)
+        Raises:
+            ReviewerKekMissing: decision signing on a ring without the reviewer KEK.
+            NoActiveKey: no active key of `purpose`.
+        """
+        if purpose not in _SIGNING:
+            raise UnknownKey("?", f"{purpose} keys do not sign")
+        if purpose is Purpose.DECISION_SIGNING:
+            self.require_decision_signer()
+        key_id = self.active_key_id(purpose)
+        loaded = self._key(key_id, purpose)
+        if loaded.signer is None:
+            raise ReviewerKekMissing(loaded.info.kek_id)
+        return key_id, loaded.signer.sign(message)
+
+    async def verify_signature(
+        self, key_id: str, message: bytes, signature: bytes, purpose: Purpose
+    ) -> bool:
+        """Whether `signature` is an Ed25519 signature of `message` by the `purpose` key
+        `key_id` (decrypt-only keys still verify).
+
+        Raises:
+            UnknownKey: no such signing key, or it is retired.
+        """
+        if purpose not in _SIGNING:
+            raise UnknownKey(key_id, f"{purpose} keys do not sign")
+        loaded = await self._key_fresh(key_id, purpose)
+        if loaded.info.public_key is None:
+            raise UnknownKey(key_id, "it has no public key")
+        try:
+            Ed25519PublicKey.from_public_bytes(loaded.info.public_key).verify(signature, message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+    def public_key(
+        self, key_id: str | None = None, purpose: Purpose = Purpose.DIGEST_SIGNING
+    ) -> tuple[str, bytes]:
+        """A signing key's raw Ed25519 public key (the active one of `purpose` by default)."""
+        key_id = key_id or self.active_key_id(purpose)
         info = self._all.get(key_id)
-        if info is None or info.purpose is not Purpose.DIGEST_SIGNING or info.public_key is None:
+        if info is None or info.purpose is not purpose or info.public_key is None:
             raise UnknownKey(key_id, "not a signing key")
         return key_id, info.public_key
+
+    def _decision_kek_id(self) -> str:
+        """The KEK id that wraps the decision key, for errors (none yet: any will do)."""
+        for info in self._all.values():
+            if info.purpose is Purpose.DECISION_SIGNING and info.state is not KeyState.RETIRED:
+                return info.kek_id
+        return "none yet: any new KEK"
 
     # -- administration ----------------------------------------------------------------------
 
@@ -332,7 +432,7 @@ class KeyRing:
         async with self._admin() as conn:
             rows = await conn.fetch("SELECT purpose FROM data_keys WHERE state = 'active'")
             have = {Purpose(r["purpose"]) for r in rows}
-            for purpose in Purpose:
+            for purpose in self._creatable():
                 if purpose not in have:
                     created.append(await self._create(conn, purpose, "key.created"))
         await self.refresh()
@@ -365,14 +465,16 @@ class KeyRing:
         await self.refresh()
 
     async def rewrap(self, new_kek: Kek) -> int:
-        """Rewrap every data key under `new_kek`, in one transaction; return how many."""
+        """Rewrap every data key under `new_kek`, in one transaction; return how many. The
+        decision signing keys stay under the reviewer KEK."""
         if self.kek is None:
             raise KekMissing("(unknown)")
         async with self._admin() as conn:
-            rows = await conn.fetch(_SELECT_KEYS)
+            every = await conn.fetch(_SELECT_KEYS)
+            rows = [r for r in every if r["purpose"] != Purpose.DECISION_SIGNING]
             for row in rows:
                 info = _info(row)
-                material = self._unwrap(info, row["wrapped"]).material
+                material = _material(self._unwrap(info, row["wrapped"]))
                 context = _wrap_context(info.key_id, info.purpose)
                 await conn.execute(
                     _REWRAP, info.key_id, new_kek.kek_id, new_kek.wrap(material, context)
@@ -388,19 +490,22 @@ class KeyRing:
     async def _create(
         self, conn: asyncpg.Connection, purpose: Purpose, event: str, replaces: str | None = None
     ) -> str:
-        if self.kek is None:
+        kek = self._kek_for(purpose)
+        if kek is None and purpose is Purpose.DECISION_SIGNING:
+            raise ReviewerKekMissing(self._decision_kek_id())
+        if kek is None:
             raise KekMissing("(none yet: configure one)")
         key_id = f"{_PREFIX[purpose]}-{secrets.token_hex(8)}"
         public: bytes | None = None
-        if purpose is Purpose.DIGEST_SIGNING:
+        if purpose in _SIGNING:
             private = Ed25519PrivateKey.generate()
             material = private.private_bytes_raw()
             public = _raw_public(private.public_key())
         else:
             material = os.urandom(32)
-        wrapped = self.kek.wrap(material, _wrap_context(key_id, purpose))
-        await conn.execute(_INSERT_KEY, key_id, purpose, self.kek.kek_id, wrapped, public)
-        data = {"key_id": key_id, "kek_id": self.kek.kek_id, "replaces": replaces}
+        wrapped = kek.wrap(material, _wrap_context(key_id, purpose))
+        await conn.execute(_INSERT_KEY, key_id, purpose, kek.kek_id, wrapped, public)
+        data = {"key_id": key_id, "kek_id": kek.kek_id, "replaces": replaces}
         await self._record(conn, purpose, event, data)
         return key_id
 
@@ -423,6 +528,12 @@ class KeyRing:
         async with self.db.transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _ADMIN_LOCK)
             yield conn
+
+
+def _material(loaded: _Loaded) -> bytes:
+    if loaded.material is None:
+        raise ReviewerKekMissing(loaded.info.kek_id)
+    return loaded.material
 
 
 def _aead_of(loaded: _Loaded) -> AESGCM:

@@ -4,6 +4,7 @@
 |-----------------------------------------------|-----------------------------------------------|
 | `SIGNOFF_DATABASE_URL`, else `DATABASE_URL`   | `database_url` (None: the embedded server)    |
 | `SIGNOFF_KEK`, else `SIGNOFF_KEK_FILE`        | `kek` (base64 of 32 bytes, or a file of it)   |
+| `SIGNOFF_REVIEWER_KEK`, else `..._KEK_FILE`   | `reviewer_kek` (the reviewer side only)       |
 | `SIGNOFF_KEY_REFRESH_SECONDS`                 | `key_refresh_seconds` (default 10)            |
 | `SIGNOFF_EMBEDDED_DIR`, `XDG_DATA_HOME`       | `embedded_home`                               |
 
@@ -11,6 +12,10 @@ Everything else takes these values: `Database.from_settings(settings)` keeps the
 ring takes its KEK and refresh interval from its database's settings. With no URL configured the
 database is the embedded server of `embedded_home`, and the KEK (unless one is configured) is that
 home's `kek` file. A configured URL never selects a KEK file, whatever it looks like.
+
+The reviewer KEK wraps the key that signs decisions. Only the reviewer side (the HTTP service,
+the admin CLI) is given it; agent workers run without it and only verify. It has no embedded
+default: a process holds it only when told to.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class Settings:
 
     database_url: str | None = None
     kek: LocalKek | None = field(default=None, repr=False)
+    reviewer_kek: LocalKek | None = field(default=None, repr=False)
     key_refresh_seconds: float = _REFRESH_DEFAULT
     embedded_home: Path = field(default_factory=lambda: embedded_home_from_env({}))
 
@@ -80,6 +86,7 @@ class Settings:
         return cls(
             database_url=_url(environ, database_url),
             kek=_kek(environ),
+            reviewer_kek=_kek(environ, "SIGNOFF_REVIEWER_KEK"),
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),
             embedded_home=embedded_home_from_env(environ),
         )
@@ -116,11 +123,11 @@ def _url(environ: Mapping[str, str], given: str | None) -> str | None:
     return None
 
 
-def _kek(environ: Mapping[str, str]) -> LocalKek | None:
-    if text := environ.get("SIGNOFF_KEK"):
-        return LocalKek.from_base64(text, "SIGNOFF_KEK")
-    if path := environ.get("SIGNOFF_KEK_FILE"):
-        return LocalKek.from_file(Path(path), variable="SIGNOFF_KEK_FILE")
+def _kek(environ: Mapping[str, str], name: str = "SIGNOFF_KEK") -> LocalKek | None:
+    if text := environ.get(name):
+        return LocalKek.from_base64(text, name)
+    if path := environ.get(f"{name}_FILE"):
+        return LocalKek.from_file(Path(path), variable=f"{name}_FILE")
     return None
 
 

@@ -45,8 +45,13 @@ RIGHTS = """
 CREATE TABLE event_rights (
     type_pattern text NOT NULL,  -- a LIKE pattern over event types
     role         name NOT NULL,
-    PRIMARY KEY (type_pattern, role)
+    when_field   text NOT NULL DEFAULT '',  -- '': always; else only events whose data has it
+    PRIMARY KEY (type_pattern, role, when_field)
 );
+-- A worker may record the approval a sticky grant gives (`grant`: the reviewer's signed grant,
+-- which every consumer checks), never a reviewer's decision.
+INSERT INTO event_rights (type_pattern, role, when_field) VALUES
+    ('approval.decided', 'signoff_app', 'grant');
 INSERT INTO event_rights (type_pattern, role) VALUES
     ('approval.requested', 'signoff_app'),
     ('approval.consumed', 'signoff_app'),
@@ -107,10 +112,11 @@ BEGIN
     END IF;
     IF NOT pg_has_role(session_user, (SELECT relowner FROM pg_class
                                       WHERE oid = 'public.events'::regclass), 'MEMBER') THEN
-        SELECT t INTO refused FROM unnest(p_types) AS t
-        WHERE t IS NULL OR NOT EXISTS (
+        SELECT x.t INTO refused FROM unnest(p_types, p_data) AS x(t, d)
+        WHERE x.t IS NULL OR NOT EXISTS (
             SELECT FROM event_rights r
-            WHERE t LIKE r.type_pattern AND pg_has_role(session_user, r.role, 'MEMBER'))
+            WHERE x.t LIKE r.type_pattern AND pg_has_role(session_user, r.role, 'MEMBER')
+              AND (r.when_field = '' OR x.d::jsonb ? r.when_field))
         LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION '% may not append % events', session_user, coalesce(refused, 'null')

@@ -1,0 +1,398 @@
+"""What an approval's stream proves: signed decisions, MACed records, and its policy re-applied.
+
+Who writes what:
+
+- the reviewer side (holding the reviewer KEK) appends `approval.decided` events signed by the
+  decision key (`ledger.keys.attest.Statement`: the binding, the approval id, the decision kind
+  and the digest of its payload, the reviewer and its groups, the time, the key id), and signs
+  sticky grants (`approval.granted` in `grant:<id>`) the same way;
+- workers append `approval.requested`, `approval.consumed`, `approval.expired`, and the
+  `approval.decided` of a grant (carrying the signed grant), each with a record MAC under the
+  approval-MAC key (`ledger.keys.attest.mac_record`) over the event and the approval's binding;
+  `approval.cancelled` is MACed too, whoever cancels.
+
+The binding stays the plain SHA-256 `binding_of` (an auditor recomputes it from the request's
+fields), and is authenticated by the request's MAC and by every signature, which cover it.
+
+`approval_problems` checks a whole stream: every MAC and signature, the binding against the
+request, and the policy re-applied from the events alone (allowed kinds, approvers with the
+groups the signed decision names, no self-approval, a quorum of distinct reviewers, expiry).
+A stream recorded before records were signed is reported `unsigned`; workers refuse it too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from ledger.canonical import format_time, json_digest
+from ledger.journal import NewEvent
+from ledger.journal.projection import Fact
+from ledger.keys import KeyRing
+from ledger.keys.attest import (
+    Statement,
+    mac_record,
+    record_mac_ok,
+    sign_statement,
+    statement_ok,
+)
+from ledger.store import Database
+
+from .model import ApprovalPolicy, DecisionKind, Review, Reviewer, binding_of
+from .projection import STREAM_PREFIX, approval_id_of
+
+__all__ = [
+    "ProblemKind",
+    "StreamProblem",
+    "approval_problems",
+    "as_facts",
+    "every_approval_problem",
+    "grant_statement",
+    "mac_events",
+    "policy_problem",
+    "review_statement",
+    "sign_review",
+]
+
+DECIDED = "approval.decided"
+
+
+class ProblemKind(StrEnum):
+    UNSIGNED = "unsigned"  # recorded before records were signed, or forged without a key
+    FORGED = "forged"  # a bad MAC or signature, malformed, out of order
+    POLICY = "policy"  # signed, but the policy does not allow it
+
+
+@dataclass(frozen=True, slots=True)
+class StreamProblem:
+    approval_id: str
+    version: int
+    kind: ProblemKind
+    message: str
+
+    def __str__(self) -> str:
+        return f"approval {self.approval_id} (version {self.version}): {self.message}"
+
+
+class Recorded(Protocol):
+    """An event as the journal returns it (`Event`) or a fold sees it (`Fact`)."""
+
+    @property
+    def stream_id(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+
+
+def as_facts(events: Sequence[Recorded]) -> list[Fact]:
+    return [Fact(e.stream_id, e.version, e.type, e.data, e.actor) for e in events]
+
+
+# -- signing and MACs ----------------------------------------------------------------------
+
+
+def review_statement(binding: str, approval_id: str, review: Review) -> Statement:
+    return Statement(
+        binding=binding,
+        subject=approval_id,
+        kind=str(review.decision),
+        payload=review.payload(),
+        reviewer=review.reviewer,
+        groups=review.groups or (),
+        at=format_time(review.at),
+    )
+
+
+def sign_review(ring: KeyRing, binding: str, approval_id: str, review: Review) -> Review:
+    """The review signed by the reviewer side (raises `ReviewerKekMissing` on a worker)."""
+    signed = sign_statement(ring, review_statement(binding, approval_id, review))
+    return replace(review, signature=signed)
+
+
+_GRANT_TERMS = ("run_id", "tool", "until")
+
+
+def grant_statement(grant: Mapping[str, Any]) -> Statement:
+    """The statement of a sticky grant (`approval.granted`'s data, signature aside)."""
+    return Statement(
+        binding=json_digest(["signoff.grant.v1", grant["run_id"], grant["tool"]]),
+        subject=grant["grant_id"],
+        kind="grant",
+        payload={name: grant[name] for name in _GRANT_TERMS},
+        reviewer=grant["granted_by"],
+        groups=tuple(grant["groups"]),
+        at=format_time(datetime.fromisoformat(grant["at"])),
+    )
+
+
+def mac_events(
+    ring: KeyRing, binding: str, stream_id: str, base_version: int, events: Sequence[NewEvent]
+) -> list[NewEvent]:
+    """`events`, about to follow version `base_version` of `stream_id`, each MACed; a
+    reviewer's decision is left as it is (its signature covers it)."""
+    out = []
+    for version, event in enumerate(events, start=base_version + 1):
+        if event.type == DECIDED and "grant" not in event.data:
+            out.append(event)
+            continue
+        data = mac_record(ring, binding, stream_id, version, event.type, event.actor, event.data)
+        out.append(NewEvent(event.type, data, event.actor))
+    return out
+
+
+# -- the policy, re-applied ----------------------------------------------------------------
+
+
+@dataclass
+class _Tally:
+    """The decisions so far of one approval, as the replay counts them."""
+
+    approvers: list[str]
+    final: bool = False
+    consumed: bool = False
+
+
+def policy_problem(
+    policy: ApprovalPolicy,
+    requested_by: str,
+    expires_at: datetime | None,
+    approvers: Sequence[str],
+    review: Review,
+) -> str | None:
+    """What the policy says against one more review (None: it allows it). Groups are the ones
+    the signed review names."""
+    who = Reviewer(review.reviewer, frozenset(review.groups or ()))
+    kind = review.decision
+    if kind not in policy.allowed:
+        return f"the policy does not allow {kind}"
+    if review.reviewer == requested_by and not policy.allow_self_approval:
+        return f"{review.reviewer} requested it and may not decide it"
+    if not who.matches(policy.approvers):
+        return f"{review.reviewer} is not an approver of this tool"
+    if policy.quorum > 1 and kind in (DecisionKind.EDIT, DecisionKind.RESPOND):
+        return "with a quorum only approve or reject"
+    if kind is DecisionKind.APPROVE and review.reviewer in approvers:
+        return f"{review.reviewer} approved twice; {policy.quorum} distinct reviewers needed"
+    if expires_at is not None and review.at >= expires_at:
+        return "decided after it expired"
+    return None
+
+
+async def approval_problems(ring: KeyRing, events: Sequence[Recorded]) -> list[StreamProblem]:
+    """Everything wrong with one approval stream's events (oldest first): bad or missing MACs
+    and signatures, a binding that is not its request's, a policy its decisions break, events
+    out of order. Empty when the stream proves its state."""
+    if not events:
+        return []
+    approval_id = approval_id_of(events[0].stream_id)
+    problem = _Problems(approval_id)
+    problems = problem.found
+    first = events[0]
+    if first.type != "approval.requested":
+        problem(first, ProblemKind.FORGED, f"the stream starts with {first.type}")
+        return problems
+    try:
+        request = first.data
+        binding = request["binding"]
+        expected = binding_of(
+            request["run_id"],
+            request["tool"],
+            request["kind"],
+            request["args_digest"],
+            request["call_id"],
+            approval_id,
+        )
+        policy = ApprovalPolicy.from_json(request["policy"])
+        expires = request["expires_at"]
+        expires_at = None if expires is None else datetime.fromisoformat(expires)
+    except (KeyError, TypeError, ValueError) as e:
+        problem(first, ProblemKind.FORGED, f"a malformed request: {e!r}")
+        return problems
+    if binding != expected:
+        problem(first, ProblemKind.FORGED, "its binding is not its request's")
+    await _mac(ring, binding, first, problem)
+    req = _Request(approval_id, binding, request, first.actor, policy, expires_at)
+    tally = _Tally([])
+    for event in events[1:]:
+        try:
+            await _step(ring, req, tally, event, problem)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            problem(event, ProblemKind.FORGED, f"a malformed {event.type}: {e!r}")
+    return problems
+
+
+_EVERY_APPROVAL_EVENT = f"""
+SELECT stream_id, version, type, data::text AS data, actor FROM events
+WHERE stream_id LIKE '{STREAM_PREFIX}%' ORDER BY stream_id, version
+"""
+
+
+async def every_approval_problem(db: Database, ring: KeyRing) -> list[StreamProblem]:
+    """`approval_problems` of every approval stream in the journal, read in one snapshot."""
+    await ring.fresh()
+    problems: list[StreamProblem] = []
+    stream: list[Fact] = []
+    async with (
+        db.connection() as conn,
+        conn.transaction(isolation="repeatable_read", readonly=True),
+    ):
+        async for row in conn.cursor(_EVERY_APPROVAL_EVENT, prefetch=2000):
+            fact = Fact(
+                row["stream_id"], row["version"], row["type"], json.loads(row["data"]), row["actor"]
+            )
+            if stream and stream[0].stream_id != fact.stream_id:
+                problems += await approval_problems(ring, stream)
+                stream = []
+            stream.append(fact)
+    if stream:
+        problems += await approval_problems(ring, stream)
+    return problems
+
+
+class _Problems:
+    """The problems found in one stream; called to add one."""
+
+    def __init__(self, approval_id: str) -> None:
+        self.approval_id = approval_id
+        self.found: list[StreamProblem] = []
+
+    def __call__(self, event: Recorded, kind: ProblemKind, message: str) -> None:
+        self.found.append(StreamProblem(self.approval_id, event.version, kind, message))
+
+
+async def _mac(ring: KeyRing, binding: str, event: Recorded, problem: _Problems) -> None:
+    wrong = await record_mac_ok(
+        ring, binding, event.stream_id, event.version, event.type, event.actor, event.data
+    )
+    if wrong == "unsigned":
+        problem(event, ProblemKind.UNSIGNED, f"{event.type} carries no MAC")
+    elif wrong is not None:
+        problem(event, ProblemKind.FORGED, f"{event.type}: {wrong}")
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What the request event fixes for the rest of the stream."""
+
+    approval_id: str
+    binding: str
+    data: Mapping[str, Any]
+    requested_by: str
+    policy: ApprovalPolicy
+    expires_at: datetime | None
+
+
+async def _step(
+    ring: KeyRing, req: _Request, tally: _Tally, event: Recorded, problem: _Problems
+) -> None:
+    data = event.data
+    binding, approval_id, request = req.binding, req.approval_id, req.data
+    if event.type == DECIDED:
+        review = Review.from_json(data)
+        before = len(problem.found)
+        if review.grant_id is not None:
+            await _mac(ring, binding, event, problem)
+            await _grant_problem(ring, review, event, request, problem)
+        else:
+            why = await statement_ok(
+                ring, review_statement(binding, approval_id, review), review.signature
+            )
+            if why == "unsigned":
+                problem(event, ProblemKind.UNSIGNED, f"{review.reviewer}'s decision is unsigned")
+            elif why is not None:
+                problem(event, ProblemKind.FORGED, f"{review.reviewer}'s decision: {why}")
+        if event.actor != review.reviewer:
+            problem(event, ProblemKind.FORGED, f"appended by {event.actor} for {review.reviewer}")
+        # The policy is re-applied to what is signed: an unsigned (legacy) decision records no
+        # groups and may name its deciders the old way, and is refused as unsigned anyway.
+        signed = not any(p.kind is ProblemKind.UNSIGNED for p in problem.found[before:])
+        if signed:
+            _decision_policy(req, tally, review, data, event, problem)
+        if review.decision is DecisionKind.APPROVE:
+            tally.approvers.append(review.reviewer)
+        tally.final = tally.final or bool(data["final"])
+    elif event.type in ("approval.expired", "approval.cancelled"):
+        await _mac(ring, binding, event, problem)
+        if tally.final:
+            problem(event, ProblemKind.FORGED, f"{event.type} after the approval was final")
+        tally.final = True
+    elif event.type == "approval.consumed":
+        await _mac(ring, binding, event, problem)
+        if not tally.final:
+            problem(event, ProblemKind.FORGED, "consumed before it was final")
+        if tally.consumed:
+            problem(event, ProblemKind.FORGED, "consumed twice")
+        tally.consumed = True
+    else:
+        problem(event, ProblemKind.FORGED, f"an unknown event type {event.type}")
+
+
+def _decision_policy(
+    req: _Request,
+    tally: _Tally,
+    review: Review,
+    data: Mapping[str, Any],
+    event: Recorded,
+    problem: _Problems,
+) -> None:
+    """The policy against one more signed decision, and what the event says it makes final."""
+    policy = req.policy
+    if tally.final:
+        problem(event, ProblemKind.POLICY, "a decision after the approval was final")
+        return
+    if wrong := policy_problem(policy, req.requested_by, req.expires_at, tally.approvers, review):
+        problem(event, ProblemKind.POLICY, wrong)
+    if review.decision is DecisionKind.APPROVE:
+        approvers = {*tally.approvers, review.reviewer}
+        final, deciders = len(approvers) >= policy.quorum, sorted(approvers)
+    else:
+        final, deciders = True, [review.reviewer]
+    if bool(data["final"]) != final:
+        problem(
+            event,
+            ProblemKind.POLICY,
+            f"it says final={bool(data['final'])}, but {len(approvers)} of {policy.quorum} "
+            f"approvals make it final={final}"
+            if review.decision is DecisionKind.APPROVE
+            else f"a {review.decision} is final",
+        )
+    elif final and data.get("decided_by") != deciders:
+        problem(event, ProblemKind.POLICY, f"decided_by is not {deciders}")
+
+
+async def _grant_problem(
+    ring: KeyRing,
+    review: Review,
+    event: Recorded,
+    request: Mapping[str, Any],
+    problem: _Problems,
+) -> None:
+    """Check a grant's approval against the signed grant it carries."""
+    grant = review.grant
+    if not isinstance(grant, Mapping):
+        problem(event, ProblemKind.UNSIGNED, f"grant {review.grant_id} is not carried signed")
+        return
+    why = await statement_ok(ring, grant_statement(grant), grant.get("signature"))
+    if why is not None:
+        kind = ProblemKind.UNSIGNED if why == "unsigned" else ProblemKind.FORGED
+        problem(event, kind, f"grant {review.grant_id}: {why}")
+    if (
+        grant["grant_id"] != review.grant_id
+        or grant["granted_by"] != review.reviewer
+        or tuple(grant["groups"]) != (review.groups or ())
+        or grant["run_id"] != request["run_id"]
+        or grant["tool"] != request["tool"]
+    ):
+        problem(event, ProblemKind.FORGED, f"grant {review.grant_id} is another grant's")
+    at, until = datetime.fromisoformat(grant["at"]), datetime.fromisoformat(grant["until"])
+    if not at <= review.at < until:
+        problem(event, ProblemKind.POLICY, f"grant {review.grant_id} did not hold then")

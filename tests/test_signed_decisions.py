@@ -1,0 +1,458 @@
+"""Signed decisions: a decision forged in the database (as its owner, with correctly chained
+events and a matching row) is refused before the tool runs; a decision signed by the reviewer
+side but outside the policy is refused too; a worker's ring verifies and cannot sign."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from approvals import (
+    Approval,
+    ApprovalPolicy,
+    ApprovalStore,
+    Decision,
+    DecisionForged,
+    DecisionKind,
+    PolicyViolation,
+    ProblemKind,
+    Review,
+    Reviewer,
+    approval_gate,
+    approval_problems,
+    binding_of,
+)
+from approvals.integrity import as_facts, every_approval_problem, sign_review
+from approvals.projection import APPROVALS, stream_of
+from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
+from ledger.calls.resolution import every_resolution_problem, resolution_problem
+from ledger.calls.service import ToolLedger
+from ledger.canonical import json_digest
+from ledger.errors import ConfigurationError, ReviewerKekMissing, UnknownCall
+from ledger.journal import Journal, NewEvent
+from ledger.journal.journal import append_arguments
+from ledger.journal.projection import commit, fold
+from ledger.keys import KeyRing, LocalKek, Purpose
+from ledger.store import Database, migrate
+from ledger.store.settings import Settings
+
+from .processes import TEST_KEK, kek_env, run_cli
+
+WRITE = ToolPolicy(Effect.SINGLE_ATTEMPT)
+LEADS = ApprovalPolicy(approvers=frozenset({"group:leads"}))
+QUORUM = ApprovalPolicy(approvers=frozenset({"group:leads"}), quorum=2)
+LEAD_1 = Reviewer("lead-1", frozenset({"leads"}))
+LEAD_2 = Reviewer("lead-2", frozenset({"leads"}))
+
+
+class Tool:
+    """A tool that counts its runs."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def __call__(self, args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+        self.runs += 1
+        return {"refunded": args["amount"]}
+
+
+@pytest.fixture
+def refusals(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """The approval store's warnings (its logger does not propagate once configured)."""
+    logger = logging.getLogger("signoff.approvals.store")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.WARNING, logger="signoff.approvals.store")
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture
+async def worker_db(database_url: str) -> AsyncIterator[Database]:
+    """The session database as an agent worker opens it: the worker KEK, no reviewer KEK."""
+    settings = Settings(database_url=database_url, kek=LocalKek(TEST_KEK))
+    async with await Database.connect(database_url, settings=settings) as db:
+        yield db
+
+
+async def _ask(
+    store: ApprovalStore, policy: ApprovalPolicy, requested_by: str = "agent"
+) -> tuple[Approval, ToolCall]:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    call = ToolCall(run, "refund-1", "refund", {"amount": 120})
+    approval = await store.request(
+        run_id=run,
+        tool="refund",
+        args=call.args,
+        call_id=call.call_id,
+        requested_by=requested_by,
+        policy=policy,
+    )
+    return approval, call
+
+
+async def _forge(db: Database, approval: Approval, data: dict[str, Any]) -> Approval:
+    """What the table owner can do: append a decision through `signoff_append` (which computes
+    its canonical bytes and hash), and set the row to match it."""
+    review = Review.from_json(data)
+    stream = stream_of(approval.approval_id)
+    event = NewEvent("approval.decided", data, actor=review.reviewer)
+    arguments = append_arguments(stream, [event], approval.version)
+    reviews = [*(r.to_json() for r in approval.reviews), review.to_json()]
+    async with db.transaction() as conn:
+        await conn.fetchval("SELECT signoff_append($1, $2, $3, $4, $5, $6)", *arguments, None)
+        await conn.execute(
+            "UPDATE approvals SET status = 'approved', decided_by = $2, decided_at = $3,"
+            " reviews = $4::jsonb, version = version + 1 WHERE approval_id = $1",
+            approval.approval_id,
+            data["decided_by"],
+            review.at,
+            json.dumps(reviews),
+        )
+    events = await Journal(db).read_stream(stream)
+    return fold(APPROVALS, as_facts(events))
+
+
+def _vote(reviewer: Reviewer) -> Review:
+    """An approval by `reviewer` with its groups, as `decide` makes it (unsigned)."""
+    groups = tuple(sorted(reviewer.groups))
+    return Review(reviewer.id, DecisionKind.APPROVE, datetime.now(UTC), groups=groups)
+
+
+def _data(review: Review, deciders: list[str]) -> dict[str, Any]:
+    return review.to_json() | {"final": True, "decided_by": deciders}
+
+
+# (policy, requested by, the forged reviewer, who the forged event says decided)
+FORGERIES = {
+    "mallory on group:leads": (
+        LEADS,
+        "agent",
+        Reviewer("mallory", frozenset({"leads"})),
+        ["mallory"],
+    ),
+    "self-approval": (LEADS, "lead-1", LEAD_1, ["lead-1"]),
+    "one vote for a quorum of 2": (QUORUM, "agent", LEAD_1, ["lead-1"]),
+}
+
+
+@pytest.mark.parametrize("case", FORGERIES)
+async def test_a_decision_forged_in_the_database_is_refused_and_nothing_runs(
+    case: str,
+    db: Database,
+    store: ApprovalStore,
+    ledger: ToolLedger,
+    refusals: pytest.LogCaptureFixture,
+) -> None:
+    policy, requested_by, reviewer, deciders = FORGERIES[case]
+    approval, call = await _ask(store, policy, requested_by)
+    forged = await _forge(db, approval, _data(_vote(reviewer), deciders))
+    row = await store.get(approval.approval_id)
+    assert (
+        row == forged and row.status.runs_tool
+    )  # the row is its stream's fold: only proof is missing
+    tool = Tool()
+    gate = approval_gate(store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
+    with pytest.raises(DecisionForged, match="unsigned"):
+        await ledger.execute(call, tool, WRITE, gate=gate)
+    assert tool.runs == 0
+    with pytest.raises(UnknownCall):  # no intent was recorded either
+        await ledger.get(call.run_id, call.call_id)
+    assert not (await store.get(approval.approval_id)).consumed
+    warned = [
+        r for r in refusals.records if getattr(r, "approval_id", None) == approval.approval_id
+    ]
+    assert warned and warned[0].levelno == logging.WARNING
+
+
+@pytest.mark.parametrize("case", FORGERIES)
+async def test_a_signed_decision_the_policy_does_not_allow_is_refused(
+    case: str, db: Database, ring: KeyRing, store: ApprovalStore, ledger: ToolLedger
+) -> None:
+    """Even signed by the reviewer side's key, a decision is re-checked against the policy its
+    request recorded: the worker trusts the key for who decided, not for whether they may."""
+    policy, requested_by, reviewer, deciders = FORGERIES[case]
+    if reviewer.id == "mallory":  # the reviewer side signs the groups mallory really has
+        reviewer = Reviewer("mallory", frozenset({"support"}))
+    approval, call = await _ask(store, policy, requested_by)
+    signed = sign_review(ring, approval.binding, approval.approval_id, _vote(reviewer))
+    await _forge(db, approval, _data(signed, deciders))
+    tool = Tool()
+    gate = approval_gate(store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
+    with pytest.raises(PolicyViolation):
+        await ledger.execute(call, tool, WRITE, gate=gate)
+    assert tool.runs == 0
+    kinds = {p.kind for p in await store.problems(approval.approval_id)}
+    assert kinds == {ProblemKind.POLICY}
+
+
+async def test_a_row_that_says_more_than_its_stream_is_refused(
+    db: Database, store: ApprovalStore, ledger: ToolLedger
+) -> None:
+    approval, call = await _ask(store, QUORUM)
+    await store.decide(approval.approval_id, Decision.approve(), LEAD_1)  # genuine, 1 of 2
+    async with db.connection() as conn:
+        await conn.execute(
+            "UPDATE approvals SET status = 'approved', decided_by = '{lead-1}', decided_at = now()"
+            " WHERE approval_id = $1",
+            approval.approval_id,
+        )
+    tool = Tool()
+    gate = approval_gate(store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
+    with pytest.raises(DecisionForged, match="row is not its stream"):
+        await ledger.execute(call, tool, WRITE, gate=gate)
+    assert tool.runs == 0
+    assert await store.problems(approval.approval_id) == []  # the stream itself is sound
+    async with db.connection() as conn:  # the session's other tests rebuild every row
+        await conn.execute(
+            "UPDATE approvals SET status = 'pending', decided_by = NULL, decided_at = NULL"
+            " WHERE approval_id = $1",
+            approval.approval_id,
+        )
+    assert await store.verify_projection() == []
+
+
+async def test_a_copied_signature_is_a_second_vote_of_the_same_reviewer(
+    db: Database, store: ApprovalStore, ledger: ToolLedger
+) -> None:
+    approval, call = await _ask(store, QUORUM)
+    voted = await store.decide(approval.approval_id, Decision.approve(), LEAD_1)
+    await _forge(db, voted, _data(voted.reviews[0], ["lead-1"]))  # replayed with final=True
+    gate = approval_gate(store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
+    with pytest.raises(PolicyViolation, match="approved twice"):
+        await ledger.execute(call, Tool(), WRITE, gate=gate)
+
+
+async def test_an_altered_signed_decision_does_not_verify(
+    db: Database, ring: KeyRing, store: ApprovalStore, ledger: ToolLedger
+) -> None:
+    approval, call = await _ask(store, LEADS)
+    signed = sign_review(ring, approval.binding, approval.approval_id, _vote(LEAD_1))
+    await _forge(db, approval, _data(replace(signed, reviewer="mallory"), ["mallory"]))
+    gate = approval_gate(store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
+    with pytest.raises(DecisionForged, match="does not verify"):
+        await ledger.execute(call, Tool(), WRITE, gate=gate)
+
+
+async def test_genuine_decisions_run_once_and_verify(
+    store: ApprovalStore, ledger: ToolLedger, worker_db: Database
+) -> None:
+    approval, call = await _ask(store, QUORUM)
+    await store.decide(approval.approval_id, Decision.approve(), LEAD_1)
+    decided = await store.decide(approval.approval_id, Decision.approve(), LEAD_2)
+    assert decided.decided_by == ("lead-1", "lead-2")
+    assert all(r.signature is not None for r in decided.reviews)
+    # The worker holds no reviewer KEK: it checks with the public key and runs the call.
+    worker_ring = await KeyRing.open(worker_db)
+    assert not worker_ring.can_sign_decisions
+    worker_store, worker_ledger = (
+        ApprovalStore(worker_db, worker_ring),
+        ToolLedger(worker_db, worker_ring),
+    )
+    tool = Tool()
+    gate = approval_gate(
+        worker_store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args
+    )
+    outcome = await worker_ledger.execute(call, tool, WRITE, gate=gate)
+    assert (outcome.status, tool.runs) == (CallStatus.SUCCEEDED, 1)
+    assert await worker_store.problems(approval.approval_id) == []
+    await worker_store.close()
+    await worker_ledger.close()
+
+
+async def test_an_edit_rejects_and_answers_are_signed_and_verify(
+    store: ApprovalStore, ledger: ToolLedger
+) -> None:
+    for decision in (Decision.edit({"amount": 60}), Decision.reject("no"), Decision.respond("ask")):
+        approval, call = await _ask(store, LEADS)
+        await store.decide(approval.approval_id, decision, LEAD_1)
+        gate = approval_gate(
+            store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args
+        )
+        tool = Tool()
+        await ledger.execute(call, tool, WRITE, gate=gate)
+        assert tool.runs == (1 if decision.kind == "edit" else 0)
+        assert await store.problems(approval.approval_id) == []
+
+
+async def test_a_worker_ring_cannot_sign_and_writes_nothing(
+    store: ApprovalStore, worker_db: Database, fresh_database_url: str
+) -> None:
+    worker_ring = await KeyRing.open(worker_db)
+    with pytest.raises(ReviewerKekMissing):
+        worker_ring.sign(b"a decision", Purpose.DECISION_SIGNING)
+    worker_store = ApprovalStore(worker_db, worker_ring)
+    approval, _ = await _ask(worker_store, LEADS)  # workers request
+    with pytest.raises(ReviewerKekMissing):
+        await worker_store.decide(approval.approval_id, Decision.approve(), LEAD_1)
+    with pytest.raises(ReviewerKekMissing):
+        await worker_store.grant(
+            run_id=approval.run_id,
+            tool="refund",
+            until=datetime.now(UTC) + timedelta(hours=1),
+            granted_by=LEAD_1,
+        )
+    assert (await store.get(approval.approval_id)).version == approval.version
+    await worker_store.close()
+    # A worker opening a new database makes every key but the decision key: no reviewer KEK.
+    settings = Settings(database_url=fresh_database_url, kek=LocalKek(TEST_KEK))
+    async with await Database.connect(fresh_database_url, settings=settings) as fresh:
+        await asyncio.to_thread(migrate.upgrade, fresh_database_url)
+        fresh_ring = await KeyRing.open(fresh)
+        assert Purpose.DECISION_SIGNING not in {k.purpose for k in fresh_ring.all_keys()}
+
+
+async def test_a_sticky_grant_is_signed_and_its_approvals_verify(
+    db: Database, store: ApprovalStore, ledger: ToolLedger
+) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    await store.grant(
+        run_id=run, tool="refund", until=datetime.now(UTC) + timedelta(hours=1), granted_by=LEAD_1
+    )
+    call = ToolCall(run, "refund-1", "refund", {"amount": 5})
+    approval = await store.request(
+        run_id=run,
+        tool="refund",
+        args=call.args,
+        call_id=call.call_id,
+        requested_by="agent",
+        policy=LEADS,
+    )
+    assert approval.status == "approved" and approval.reviews[0].grant_id is not None
+    assert await store.problems(approval.approval_id) == []
+    tool = Tool()
+    gate = approval_gate(store, approval.approval_id, f"{run}/{call.call_id}", call.args)
+    assert (await ledger.execute(call, tool, WRITE, gate=gate)).status is CallStatus.SUCCEEDED
+    # A grant row a database login inserted, with no signed grant behind it, approves nothing.
+    async with db.connection() as conn:
+        await conn.execute(
+            "INSERT INTO approval_grants"
+            " (grant_id, run_id, tool, granted_by, granted_at, expires_at)"
+            " VALUES ($1, $2, 'void', 'mallory', now(), now() + interval '1 hour')",
+            f"grant-{uuid.uuid4().hex}",
+            run,
+        )
+    pending = await store.request(
+        run_id=run, tool="void", args={}, call_id="void-1", requested_by="agent", policy=LEADS
+    )
+    assert pending.status == "pending"
+    # A quorum of 2 is not met by one grant.
+    quorum = await store.request(
+        run_id=run,
+        tool="refund",
+        args={"amount": 6},
+        call_id="refund-2",
+        requested_by="agent",
+        policy=QUORUM,
+    )
+    assert quorum.status == "pending"
+
+
+async def test_resolutions_are_signed(
+    ledger: ToolLedger, ring: KeyRing, db: Database, worker_db: Database
+) -> None:
+    call = ToolCall(f"run-{uuid.uuid4().hex[:8]}", "c1", "wire", {"n": 1})
+
+    async def dies(args: dict[str, Any], context: CallContext) -> None:
+        raise RuntimeError("the bank did not answer")
+
+    await ledger.execute(call, dies, WRITE)
+    worker_ledger = ToolLedger(worker_db, await KeyRing.open(worker_db))
+    with pytest.raises(ReviewerKekMissing):
+        await worker_ledger.resolve(call.run_id, "c1", succeeded=True, by="alice")
+    await worker_ledger.close()
+    record = await ledger.resolve(call.run_id, "c1", succeeded=True, by="alice")
+    stream = f"call:{call.run_id}/c1"
+    resolved = (await Journal(db).read_stream(stream))[-1]
+    assert resolved.type == "call.resolved"
+    assert await resolution_problem(ring, stream, record.request_digest, resolved.data) is None
+    assert stream not in {p.stream_id for p in await every_resolution_problem(db, ring)}
+    forged = {**resolved.data, "by": "mallory"}
+    assert "does not verify" in (
+        await resolution_problem(ring, stream, record.request_digest, forged) or ""
+    )
+
+
+async def test_approvals_recorded_before_signing_read_and_verify_as_unsigned(
+    db: Database, ring: KeyRing, store: ApprovalStore, ledger: ToolLedger
+) -> None:
+    """A stream written the old way (no MACs, no signatures) is readable; verify says it is
+    unsigned, and a worker does not act on it."""
+    approval_id = f"apr-{uuid.uuid4().hex}"
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    call = ToolCall(run, "c1", "refund", {"amount": 1})
+    digest = json_digest(call.args)  # as digests were before they were keyed
+    now = datetime.now(UTC)
+    sealed = store.records.seal(json.dumps(call.args), approval_id, "args")
+    requested = {
+        "run_id": run, "thread_id": None, "tool": "refund", "kind": "tool_call", "call_id": "c1",
+        "args_digest": digest, "args_sealed": sealed,
+        "binding": binding_of(run, "refund", "tool_call", digest, "c1", approval_id),
+        "policy": ApprovalPolicy().to_json(), "thread_config": None,
+        "requested_at": now.isoformat(), "expires_at": None,
+    }  # fmt: skip
+    decided = {
+        "reviewer": "alice",
+        "decision": "approve",
+        "at": now.isoformat(),
+        "final": True,
+        "decided_by": ["alice"],
+    }
+    events = [
+        NewEvent("approval.requested", requested, "agent"),
+        NewEvent("approval.decided", decided, "alice"),
+    ]
+    async with db.transaction() as conn:
+        await commit(conn, APPROVALS, stream_of(approval_id), None, events, expected_version=0)
+    legacy = await store.get(approval_id, reveal=True)
+    assert legacy.status == "approved" and legacy.args == call.args
+    problems = await store.problems(approval_id)
+    assert [p.kind for p in problems] == [ProblemKind.UNSIGNED, ProblemKind.UNSIGNED]
+    assert "carries no MAC" in str(problems[0]) and "unsigned" in str(problems[1])
+    stream_events = await Journal(db).read_stream(stream_of(approval_id))
+    assert await approval_problems(ring, stream_events) == problems
+    everything = await every_approval_problem(db, ring)  # what `ledger verify` reads
+    assert [p for p in everything if p.approval_id == approval_id] == problems
+    gate = approval_gate(store, approval_id, f"{run}/c1", call.args)
+    with pytest.raises(DecisionForged):
+        await ledger.execute(call, Tool(), WRITE, gate=gate)
+
+
+async def test_the_cli_decides_only_with_the_reviewer_kek(
+    database_url: str, store: ApprovalStore
+) -> None:
+    approval, _ = await _ask(store, LEADS)
+    decide = ("approvals", "decide", approval.approval_id, "--approve", "--by", "lead-1")
+    worker = {k: v for k, v in kek_env().items() if not k.startswith("SIGNOFF_REVIEWER_KEK")}
+    refused = await run_cli(*decide, "--group", "leads", database_url=database_url, env=worker)
+    assert refused.code == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "SIGNOFF_REVIEWER_KEK" in refused.stderr
+    assert (await store.get(approval.approval_id)).version == approval.version  # nothing written
+    decided = await run_cli(*decide, "--group", "leads", database_url=database_url, env=kek_env())
+    assert decided.code == 0, decided.stderr
+    assert (await store.get(approval.approval_id)).status == "approved"
+    assert await store.problems(approval.approval_id) == []
+
+
+def test_the_reviewer_kek_is_read_from_its_own_variables(tmp_path: Path) -> None:
+    key = os.urandom(32)
+    text = base64.b64encode(key).decode()
+    assert Settings.from_env({"SIGNOFF_REVIEWER_KEK": text}).reviewer_kek is not None
+    (tmp_path / "reviewer-kek").write_text(text + "\n")
+    from_file = Settings.from_env({"SIGNOFF_REVIEWER_KEK_FILE": str(tmp_path / "reviewer-kek")})
+    assert from_file.reviewer_kek is not None
+    assert from_file.reviewer_kek.kek_id == LocalKek(key).kek_id
+    only_worker = Settings.from_env({"SIGNOFF_KEK": text})
+    assert only_worker.kek is not None and only_worker.reviewer_kek is None
+    with pytest.raises(ConfigurationError, match="SIGNOFF_REVIEWER_KEK"):
+        Settings.from_env({"SIGNOFF_REVIEWER_KEK": "not a key"})
