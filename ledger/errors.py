@@ -39,6 +39,7 @@ __all__ = [
     "NoNonceReservation",
     "NonceBudgetExhausted",
     "NotInDigest",
+    "PermissionDenied",
     "ProjectionError",
     "PublicKeyMismatch",
     "PublicKeyUnrecorded",
@@ -197,6 +198,10 @@ class SerializationFailure(DatabaseError, code="40001"):
 
 class DeadlockDetected(SerializationFailure, code="40P01"):
     """The transaction was chosen to break a deadlock and was rolled back: run it again."""
+
+
+class PermissionDenied(DatabaseError, code="42501"):
+    """The login's roles may not run this statement (a worker managing keys, say)."""
 
 
 class AppendOnlyViolation(DatabaseError, code="SG403"):

@@ -181,12 +181,19 @@ class Journal:
             version: int = await conn.fetchval(_HEAD, stream_id)
         return version
 
-    async def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[Event]:
-        """The events of one stream, oldest first."""
+    async def read_stream(
+        self,
+        stream_id: str,
+        *,
+        after_version: int = 0,
+        connection: asyncpg.Connection | None = None,
+    ) -> list[Event]:
+        """The events of one stream, oldest first (on `connection`, inside its transaction,
+        when given)."""
         _check_name("stream id", stream_id)
         if (problem := int_problem(after_version, INT4)) is not None:
             raise InvalidEvent(f"after_version {problem}")
-        async with self.db.connection() as conn:
+        async with self.db.connection(connection) as conn:
             rows = await conn.fetch(_READ_STREAM, stream_id, after_version)
         return [Event(*row) for row in rows]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import asyncpg
+
 from ..errors import PublicKeyMismatch, PublicKeyUnrecorded
 from ..journal import Journal
 from ..store import Database
@@ -30,15 +32,18 @@ def public_text(public_key: bytes) -> str:
     return public_key.hex()
 
 
-async def recorded_public_keys(db: Database, purpose: str) -> dict[str, bytes]:
+async def recorded_public_keys(
+    db: Database, purpose: str, *, connection: asyncpg.Connection | None = None
+) -> dict[str, bytes]:
     """The public keys of a signing purpose's keys, by key id, as the journal first recorded
-    them (stream `keys:<purpose>`).
+    them (stream `keys:<purpose>`; read on `connection` when given).
 
     Raises:
         PublicKeyMismatch: a later record of a key disagrees with its first, or is unreadable.
     """
     found: dict[str, bytes] = {}
-    for event in await Journal(db).read_stream(f"keys:{purpose}"):
+    events = await Journal(db).read_stream(f"keys:{purpose}", connection=connection)
+    for event in events:
         text, key_id = event.data.get("public_key"), event.data.get("key_id")
         if event.type not in _RECORDS or not isinstance(key_id, str) or text is None:
             continue

@@ -467,7 +467,7 @@ class KeyRing:
         lacks, after checking it against the private key (keys made before 0008)."""
         rows = await conn.fetch(_SELECT_KEYS)
         for purpose in {r["purpose"] for r in rows if r["purpose"] in SIGNING_PURPOSES}:
-            recorded = await recorded_public_keys(self.db, purpose)
+            recorded = await recorded_public_keys(self.db, purpose, connection=conn)
             for row in rows:
                 info = _info(row)
                 if info.purpose != purpose or info.key_id in recorded or info.public_key is None:
