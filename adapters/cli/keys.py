@@ -101,6 +101,7 @@ def _row(info: KeyInfo) -> dict[str, Any]:
         "created_at": info.created_at.isoformat(),
         "rotated_at": info.rotated_at.isoformat() if info.rotated_at else None,
         "retired_at": info.retired_at.isoformat() if info.retired_at else None,
+        "sealed": info.sealed,
     }
 
 

@@ -150,8 +150,8 @@ async def _verify_journal(args: argparse.Namespace) -> tuple[VerifyReport, Diges
     keys = _read_keys(args.public_keys) if args.public_keys else None
     async with open_database(args) as db:
         if digest is not None and keys is None:  # the KEK's errors before the long part
-            print(_TRUSTING_THE_DATABASE, file=sys.stderr)
             keys = await recorded_signing_keys(await KeyRing.open(db, create_missing=False))
+            print(_TRUSTING_THE_DATABASE, file=sys.stderr)  # a refusal above says it all
         total = await _journal_size(args, db)
         with progress_bar(args, "verifying chains", total=total) as advance:
             report = await Journal(db).verify(progress=advance)

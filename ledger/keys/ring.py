@@ -88,7 +88,8 @@ _PREFIX = {
 _ADMIN_LOCK = 0x5167_0FF1
 
 _SELECT_KEYS = """
-SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_at, retired_at
+SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_at, retired_at,
+       sealed
 FROM data_keys ORDER BY created_at, key_id
 """
 # Every write to data_keys: the SECURITY DEFINER functions of migration 0008.
@@ -114,6 +115,8 @@ class KeyInfo:
     created_at: datetime
     rotated_at: datetime | None
     retired_at: datetime | None
+    sealed: int = 0
+    """Messages sealed (reserved, across processes) under a sealing key at the last refresh."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,7 @@ def _info(row: asyncpg.Record) -> KeyInfo:
         row["created_at"],
         row["rotated_at"],
         row["retired_at"],
+        row["sealed"],
     )
 
 
