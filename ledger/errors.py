@@ -405,13 +405,13 @@ class NonceBudgetExhausted(KeyRingError):
 
 
 class NoNonceReservation(KeyRingError):
-    """This process has sealed every message it reserved under a key since its last
+    """This process has sealed far more under a key than it reserved since its last
     `await ring.fresh()`, which reserves more."""
 
     def __init__(self, key_id: str) -> None:
         super().__init__(
-            f"no nonces left reserved for key {key_id} in this process: "
-            "`await ring.fresh()` before sealing"
+            f"this process sealed too many messages under key {key_id} beyond its reservation: "
+            "`await ring.fresh()` between batches of seals"
         )
         self.key_id = key_id
 

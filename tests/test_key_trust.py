@@ -23,6 +23,7 @@ from ledger import errors
 from ledger.audit.digest import Digest, take_digest
 from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek, Purpose
+from ledger.keys.budget import MAX_CREDIT, MIN_LEFT
 from ledger.store import Database
 
 from .processes import TEST_KEK, kek_env, run_cli
@@ -237,16 +238,20 @@ async def test_past_its_budget_a_key_seals_nothing_until_it_is_rotated(
     assert ring.decrypt(Purpose.RESULT, sealed, b"after", "after") == b"value"
 
 
-async def test_a_process_seals_no_more_than_it_reserved_between_two_freshes(
+async def test_seals_beyond_the_reservation_run_on_credit_the_next_fresh_counts(
     owner: Database,
 ) -> None:
+    sealed = "SELECT sealed FROM data_keys WHERE key_id = $1"
     ring = await KeyRing.open(owner, LocalKek(TEST_KEK))
-    for i in range(1024):
+    key_id = ring.active_key_id(Purpose.CHECKPOINT)
+    before = await fetchval(owner, sealed, key_id)
+    for i in range(MIN_LEFT + MAX_CREDIT):  # what it reserved, then all the credit it gets
         ring.encrypt(Purpose.CHECKPOINT, b"v", str(i).encode())
     with pytest.raises(errors.NoNonceReservation, match="fresh"):
-        ring.encrypt(Purpose.CHECKPOINT, b"v", b"1025th")
-    await ring.fresh()
-    ring.encrypt(Purpose.CHECKPOINT, b"v", b"1025th")
+        ring.encrypt(Purpose.CHECKPOINT, b"v", b"one more")
+    await ring.fresh()  # counts the credit and reserves the next block (2048)
+    assert await fetchval(owner, sealed, key_id) == before + MAX_CREDIT + 2048  # type: ignore[operator]
+    ring.encrypt(Purpose.CHECKPOINT, b"v", b"one more")
 
 
 # -- every write through the key functions ---------------------------------------------------------
@@ -294,7 +299,7 @@ async def test_a_worker_login_writes_no_key_and_still_seals(
                     await conn.execute(statement)
             # Reserving only ever adds, and a little.
             before = await conn.fetchval("SELECT sealed FROM data_keys WHERE key_id = $1", key_id)
-            for count in (0, -5, 65537):
+            for count in (0, -5, 2**20 + 1):
                 with pytest.raises(asyncpg.InvalidParameterValueError):
                     await conn.fetchval("SELECT signoff_reserve_nonces($1, $2)", key_id, count)
             total = await conn.fetchval("SELECT signoff_reserve_nonces($1, 7)", key_id)

@@ -197,7 +197,7 @@ class KeyRing:
         active sealing keys when this process runs low (one round trip per block of seals)."""
         if time.monotonic() - self._loaded_at >= self.refresh_seconds:
             await self.refresh()
-        elif self.nonces.wanted(self._sealing_keys()):
+        elif self.nonces.runs_low(self._sealing_keys()):
             async with self._lock, self.db.connection() as conn:
                 await self._reserve(conn)
 

@@ -86,15 +86,15 @@ BEGIN
 END
 $$;
 
--- Adds `p_count` (1 to 65536) to a sealing key's counter and returns the new total: NULL when
+-- Adds `p_count` (1 to 2^20) to a sealing key's counter and returns the new total: NULL when
 -- the key is no sealing key or retired. It never lowers the counter nor touches another column.
 CREATE FUNCTION signoff_reserve_nonces(p_key_id text, p_count integer) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
 DECLARE
     total bigint;
 BEGIN
-    IF p_count IS NULL OR p_count < 1 OR p_count > 65536 THEN
-        RAISE EXCEPTION 'a nonce reservation is 1 to 65536 messages, not %', p_count
+    IF p_count IS NULL OR p_count < 1 OR p_count > 1048576 THEN
+        RAISE EXCEPTION 'a nonce reservation is 1 to 1048576 messages, not %', p_count
             USING ERRCODE = '22023';
     END IF;
     UPDATE data_keys SET sealed = sealed + p_count
