@@ -300,9 +300,9 @@ class KeyRing:
             NoNonceReservation: more seals since the last `await ring.fresh()` than it reserved.
         """
         loaded = self._key(self.active_key_id(purpose), purpose)
-        _aead_of(loaded)
+        aead = _aead_of(loaded)
         self.nonces.take(loaded.info.key_id, purpose)
-        return seal(_aead_of(loaded), purpose, loaded.info.key_id, plaintext, context)
+        return seal(aead, purpose, loaded.info.key_id, plaintext, context)
 
     def decrypt(self, purpose: Purpose, sealed: bytes, context: bytes, where: str) -> bytes:
         """Open a sealed value; `where` names its place for the error if it does not open.
