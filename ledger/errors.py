@@ -38,9 +38,13 @@ __all__ = [
     "KeyRingError",
     "KeyStateError",
     "NoActiveKey",
+    "NoNonceReservation",
+    "NonceBudgetExhausted",
     "NotInDigest",
     "PermissionDenied",
     "ProjectionError",
+    "PublicKeyMismatch",
+    "PublicKeyUnrecorded",
     "ResultNotSerializable",
     "ResultTampered",
     "ReviewerKekMissing",
@@ -415,6 +419,55 @@ class DecryptionFailed(KeyRingError):
 
 class KeyStateError(KeyRingError):
     """A key operation is not allowed in the key's current state."""
+
+
+class PublicKeyMismatch(KeyRingError):
+    """A signing key's public key is not the one its private key gives, or not the one the
+    journal recorded when the key was made: the ring neither signs with it nor publishes it."""
+
+    def __init__(self, key_id: str, against: str) -> None:
+        super().__init__(
+            f"signing key {key_id}: the public key in data_keys does not match {against}; "
+            "the key is refused (rotate it out with `signoff keys rotate`)"
+        )
+        self.key_id = key_id
+        self.against = against
+
+
+class PublicKeyUnrecorded(KeyRingError):
+    """A signing key made before public keys were journaled has no public key in the journal."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(
+            f"signing key {key_id} has no public key in the journal yet: a key administrator "
+            "records it with `signoff keys init` (which checks it against the private key)"
+        )
+        self.key_id = key_id
+
+
+class NonceBudgetExhausted(KeyRingError):
+    """A sealing key has sealed as many messages as its nonce budget allows."""
+
+    def __init__(self, key_id: str, purpose: str, budget: int) -> None:
+        super().__init__(
+            f"key {key_id} has sealed its budget of {budget} messages (random 96-bit nonces): "
+            f"run `signoff keys rotate {purpose}`"
+        )
+        self.key_id = key_id
+        self.purpose = purpose
+        self.budget = budget
+
+
+class NoNonceReservation(KeyRingError):
+    """This process has sealed far more under a key than it reserved since its last
+    `await ring.fresh()`, which reserves more."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(
+            f"this process sealed too many messages under key {key_id} beyond its reservation: "
+            "`await ring.fresh()` between batches of seals"
+        )
+        self.key_id = key_id
 
 
 class InvalidToolCall(SignoffError, ValueError):

@@ -12,6 +12,7 @@ from typing import Any
 
 from ledger.keys import KeyInfo, KeyRing, LocalKek, Purpose
 from ledger.keys.kek import new_kek_text
+from ledger.keys.public import published_keys
 
 from . import kek_file
 from .arguments import identifier
@@ -74,7 +75,9 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_json_flag(rewrap)
     rewrap.set_defaults(run=lambda a: asyncio.run(_rewrap(a)))
 
-    export = commands.add_parser("export-public", help="the digest-signing public keys")
+    export = commands.add_parser(
+        "export-public", help="the digest-signing public keys, as the journal recorded them"
+    )
     export.add_argument("--out", type=Path, help="write to this file instead of stdout")
     add_json_flag(export)
     export.set_defaults(run=lambda a: asyncio.run(_export_public(a)))
@@ -102,6 +105,7 @@ def _row(info: KeyInfo) -> dict[str, Any]:
         "created_at": info.created_at.isoformat(),
         "rotated_at": info.rotated_at.isoformat() if info.rotated_at else None,
         "retired_at": info.retired_at.isoformat() if info.retired_at else None,
+        "sealed": info.sealed,
     }
 
 
@@ -171,15 +175,15 @@ async def _rewrap(args: argparse.Namespace) -> int:
 async def _export_public(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
         ring = await KeyRing.open(db)
+        published = await published_keys(ring, Purpose.DIGEST_SIGNING)  # as journaled
     keys = [
         {
-            "key_id": k.key_id,
+            "key_id": info.key_id,
             "algorithm": "Ed25519",
-            "state": k.state.value,
-            "public_key": base64.b64encode(k.public_key).decode(),
+            "state": info.state.value,
+            "public_key": base64.b64encode(public).decode(),
         }
-        for k in ring.all_keys()
-        if k.purpose is Purpose.DIGEST_SIGNING and k.public_key is not None
+        for info, public in published
     ]
     data = {"signoff_public_keys": 1, "keys": keys}
     document = json.dumps(data, indent=2) + "\n"

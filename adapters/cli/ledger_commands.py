@@ -17,7 +17,7 @@ from ledger.audit.digest import (
     DigestMismatch,
     prove_consistency,
     prove_inclusion,
-    signing_keys,
+    recorded_signing_keys,
     take_digest,
     verify_digest,
 )
@@ -38,6 +38,13 @@ examples:
   signoff ledger verify --digest digest.json             and the database still matches it
   signoff ledger verify --digest digest.json --public-keys keys.json     without the KEK
 """
+# The public keys then come from the very database the digest checks: recorded in its journal
+# and checked against data_keys and the private keys, but pinned copies are what an auditor trusts.
+_TRUSTING_THE_DATABASE = (
+    "warning: no --public-keys: the signing keys come from this database (its journal's records, "
+    "checked against data_keys); pin them with `signoff keys export-public` and pass "
+    "--public-keys FILE"
+)
 _DIGEST_EXAMPLES = """\
 examples:
   signoff ledger digest --out digest-$(date +%F).json    keep it outside the database
@@ -174,7 +181,8 @@ async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, Digest
     keys = _read_keys(args.public_keys) if args.public_keys else None
     async with open_database(args) as db:
         if digest is not None and keys is None:  # the KEK's errors before the long part
-            keys = signing_keys(await KeyRing.open(db, create_missing=False))
+            keys = await recorded_signing_keys(await KeyRing.open(db, create_missing=False))
+            print(_TRUSTING_THE_DATABASE, file=sys.stderr)  # a refusal above says it all
         total = await _journal_size(args, db)
         with progress_bar(args, "verifying chains", total=total) as advance:
             report = await verify_all(db, progress=advance)

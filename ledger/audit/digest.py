@@ -26,6 +26,7 @@ from ..canonical import GENESIS_HASH, format_time
 from ..errors import DigestError, DigestMismatch, NotInDigest
 from ..journal import Event
 from ..keys import KeyRing, Purpose
+from ..keys.public import published_keys
 from ..store import Database
 from .merkle import MerkleTree, RootBuilder, leaf_hash
 from .verifier import (
@@ -50,6 +51,7 @@ __all__ = [
     "export_event",
     "prove_consistency",
     "prove_inclusion",
+    "recorded_signing_keys",
     "signing_keys",
     "take_digest",
     "verify_digest",
@@ -103,11 +105,30 @@ def export_event(event: Event, prev_hash: bytes) -> ExportedEvent:
 
 
 def signing_keys(ring: KeyRing) -> dict[str, bytes]:
-    """Every digest-signing public key of the ring (retired ones too), by key id."""
+    """Every digest-signing public key of the ring (retired ones too), by key id, as
+    `data_keys` holds them; `recorded_signing_keys` also checks them against the journal.
+
+    Raises:
+        PublicKeyMismatch: a key the ring unwrapped is not its private key's.
+    """
+    keys: dict[str, bytes] = {}
+    for k in ring.all_keys():
+        if k.purpose is Purpose.DIGEST_SIGNING and k.public_key is not None:
+            ring.check_public(k.key_id)
+            keys[k.key_id] = k.public_key
+    return keys
+
+
+async def recorded_signing_keys(ring: KeyRing) -> dict[str, bytes]:
+    """Every digest-signing public key, by key id, as the journal recorded it when the key was
+    made: what `signoff keys export-public` hands out and `ledger verify --digest` trusts.
+
+    Raises:
+        PublicKeyMismatch: `data_keys` disagrees with the journal or with a private key.
+        PublicKeyUnrecorded: a key made before public keys were journaled (`keys init`).
+    """
     return {
-        k.key_id: k.public_key
-        for k in ring.all_keys()
-        if k.purpose is Purpose.DIGEST_SIGNING and k.public_key is not None
+        info.key_id: public for info, public in await published_keys(ring, Purpose.DIGEST_SIGNING)
     }
 
 

@@ -9,8 +9,15 @@ not in the cache triggers one refresh before it is called unknown, so data writt
 created seconds ago in another process still opens.
 
 Encryption and MACs are synchronous and use only the cache (callers on async paths first
-`await ring.fresh()`); key administration (init, rotate, retire, rewrap) is serialized by one
-advisory lock and recorded in the journal (stream `keys:<purpose>`; never the key material).
+`await ring.fresh()`, which also reserves nonces: `.budget`); key administration (init, rotate,
+retire, rewrap) is serialized by one advisory lock, writes `data_keys` only through the key
+functions of migration 0008 and is recorded in the journal (stream `keys:<purpose>`; never the
+key material) by `_record`, in the same transaction.
+
+A signing key's public half is derived from its private half whenever the key is unwrapped; a
+key whose stored public key differs is refused (`PublicKeyMismatch`): the ring neither signs
+with it nor publishes it. Its `key.created` event records the public key (hex), so auditors and
+`.public` can check `data_keys` against the journal.
 
 Two KEKs. The worker KEK wraps every key but one: the `decision_signing` key, which signs
 reviewers' decisions, is wrapped by the reviewer-side KEK (`SIGNOFF_REVIEWER_KEK[_FILE]`), which
@@ -44,16 +51,19 @@ from ..errors import (
     KekMissing,
     KeyStateError,
     NoActiveKey,
+    PublicKeyMismatch,
     ReviewerKekMissing,
     UnknownKey,
 )
 from ..journal import Journal, NewEvent
 from ..log import get_logger
 from ..store import Database
+from .budget import NonceBudget
 from .kek import Kek, embedded_kek
+from .public import PUBLIC_RECORDED, public_text, recorded_public_keys
 from .sealing import key_id_of, open_sealed, seal
 
-__all__ = ["KeyInfo", "KeyRing", "KeyState", "Purpose"]
+__all__ = ["SIGNING_PURPOSES", "KeyInfo", "KeyRing", "KeyState", "Purpose"]
 
 log = get_logger(__name__)
 
@@ -73,6 +83,10 @@ class KeyState(StrEnum):
     RETIRED = "retired"  # kept for the record; opens nothing
 
 
+SIGNING_PURPOSES: frozenset[str] = frozenset({"digest_signing", "decision_signing"})
+"""The purposes whose keys are Ed25519 key pairs (the rest are 32 random bytes)."""
+_SEALING: frozenset[str] = frozenset({"checkpoint", "result"})  # the AES-GCM keys
+
 _PREFIX = {
     Purpose.CHECKPOINT: "ckpt",
     Purpose.RESULT: "res",
@@ -85,22 +99,19 @@ _SIGNING = (Purpose.DIGEST_SIGNING, Purpose.DECISION_SIGNING)
 _ADMIN_LOCK = 0x5167_0FF1
 
 _SELECT_KEYS = """
-SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_at, retired_at
+SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_at, retired_at,
+       sealed
 FROM data_keys ORDER BY created_at, key_id
 """
-_INSERT_KEY = """
-INSERT INTO data_keys (key_id, purpose, state, kek_id, wrapped, public_key)
-VALUES ($1, $2, 'active', $3, $4, $5)
+# Every write to data_keys: the SECURITY DEFINER functions of migration 0008.
+_CREATE = "SELECT signoff_key_create($1, $2, $3, $4, $5)"
+_ROTATE = "SELECT signoff_key_rotate($1, $2, $3, $4, $5)"  # returns the demoted key's id
+_RETIRE = "SELECT signoff_key_retire($1)"
+_REWRAP = "SELECT signoff_key_rewrap($1, $2, $3)"
+_RESERVE = """
+SELECT r.key_id, r.n, signoff_reserve_nonces(r.key_id, r.n) AS total
+FROM unnest($1::text[], $2::integer[]) AS r(key_id, n)
 """
-_DEMOTE_ACTIVE = """
-UPDATE data_keys SET state = 'decrypt_only', rotated_at = now()
-WHERE purpose = $1 AND state = 'active' RETURNING key_id
-"""
-_RETIRE = """
-UPDATE data_keys SET state = 'retired', retired_at = now()
-WHERE key_id = $1 AND state = 'decrypt_only' RETURNING key_id
-"""
-_REWRAP = "UPDATE data_keys SET kek_id = $2, wrapped = $3 WHERE key_id = $1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +126,8 @@ class KeyInfo:
     created_at: datetime
     rotated_at: datetime | None
     retired_at: datetime | None
+    sealed: int = 0
+    """Messages sealed (reserved, across processes) under a sealing key at the last refresh."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +153,7 @@ def _info(row: asyncpg.Record) -> KeyInfo:
         row["created_at"],
         row["rotated_at"],
         row["retired_at"],
+        row["sealed"],
     )
 
 
@@ -163,8 +177,10 @@ class KeyRing:
         self._keys: dict[str, _Loaded] = {}
         self._all: dict[str, KeyInfo] = {}
         self._active: dict[Purpose, str] = {}
+        self._refused: dict[str, PublicKeyMismatch] = {}
         self._loaded_at = -float("inf")
         self._lock = asyncio.Lock()
+        self.nonces = NonceBudget()
 
     @classmethod
     async def open(
@@ -227,28 +243,63 @@ class KeyRing:
     # -- reading the cache -------------------------------------------------------------------
 
     async def fresh(self) -> None:
-        """Refresh the cache if it is older than `refresh_seconds`."""
+        """Refresh the cache if it is older than `refresh_seconds`, and reserve nonces for the
+        active sealing keys when this process runs low (one round trip per block of seals)."""
         if time.monotonic() - self._loaded_at >= self.refresh_seconds:
             await self.refresh()
+        elif self.nonces.runs_low(self._sealing_keys()):
+            async with self._lock, self.db.connection() as conn:
+                await self._reserve(conn)
 
     async def refresh(self) -> None:
-        """Reload every key from the database now."""
-        async with self._lock:
-            async with self.db.connection() as conn:
-                rows = await conn.fetch(_SELECT_KEYS)
+        """Reload every key from the database now (and reserve nonces, as `fresh` does)."""
+        async with self._lock, self.db.connection() as conn:
+            rows = await conn.fetch(_SELECT_KEYS)
             keys: dict[str, _Loaded] = {}
             infos: dict[str, KeyInfo] = {}
             active: dict[Purpose, str] = {}
+            refused: dict[str, PublicKeyMismatch] = {}
             for row in rows:
                 info = _info(row)
                 infos[info.key_id] = info
                 if info.state is KeyState.RETIRED:
                     continue
-                keys[info.key_id] = self._unwrap(info, row["wrapped"])
+                loaded = self._unwrap(info, row["wrapped"])
+                if _derived_public(loaded) == info.public_key:
+                    keys[info.key_id] = loaded
+                else:
+                    refused[info.key_id] = PublicKeyMismatch(info.key_id, "its private key")
                 if info.state is KeyState.ACTIVE:
                     active[info.purpose] = info.key_id
+            for key_id in refused.keys() - self._refused.keys():
+                log.error(
+                    "signing key refused: public key differs from its private key", key_id=key_id
+                )
             self._keys, self._all, self._active = keys, infos, active
+            self._refused = refused
             self._loaded_at = time.monotonic()
+            await self._reserve(conn)
+
+    def _sealing_keys(self) -> list[str]:
+        return [k for p, k in self._active.items() if p in _SEALING and k in self._keys]
+
+    async def _reserve(self, conn: asyncpg.Connection) -> None:
+        """Reserve the blocks of nonces this process runs low on (a statement of its own,
+        committed at once: it never waits for the caller's transaction)."""
+        wanted = self.nonces.wanted(self._sealing_keys())
+        if not wanted:
+            return
+        rows = await conn.fetch(_RESERVE, [k for k, _ in wanted], [n for _, n in wanted])
+        for row in rows:
+            if row["total"] is None:  # retired since the cache was loaded: nothing reserved
+                continue
+            if self.nonces.granted(row["key_id"], row["n"], row["total"]):
+                log.warning(
+                    "data key past half its nonce budget: rotate it soon",
+                    key_id=row["key_id"],
+                    sealed=row["total"],
+                    budget=self.nonces.budget,
+                )
 
     def _unwrap(self, info: KeyInfo, wrapped: bytes) -> _Loaded:
         kek = self._kek_for(info.purpose)
@@ -263,7 +314,7 @@ class KeyRing:
             material = kek.unwrap(wrapped, _wrap_context(info.key_id, info.purpose))
         except InvalidTag as e:
             raise KekMismatch(info.kek_id, kek.kek_id, source) from e
-        aead = AESGCM(material) if info.purpose in (Purpose.CHECKPOINT, Purpose.RESULT) else None
+        aead = AESGCM(material) if info.purpose in _SEALING else None
         base = hmac.new(material, digestmod=sha256) if info.purpose is Purpose.VALUE_MAC else None
         signer = (
             Ed25519PrivateKey.from_private_bytes(material) if info.purpose in _SIGNING else None
@@ -282,6 +333,8 @@ class KeyRing:
 
     def _key(self, key_id: str, purpose: Purpose) -> _Loaded:
         loaded = self._keys.get(key_id)
+        if key_id in self._refused:
+            raise self._refused[key_id]
         if loaded is None:
             info = self._all.get(key_id)
             raise UnknownKey(key_id, "retired" if info is not None else "no such key")
@@ -290,16 +343,23 @@ class KeyRing:
         return loaded
 
     async def _key_fresh(self, key_id: str, purpose: Purpose) -> _Loaded:
-        if key_id not in self._keys and key_id not in self._all:
+        if key_id not in self._keys and key_id not in self._all and key_id not in self._refused:
             await self.refresh()  # created moments ago in another process?
         return self._key(key_id, purpose)
 
     # -- encryption ------------------------------------------------------------------------
 
     def encrypt(self, purpose: Purpose, plaintext: bytes, context: bytes) -> bytes:
-        """Seal `plaintext` under the active key of `purpose`, bound to `context`."""
+        """Seal `plaintext` under the active key of `purpose`, bound to `context`.
+
+        Raises:
+            NonceBudgetExhausted: the key has sealed its budget (`signoff keys rotate`).
+            NoNonceReservation: more seals since the last `await ring.fresh()` than it reserved.
+        """
         loaded = self._key(self.active_key_id(purpose), purpose)
-        return seal(_aead_of(loaded), purpose, loaded.info.key_id, plaintext, context)
+        aead = _aead_of(loaded)
+        self.nonces.take(loaded.info.key_id, purpose)
+        return seal(aead, purpose, loaded.info.key_id, plaintext, context)
 
     def decrypt(self, purpose: Purpose, sealed: bytes, context: bytes, where: str) -> bytes:
         """Open a sealed value; `where` names its place for the error if it does not open.
@@ -375,6 +435,7 @@ class KeyRing:
 
         Raises:
             ReviewerKekMissing: decision signing on a ring without the reviewer KEK.
+            PublicKeyMismatch: the key's stored public key is not its own; nothing is signed.
             NoActiveKey: no active key of `purpose`.
         """
         if purpose not in _SIGNING:
@@ -410,12 +471,27 @@ class KeyRing:
     def public_key(
         self, key_id: str | None = None, purpose: Purpose = Purpose.DIGEST_SIGNING
     ) -> tuple[str, bytes]:
-        """A signing key's raw Ed25519 public key (the active one of `purpose` by default)."""
+        """A signing key's raw Ed25519 public key (the purpose's active one by default), as
+        `data_keys` holds it and checked against its private key when the ring can unwrap it.
+
+        Raises:
+            PublicKeyMismatch: the stored public key is not the private key's.
+        """
         key_id = key_id or self.active_key_id(purpose)
+        self.check_public(key_id)
         info = self._all.get(key_id)
-        if info is None or info.purpose is not purpose or info.public_key is None:
-            raise UnknownKey(key_id, "not a signing key")
+        if info is None or info.purpose != purpose or info.public_key is None:
+            raise UnknownKey(key_id, f"not a {purpose} key")
         return key_id, info.public_key
+
+    def check_public(self, key_id: str) -> None:
+        """Raise the ring's refusal of a signing key whose stored public key is not its own.
+
+        Raises:
+            PublicKeyMismatch: refused when the ring unwrapped it.
+        """
+        if key_id in self._refused:
+            raise self._refused[key_id]
 
     def _decision_kek_id(self) -> str:
         """The KEK id that wraps the decision key, for errors (none yet: any will do)."""
@@ -427,14 +503,17 @@ class KeyRing:
     # -- administration ----------------------------------------------------------------------
 
     async def init(self) -> list[str]:
-        """Create an active key for every purpose that has none; return the new key ids."""
+        """Create an active key for every purpose that has none, and record in the journal
+        the public key of every signing key made before public keys were journaled (derived
+        from its private key); return the new key ids."""
         created: list[str] = []
         async with self._admin() as conn:
             rows = await conn.fetch("SELECT purpose FROM data_keys WHERE state = 'active'")
             have = {Purpose(r["purpose"]) for r in rows}
             for purpose in self._creatable():
                 if purpose not in have:
-                    created.append(await self._create(conn, purpose, "key.created"))
+                    created.append((await self._create(conn, purpose))[0])
+            await self._record_missing_publics(conn)
         await self.refresh()
         if created:
             log.info("data keys created", key_ids=created)
@@ -443,8 +522,7 @@ class KeyRing:
     async def rotate(self, purpose: Purpose) -> str:
         """Make a new active key for `purpose`; the old one becomes decrypt-only."""
         async with self._admin() as conn:
-            old = await conn.fetchval(_DEMOTE_ACTIVE, purpose)
-            key_id = await self._create(conn, purpose, "key.rotated", replaces=old)
+            key_id, old = await self._create(conn, purpose, rotate=True)
         await self.refresh()
         log.info("data key rotated", purpose=purpose, key_id=key_id, replaces=old)
         return key_id
@@ -459,7 +537,7 @@ class KeyRing:
                 raise UnknownKey(key_id)
             if row["state"] == KeyState.RETIRED:
                 raise KeyStateError(f"key {key_id} is already retired")
-            if await conn.fetchval(_RETIRE, key_id) is None:
+            if not await conn.fetchval(_RETIRE, key_id):
                 raise KeyStateError(f"key {key_id} is not decrypt-only; rotate it out first")
             await self._record(conn, Purpose(row["purpose"]), "key.retired", {"key_id": key_id})
         await self.refresh()
@@ -488,8 +566,10 @@ class KeyRing:
         return len(rows)
 
     async def _create(
-        self, conn: asyncpg.Connection, purpose: Purpose, event: str, replaces: str | None = None
-    ) -> str:
+        self, conn: asyncpg.Connection, purpose: Purpose, *, rotate: bool = False
+    ) -> tuple[str, str | None]:
+        """Make a key (with `rotate`, demoting the active one); return (key id, the demoted
+        key's id). A signing key's event records its public key."""
         kek = self._kek_for(purpose)
         if kek is None and purpose is Purpose.DECISION_SIGNING:
             raise ReviewerKekMissing(self._decision_kek_id())
@@ -497,21 +577,46 @@ class KeyRing:
             raise KekMissing("(none yet: configure one)")
         key_id = f"{_PREFIX[purpose]}-{secrets.token_hex(8)}"
         public: bytes | None = None
-        if purpose in _SIGNING:
+        if purpose in SIGNING_PURPOSES:
             private = Ed25519PrivateKey.generate()
             material = private.private_bytes_raw()
             public = _raw_public(private.public_key())
         else:
             material = os.urandom(32)
         wrapped = kek.wrap(material, _wrap_context(key_id, purpose))
-        await conn.execute(_INSERT_KEY, key_id, purpose, kek.kek_id, wrapped, public)
-        data = {"key_id": key_id, "kek_id": kek.kek_id, "replaces": replaces}
-        await self._record(conn, purpose, event, data)
-        return key_id
+        args = (key_id, purpose, kek.kek_id, wrapped, public)
+        replaces: str | None = await conn.fetchval(_ROTATE if rotate else _CREATE, *args)
+        data: dict[str, Any] = {"key_id": key_id, "kek_id": kek.kek_id, "replaces": replaces}
+        if public is not None:
+            data["public_key"] = public_text(public)
+        await self._record(conn, purpose, "key.rotated" if rotate else "key.created", data)
+        return key_id, replaces
+
+    async def _record_missing_publics(self, conn: asyncpg.Connection) -> None:
+        """Record `key.public_recorded` for each signing key whose public key the journal
+        lacks, after checking it against the private key (keys made before 0008)."""
+        rows = await conn.fetch(_SELECT_KEYS)
+        for purpose in {r["purpose"] for r in rows if r["purpose"] in SIGNING_PURPOSES}:
+            recorded = await recorded_public_keys(self.db, purpose, connection=conn)
+            for row in rows:
+                info = _info(row)
+                if info.purpose != purpose or info.key_id in recorded or info.public_key is None:
+                    continue
+                # A retired key is not unwrapped any more: its stored public key is recorded.
+                if (
+                    info.state is not KeyState.RETIRED
+                    and _derived_public(self._unwrap(info, row["wrapped"])) != info.public_key
+                ):
+                    raise PublicKeyMismatch(info.key_id, "its private key")
+                data = {"key_id": info.key_id, "public_key": public_text(info.public_key)}
+                await self._record(conn, info.purpose, PUBLIC_RECORDED, data)
 
     async def _record(
         self, conn: asyncpg.Connection, purpose: Purpose, type_: str, data: dict[str, Any]
     ) -> None:
+        """The one place key events are appended (`key.created`, `key.rotated`,
+        `key.retired`, `key.rewrapped`, `key.public_recorded`): `signoff_append` on the key
+        administrator's transaction."""
         stream = f"keys:{purpose}"
         journal = Journal(self.db)
         version = await journal.stream_version(stream, connection=conn)
@@ -544,3 +649,13 @@ def _aead_of(loaded: _Loaded) -> AESGCM:
 
 def _raw_public(public: Ed25519PublicKey) -> bytes:
     return public.public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def _derived_public(loaded: _Loaded) -> bytes | None:
+    """The public key a loaded key's material gives: None for keys that do not sign, and for
+    a decision key loaded without the reviewer KEK (its stored public key is all there is)."""
+    if loaded.info.purpose not in SIGNING_PURPOSES:
+        return None
+    if loaded.material is None:
+        return loaded.info.public_key
+    return _raw_public(Ed25519PrivateKey.from_private_bytes(loaded.material).public_key())

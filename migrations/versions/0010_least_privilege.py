@@ -478,11 +478,12 @@ def downgrade() -> None:
     execute_script(
         """
         GRANT SELECT, INSERT ON events TO signoff_app;
+        GRANT INSERT ON events TO signoff_key_admin;
         GRANT EXECUTE ON FUNCTION signoff_append(text, integer, text[], json[], text[],
-            timestamptz[], bytea[], text) TO signoff_app;
-        GRANT SELECT, INSERT, UPDATE ON data_keys, approvals, approval_grants, tool_calls
-            TO signoff_app;
-        REVOKE SELECT ON events, approvals, approval_grants, tool_calls, data_keys
-            FROM signoff_reviewer, signoff_key_admin;
+            timestamptz[], bytea[], text) TO signoff_app, signoff_key_admin;
+        GRANT SELECT, INSERT, UPDATE ON approvals, approval_grants, tool_calls TO signoff_app;
+        REVOKE SELECT ON approvals, approval_grants, tool_calls FROM signoff_reviewer,
+            signoff_key_admin;
+        REVOKE SELECT ON events FROM signoff_reviewer;
         """
     )
