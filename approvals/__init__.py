@@ -7,13 +7,16 @@ from .errors import (
     ApprovalPending,
     DecisionNotAllowed,
     InvalidApprovalRequest,
+    InvalidReviewerId,
     TokenBindingMismatch,
     TokenError,
     TokenForged,
     TokenMalformed,
     UnknownApproval,
+    UnknownReviewer,
 )
 from .gate import approval_gate, gate_result
+from .identity import reviewer_id
 from .model import (
     Approval,
     ApprovalPolicy,
@@ -26,6 +29,7 @@ from .model import (
     binding_of,
     check_decision,
 )
+from .reviewers import ReviewerDirectory, ReviewerEntry
 from .store import NOTIFY_CHANNEL, ApprovalStore
 
 __all__ = [
@@ -42,16 +46,21 @@ __all__ = [
     "DecisionKind",
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
+    "InvalidReviewerId",
     "Review",
     "Reviewer",
+    "ReviewerDirectory",
+    "ReviewerEntry",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",
     "TokenMalformed",
     "UnknownApproval",
+    "UnknownReviewer",
     "approval_gate",
     "args_digest",
     "binding_of",
     "check_decision",
     "gate_result",
+    "reviewer_id",
 ]

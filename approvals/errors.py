@@ -11,11 +11,13 @@ __all__ = [
     "ApprovalPending",
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
+    "InvalidReviewerId",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",
     "TokenMalformed",
     "UnknownApproval",
+    "UnknownReviewer",
 ]
 
 
@@ -62,6 +64,27 @@ class DecisionNotAllowed(ApprovalError):
 class InvalidApprovalRequest(SignoffError, ValueError):
     """A request or decision is malformed (for example edited arguments that are not a JSON
     object); nothing was recorded."""
+
+
+class InvalidReviewerId(InvalidApprovalRequest):
+    """A reviewer id (or group name) that is empty, too long, or holds whitespace, control or
+    format characters or separators once normalised; nothing was recorded.
+
+    Attributes:
+        value: the id as given (shown with `repr`, so hidden characters are visible).
+    """
+
+    def __init__(self, value: object, problem: str) -> None:
+        super().__init__(f"reviewer id {value!r} {problem}")
+        self.value = value
+
+
+class UnknownReviewer(SignoffError):
+    """The reviewer is not (or no longer) in the reviewer directory."""
+
+    def __init__(self, reviewer_id: str, message: str = "is not in the reviewer directory") -> None:
+        super().__init__(f"reviewer {reviewer_id}: {message}")
+        self.reviewer_id = reviewer_id
 
 
 class TokenError(SignoffError):
