@@ -56,8 +56,11 @@ def _checked(value: object, what: str) -> str:
         raise InvalidReviewerId(value, f"is longer than {MAX_REVIEWER_ID} characters")
     for i, char in enumerate(normal):
         category = unicodedata.category(char)
-        if category in _REFUSED or char.isspace():
-            kind = _REFUSED.get(category, "whitespace")
+        if category in ("Zl", "Zp"):
+            kind: str | None = _REFUSED[category]
+        else:  # a tab is whitespace to the reader, though a control to Unicode
+            kind = "whitespace" if char.isspace() else _REFUSED.get(category)
+        if kind is not None:
             raise InvalidReviewerId(value, f"holds {kind} (U+{ord(char):04X} at {i})")
     return normal
 
