@@ -24,10 +24,11 @@ from approvals import (
     reviewer_id,
 )
 from approvals.reviewers import stream_of
-from ledger.journal import Journal
+from ledger.journal import Journal, NewEvent
+from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import kek_env, run_cli
+from .processes import TEST_KEK, kek_env, run_cli
 
 LEADS = frozenset({"group:leads"})
 
@@ -231,12 +232,25 @@ async def test_directory_changes_are_journaled_and_the_table_is_their_fold(
         assert await directory.verify_projection() == []
         assert (await journal.verify()).ok
 
+        # An event appended without its row (workers may append) gives nobody a group: decide
+        # reads the row, and the rebuild names the difference.
+        forged = NewEvent(
+            "reviewer.added", {"groups": ["leads"], "at": "2026-12-01T00:00:00+00:00"}, "x"
+        )
+        await journal.append(stream_of("mallory"), [forged], expected_version=0)
+        store = ApprovalStore(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
+        approval_id = await _ask(store, ApprovalPolicy(approvers=LEADS))
+        with pytest.raises(DecisionNotAllowed):
+            await store.decide(approval_id, Decision.approve(), "mallory")
+        await store.close()
+        assert await directory.verify_projection() == ["mallory: in the journal, not in the table"]
+
         async with db.connection() as conn:  # the owner, behind the journal's back
             await conn.execute(
                 "UPDATE reviewers SET groups = '{leads}' WHERE reviewer_id = 'carol'"
             )
         problems = await directory.verify_projection()
-        assert len(problems) == 1 and problems[0].startswith("carol: table"), problems
+        assert len(problems) == 2 and problems[1].startswith("carol: table"), problems
 
 
 async def test_only_the_owner_writes_the_directory_and_every_role_reads_it(
