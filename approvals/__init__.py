@@ -8,14 +8,17 @@ from .errors import (
     DecisionForged,
     DecisionNotAllowed,
     InvalidApprovalRequest,
+    InvalidReviewerId,
     PolicyViolation,
     TokenBindingMismatch,
     TokenError,
     TokenForged,
     TokenMalformed,
     UnknownApproval,
+    UnknownReviewer,
 )
 from .gate import approval_gate, gate_result
+from .identity import reviewer_id
 from .integrity import ProblemKind, StreamProblem, approval_problems
 from .model import (
     Approval,
@@ -29,6 +32,7 @@ from .model import (
     binding_of,
     check_decision,
 )
+from .reviewers import ReviewerDirectory, ReviewerEntry
 from .store import NOTIFY_CHANNEL, ApprovalStore
 
 __all__ = [
@@ -46,20 +50,25 @@ __all__ = [
     "DecisionKind",
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
+    "InvalidReviewerId",
     "PolicyViolation",
     "ProblemKind",
     "Review",
     "Reviewer",
+    "ReviewerDirectory",
+    "ReviewerEntry",
     "StreamProblem",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",
     "TokenMalformed",
     "UnknownApproval",
+    "UnknownReviewer",
     "approval_gate",
     "approval_problems",
     "args_digest",
     "binding_of",
     "check_decision",
     "gate_result",
+    "reviewer_id",
 ]

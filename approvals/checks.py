@@ -4,26 +4,67 @@ only here; `tests/test_ledger_verify.py` fails when a projection is missing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ledger.audit.integrity import LedgerReport, StreamCheck, verify_ledger
+from ledger.audit.integrity import LedgerReport, StreamCheck, StreamChecker, verify_ledger
 from ledger.calls.projection import CALLS
-from ledger.journal import Projection
+from ledger.calls.resolution import resolution_problem
+from ledger.journal import Event, Projection
+from ledger.keys import KeyRing
 from ledger.store import Database
 
+from .integrity import ProblemKind, approval_problems
 from .projection import APPROVALS
+from .reviewers import REVIEWERS
+
+UNSIGNED = ProblemKind.UNSIGNED
 
 __all__ = ["PROJECTIONS", "STREAM_CHECKS", "verify_all"]
 
-PROJECTIONS: tuple[Projection[Any], ...] = (APPROVALS, CALLS)
+PROJECTIONS: tuple[Projection[Any], ...] = (APPROVALS, CALLS, REVIEWERS)
 """Every table folded from the journal: each is rebuilt and compared with its table."""
 
-STREAM_CHECKS: tuple[StreamCheck, ...] = ()
-"""Checks run over whole streams after the projections, in order: the decision signatures and
-policies of `approval:` streams belong here (`StreamCheck("decision signatures", "approval:",
-prepare)`, where `prepare(db)` loads the public keys once and returns a function of a stream's
-id and events that returns its problems)."""
+
+async def _ring(db: Database) -> KeyRing:
+    """The keys the checks need: MAC keys (the KEK) and public keys; nothing is created."""
+    return await KeyRing.open(db, create_missing=False)
+
+
+async def _approvals(db: Database) -> StreamChecker:
+    ring = await _ring(db)
+
+    async def check(stream_id: str, events: Sequence[Event]) -> list[str]:
+        # Approvals recorded before decisions were signed are history, not forgeries: consume
+        # refuses them, and `ApprovalStore.problems` still names them.
+        return [p.message for p in await approval_problems(ring, events) if p.kind is not UNSIGNED]
+
+    return check
+
+
+async def _resolutions(db: Database) -> StreamChecker:
+    ring = await _ring(db)
+
+    async def check(stream_id: str, events: Sequence[Event]) -> list[str]:
+        started = events[0].data if events and events[0].type == "call.started" else {}
+        problems = []
+        for event in events:
+            if event.type != "call.resolved" or "signature" not in event.data:
+                continue  # resolutions from before they were signed carry none
+            digest = str(started.get("request_digest", ""))
+            why = await resolution_problem(ring, stream_id, digest, event.data)
+            if why is not None:
+                problems.append(f"version {event.version}: the resolution {why}")
+        return problems
+
+    return check
+
+
+STREAM_CHECKS: tuple[StreamCheck, ...] = (
+    StreamCheck("decision signatures and policies", "approval:", _approvals),
+    StreamCheck("signed resolutions", "call:", _resolutions),
+)
+"""Checks run over whole streams after the projections, in order."""
 
 
 async def verify_all(

@@ -12,12 +12,14 @@ __all__ = [
     "DecisionForged",
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
+    "InvalidReviewerId",
     "PolicyViolation",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",
     "TokenMalformed",
     "UnknownApproval",
+    "UnknownReviewer",
 ]
 
 
@@ -74,6 +76,27 @@ class PolicyViolation(ApprovalError):
 class InvalidApprovalRequest(SignoffError, ValueError):
     """A request or decision is malformed (for example edited arguments that are not a JSON
     object); nothing was recorded."""
+
+
+class InvalidReviewerId(InvalidApprovalRequest):
+    """A reviewer id (or group name) that is empty, too long, or holds whitespace, control or
+    format characters or separators once normalised; nothing was recorded.
+
+    Attributes:
+        value: the id as given (shown with `repr`, so hidden characters are visible).
+    """
+
+    def __init__(self, value: object, problem: str) -> None:
+        super().__init__(f"reviewer id {value!r} {problem}")
+        self.value = value
+
+
+class UnknownReviewer(SignoffError):
+    """The reviewer is not (or no longer) in the reviewer directory."""
+
+    def __init__(self, reviewer_id: str, message: str = "is not in the reviewer directory") -> None:
+        super().__init__(f"reviewer {reviewer_id}: {message}")
+        self.reviewer_id = reviewer_id
 
 
 class TokenError(SignoffError):

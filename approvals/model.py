@@ -14,6 +14,7 @@ from ledger.keys.digests import value_digest
 from ledger.limits import name_problem, text_problem
 
 from .errors import InvalidApprovalRequest
+from .identity import GROUP_PREFIX, approver, group_name, reviewer_id
 
 __all__ = [
     "Approval",
@@ -74,16 +75,25 @@ STATUS_OF = {
 
 @dataclass(frozen=True)
 class Reviewer:
-    """Who decides: an id, and the groups a policy may name as `group:<name>`."""
+    """A reviewer as the reviewer directory knows it: a normalised id (`reviewer_id`), and the
+    groups a policy may name as `group:<name>`.
+
+    `ApprovalStore.decide` takes the id alone and reads the groups from the directory in the
+    transaction that records the decision; a `Reviewer` handed to it with groups is refused.
+    """
 
     id: str
     groups: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", reviewer_id(self.id))
+        object.__setattr__(self, "groups", frozenset(group_name(g) for g in self.groups))
 
     def matches(self, approvers: frozenset[str]) -> bool:
         return (
             not approvers
             or self.id in approvers
-            or any(f"group:{g}" in approvers for g in self.groups)
+            or any(f"{GROUP_PREFIX}{g}" in approvers for g in self.groups)
         )
 
 
@@ -93,7 +103,8 @@ class ApprovalPolicy:
 
     Attributes:
         allowed: the decisions a reviewer may give.
-        approvers: reviewer ids or `group:<name>`; empty means anyone.
+        approvers: reviewer ids or `group:<name>` (normalised as `identity.approver`; groups
+            are the reviewer directory's); empty means anyone.
         quorum: distinct approving reviewers needed; one reject denies. With a quorum above 1
             only approve and reject are possible (an edit or an answer needs one owner).
         allow_self_approval: whether the requester may decide its own request.
@@ -113,6 +124,14 @@ class ApprovalPolicy:
             raise InvalidApprovalRequest(f"quorum must be at least 1, not {self.quorum}")
         if not self.allowed:
             raise InvalidApprovalRequest("a policy must allow at least one decision")
+        if isinstance(self.approvers, str):  # a set of names, not the letters of one
+            raise InvalidApprovalRequest("approvers must be a set of ids, not one string")
+        object.__setattr__(self, "approvers", frozenset(approver(a) for a in self.approvers))
+
+    @property
+    def names_groups(self) -> bool:
+        """Whether some approver is a group (whose members the directory says)."""
+        return any(a.startswith(GROUP_PREFIX) for a in self.approvers)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -49,6 +49,7 @@ from .errors import (
     TokenBindingMismatch,
     UnknownApproval,
 )
+from .identity import reviewer_id, same_id
 from .integrity import (
     ProblemKind,
     StreamProblem,
@@ -77,6 +78,7 @@ from .model import (
 )
 from .projection import APPROVALS, stream_of
 from .records import NOTIFY_CHANNEL, ApprovalRecorder, row_to_approval
+from .reviewers import directory_groups
 from .tokens import parse_token, sign_token, token_mac_ok
 
 __all__ = ["NOTIFY_CHANNEL", "ApprovalStore"]
@@ -207,6 +209,8 @@ class ApprovalStore:
         _text(tool, "tool")
         if not isinstance(until, datetime) or until.tzinfo is None:
             raise InvalidApprovalRequest("`until` must be timezone-aware")
+        async with self.db.connection() as conn:  # the granter's groups: the directory's
+            who = await self._from_directory(conn, who.id)
         grant_id = f"grant-{uuid.uuid4().hex}"
         now = datetime.now(UTC)
         data: dict[str, Any] = {
@@ -235,9 +239,16 @@ class ApprovalStore:
     ) -> Approval:
         """Record one reviewer's decision. Final once the quorum approves or anyone rejects.
 
+        `reviewer` is the reviewer's id (normalised: `identity.reviewer_id`), or a `Reviewer`
+        without groups. Its groups are read from the reviewer directory in the transaction
+        that records the decision, never taken from the caller: a policy's `group:<name>`
+        matches only a reviewer the directory puts in that group.
+
         Raises:
             UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
-            DecisionNotAllowed (policy), InvalidApprovalRequest (malformed decision),
+            DecisionNotAllowed (policy; a reviewer outside the directory for a policy that
+            names groups), InvalidApprovalRequest (malformed decision; a `Reviewer` that
+            carries groups), InvalidReviewerId (a refused reviewer id),
             ReviewerKekMissing (this store's ring cannot sign: an agent worker's).
         """
         _text(approval_id, "approval id")
@@ -254,6 +265,13 @@ class ApprovalStore:
                 expired = True
             else:
                 expired = False
+                policy = approval.policy
+                if (
+                    not approval.status.final
+                    and policy.names_groups
+                    and who.id not in policy.approvers
+                ):  # one read more, only where a group could let this reviewer decide
+                    who = await self._from_directory(conn, who.id)
                 event = self._review(approval, decision, who, payload)
                 approval = _committed(
                     await self.records.commit(conn, approval_id, approval, [event])
@@ -358,10 +376,20 @@ class ApprovalStore:
         return [row_to_approval(r) for r in rows]
 
     async def pending(
-        self, *, run_id: str | None = None, reviewer: Reviewer | None = None, limit: int = 100
+        self,
+        *,
+        run_id: str | None = None,
+        reviewer: Reviewer | str | None = None,
+        limit: int = 100,
     ) -> list[Approval]:
-        """What reviewers have to decide (not yet expired), oldest first; for `reviewer`, only
-        what its policy lets it decide."""
+        """What reviewers have to decide (not yet expired), oldest first; for `reviewer` (an id,
+        or a `Reviewer` without groups), only what its policy lets it decide, with the groups
+        the reviewer directory gives it."""
+        if reviewer is not None:
+            rid = _reviewer(reviewer).id
+            async with self.db.connection() as conn:
+                groups = await directory_groups(conn, rid)
+            reviewer = Reviewer(rid, groups or frozenset())
         now = datetime.now(UTC)
         found = await self.find(status=ApprovalStatus.PENDING, run_id=run_id, limit=limit)
         return [
@@ -573,6 +601,10 @@ class ApprovalStore:
             return None
         return review
 
+    async def _from_directory(self, conn: asyncpg.Connection, rid: str) -> Reviewer:
+        """The reviewer with its directory groups (none when it is not in the directory)."""
+        return Reviewer(rid, await directory_groups(conn, rid) or frozenset())
+
     async def _locked(self, conn: asyncpg.Connection, approval_id: str) -> Approval:
         approval = await self.records.locked(conn, approval_id)
         if approval is None:
@@ -596,14 +628,22 @@ class ApprovalStore:
             raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
         if decision.kind not in policy.allowed:
             raise DecisionNotAllowed(approval_id, f"the policy does not allow {decision.kind}")
-        if who.id == approval.requested_by and not policy.allow_self_approval:
+        if same_id(who.id, approval.requested_by) and not policy.allow_self_approval:
             raise DecisionNotAllowed(approval_id, f"{who.id} requested it and may not decide it")
         if not who.matches(policy.approvers):
-            raise DecisionNotAllowed(approval_id, f"{who.id} is not an approver of this tool")
+            hint = (
+                " (groups are the reviewer directory's, and it puts this reviewer in none of "
+                "the policy's)"
+                if policy.names_groups
+                else ""
+            )
+            raise DecisionNotAllowed(approval_id, f"{who.id} is not an approver of this tool{hint}")
         if policy.quorum > 1 and decision.kind in (DecisionKind.EDIT, DecisionKind.RESPOND):
             raise DecisionNotAllowed(approval_id, "with a quorum only approve or reject")
         approvers = set(approval.approvers)
-        if decision.kind is DecisionKind.APPROVE and who.id in approvers:
+        # Reviews recorded before ids were normalised count once per normal form.
+        voted = any(same_id(who.id, a) for a in approvers)
+        if decision.kind is DecisionKind.APPROVE and voted:
             raise DecisionNotAllowed(
                 approval_id,
                 f"{who.id} approved already; {policy.quorum} distinct reviewers needed",
@@ -630,6 +670,8 @@ class ApprovalStore:
         review = sign_review(self.ring, approval.binding, approval_id, review)
         final = decision.kind is not DecisionKind.APPROVE or len(approvers) + 1 >= policy.quorum
         data = review.to_json() | {"final": final}
+        if who.groups:  # the directory's groups this decision was allowed by, for auditors
+            data["reviewer_groups"] = sorted(who.groups)
         if final:
             deciders = {*approvers, who.id} if decision.kind is DecisionKind.APPROVE else {who.id}
             data["decided_by"] = sorted(deciders)
@@ -643,13 +685,15 @@ def _reason_part(kind: DecisionKind, reviewer: str) -> str:
 
 
 def _reviewer(reviewer: Reviewer | str) -> Reviewer:
-    who = Reviewer(reviewer) if isinstance(reviewer, str) else reviewer
-    if not isinstance(who, Reviewer):
-        raise InvalidApprovalRequest(f"not a Reviewer: {type(who).__name__}")
-    _text(who.id, "reviewer")
-    if who.id.startswith("group:"):
-        raise InvalidApprovalRequest(f"a reviewer is a person, not a group: {who.id!r}")
-    return who
+    """The deciding reviewer, id normalised, with no groups: those are the directory's."""
+    if isinstance(reviewer, Reviewer):
+        if reviewer.groups:
+            raise InvalidApprovalRequest(
+                f"reviewer {reviewer.id}: groups come from the reviewer directory "
+                "(ReviewerDirectory, `signoff reviewers add`), not from the caller; pass the id"
+            )
+        return reviewer
+    return Reviewer(reviewer_id(reviewer))
 
 
 def _due(approval: Approval) -> bool:

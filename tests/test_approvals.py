@@ -23,6 +23,7 @@ from approvals import (
     DecisionNotAllowed,
     InvalidApprovalRequest,
     Reviewer,
+    ReviewerDirectory,
     TokenBindingMismatch,
     TokenForged,
     TokenMalformed,
@@ -132,10 +133,13 @@ async def test_policy_rules(store: ApprovalStore) -> None:
         await store.decide(approval_id, Decision.approve(), "mallory")
     with pytest.raises(DecisionNotAllowed, match="may not decide"):
         await store.decide(approval_id, Decision.approve(), "agent")
-    by_group = await store.decide(
-        approval_id, Decision.approve(), Reviewer("carol", frozenset({"finance"}))
-    )
+    carol = f"carol-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(InvalidApprovalRequest, match="groups come from the reviewer directory"):
+        await store.decide(approval_id, Decision.approve(), Reviewer(carol, frozenset({"finance"})))
+    await ReviewerDirectory(store.db).add(carol, ["finance"], by="admin")
+    by_group = await store.decide(approval_id, Decision.approve(), carol)
     assert by_group.status is ApprovalStatus.APPROVED
+    assert by_group.reviews[-1].reviewer == carol
 
     only_yes_no = ApprovalPolicy(allowed=frozenset({DecisionKind.APPROVE, DecisionKind.REJECT}))
     limited = await ask(store, only_yes_no)

@@ -84,6 +84,10 @@ COMMANDS: dict[str, Command] = {
     "approvals decide": Command(
         ("00000000-0000-0000-0000-000000000000", "--approve", "--by", "tester")
     ),
+    # The directory needs no KEK: it holds no secrets.
+    "reviewers add": Command(("tester", "--group", "leads"), fails_on=DATABASE),
+    "reviewers list": Command(fails_on=DATABASE),
+    "reviewers remove": Command(("tester",), fails_on=DATABASE),
     "checkpoints reencrypt": Command(),
     "checkpoints status": Command(),
     # The demo migrates the database it is given, so a schema behind is no error for it.

@@ -172,7 +172,7 @@ def test_wire_values_round_trip_through_the_registrys_codecs() -> None:
     values: list[object] = [
         ToolCallRequest("call/1", "refund", {"order": "A-1", "lines": [1, {"x": None}]}, "t2"),
         ToolCallResult("c", CallStatus.OUTCOME_UNKNOWN, {"a": [1]}, "lost", False, 1, "apr-1", "k"),
-        DecideRequest("apr-1", "c", DecisionKind.EDIT, "alice", ("ops",), None, {"n": 2}),
+        DecideRequest("apr-1", "c", DecisionKind.EDIT, "alice", None, {"n": 2}),
         DecideResult("apr-1", ApprovalStatus.EDITED, duplicate=True, signalled=False),
         ApprovalSignal("apr-1", ApprovalStatus.APPROVED),
     ]

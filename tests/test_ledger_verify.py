@@ -27,7 +27,7 @@ from ledger.journal import Event, Journal, NewEvent, Projection
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import TEST_KEK, run_cli
+from .processes import TEST_KEK, kek_env, run_cli
 
 FUTURE_TXID = 9_000_000_000_000  # far beyond any transaction id this server will hand out
 
@@ -94,13 +94,20 @@ async def test_a_clean_ledger_verifies_and_says_what_was_checked(
     report = await verify_all(db)
     assert report.ok, report.problems
     assert report.order.events == report.chains.events > 0
-    assert {p.table: p.rows for p in report.projections} == {"approvals": 1, "tool_calls": 2}
+    assert {p.table: p.rows for p in report.projections} == {
+        "approvals": 1,
+        "tool_calls": 2,
+        "reviewers": 0,
+    }
 
-    result = await run_cli("ledger", "verify", database_url=url)
+    result = await run_cli("ledger", "verify", database_url=url, env=kek_env())
     assert result.code == 0, result.stdout + result.stderr
     assert result.stdout.startswith("ledger intact:")
     assert "approvals (1 rows), tool_calls (2 rows)" in result.stdout
-    assert "global order" in result.stdout and "stream checks: none registered" in result.stdout
+    assert "global order" in result.stdout
+    assert "decision signatures and policies (1 streams)" in result.stdout
+    without_kek = await run_cli("ledger", "verify", database_url=url)
+    assert without_kek.code == 0 and "skipped (no KEK configured" in without_kek.stdout
     as_json = json.loads((await run_cli("ledger", "verify", "--json", database_url=url)).stdout)
     assert as_json["ok"] is True and as_json["problems"] == []
     assert as_json["order"]["events"] == as_json["events"]
@@ -197,7 +204,7 @@ async def test_stream_checks_run_over_whole_streams_after_the_projections(
     seen: dict[str, list[str]] = {}
 
     async def prepare(database: Database) -> StreamChecker:
-        def check(stream_id: str, events: Sequence[Event]) -> list[str]:
+        async def check(stream_id: str, events: Sequence[Event]) -> list[str]:
             seen[stream_id] = [e.type for e in events]
             return ["unsigned decision"] if "approval.decided" in seen[stream_id] else []
 

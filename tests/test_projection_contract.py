@@ -1,4 +1,4 @@
-"""The projection contract, run against every projection: approvals and tool calls.
+"""The projection contract, run against every projection: approvals, tool calls, reviewers.
 
 `ProjectionContract` holds the tests; each subclass is the factory hook (`create_projection`,
 `make_commit`, `next_commit`, `edit`) for one projection. Each class gets a database of its own,
@@ -16,6 +16,7 @@ import pytest
 
 from approvals.model import ApprovalPolicy, DecisionKind, Review, args_digest, binding_of
 from approvals.projection import APPROVALS, stream_of
+from approvals.reviewers import REVIEWERS
 from ledger.calls.projection import CALLS
 from ledger.errors import ProjectionError, UnknownEventType, VersionConflict
 from ledger.journal import Journal, NewEvent
@@ -312,3 +313,23 @@ class TestCallProjection(ProjectionContract):
             "lease_seconds": 30.0,
         }
         return stream, [NewEvent("call.succeeded", data, actor="worker-1")], values
+
+
+class TestReviewerProjection(ProjectionContract):
+    edit = "groups = '{leads}'"
+
+    def create_projection(self) -> Projection[Any]:
+        return REVIEWERS
+
+    def make_commit(self, ring: KeyRing) -> Commit:
+        stream = f"reviewer:r-{uuid.uuid4().hex[:12]}"
+        added = {"groups": ["support"], "at": _at()}
+        return stream, [NewEvent("reviewer.added", added, actor="admin")], {}
+
+    def next_commit(self, ring: KeyRing, record: Any) -> Commit:
+        stream = REVIEWERS.stream_of(record)
+        events = [
+            NewEvent("reviewer.groups_changed", {"groups": ["finance"], "at": _at()}, "admin"),
+            NewEvent("reviewer.removed", {"at": _at()}, actor="admin"),
+        ]
+        return stream, events, {}

@@ -35,6 +35,7 @@ from approvals import (
 )
 from approvals.integrity import as_facts, every_approval_problem, sign_review
 from approvals.projection import APPROVALS, stream_of
+from approvals.reviewers import ReviewerDirectory
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
 from ledger.calls.resolution import every_resolution_problem, resolution_problem
 from ledger.calls.service import ToolLedger
@@ -65,6 +66,14 @@ class Tool:
     async def __call__(self, args: dict[str, Any], context: CallContext) -> dict[str, Any]:
         self.runs += 1
         return {"refunded": args["amount"]}
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def leads_in_the_directory(db: Database) -> None:
+    """The leads' groups, as the reviewer side reads them when they decide or grant."""
+    directory = ReviewerDirectory(db)
+    for lead in (LEAD_1, LEAD_2):
+        await directory.add(lead.id, lead.groups, by="admin")
 
 
 @pytest.fixture
@@ -200,7 +209,7 @@ async def test_a_row_that_says_more_than_its_stream_is_refused(
     db: Database, store: ApprovalStore, ledger: ToolLedger
 ) -> None:
     approval, call = await _ask(store, QUORUM)
-    await store.decide(approval.approval_id, Decision.approve(), LEAD_1)  # genuine, 1 of 2
+    await store.decide(approval.approval_id, Decision.approve(), LEAD_1.id)  # genuine, 1 of 2
     async with db.connection() as conn:
         await conn.execute(
             "UPDATE approvals SET status = 'approved', decided_by = '{lead-1}', decided_at = now()"
@@ -226,7 +235,7 @@ async def test_a_copied_signature_is_a_second_vote_of_the_same_reviewer(
     db: Database, store: ApprovalStore, ledger: ToolLedger
 ) -> None:
     approval, call = await _ask(store, QUORUM)
-    voted = await store.decide(approval.approval_id, Decision.approve(), LEAD_1)
+    voted = await store.decide(approval.approval_id, Decision.approve(), LEAD_1.id)
     await _forge(db, voted, _data(voted.reviews[0], ["lead-1"]))  # replayed with final=True
     gate = approval_gate(store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
     with pytest.raises(PolicyViolation, match="approved twice"):
@@ -248,8 +257,8 @@ async def test_genuine_decisions_run_once_and_verify(
     store: ApprovalStore, ledger: ToolLedger, worker_db: Database
 ) -> None:
     approval, call = await _ask(store, QUORUM)
-    await store.decide(approval.approval_id, Decision.approve(), LEAD_1)
-    decided = await store.decide(approval.approval_id, Decision.approve(), LEAD_2)
+    await store.decide(approval.approval_id, Decision.approve(), LEAD_1.id)
+    decided = await store.decide(approval.approval_id, Decision.approve(), LEAD_2.id)
     assert decided.decided_by == ("lead-1", "lead-2")
     assert all(r.signature is not None for r in decided.reviews)
     # The worker holds no reviewer KEK: it checks with the public key and runs the call.
@@ -275,7 +284,7 @@ async def test_an_edit_rejects_and_answers_are_signed_and_verify(
 ) -> None:
     for decision in (Decision.edit({"amount": 60}), Decision.reject("no"), Decision.respond("ask")):
         approval, call = await _ask(store, LEADS)
-        await store.decide(approval.approval_id, decision, LEAD_1)
+        await store.decide(approval.approval_id, decision, LEAD_1.id)
         gate = approval_gate(
             store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args
         )
@@ -294,13 +303,13 @@ async def test_a_worker_ring_cannot_sign_and_writes_nothing(
     worker_store = ApprovalStore(worker_db, worker_ring)
     approval, _ = await _ask(worker_store, LEADS)  # workers request
     with pytest.raises(ReviewerKekMissing):
-        await worker_store.decide(approval.approval_id, Decision.approve(), LEAD_1)
+        await worker_store.decide(approval.approval_id, Decision.approve(), LEAD_1.id)
     with pytest.raises(ReviewerKekMissing):
         await worker_store.grant(
             run_id=approval.run_id,
             tool="refund",
             until=datetime.now(UTC) + timedelta(hours=1),
-            granted_by=LEAD_1,
+            granted_by=LEAD_1.id,
         )
     assert (await store.get(approval.approval_id)).version == approval.version
     await worker_store.close()
@@ -317,7 +326,10 @@ async def test_a_sticky_grant_is_signed_and_its_approvals_verify(
 ) -> None:
     run = f"run-{uuid.uuid4().hex[:8]}"
     await store.grant(
-        run_id=run, tool="refund", until=datetime.now(UTC) + timedelta(hours=1), granted_by=LEAD_1
+        run_id=run,
+        tool="refund",
+        until=datetime.now(UTC) + timedelta(hours=1),
+        granted_by=LEAD_1.id,
     )
     call = ToolCall(run, "refund-1", "refund", {"amount": 5})
     approval = await store.request(
@@ -434,11 +446,11 @@ async def test_the_cli_decides_only_with_the_reviewer_kek(
     approval, _ = await _ask(store, LEADS)
     decide = ("approvals", "decide", approval.approval_id, "--approve", "--by", "lead-1")
     worker = {k: v for k, v in kek_env().items() if not k.startswith("SIGNOFF_REVIEWER_KEK")}
-    refused = await run_cli(*decide, "--group", "leads", database_url=database_url, env=worker)
+    refused = await run_cli(*decide, database_url=database_url, env=worker)
     assert refused.code == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "SIGNOFF_REVIEWER_KEK" in refused.stderr
     assert (await store.get(approval.approval_id)).version == approval.version  # nothing written
-    decided = await run_cli(*decide, "--group", "leads", database_url=database_url, env=kek_env())
+    decided = await run_cli(*decide, database_url=database_url, env=kek_env())  # lead-1: a lead
     assert decided.code == 0, decided.stderr
     assert (await store.get(approval.approval_id)).status == "approved"
     assert await store.problems(approval.approval_id) == []

@@ -53,6 +53,7 @@ from approvals import (
     Decision,
     DecisionKind,
     Review,
+    ReviewerDirectory,
 )
 from ledger.calls.model import CallStatus
 from ledger.keys import KeyRing, LocalKek
@@ -278,10 +279,9 @@ def test_payloads_that_break_the_contract_are_refused_whole(payload: Any, where:
 
 
 def test_the_reviewer_is_the_slack_user_welt_verified() -> None:
-    reviewer = slack_reviewer(SLACK_USER, ["group:finance"])
+    reviewer = slack_reviewer(SLACK_USER)
     assert reviewer.id == REVIEWER
-    assert reviewer.groups == {"slack-team:T0001", "group:finance"}
-    assert reviewer.matches(frozenset({"group:slack-team:T0001"}))
+    assert reviewer.groups == frozenset()  # the reviewer directory's, never Welt's
     assert slack_reviewer("U0123ABCD").id == slack_reviewer("slack:U0123ABCD").id == REVIEWER
     for bad in ("alice", "slack:T1:U2:x", "slack::U0123", "u0123abcd", "slack:T0001:"):
         with pytest.raises(ValueError):
@@ -509,7 +509,11 @@ async def test_a_slack_user_the_policy_does_not_name_is_refused(store: ApprovalS
     [notice] = notices([outcome])
     assert "was not recorded" in notice["data"] and "not an approver" in notice["data"]
 
+    # A group matches only what the reviewer directory says, not the Slack team Welt names.
     team = await requested(store, ApprovalPolicy(approvers=frozenset({"group:slack-team:T0001"})))
+    [outcome] = await deliver(store, fixture("answer_approve"), team.approval_id)
+    assert outcome.status is AnswerStatus.REFUSED
+    await ReviewerDirectory(store.db).add(REVIEWER, ["slack-team:T0001"], by="admin")
     [outcome] = await deliver(store, fixture("answer_approve"), team.approval_id)
     assert outcome.status is AnswerStatus.DECIDED
     [outcome] = await deliver(

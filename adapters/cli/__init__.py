@@ -17,7 +17,7 @@ from typing import cast
 from ledger import SignoffError, __version__
 from ledger.log import configure_logging
 
-from . import approvals, checkpoints, db, demo, embedded, keys, ledger_commands
+from . import approvals, checkpoints, db, demo, embedded, keys, ledger_commands, reviewers
 from .arguments import Parser, add_global_options, all_parsers
 from .output import safe
 
@@ -30,6 +30,7 @@ examples:
   signoff keys new-kek --out ~/.config/signoff/kek
   signoff ledger calls --status outcome_unknown
   signoff approvals list --status pending --json
+  signoff reviewers add alice --group support-leads
   signoff db current --database-url postgresql://app@db.internal/signoff
 
 Options such as --database-url, --log-level and --json go before or after the command.
@@ -56,6 +57,7 @@ def build_parser() -> Parser:
     keys.register(groups)
     ledger_commands.register(groups)
     approvals.register(groups)
+    reviewers.register(groups)
     checkpoints.register(groups)
     demo.register(groups)
     embedded.register(groups)

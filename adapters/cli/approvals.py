@@ -14,19 +14,18 @@ from approvals import (
     ApprovalStore,
     Decision,
     InvalidApprovalRequest,
-    Reviewer,
 )
 from ledger.audit.queries import record_reveal
 from ledger.keys import KeyRing
 from ledger.store import Database
 
-from .arguments import identifier, json_object, positive_int, text
+from .arguments import identifier, json_object, positive_int, reviewer, text
 from .context import open_database
 from .output import add_json_flag, emit, safe
 
 _DECIDE_EXAMPLES = """\
 examples:
-  signoff approvals decide 0b9e...  --approve --by alice --group support-leads
+  signoff approvals decide 0b9e...  --approve --by alice
   signoff approvals decide 0b9e...  --reject --reason "wrong order" --by alice
   signoff approvals decide 0b9e...  --edit '{"order_id": "A-1", "amount": 20}' --by alice
   signoff approvals decide 0b9e...  --respond "refunds over 100 need a manager" --by alice
@@ -68,7 +67,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="record a reviewer's decision",
         description="Record one reviewer's decision, signed with the decision key (this needs "
         "the reviewer-side KEK, SIGNOFF_REVIEWER_KEK_FILE). The approval's policy says who may "
-        "decide and how many approvals it needs; a decision that breaks it records nothing.",
+        "decide and how many approvals it needs; a decision that breaks it records nothing. The "
+        "reviewer's groups come from the reviewer directory (`signoff reviewers`).",
         epilog=_DECIDE_EXAMPLES,
     )
     decide.add_argument("approval_id", type=identifier, help="the approval's id")
@@ -86,18 +86,20 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     decide.add_argument("--reason", type=text, help="why it was rejected (with --reject)")
     decide.add_argument(
-        "--by", required=True, metavar="REVIEWER", type=identifier, help="the reviewer's id"
+        "--by", required=True, metavar="REVIEWER", type=reviewer, help="the reviewer's id"
     )
-    decide.add_argument(
-        "--group",
-        action="append",
-        default=[],
-        metavar="G",
-        type=identifier,
-        help="a group of the reviewer (repeatable)",
-    )
+    # Groups claimed by whoever decides would let anyone decide for any group.
+    decide.add_argument("--group", action=_NoGroups, help=argparse.SUPPRESS)
     add_json_flag(decide)
     decide.set_defaults(run=lambda a: asyncio.run(_decide(a)))
+
+
+class _NoGroups(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
+        parser.error(
+            "--group is refused: a reviewer's groups come from the reviewer directory "
+            "(signoff reviewers add ID --group G)"
+        )
 
 
 def _no_keys(db: Database) -> KeyRing:
@@ -190,10 +192,9 @@ async def _show(args: argparse.Namespace) -> int:
 
 async def _decide(args: argparse.Namespace) -> int:
     decision = _parse_decision(args)  # before touching the database: malformed records nothing
-    reviewer = Reviewer(args.by, frozenset(args.group))
     async with open_database(args) as db:
         ring = await KeyRing.open(db, create_missing=False)
-        approval = await ApprovalStore(db, ring).decide(args.approval_id, decision, reviewer)
+        approval = await ApprovalStore(db, ring).decide(args.approval_id, decision, args.by)
     shown = f"{safe(approval.approval_id)}: {approval.status.value}"
     if approval.status is ApprovalStatus.PENDING:
         shown += " (more approvals needed)"

@@ -10,6 +10,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
+from approvals import InvalidReviewerId
+from approvals.identity import group_name, reviewer_id
+
 from .output import safe
 
 __all__ = [
@@ -24,6 +27,8 @@ __all__ = [
     "leaf_parsers",
     "position",
     "positive_int",
+    "reviewer",
+    "reviewer_group",
     "text",
 ]
 
@@ -122,6 +127,22 @@ def identifier(value: str) -> str:
     if safe(value) != value:
         raise argparse.ArgumentTypeError(f"contains control characters: '{safe(value)}'")
     return value
+
+
+def reviewer(value: str) -> str:
+    """A reviewer id, normalised as everywhere else (`approvals.identity.reviewer_id`)."""
+    try:
+        return reviewer_id(text(value))
+    except InvalidReviewerId as e:
+        raise argparse.ArgumentTypeError(safe(e)) from e
+
+
+def reviewer_group(value: str) -> str:
+    """A group name of the reviewer directory, normalised like a reviewer id."""
+    try:
+        return group_name(text(value))
+    except InvalidReviewerId as e:
+        raise argparse.ArgumentTypeError(safe(e).replace("reviewer id", "group", 1)) from e
 
 
 def _whole(value: str) -> int:

@@ -34,7 +34,7 @@ from typing import Any
 import adapters
 from adapters.cli.migrating import migrate_database
 from adapters.cli.output import safe
-from approvals import ApprovalStore, Decision, Reviewer
+from approvals import ApprovalStore, Decision, ReviewerDirectory
 from ledger import SignoffError
 from ledger.audit.digest import DigestCheck, signing_keys, take_digest, verify_digest
 from ledger.audit.queries import CallFilter, find_calls
@@ -397,13 +397,14 @@ def _show_event(screen: Screen, event: dict[str, Any]) -> None:
 
 
 async def _approve(screen: Screen, store: ApprovalStore, run_id: str) -> str:
-    """Approve the run's pending refund as a support lead, from this process."""
+    """Approve the run's pending refund as a support lead, from this process. The directory
+    says alice is a lead (the first run journals `reviewer.added`; later runs change nothing)."""
     started = time.perf_counter()
-    reviewer = Reviewer(REVIEWER, frozenset({LEADS}))
-    pending = await store.pending(run_id=run_id, reviewer=reviewer)
+    await ReviewerDirectory(store.db).add(REVIEWER, [LEADS], by="signoff-demo")
+    pending = await store.pending(run_id=run_id, reviewer=REVIEWER)
     if len(pending) != 1:
         raise DemoFailed(f"expected one approval waiting for {REVIEWER}, found {len(pending)}")
-    approval = await store.decide(pending[0].approval_id, Decision.approve(), reviewer)
+    approval = await store.decide(pending[0].approval_id, Decision.approve(), REVIEWER)
     screen.step(
         f"{REVIEWER} of {LEADS} approves via ApprovalStore.decide (pid {os.getpid()})",
         time.perf_counter() - started,

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from approvals import Approval, ApprovalStatus, Decision, DecisionKind, Reviewer
+from approvals import (
+    Approval,
+    ApprovalStatus,
+    Decision,
+    DecisionKind,
+    InvalidApprovalRequest,
+    Reviewer,
+)
 from ledger.calls.model import CallOutcome, CallStatus
 
 __all__ = [
@@ -98,8 +105,7 @@ class DecideRequest:
     approval_id: str
     call_id: str
     kind: DecisionKind
-    reviewer: str
-    reviewer_groups: tuple[str, ...] = ()
+    reviewer: str  # its groups are the reviewer directory's, never the RPC caller's
     reason: str | None = None
     args: dict[str, Any] | None = None
     message: str | None = None
@@ -107,12 +113,15 @@ class DecideRequest:
     @classmethod
     def of(cls, approval: Approval, decision: Decision, reviewer: Reviewer | str) -> DecideRequest:
         who = Reviewer(reviewer) if isinstance(reviewer, str) else reviewer
+        if who.groups:  # the RPC carries the id only: groups are the directory's
+            raise InvalidApprovalRequest(
+                f"reviewer {who.id}: groups come from the reviewer directory, not the caller"
+            )
         return cls(
             approval_id=approval.approval_id,
             call_id=approval.call_id,
             kind=decision.kind,
             reviewer=who.id,
-            reviewer_groups=tuple(sorted(who.groups)),
             reason=decision.reason,
             args=decision.args,
             message=decision.message,
@@ -124,7 +133,7 @@ class DecideRequest:
 
     @property
     def who(self) -> Reviewer:
-        return Reviewer(self.reviewer, frozenset(self.reviewer_groups))
+        return Reviewer(self.reviewer)
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,12 @@ button worth `true` approves, any other pressed button rejects (except *Decided 
 decides nothing), and submitted text is the `respond` decision, even when it reads "approve".
 
 Who decided: Welt passes the Slack user it verified as the runtime user id,
-`slack:<team>:<user>`; the reviewer is `slack:<user>`, member of the group `slack-team:<team>`
-(so a policy can name `group:slack-team:T0123`). Welt's resume payload does not say who pressed
-each button: it is sent once every question of a stop is answered, under the identity of the
-person whose answer completed it. Every answer of one payload is recorded under that identity.
+`slack:<team>:<user>`; the reviewer is `slack:<user>`. Its groups are the reviewer
+directory's (`signoff reviewers add slack:U0123 --group G`), never Welt's or the payload's, so a
+policy names `slack:U0123` or a group the directory puts that user in. Welt's resume payload
+does not say who pressed each button: it is sent once every question of a stop is answered,
+under the identity of the person whose answer completed it. Every answer of one payload is
+recorded under that identity.
 
 Every decision goes through the runtime's decide rule (`adapters.runtime.decide_once`, over
 `ApprovalStore.decide`, which locks the approval): an approval is decided once, whatever is
@@ -20,7 +22,7 @@ is a harmless repeat (`REPEATED`); anything else that meets a decided approval i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -53,9 +55,10 @@ REJECTED_IN_SLACK = "rejected in Slack"
 _SLACK_ID = re.compile(r"[A-Z0-9]{2,}")
 
 
-def slack_reviewer(user_id: str | None, groups: Iterable[str] = ()) -> Reviewer:
+def slack_reviewer(user_id: str | None) -> Reviewer:
     """The reviewer for Welt's runtime user id (`slack:<team>:<user>`), a Slack user id
-    (`U0123`) or a reviewer id (`slack:U0123`), plus any `groups` of yours.
+    (`U0123`) or a reviewer id (`slack:U0123`). It carries no groups: a decision reads them
+    from the reviewer directory.
 
     Raises:
         MissingReviewer: no user id (Welt's local mode sends none).
@@ -80,8 +83,7 @@ def slack_reviewer(user_id: str | None, groups: Iterable[str] = ()) -> Reviewer:
             f"not a Slack user id: {user_id!r} (expected slack:<team>:<user>, slack:<user> "
             "or <user>)",
         )
-    teams = {f"slack-team:{team}"} if team else set()
-    return Reviewer(f"slack:{user}", frozenset({*teams, *groups}))
+    return Reviewer(f"slack:{user}")
 
 
 def decision_for(answer: WeltAnswer) -> Decision | None:

@@ -53,15 +53,13 @@ class WeltAgent:
 
     Args:
         graph: the compiled agent.
-        store: the approval store its middleware asks.
-        groups: reviewer groups every Slack user who answers belongs to (besides
-            `slack-team:<team>`), e.g. from your own directory.
+        store: the approval store its middleware asks. Who answers decides with the groups the
+            reviewer directory gives them (`ReviewerDirectory`).
     """
 
-    def __init__(self, graph: Graph, store: ApprovalStore, *, groups: Iterable[str] = ()) -> None:
+    def __init__(self, graph: Graph, store: ApprovalStore) -> None:
         self.graph = graph
         self.store = store
-        self.groups = frozenset(groups)
 
     async def reply(
         self,
@@ -109,7 +107,7 @@ class WeltAgent:
         """Record Welt's answers (`interrupt_responses`, or the whole payload) as decisions of
         the Slack user `user_id`; resume nothing."""
         answers = parse_interrupt_responses(responses)
-        reviewer = slack_reviewer(user_id, self.groups)
+        reviewer = slack_reviewer(user_id)
         return await record_answers(self.store, answers, reviewer)
 
     async def resume(

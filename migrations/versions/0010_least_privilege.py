@@ -299,6 +299,36 @@ END
 $$;
 """
 
+# The reviewer directory (0009): an administrator's, so EXECUTE is the owner's alone.
+COMMIT_REVIEWER = """
+CREATE FUNCTION signoff_commit_reviewer(
+    p_insert boolean, p_row jsonb, p_stream text, p_expected integer, p_types text[],
+    p_data json[], p_actors text[], p_notify text
+) RETURNS bigint[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+DECLARE
+    r reviewers := jsonb_populate_record(NULL::reviewers, p_row);
+BEGIN
+    IF p_stream IS DISTINCT FROM 'reviewer:' || r.reviewer_id THEN
+        RAISE EXCEPTION 'reviewer % is not the fold of stream %', r.reviewer_id, p_stream
+            USING ERRCODE = 'SG422', DETAIL = json_build_object('stream_id', p_stream)::text;
+    END IF;
+    r.version := p_expected + cardinality(p_types);
+    IF p_insert THEN
+        INSERT INTO reviewers VALUES (r.*) ON CONFLICT DO NOTHING;
+    ELSE
+        UPDATE reviewers SET groups = r.groups, active = r.active, changed_by = r.changed_by,
+                changed_at = r.changed_at, version = r.version
+            WHERE reviewer_id = r.reviewer_id AND version = p_expected;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN signoff_append(p_stream, p_expected, p_types, p_data, p_actors, p_notify);
+END
+$$;
+"""
+
 GRANT = """
 CREATE FUNCTION signoff_grant(
     p_grant_id text, p_run text, p_tool text, p_granted_by text, p_granted_at timestamptz,
@@ -414,8 +444,9 @@ FUNCTIONS = (
     "signoff_lock_call(text, text)",
     "signoff_lock_once_per_run(text, text)",
     "signoff_lock_approval(text)",
+    "signoff_commit_reviewer(boolean, jsonb, text, integer, text[], json[], text[], text)",
 )
-_APPEND, _CALL, _APPROVAL, _GRANT, _RENEW, _WAITER, *_LOCKS = FUNCTIONS
+_APPEND, _CALL, _APPROVAL, _GRANT, _RENEW, _WAITER, *_LOCKS, _REVIEWER = FUNCTIONS
 _ROLES = "signoff_app, signoff_reviewer, signoff_key_admin, signoff_auditor"
 _CHECKPOINT_TABLES = "checkpoints, checkpoint_blobs, checkpoint_writes"
 
@@ -437,7 +468,9 @@ GRANT SELECT ON checkpoint_migrations TO signoff_app, signoff_key_admin;
 
 
 def upgrade() -> None:
-    for script in (RIGHTS, FIELD, APPEND, CALL_STREAMS, COMMIT_CALL, COMMIT_APPROVAL, GRANT):
+    for script in (RIGHTS, FIELD, APPEND, CALL_STREAMS, COMMIT_CALL, COMMIT_APPROVAL):
+        execute_script(script)
+    for script in (COMMIT_REVIEWER, GRANT):
         execute_script(script)
     execute_script(LEASES)
     execute_script(LOCKS)
@@ -468,6 +501,7 @@ def downgrade() -> None:
         f"""
         {"".join(f"DROP FUNCTION {f};" for f in _LOCKS)}
         DROP FUNCTION {_RENEW}; DROP FUNCTION {_WAITER}; DROP FUNCTION {_GRANT};
+        DROP FUNCTION {_REVIEWER};
         DROP FUNCTION {_APPROVAL}; DROP FUNCTION {_CALL}; DROP FUNCTION {_APPEND};
         DROP FUNCTION signoff_call_stream(text, text); DROP FUNCTION signoff_field(text);
         DROP TABLE event_rights;
