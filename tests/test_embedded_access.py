@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import re
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,21 @@ _PASSED = re.compile(r"PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|PWD|OLDPWD|SHLVL|_")
 def home() -> Iterator[Path]:
     with private_home() as home:
         yield home
+
+
+_KEK = base64.b64encode(os.urandom(32)).decode()
+_CANARY = "canary-of-the-caller"
+
+
+@pytest.fixture(scope="module")
+def started() -> Iterator[tuple[Path, str]]:
+    """One server for the tests that only look at it, started by a caller whose environment
+    holds a KEK and other variables: its home and URL."""
+    with private_home() as home, pytest.MonkeyPatch.context() as env:
+        env.setenv("SIGNOFF_KEK", _KEK)
+        env.setenv("SIGNOFF_REVIEWER_KEK", _KEK[::-1])
+        env.setenv("CLOUD_TOKEN", _CANARY)
+        yield home, ensure_server(home)
 
 
 def _postmaster_pid(home: Path) -> int:
@@ -75,17 +92,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_the_server_never_sees_the_callers_environment(
-    home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_server_never_sees_the_callers_environment(started: tuple[Path, str]) -> None:
     """The KEK in the caller's environment: not in the postmaster's, nor in what its superuser
     reads with COPY ... FROM PROGRAM, nor any other variable of the caller's."""
-    kek = base64.b64encode(os.urandom(32)).decode()
-    monkeypatch.setenv("SIGNOFF_KEK", kek)
-    monkeypatch.setenv("SIGNOFF_REVIEWER_KEK", kek[::-1])
-    monkeypatch.setenv("CLOUD_TOKEN", "canary-of-the-caller")
-    url = await asyncio.to_thread(ensure_server, home)
-
+    home, url = started
     raw, postmaster = _environ(_postmaster_pid(home))
     copy = "COPY caller_env FROM PROGRAM 'env'"
     rows = await _fetch(url, "CREATE TEMP TABLE caller_env (line text)", copy, "TABLE caller_env")
@@ -93,10 +103,10 @@ async def test_the_server_never_sees_the_callers_environment(
     assert "PGDATA" in postmaster and "PGDATA" in backend  # we did read the server's
     for env in (postmaster, backend):
         assert [k for k in env if k.startswith("SIGNOFF_")] == []
-        assert kek not in "".join(env.values()) and "canary-of-the-caller" not in env.values()
+        assert _KEK not in "".join(env.values()) and _CANARY not in env.values()
         from_caller = {k for k in env if k in os.environ and not _PASSED.fullmatch(k)}
         assert from_caller == set()
-    assert kek.encode() not in raw
+    assert _KEK.encode() not in raw
 
 
 async def test_tcp_is_refused_even_when_the_data_folder_is_started_by_hand(home: Path) -> None:
@@ -121,8 +131,8 @@ async def test_tcp_is_refused_even_when_the_data_folder_is_started_by_hand(home:
         await asyncio.to_thread(stop_server, home)
 
 
-async def test_other_roles_log_in_with_their_password_only(home: Path) -> None:
-    url = await asyncio.to_thread(ensure_server, home)
+async def test_other_roles_log_in_with_their_password_only(started: tuple[Path, str]) -> None:
+    _, url = started
     async with login_role(url, "pg_read_all_data") as worker:
         name = worker.split("//", 1)[1].split(":", 1)[0]
         as_worker = url.replace(f"//{PG_USER}@", f"//{name}@")  # the same URL, no password
@@ -134,8 +144,8 @@ async def test_other_roles_log_in_with_their_password_only(home: Path) -> None:
     assert (await _fetch(url, "SELECT current_user"))[0][0] == PG_USER
 
 
-async def test_no_access_rule_trusts_anyone(home: Path) -> None:
-    url = await asyncio.to_thread(ensure_server, home)
+async def test_no_access_rule_trusts_anyone(started: tuple[Path, str]) -> None:
+    home, url = started
     hba = (home / "data" / "pg_hba.conf").read_text()
     rules = [line.split() for line in hba.splitlines() if line.strip() and line[0] != "#"]
     assert [r for r in rules if "trust" in r] == []
@@ -147,9 +157,10 @@ async def test_no_access_rule_trusts_anyone(home: Path) -> None:
     ]
 
 
-def _old_style_home(home: Path) -> None:
+def _old_style_home(home: Path, *, keep_running: bool = False) -> None:
     """A home as earlier versions made it: initdb --auth=trust, TCP in postgresql.conf, started
-    the old way; it holds a table, a row and a login role without a password."""
+    the old way (in the caller's whole environment); it holds a table, a row and a login role
+    without a password."""
     srv = _Server(home)
     with _locked(home):  # makes the home
         srv._prepare()
@@ -158,13 +169,25 @@ def _old_style_home(home: Path) -> None:
         with (srv.data / "postgresql.conf").open("a") as conf:
             conf.write("listen_addresses = 'localhost'\n")
         old_start = ("-w", "-o", f"-h '' -k '{srv.run}' -p 5432", "-D", str(srv.data))
-        srv.run_cmd("pg_ctl", *old_start, "-l", str(srv.logfile), "start", as_server=True)
+        user = srv.user
+        subprocess.run(
+            [str(srv._server_bin() / "pg_ctl"), *old_start, "-l", str(srv.logfile), "start"],
+            env={k: v for k, v in os.environ.items() if not k.startswith("PG")},
+            cwd=home,
+            check=True,
+            capture_output=True,
+            start_new_session=True,
+            user=user.pw_uid if user else None,
+            group=user.pw_gid if user else None,
+            extra_groups=[] if user else None,
+        )
         srv.ensure_database()
     url = srv.url()
     sql = ("CREATE TABLE kept (v text)", "INSERT INTO kept VALUES ('still here')")
     asyncio.run(_fetch(url, *sql, "CREATE ROLE old_worker LOGIN"))
     asyncio.run(_fetch(with_login(url, "old_worker", "any"), "SELECT 1"))  # trust, then
-    stop_server(home)
+    if not keep_running:
+        stop_server(home)
 
 
 async def test_a_home_made_by_an_earlier_version_is_brought_up_to_date(home: Path) -> None:
@@ -189,3 +212,26 @@ async def test_a_login_role_connects_with_its_password_on_the_test_server(
         sql = "SELECT current_user, pg_has_role('signoff_app', 'member'), rolsuper"
         rows = await _fetch(worker, sql + " FROM pg_roles WHERE rolname = current_user")
         assert rows[0][0].startswith("signoff_login_") and rows[0][1:] == (True, False)
+
+
+async def test_a_server_an_earlier_version_left_running_asks_for_passwords_at_once(
+    home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reused, not restarted (its sessions stay): its access rules are reloaded, and a warning
+    says that it still holds the environment it was started with."""
+    monkeypatch.setenv("SIGNOFF_KEK", base64.b64encode(os.urandom(32)).decode())
+    await asyncio.to_thread(_old_style_home, home, keep_running=True)
+    pid = _postmaster_pid(home)
+    with caplog.at_level(logging.WARNING, logger="signoff"):
+        url = await asyncio.to_thread(ensure_server, home)
+    assert _postmaster_pid(home) == pid
+    assert [r.message for r in caplog.records if r.levelno == logging.WARNING] == [
+        "embedded postgres was started with the caller's environment: stop it "
+        "(signoff embedded stop) so that the next start leaves it out"
+    ]
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(with_login(url, "old_worker", "any"))
+    assert (await _fetch(url, "TABLE kept"))[0][0] == "still here"
+    await asyncio.to_thread(stop_server, home)
+    assert (await asyncio.to_thread(ensure_server, home)) == url
+    assert b"SIGNOFF_KEK" not in _environ(_postmaster_pid(home))[0]

@@ -32,6 +32,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -106,6 +107,8 @@ def ensure_server(home: Path | None = None) -> str:
                 data=str(srv.data),
                 seconds=round(time.monotonic() - started, 3),
             )
+        else:
+            srv.refresh(pid)
         srv.ensure_database()
     return srv.url()
 
@@ -263,11 +266,26 @@ class _Server:
         files = ("-D", str(self.data), "-l", str(self.logfile))
         self.run_cmd("pg_ctl", *wait, "-o", opts, *files, "start", as_server=True)
 
-    def _configure(self) -> None:
+    def refresh(self, pid: int) -> None:
+        """A running server may have been started by an earlier version: bring its access rules
+        up to date (a reload: its sessions stay), and warn if it holds the caller's variables."""
+        if self._configure():
+            os.kill(pid, signal.SIGHUP)  # what `pg_ctl reload` does, whoever the server runs as
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if any(entry.startswith(b"SIGNOFF_") for entry in environ):
+                log.warning(
+                    "embedded postgres was started with the caller's environment: stop it "
+                    "(signoff embedded stop) so that the next start leaves it out",
+                    pid=pid,
+                )
+
+    def _configure(self) -> bool:
         """Write the access files (and `listen_addresses` into postgresql.conf, for a start by
-        hand) unless they already say what we want; only the settings files change."""
-        wanted = {"pg_hba.conf": _HBA, "pg_ident.conf": self._ident()}
+        hand) unless they already say what we want; only settings files change. Returns whether
+        an access file changed."""
         try:
+            wanted = {"pg_hba.conf": _HBA, "pg_ident.conf": self._ident()}
             conf = (self.data / "postgresql.conf").read_text()
             if _last_setting(conf, "listen_addresses") != "''":
                 wanted["postgresql.conf"] = conf + _NO_TCP
@@ -276,20 +294,20 @@ class _Server:
             raise EmbeddedServerError(f"cannot configure embedded postgres: {exc}") from exc
         if changed:
             log.info("embedded postgres access rules written", data=str(self.data), files=changed)
+        return bool({"pg_hba.conf", "pg_ident.conf"} & set(changed))
 
     def _ident(self) -> str:
-        """The ident map: the OS users who may log in as the superuser (the server's own, and
-        root, who can read the data folder anyway)."""
-        if self.user is not None:
-            server_user = self.user.pw_name
-        else:
-            try:
-                server_user = pwd.getpwuid(os.geteuid()).pw_name
-            except KeyError:
-                raise EmbeddedServerError(
-                    f"the embedded server authenticates its superuser by OS user name, but uid "
-                    f"{os.geteuid()} has none: add it to /etc/passwd, or configure a database URL"
-                ) from None
+        """The ident map: the OS users who may log in as the superuser: the server's own (the
+        data folder's owner), and root, who can read the data folder anyway."""
+        uid = self.data.stat().st_uid
+        try:
+            server_user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            raise EmbeddedServerError(
+                f"the embedded server authenticates its superuser by OS user name, but uid {uid} "
+                "(the owner of its data folder) has none: add it to /etc/passwd, or configure "
+                "a database URL"
+            ) from None
         users = dict.fromkeys((server_user, "root"))
         lines = (f"{_IDENT_MAP}   {user}   {PG_USER}\n" for user in users)
         return "# Written by Signoff before every start: edits here are lost.\n" + "".join(lines)
