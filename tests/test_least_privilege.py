@@ -29,7 +29,7 @@ from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.settings import Settings
-from tests.support.logins import login
+from tests.support.logins import login_role
 from tests.support.scratch import scratch_database
 
 from .checkpoint_workers import review_graph
@@ -47,9 +47,9 @@ async def logins(server_url: str) -> AsyncIterator[Logins]:
         async with await Database.connect(owner) as db:  # the owner makes the data keys
             await KeyRing.open(db, LocalKek(TEST_KEK), reviewer_kek=REVIEWER_KEK)
         async with (
-            login(server_url, owner, "signoff_app") as worker,
-            login(server_url, owner, "signoff_reviewer") as reviewer,
-            login(server_url, owner, "signoff_auditor") as auditor,
+            login_role(owner, "signoff_app") as worker,
+            login_role(owner, "signoff_reviewer") as reviewer,
+            login_role(owner, "signoff_auditor") as auditor,
         ):
             yield Logins(owner, worker, reviewer, auditor)
 

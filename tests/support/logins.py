@@ -1,39 +1,49 @@
-"""Logins with one role each, for tests that prove a code path needs no more."""
+"""Login roles for tests: a role with a password and chosen memberships, that connects to any
+server the tests use (the embedded one asks every role but its superuser for a password; a
+server that trusts local connections ignores it)."""
 
 from __future__ import annotations
 
 import secrets
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-
-from sqlalchemy.engine import make_url
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from ledger.store.db import open_raw_connection
 
-__all__ = ["login", "login_url"]
+__all__ = ["login_role", "with_login"]
 
 
-def login_url(url: str, user: str, password: str) -> str:
-    """`url` with another user and password (password auth over TCP or the socket)."""
-    return make_url(url).set(username=user, password=password).render_as_string(False)
+def with_login(url: str, user: str, password: str) -> str:
+    """`url` logging in as `user` with `password` instead (same host or socket, same database)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 @asynccontextmanager
-async def login(server_url: str, database_url: str, role: str) -> AsyncIterator[str]:
-    """A new LOGIN granted only `role` (roles are the cluster's, so each test session makes its
-    own); yields its URL to `database_url`, drops it afterwards."""
-    name = f"{role}_t{secrets.token_hex(6)}"  # [a-z0-9_]: safe to splice into SQL
-    password = secrets.token_urlsafe(18)
-    admin = await open_raw_connection(server_url)
-    try:
-        await admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE {role}")
+async def login_role(
+    admin_url: str, *member_of: str, prefix: str = "signoff_login"
+) -> AsyncIterator[str]:
+    """Create a LOGIN role with a random password, member of `member_of` (e.g. "signoff_app"),
+    yield a URL of `admin_url`'s database that logs in as it, and drop the role afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    password = secrets.token_hex(16)
+    admin = await open_raw_connection(admin_url)
+    try:  # name and password are ours: [a-z0-9_] only
+        await admin.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}'")
+        for role in member_of:
+            await admin.execute(f'GRANT "{role}" TO {name}')
     finally:
         await admin.close()
     try:
-        yield login_url(database_url, name, password)
+        yield with_login(admin_url, name, password)
     finally:
-        admin = await open_raw_connection(server_url)
+        admin = await open_raw_connection(admin_url)
         try:
-            await admin.execute(f"DROP ROLE IF EXISTS {name}")
+            await admin.execute(f"DROP OWNED BY {name}")  # what it made in this database
+            await admin.execute(f"DROP ROLE {name}")
         finally:
             await admin.close()
