@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from approvals import (
     Approval,
@@ -33,7 +34,7 @@ from approvals import (
     approval_problems,
     binding_of,
 )
-from approvals.integrity import as_facts, every_approval_problem, sign_review
+from approvals.integrity import as_facts, every_approval_problem, review_statement, sign_review
 from approvals.projection import APPROVALS, stream_of
 from approvals.reviewers import ReviewerDirectory
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
@@ -468,3 +469,43 @@ def test_the_reviewer_kek_is_read_from_its_own_variables(tmp_path: Path) -> None
     assert only_worker.kek is not None and only_worker.reviewer_kek is None
     with pytest.raises(ConfigurationError, match="SIGNOFF_REVIEWER_KEK"):
         Settings.from_env({"SIGNOFF_REVIEWER_KEK": "not a key"})
+
+
+async def test_a_decision_key_the_journal_never_recorded_is_not_trusted(
+    fresh_database_url: str,
+) -> None:
+    """Whoever can write `data_keys` (the owner, say) adds a decision key of their own and
+    signs with it: the signature verifies under that row's public key, but the journal never
+    recorded the key, so the worker refuses the decision and runs nothing."""
+    url = fresh_database_url
+    async with await Database.connect(url) as owner:
+        ring = await KeyRing.open(owner, LocalKek(TEST_KEK), reviewer_kek=LocalKek(os.urandom(32)))
+        store = ApprovalStore(owner, ring)
+        approval, call = await _ask(store, ApprovalPolicy(approvers=frozenset({"alice"})))
+        forger = Ed25519PrivateKey.generate()
+        key_id = f"dsig-{uuid.uuid4().hex[:16]}"
+        async with owner.connection() as conn:
+            await conn.execute(
+                "INSERT INTO data_keys (key_id, purpose, state, kek_id, wrapped, public_key)"
+                " VALUES ($1, 'decision_signing', 'decrypt_only', 'kek-forger', '\\x00', $2)",
+                key_id,
+                forger.public_key().public_bytes_raw(),
+            )
+        vote = _vote(Reviewer("alice"))
+        message = review_statement(approval.binding, approval.approval_id, vote).message(key_id)
+        signature = base64.b64encode(forger.sign(message)).decode()
+        signed = replace(vote, signature={"key_id": key_id, "signature": signature})
+        await _forge(owner, approval, _data(signed, ["alice"]))
+        await store.close()
+
+    settings = Settings(database_url=url, kek=LocalKek(TEST_KEK))
+    async with await Database.connect(url, settings=settings) as worker:
+        worker_ring = await KeyRing.open(worker, create_missing=False)
+        worker_store, ledger = ApprovalStore(worker, worker_ring), ToolLedger(worker, worker_ring)
+        tool = Tool()
+        gate = approval_gate(worker_store, approval.approval_id, "x/refund-1", call.args)
+        with pytest.raises(DecisionForged, match="journal does not vouch"):
+            await ledger.execute(call, tool, WRITE, gate=gate)
+        assert tool.runs == 0
+        await ledger.close()
+        await worker_store.close()

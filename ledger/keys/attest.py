@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..canonical import canonical_json, json_digest
-from ..errors import UnknownKey
+from ..errors import PublicKeyMismatch, UnknownKey
 from .ring import KeyRing, Purpose
 
 __all__ = [
@@ -102,6 +102,8 @@ async def statement_ok(ring: KeyRing, statement: Statement, signed: Any) -> str 
         return "its signature is not base64"
     except UnknownKey as e:
         return f"signed by an unknown key: {e}"
+    except PublicKeyMismatch as e:
+        return f"signed by a key the journal does not vouch for: {e}"
     return None if ok else f"its signature does not verify under {key_id}"
 
 

@@ -178,6 +178,7 @@ class KeyRing:
         self._all: dict[str, KeyInfo] = {}
         self._active: dict[Purpose, str] = {}
         self._refused: dict[str, PublicKeyMismatch] = {}
+        self._recorded: dict[str, bytes] = {}  # decision keys' public keys, as journaled
         self._loaded_at = -float("inf")
         self._lock = asyncio.Lock()
         self.nonces = NonceBudget()
@@ -462,6 +463,8 @@ class KeyRing:
         loaded = await self._key_fresh(key_id, purpose)
         if loaded.info.public_key is None:
             raise UnknownKey(key_id, "it has no public key")
+        if purpose is Purpose.DECISION_SIGNING:
+            await self._vouched(key_id, loaded.info.public_key)
         try:
             Ed25519PublicKey.from_public_bytes(loaded.info.public_key).verify(signature, message)
         except (InvalidSignature, ValueError):
@@ -492,6 +495,19 @@ class KeyRing:
         """
         if key_id in self._refused:
             raise self._refused[key_id]
+
+    async def _vouched(self, key_id: str, public: bytes) -> None:
+        """Refuse a decision key whose public key is not the one the journal recorded when the
+        key was made: a worker checks decisions with it, and `data_keys` alone is no proof.
+        The records are read once per new key id.
+
+        Raises:
+            PublicKeyMismatch: `data_keys` disagrees with the journal, or it has no record.
+        """
+        if key_id not in self._recorded:
+            self._recorded = await recorded_public_keys(self.db, Purpose.DECISION_SIGNING)
+        if self._recorded.get(key_id) != public:
+            raise PublicKeyMismatch(key_id, "the public key the journal recorded for it")
 
     def _decision_kek_id(self) -> str:
         """The KEK id that wraps the decision key, for errors (none yet: any will do)."""
