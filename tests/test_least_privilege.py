@@ -19,6 +19,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
+from adapters.dex import DecideRequest, DexTool, ToolCallRequest
+from adapters.dex.logic import await_approval, call_tool, decide_for_flow
 from adapters.langgraph import encrypted_checkpointer
 from adapters.runtime import ToolSpec, ask, await_final, decide_once, run
 from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
@@ -32,6 +34,7 @@ from ledger.store.settings import Settings
 from tests.support.logins import login_role
 from tests.support.scratch import scratch_database
 
+from .agents import EFFECTS_TABLE, Harness, Kind, answer_all, effects_of, requests_of, thread
 from .checkpoint_workers import review_graph
 from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
 
@@ -368,3 +371,62 @@ async def test_two_calls_never_share_a_stream(worker: Side) -> None:
         await count(worker.db, "SELECT count(*) FROM tool_calls WHERE run_id LIKE $1", base + "%")
         == 2
     )
+
+
+# -- adapters ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+async def test_a_langgraph_agent_runs_on_a_worker_login_and_pauses_for_a_reviewer(
+    logins: Logins, worker: Side, reviewer: Side, kind: Kind
+) -> None:
+    """create_agent with the middleware and a custom StateGraph with the tool node, on a worker
+    login: they ask, checkpoint, pause; the reviewer side decides in the store; the worker
+    resumes with nothing (`"continue"`) and with a signed token, and the refund runs once."""
+    async with await Database.connect(logins.owner) as owner, owner.connection() as conn:
+        await conn.execute(EFFECTS_TABLE)
+        await conn.execute("GRANT SELECT, INSERT ON agent_effects TO signoff_app")
+    async with encrypted_checkpointer(worker.db, worker.ring, max_size=2) as saver:
+        harness = Harness(worker.db, worker.ring, worker.store, worker.ledger, saver)
+        for resume in ("continue", "token"):
+            thread_id = f"lp-{kind.value}-{resume}-{uuid.uuid4().hex[:8]}"
+            graph, _ = harness.agent(kind, "refund")
+            config = thread(thread_id)
+            await graph.ainvoke({"messages": [HumanMessage(content="refund A7")]}, config)
+            [request] = requests_of(list((await graph.aget_state(config)).interrupts))
+            await reviewer.store.decide(request["approval_id"], Decision.approve(), "alice")
+            value: Any = Command(resume="continue")
+            if resume == "token":
+                token = await reviewer.store.issue_token(request["approval_id"])
+                interrupts = list((await graph.aget_state(config)).interrupts)
+                value = answer_all(interrupts, token)
+            await graph.ainvoke(value, config)
+            refunds = await effects_of(worker.db, thread_id, "refund")
+            assert [e["args"] for e in refunds] == [{"order_id": "A7", "amount": 120}]
+
+
+async def test_dex_steps_run_on_a_worker_login_and_the_decide_rpc_on_a_reviewers(
+    worker: Side, reviewer: Side
+) -> None:
+    """The Steps' logic (ask, wait, call) is the worker's; the decide RPC's is the reviewer
+    side's, and on a worker login it records nothing."""
+    ran: list[dict[str, Any]] = []
+
+    async def refund_tool(args: dict[str, Any], context: CallContext) -> str:
+        ran.append(args)
+        return "refunded"
+
+    tool = DexTool(ToolSpec("refund", approval=ApprovalPolicy()), refund_tool)
+    flow_id, request = new_run(), ToolCallRequest("c1", "refund", {"amount": 3})
+    waiting = await await_approval(worker.store, flow_id, request, tool.spec)
+    assert not waiting.ready
+    approval = await worker.store.get(waiting.approval_id)
+    decide = DecideRequest.of(approval, Decision.approve(), "alice")
+    with pytest.raises(ReviewerKekMissing):
+        await decide_for_flow(worker.store, flow_id, decide)
+    assert (
+        await decide_for_flow(reviewer.store, flow_id, decide)
+    ).status is ApprovalStatus.APPROVED
+    result = await call_tool(worker.ledger, worker.store, flow_id, request, tool)
+    again = await call_tool(worker.ledger, worker.store, flow_id, request, tool)
+    assert (result.status, again.status, ran) == ("succeeded", "succeeded", [{"amount": 3}])
