@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -23,6 +24,13 @@ from adapters.dex import DecideRequest, DexTool, ToolCallRequest
 from adapters.dex.logic import await_approval, call_tool, decide_for_flow
 from adapters.langgraph import encrypted_checkpointer
 from adapters.runtime import ToolSpec, ask, await_final, decide_once, run
+from adapters.welt import (
+    AnswerOutcome,
+    AnswerStatus,
+    parse_interrupt_responses,
+    record_answers,
+    slack_reviewer,
+)
 from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy, call_stream
 from ledger.calls.service import ToolLedger
@@ -37,6 +45,9 @@ from tests.support.scratch import scratch_database
 from .agents import EFFECTS_TABLE, Harness, Kind, answer_all, effects_of, requests_of, thread
 from .checkpoint_workers import review_graph
 from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .welt_workers import addressed
+
+WELT_FIXTURES = Path(__file__).parent / "fixtures" / "welt"
 
 
 class Logins:
@@ -430,3 +441,30 @@ async def test_dex_steps_run_on_a_worker_login_and_the_decide_rpc_on_a_reviewers
     result = await call_tool(worker.ledger, worker.store, flow_id, request, tool)
     again = await call_tool(worker.ledger, worker.store, flow_id, request, tool)
     assert (result.status, again.status, ran) == ("succeeded", "succeeded", [{"amount": 3}])
+
+
+async def test_a_welt_agent_process_records_answers_only_with_the_reviewer_role(
+    logins: Logins, worker: Side
+) -> None:
+    """Welt hands the person's answer to the agent's own process: with `signoff_app` alone
+    (even holding the reviewer KEK) it records nothing; with `signoff_reviewer` too, it records
+    the Slack user's decision."""
+    payload = json.loads((WELT_FIXTURES / "answer_approve.json").read_text())
+    answers: list[AnswerOutcome] = []
+    for roles in (("signoff_app",), ("signoff_app", "signoff_reviewer")):
+        spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+        approval = await ask(worker.store, spec, call, "agent")
+        async with login_role(logins.owner, *roles) as url:
+            agent = await side(url, REVIEWER_KEK)
+            try:
+                parsed = parse_interrupt_responses(addressed(payload, approval.approval_id))
+                if roles == ("signoff_app",):
+                    with pytest.raises(EventNotPermitted):
+                        await record_answers(agent.store, parsed, slack_reviewer("slack:T1:U1"))
+                else:
+                    answers = await record_answers(
+                        agent.store, parsed, slack_reviewer("slack:T1:U1")
+                    )
+            finally:
+                await agent.close()
+    assert [a.status for a in answers] == [AnswerStatus.DECIDED]
