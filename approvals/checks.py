@@ -19,6 +19,10 @@ from .projection import APPROVALS
 from .reviewers import REVIEWERS
 
 UNSIGNED = ProblemKind.UNSIGNED
+_FIRST_DECISION_KEY = (
+    "SELECT min(recorded_at) FROM events WHERE stream_id = 'keys:decision_signing'"
+    " AND type = 'key.created'"
+)
 
 __all__ = ["PROJECTIONS", "STREAM_CHECKS", "verify_all"]
 

@@ -468,3 +468,128 @@ async def test_a_welt_agent_process_records_answers_only_with_the_reviewer_role(
             finally:
                 await agent.close()
     assert [a.status for a in answers] == [AnswerStatus.DECIDED]
+
+
+# -- what a worker's own SQL cannot do through the write functions ------------------------
+
+
+async def test_a_temporary_table_does_not_shadow_the_rights(worker: Side) -> None:
+    """A SECURITY DEFINER function searches `pg_temp` first unless it is listed last: a
+    worker's own temporary `event_rights` would otherwise grant it every event type."""
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    approval = await ask(worker.store, spec, call, "agent")
+    async with worker.db.connection() as conn, conn.transaction():
+        await conn.execute(
+            "CREATE TEMP TABLE event_rights (type_pattern text, role name, when_field text)"
+        )
+        await conn.execute("INSERT INTO event_rights VALUES ('%', 'signoff_app', '')")
+        row = await conn.fetchrow(
+            "SELECT to_jsonb(a) AS row FROM approvals a WHERE approval_id = $1",
+            approval.approval_id,
+        )
+        forged = json.loads(row["row"]) | {"status": "approved", "decided_by": ["mallory"]}
+        forged["reviews"] = [{"reviewer": "mallory", "decision": "approve", "at": "2026-01-01"}]
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await conn.fetchval(
+                "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
+                " ARRAY['approval.decided'], ARRAY['{}'::json], ARRAY['mallory'], NULL)",
+                json.dumps(forged),
+                f"approval:{approval.approval_id}",
+            )
+        assert refused.value.sqlstate == "SG401"
+    assert (await worker.store.get(approval.approval_id)).status is ApprovalStatus.PENDING
+
+
+async def test_a_finished_call_cannot_be_started_again_through_the_functions(
+    worker: Side,
+) -> None:
+    call = refund(new_run())
+    runs: list[int] = []
+
+    async def tool(args: dict[str, Any], context: CallContext) -> str:
+        runs.append(1)
+        return "refunded"
+
+    assert (await worker.ledger.execute(call, tool)).status is CallStatus.SUCCEEDED
+    stream = call_stream(call.run_id, call.call_id)
+    async with worker.db.connection() as conn:
+        row = json.loads(
+            await conn.fetchval(
+                "SELECT to_jsonb(t) - 'args_sealed' - 'result_sealed' FROM tool_calls t"
+                " WHERE run_id = $1",
+                call.run_id,
+            )
+        )
+        again = row | {"status": "running", "effect": "read"}
+        for types in (["call.started"], ["call.retried"]):
+            written = await conn.fetchval(
+                "SELECT signoff_commit_call(false, $1::jsonb, NULL, NULL, 1, $2, $3, $4,"
+                " ARRAY['{}'::json], ARRAY['w'], NULL)",
+                json.dumps(again),
+                stream,
+                row["version"],
+                types,
+            )
+            assert written is None  # a finished call's row does not move
+        with pytest.raises(asyncpg.PostgresError) as refused:  # nor its stream, alone
+            await conn.fetchval(
+                "SELECT signoff_append($1, $2, ARRAY['call.started'], ARRAY['{}'::json],"
+                " ARRAY['w'], NULL)",
+                stream,
+                row["version"],
+            )
+        assert refused.value.sqlstate == "SG401"
+    again_outcome = await worker.ledger.execute(call, tool)
+    assert (again_outcome.status, again_outcome.replayed, runs) == (
+        CallStatus.SUCCEEDED,
+        True,
+        [1],
+    )
+
+
+async def test_a_consumption_cannot_be_undone_nor_a_grant_claimed_without_one(
+    worker: Side, reviewer: Side
+) -> None:
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    approval = await ask(worker.store, spec, call, "agent")
+    await decide_once(reviewer.store, approval.approval_id, Decision.approve(), "alice")
+
+    async def tool(args: dict[str, Any], context: CallContext) -> str:
+        return "refunded"
+
+    await run(worker.ledger, worker.store, spec, call, tool, approval.approval_id)
+    consumed = await worker.store.get(approval.approval_id)
+    stream = f"approval:{approval.approval_id}"
+    async with worker.db.connection() as conn:
+        row = json.loads(
+            await conn.fetchval(
+                "SELECT to_jsonb(a) FROM approvals a WHERE approval_id = $1", approval.approval_id
+            )
+        )
+        undone = row | {"consumed_at": None, "consumed_by": None}
+        with pytest.raises(asyncpg.PostgresError) as refused:
+            await conn.fetchval(
+                "SELECT signoff_commit_approval(false, $1::jsonb, $2, $3,"
+                " ARRAY['approval.consumed'], ARRAY['{}'::json], ARRAY['x'], NULL)",
+                json.dumps(undone),
+                stream,
+                consumed.version,
+            )
+        assert refused.value.sqlstate == "SG422"
+        other = await ask(worker.store, spec, refund(new_run()), "agent")
+        claimed = json.loads(
+            await conn.fetchval(
+                "SELECT to_jsonb(a) FROM approvals a WHERE approval_id = $1", other.approval_id
+            )
+        ) | {"status": "approved", "decided_by": ["boss"]}
+        claimed["reviews"] = [{"reviewer": "boss", "decision": "approve", "at": "2026-01-01"}]
+        with pytest.raises(asyncpg.PostgresError) as refused:  # `grant` must be a signed grant
+            await conn.fetchval(
+                "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
+                " ARRAY['approval.decided'], ARRAY[$3::json], ARRAY['boss'], NULL)",
+                json.dumps(claimed),
+                f"approval:{other.approval_id}",
+                json.dumps({"grant": None}),
+            )
+        assert refused.value.sqlstate == "SG401"
+    assert (await worker.store.get(approval.approval_id)).consumed_at == consumed.consumed_at

@@ -96,6 +96,8 @@ def _apply(state: CallRecord | None, event: Fact) -> CallRecord:
     version, type_, data = event.version, event.type, event.data
     at = datetime.fromisoformat(data["at"])
     if type_ == "call.started":
+        if state is not None:  # a stream starts once: a second start is no fresh call
+            raise ProjectionError(event.stream_id, "call.started after the call started")
         return CallRecord(
             run_id=data["run_id"],
             call_id=data["call_id"],

@@ -115,9 +115,14 @@ class Projection(ABC, Generic[R]):
 
 
 def fold(projection: Projection[R], events: Iterable[Fact], record: R | None = None) -> R:
-    """The record `events` make, starting from `record` (None: a stream's first events)."""
+    """The record `events` make, starting from `record` (None: a stream's first events).
+
+    Raises:
+        ProjectionError: the events do not fold (one before the first, an unknown type, or
+            data the rule cannot read: a field missing or of the wrong kind).
+    """
     for event in events:
-        record = projection.apply(record, event)
+        record = _applied(projection, record, event)
     if record is None:
         raise ProjectionError(projection.stream_prefix, "no events to fold")
     return record
@@ -176,17 +181,28 @@ def _statement(projection: type[Projection[Any]]) -> str:
     return f"SELECT {projection.write_function}({placeholders})".replace("$2,", "$2::jsonb,", 1)
 
 
+def _applied(projection: Projection[R], record: R | None, event: Fact) -> R:
+    """`projection.apply`, with data it cannot read (anybody may have written it) reported as
+    the stream's problem rather than escaping as a KeyError."""
+    try:
+        return projection.apply(record, event)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, ProjectionError):
+            raise
+        raise ProjectionError(
+            event.stream_id, f"version {event.version}: unreadable {event.type}: {e!r}"
+        ) from e
+
+
 def _row_json(row: Mapping[str, Any], json_columns: tuple[str, ...]) -> str:
-    """A row as one JSON object, its JSON columns spliced in as the JSON text they hold."""
-    parts = []
-    for column, value in row.items():
-        text = value if column in json_columns and value is not None else _dumps(value)
-        parts.append(f"{json.dumps(column)}:{text}")
-    return "{" + ",".join(parts) + "}"
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, default=_json_default, ensure_ascii=False)
+    """A row as one JSON object, its JSON columns spliced in as the JSON text they hold (one
+    `json.dumps` for the rest: this runs for every step of every call)."""
+    plain = {k: v for k, v in row.items() if k not in json_columns}
+    text = json.dumps(plain, default=_json_default, ensure_ascii=False)
+    spliced = [f"{json.dumps(k)}:{row[k]}" for k in json_columns if row.get(k) is not None]
+    if not spliced:
+        return text
+    return text[:-1] + ("," if plain else "") + ",".join(spliced) + "}"
 
 
 def _json_default(value: Any) -> Any:
@@ -262,7 +278,7 @@ async def check_projection(db: Database, projection: Projection[Any]) -> Project
         fact = Fact(stream, row["version"], row["type"], _json(row["data"]), row["actor"])
         first.setdefault(stream, fact)
         try:
-            rebuilt[stream] = projection.apply(rebuilt.get(stream), fact)
+            rebuilt[stream] = _applied(projection, rebuilt.get(stream), fact)
         except ProjectionError as e:
             broken.add(stream)
             rebuilt.pop(stream, None)

@@ -41,7 +41,7 @@ ALTER TABLE data_keys ADD COLUMN sealed bigint NOT NULL DEFAULT 0 CHECK (sealed 
 
 CREATE FUNCTION signoff_key_create(
     p_key_id text, p_purpose text, p_kek_id text, p_wrapped bytea, p_public_key bytea
-) RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+) RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     IF (CASE WHEN p_purpose IN ('digest_signing', 'decision_signing')
             THEN p_public_key IS NULL OR length(p_public_key) <> 32
@@ -57,7 +57,7 @@ $$;
 -- Demotes the purpose's active key and creates its successor; returns the demoted key's id.
 CREATE FUNCTION signoff_key_rotate(
     p_key_id text, p_purpose text, p_kek_id text, p_wrapped bytea, p_public_key bytea
-) RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+) RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     old text;
 BEGIN
@@ -70,7 +70,7 @@ $$;
 
 -- Retires a decrypt-only key; returns whether it did.
 CREATE FUNCTION signoff_key_retire(p_key_id text) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     UPDATE data_keys SET state = 'retired', retired_at = now()
         WHERE key_id = p_key_id AND state = 'decrypt_only';
@@ -79,7 +79,7 @@ END
 $$;
 
 CREATE FUNCTION signoff_key_rewrap(p_key_id text, p_kek_id text, p_wrapped bytea) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     UPDATE data_keys SET kek_id = p_kek_id, wrapped = p_wrapped WHERE key_id = p_key_id;
     RETURN FOUND;
@@ -89,7 +89,7 @@ $$;
 -- Adds `p_count` (1 to 2^20) to a sealing key's counter and returns the new total: NULL when
 -- the key is no sealing key or retired. It never lowers the counter nor touches another column.
 CREATE FUNCTION signoff_reserve_nonces(p_key_id text, p_count integer) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     total bigint;
 BEGIN

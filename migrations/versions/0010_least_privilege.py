@@ -77,11 +77,11 @@ INSERT INTO event_rights (type_pattern, role) VALUES
 # The canonical bytes of ledger/canonical.py, built by the database.
 FIELD = """
 CREATE FUNCTION signoff_field(p_text text) RETURNS bytea
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT int4send(octet_length(convert_to(p_text, 'UTF8'))) || convert_to(p_text, 'UTF8')
 $$;
 CREATE FUNCTION signoff_call_stream(p_run text, p_call text) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT 'call:' || replace(replace(p_run, '%', '%25'), '/', '%2F') || '/'
         || replace(replace(p_call, '%', '%25'), '/', '%2F')
 $$;
@@ -89,11 +89,11 @@ $$;
 
 APPEND = """
 DROP FUNCTION signoff_append(text, integer, text[], json[], text[], timestamptz[], bytea[], text);
-CREATE FUNCTION signoff_append(
+CREATE FUNCTION signoff_write_events(
     p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[],
     p_notify text
 ) RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     n integer := cardinality(p_types);
     refused text;
@@ -116,7 +116,8 @@ BEGIN
         WHERE x.t IS NULL OR NOT EXISTS (
             SELECT FROM event_rights r
             WHERE x.t LIKE r.type_pattern AND pg_has_role(session_user, r.role, 'MEMBER')
-              AND (r.when_field = '' OR x.d::jsonb ? r.when_field))
+              AND (r.when_field = ''
+                   OR jsonb_typeof(x.d::jsonb -> r.when_field) = 'object'))
         LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION '% may not append % events', session_user, coalesce(refused, 'null')
@@ -165,16 +166,38 @@ BEGIN
     RETURN positions;
 END
 $$;
+-- What logins call: streams that are a projection's (or a grant's) are written only with their
+-- rows, by the commit functions, so a row never falls behind its stream.
+CREATE FUNCTION signoff_append(
+    p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[],
+    p_notify text
+) RETURNS bigint[]
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    IF p_stream ~ '^(approval|call|reviewer|grant):'
+            AND NOT pg_has_role(session_user, (SELECT relowner FROM pg_class
+                                               WHERE oid = 'public.events'::regclass), 'MEMBER')
+    THEN
+        RAISE EXCEPTION '% events are written with their rows, not appended alone', p_stream
+            USING ERRCODE = 'SG401',
+                  DETAIL = json_build_object('login', session_user::text, 'type',
+                                             p_types[1])::text;
+    END IF;
+    RETURN signoff_write_events(p_stream, p_expected, p_types, p_data, p_actors, p_notify);
+END
+$$;
 """
 
-# The status each last event type leaves a call in (`call.resolved`: the one it names).
+# The status each last event type leaves a call in (`call.resolved`: the one it names). A later
+# step moves only a running call, or resolves an `outcome_unknown` one: a finished call never
+# runs again, whatever its row is given.
 COMMIT_CALL = """
 CREATE FUNCTION signoff_commit_call(
     p_insert boolean, p_row jsonb, p_args_sealed bytea, p_result_sealed bytea,
     p_lease_seconds double precision, p_stream text, p_expected integer, p_types text[],
     p_data json[], p_actors text[], p_notify text
 ) RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     r tool_calls := jsonb_populate_record(NULL::tool_calls, p_row);
     n integer := cardinality(p_types);
@@ -199,7 +222,7 @@ BEGIN
     END IF;
     r.version := p_expected + n;
     r.lease_until := CASE WHEN r.status = 'running'
-        THEN now() + make_interval(secs => least(greatest(p_lease_seconds, 0), 86400)) END;
+        THEN now() + make_interval(secs => least(greatest(p_lease_seconds, 1), 86400)) END;
     IF p_insert THEN
         IF p_expected <> 0 OR p_types[1] IS DISTINCT FROM 'call.started'
                 OR p_stream IS DISTINCT FROM signoff_call_stream(r.run_id, r.call_id) THEN
@@ -221,26 +244,29 @@ BEGIN
                 result_sealed = coalesce(p_result_sealed, t.result_sealed),
                 resolved_by = r.resolved_by, finished_at = r.finished_at, version = r.version
             WHERE t.run_id = r.run_id AND t.call_id = r.call_id AND t.version = p_expected
-              AND t.stream_id = p_stream
+              AND t.stream_id = p_stream AND 'call.started' <> ALL(p_types)
+              AND t.status = CASE WHEN 'call.resolved' = ANY(p_types)
+                                  THEN 'outcome_unknown' ELSE 'running' END
             RETURNING t.waiters > 0 INTO wake;
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
     END IF;
-    RETURN signoff_append(p_stream, p_expected, p_types, p_data, p_actors,
-                          CASE WHEN wake THEN p_notify END);
+    RETURN signoff_write_events(p_stream, p_expected, p_types, p_data, p_actors,
+                                CASE WHEN wake THEN p_notify END);
 END
 $$;
 """
 
-# Reviews change only with a decision; who decided (or closed) and who consumed only with the
-# events that say so.
+# Reviews change only with a decision, which appends one; who decided (or closed) and who
+# consumed only with the events that say so; decisions and closing only while pending; a
+# consumption only once.
 COMMIT_APPROVAL = """
 CREATE FUNCTION signoff_commit_approval(
     p_insert boolean, p_row jsonb, p_stream text, p_expected integer, p_types text[],
     p_data json[], p_actors text[], p_notify text
 ) RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     r approvals := jsonb_populate_record(NULL::approvals, p_row);
     old approvals;
@@ -273,6 +299,16 @@ BEGIN
         ELSE ARRAY[old.status]
     END;
     IF r.status IS NULL OR NOT r.status = ANY(allowed)
+            OR ((decided OR closed) AND NOT p_insert AND old.status <> 'pending')
+            OR ('approval.consumed' = ANY(p_types)
+                AND (old.consumed_at IS NOT NULL OR r.consumed_at IS NULL
+                     OR r.consumed_by IS NULL))
+            OR jsonb_typeof(r.reviews) IS DISTINCT FROM 'array'
+            OR jsonb_array_length(r.reviews) <> jsonb_array_length(old.reviews)
+                + (SELECT count(*) FROM unnest(p_types) t WHERE t = 'approval.decided')
+            OR (SELECT coalesce(jsonb_agg(e ORDER BY i), '[]') FROM jsonb_array_elements(r.reviews)
+                WITH ORDINALITY AS x(e, i) WHERE i <= jsonb_array_length(old.reviews))
+               IS DISTINCT FROM old.reviews
             OR (NOT decided AND r.reviews IS DISTINCT FROM old.reviews)
             OR (NOT (decided OR closed) AND (r.decided_by IS DISTINCT FROM old.decided_by
                                              OR r.decided_at IS DISTINCT FROM old.decided_at))
@@ -294,7 +330,7 @@ BEGIN
                 consumed_at = r.consumed_at, version = r.version
             WHERE approval_id = r.approval_id AND version = p_expected;
     END IF;
-    RETURN signoff_append(p_stream, p_expected, p_types, p_data, p_actors, p_notify);
+    RETURN signoff_write_events(p_stream, p_expected, p_types, p_data, p_actors, p_notify);
 END
 $$;
 """
@@ -305,7 +341,7 @@ CREATE FUNCTION signoff_commit_reviewer(
     p_insert boolean, p_row jsonb, p_stream text, p_expected integer, p_types text[],
     p_data json[], p_actors text[], p_notify text
 ) RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     r reviewers := jsonb_populate_record(NULL::reviewers, p_row);
 BEGIN
@@ -324,7 +360,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    RETURN signoff_append(p_stream, p_expected, p_types, p_data, p_actors, p_notify);
+    RETURN signoff_write_events(p_stream, p_expected, p_types, p_data, p_actors, p_notify);
 END
 $$;
 """
@@ -334,12 +370,12 @@ CREATE FUNCTION signoff_grant(
     p_grant_id text, p_run text, p_tool text, p_granted_by text, p_granted_at timestamptz,
     p_expires_at timestamptz, p_data json
 ) RETURNS bigint[]
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     INSERT INTO approval_grants (grant_id, run_id, tool, granted_by, granted_at, expires_at)
         VALUES (p_grant_id, p_run, p_tool, p_granted_by, p_granted_at, p_expires_at);
-    RETURN signoff_append('grant:' || p_grant_id, 0, ARRAY['approval.granted'], ARRAY[p_data],
-                          ARRAY[p_granted_by], NULL);
+    RETURN signoff_write_events('grant:' || p_grant_id, 0, ARRAY['approval.granted'],
+                                ARRAY[p_data], ARRAY[p_granted_by], NULL);
 END
 $$;
 """
@@ -349,12 +385,12 @@ LEASES = """
 CREATE FUNCTION signoff_renew_leases(
     p_runs text[], p_calls text[], p_versions integer[], p_seconds double precision
 ) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     renewed bigint;
 BEGIN
     UPDATE tool_calls t
-        SET lease_until = now() + make_interval(secs => least(greatest(p_seconds, 0), 86400))
+        SET lease_until = now() + make_interval(secs => least(greatest(p_seconds, 1), 86400))
         FROM unnest(p_runs, p_calls, p_versions) AS held(run_id, call_id, version)
         WHERE t.run_id = held.run_id AND t.call_id = held.call_id AND t.version = held.version
           AND t.status = 'running';
@@ -363,7 +399,7 @@ BEGIN
 END
 $$;
 CREATE FUNCTION signoff_count_waiter(p_run text, p_call text, p_delta integer) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
     UPDATE tool_calls SET waiters = waiters + sign(p_delta)::integer
     WHERE run_id = p_run AND call_id = p_call AND waiters + sign(p_delta)::integer >= 0
 $$;
@@ -373,15 +409,15 @@ $$;
 # caller's transaction's, as if it had locked the row itself.
 LOCKS = """
 CREATE FUNCTION signoff_lock_call(p_run text, p_call text) RETURNS SETOF tool_calls
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT * FROM tool_calls WHERE run_id = p_run AND call_id = p_call FOR UPDATE
 $$;
 CREATE FUNCTION signoff_lock_once_per_run(p_run text, p_tool text) RETURNS SETOF tool_calls
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT * FROM tool_calls WHERE run_id = p_run AND tool = p_tool AND once_per_run FOR UPDATE
 $$;
 CREATE FUNCTION signoff_lock_approval(p_id text) RETURNS SETOF approvals
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT * FROM approvals WHERE approval_id = p_id FOR UPDATE
 $$;
 """
@@ -435,6 +471,7 @@ INSERT INTO checkpoint_migrations (v) SELECT generate_series(0, 9) ON CONFLICT D
 
 FUNCTIONS = (
     "signoff_append(text, integer, text[], json[], text[], text)",
+    "signoff_write_events(text, integer, text[], json[], text[], text)",
     "signoff_commit_call(boolean, jsonb, bytea, bytea, double precision, text, integer, text[],"
     " json[], text[], text)",
     "signoff_commit_approval(boolean, jsonb, text, integer, text[], json[], text[], text)",
@@ -446,7 +483,7 @@ FUNCTIONS = (
     "signoff_lock_approval(text)",
     "signoff_commit_reviewer(boolean, jsonb, text, integer, text[], json[], text[], text)",
 )
-_APPEND, _CALL, _APPROVAL, _GRANT, _RENEW, _WAITER, *_LOCKS, _REVIEWER = FUNCTIONS
+_APPEND, _WRITE, _CALL, _APPROVAL, _GRANT, _RENEW, _WAITER, *_LOCKS, _REVIEWER = FUNCTIONS
 _ROLES = "signoff_app, signoff_reviewer, signoff_key_admin, signoff_auditor"
 _CHECKPOINT_TABLES = "checkpoints, checkpoint_blobs, checkpoint_writes"
 
@@ -503,6 +540,7 @@ def downgrade() -> None:
         DROP FUNCTION {_RENEW}; DROP FUNCTION {_WAITER}; DROP FUNCTION {_GRANT};
         DROP FUNCTION {_REVIEWER};
         DROP FUNCTION {_APPROVAL}; DROP FUNCTION {_CALL}; DROP FUNCTION {_APPEND};
+        DROP FUNCTION {_WRITE};
         DROP FUNCTION signoff_call_stream(text, text); DROP FUNCTION signoff_field(text);
         DROP TABLE event_rights;
         ALTER TABLE tool_calls DROP COLUMN stream_id;
