@@ -10,9 +10,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -26,7 +24,8 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.keys.budget import MAX_CREDIT, MIN_LEFT
 from ledger.store import Database
 
-from .processes import TEST_KEK, kek_env, run_cli
+from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .support.logins import login_role
 
 RESULT_KEY = "SELECT key_id FROM data_keys WHERE purpose = 'result' AND state = 'active'"
 SIGNING_KEY = "SELECT key_id FROM data_keys WHERE purpose = 'digest_signing' AND state = 'active'"
@@ -257,21 +256,6 @@ async def test_seals_beyond_the_reservation_run_on_credit_the_next_fresh_counts(
 # -- every write through the key functions ---------------------------------------------------------
 
 
-@asynccontextmanager
-async def login(owner: Database, url: str, role: str) -> AsyncIterator[str]:
-    """A new LOGIN role granted only `role`, and the test server's URL on it."""
-    name = f"signoff_t_{uuid.uuid4().hex[:10]}"
-    async with owner.connection() as conn:
-        await conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE {role}")  # both names are ours
-    parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    try:
-        yield urlunsplit((parts.scheme, f"{name}@{host}", parts.path, parts.query, ""))
-    finally:
-        async with owner.connection() as conn:
-            await conn.execute(f"DROP ROLE {name}")
-
-
 _ADMIN_CALLS = (
     "SELECT signoff_key_create('ckpt-00000000000000ff', 'checkpoint', 'kek-x', '\\x00', NULL)",
     "SELECT signoff_key_rotate('ckpt-00000000000000ff', 'checkpoint', 'kek-x', '\\x00', NULL)",
@@ -284,7 +268,7 @@ async def test_a_worker_login_writes_no_key_and_still_seals(
     owner: Database, fresh_database_url: str
 ) -> None:
     key_id = await fetchval(owner, RESULT_KEY)
-    async with login(owner, fresh_database_url, "signoff_app") as url:
+    async with login_role(fresh_database_url, "signoff_app") as url:
         conn = await asyncpg.connect(url)
         try:
             for statement in (
@@ -320,7 +304,7 @@ async def test_a_key_administrator_login_rotates_and_journals_through_the_functi
 ) -> None:
     old = str(await fetchval(owner, SIGNING_KEY))
     async with (
-        login(owner, fresh_database_url, "signoff_key_admin") as url,
+        login_role(fresh_database_url, "signoff_key_admin") as url,
         await Database.connect(url) as admin,
     ):
         ring = await KeyRing.open(admin, LocalKek(TEST_KEK))
@@ -330,3 +314,23 @@ async def test_a_key_administrator_login_rotates_and_journals_through_the_functi
     events = await Journal(owner).read_stream("keys:digest_signing")
     assert [e.type for e in events] == ["key.created", "key.rotated", "key.retired"]
     assert events[1].data["public_key"] == ring.public_key(new)[1].hex()
+
+
+async def test_a_key_administrator_alone_makes_no_decision_key(
+    owner: Database, fresh_database_url: str
+) -> None:
+    """Decision keys sign reviewers' decisions: a key administrator who is not of the reviewer
+    side cannot make (or rotate in) one of its own, even holding a reviewer KEK."""
+    async with (
+        login_role(fresh_database_url, "signoff_key_admin") as url,
+        await Database.connect(url) as admin,
+    ):
+        ring = await KeyRing.open(
+            admin,
+            LocalKek(TEST_KEK),
+            reviewer_kek=LocalKek(TEST_REVIEWER_KEK),
+            create_missing=False,
+        )
+        with pytest.raises(errors.PermissionDenied, match="reviewer side"):
+            await ring.rotate(Purpose.DECISION_SIGNING)
+        assert ring.sign(b"m")[0]  # its own purposes still work

@@ -35,6 +35,8 @@ APPEND_SIGNATURE = (
 )
 
 # Signing purposes hold an Ed25519 key: they carry its 32-byte public half, nothing else does.
+# A decision key signs reviewers' decisions, so only a login of the reviewer side (a member of
+# `signoff_reviewer`, and `signoff_key_admin` to run the function) makes or rewraps one.
 # Sealing purposes are the AES-GCM ones, the only keys with a nonce budget.
 FUNCTIONS = """
 ALTER TABLE data_keys ADD COLUMN sealed bigint NOT NULL DEFAULT 0 CHECK (sealed >= 0);
@@ -43,6 +45,11 @@ CREATE FUNCTION signoff_key_create(
     p_key_id text, p_purpose text, p_kek_id text, p_wrapped bytea, p_public_key bytea
 ) RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
+    IF p_purpose = 'decision_signing' AND NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER')
+    THEN
+        RAISE EXCEPTION 'key %: decision keys are the reviewer side''s to make', p_key_id
+            USING ERRCODE = '42501';
+    END IF;
     IF (CASE WHEN p_purpose IN ('digest_signing', 'decision_signing')
             THEN p_public_key IS NULL OR length(p_public_key) <> 32
             ELSE p_public_key IS NOT NULL END) THEN
@@ -81,6 +88,11 @@ $$;
 CREATE FUNCTION signoff_key_rewrap(p_key_id text, p_kek_id text, p_wrapped bytea) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
+    IF (SELECT purpose FROM data_keys WHERE key_id = p_key_id) = 'decision_signing'
+            AND NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER') THEN
+        RAISE EXCEPTION 'key %: decision keys are the reviewer side''s to rewrap', p_key_id
+            USING ERRCODE = '42501';
+    END IF;
     UPDATE data_keys SET kek_id = p_kek_id, wrapped = p_wrapped WHERE key_id = p_key_id;
     RETURN FOUND;
 END
