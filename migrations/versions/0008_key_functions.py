@@ -43,10 +43,11 @@ ALTER TABLE data_keys ADD COLUMN sealed bigint NOT NULL DEFAULT 0 CHECK (sealed 
 
 CREATE FUNCTION signoff_key_create(
     p_key_id text, p_purpose text, p_kek_id text, p_wrapped bytea, p_public_key bytea
-) RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
-    IF p_purpose = 'decision_signing' AND NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER')
-    THEN
+    IF p_purpose = 'decision_signing'
+            AND NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER') THEN
         RAISE EXCEPTION 'key %: decision keys are the reviewer side''s to make', p_key_id
             USING ERRCODE = '42501';
     END IF;
@@ -64,7 +65,8 @@ $$;
 -- Demotes the purpose's active key and creates its successor; returns the demoted key's id.
 CREATE FUNCTION signoff_key_rotate(
     p_key_id text, p_purpose text, p_kek_id text, p_wrapped bytea, p_public_key bytea
-) RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     old text;
 BEGIN
