@@ -195,7 +195,8 @@ def call_record(row: Mapping[str, Any]) -> CallRecord:
 
 def call_stream(run_id: str, call_id: str) -> str:
     """The stream of a new call: `call:<run>/<call id>`, with `%` and `/` in either part
-    percent-encoded, so no two calls share one (as `signoff_call_stream` in the database)."""
+    percent-encoded, so no two calls share one (as `signoff_commit_call` checks
+    in the database)."""
     return f"call:{_escaped(run_id)}/{_escaped(call_id)}"
 
 

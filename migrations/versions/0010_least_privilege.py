@@ -74,19 +74,6 @@ INSERT INTO event_rights (type_pattern, role) VALUES
     ('key.%', 'signoff_key_admin');
 """
 
-# The canonical bytes of ledger/canonical.py, built by the database.
-FIELD = """
-CREATE FUNCTION signoff_field(p_text text) RETURNS bytea
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT int4send(octet_length(convert_to(p_text, 'UTF8'))) || convert_to(p_text, 'UTF8')
-$$;
-CREATE FUNCTION signoff_call_stream(p_run text, p_call text) RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'call:' || replace(replace(p_run, '%', '%25'), '/', '%2F') || '/'
-        || replace(replace(p_call, '%', '%25'), '/', '%2F')
-$$;
-"""
-
 APPEND = """
 DROP FUNCTION signoff_append(text, integer, text[], json[], text[], timestamptz[], bytea[], text);
 CREATE FUNCTION signoff_write_events(
@@ -100,7 +87,15 @@ DECLARE
     head_version integer;
     head_hash bytea;
     at timestamptz := clock_timestamp();
-    at_text text;
+    -- The canonical bytes of ledger/canonical.py: the tag, then six fields, each a 4-byte
+    -- big-endian length and its UTF-8 bytes. Plain expressions: no query per field.
+    stream_b bytea := convert_to(p_stream, 'UTF8');
+    at_b bytea;
+    prefix bytea;
+    version_b bytea;
+    type_b bytea;
+    actor_b bytea;
+    data_b bytea;
     canonical bytea;
     positions bigint[] := '{}';
     pos bigint;
@@ -110,8 +105,7 @@ BEGIN
         RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and actors'
             USING ERRCODE = '22023';
     END IF;
-    IF NOT pg_has_role(session_user, (SELECT relowner FROM pg_class
-                                      WHERE oid = 'public.events'::regclass), 'MEMBER') THEN
+    IF NOT pg_has_role(session_user, current_user, 'MEMBER') THEN  -- current_user: the owner
         SELECT x.t INTO refused FROM unnest(p_types, p_data) AS x(t, d)
         WHERE x.t IS NULL OR NOT EXISTS (
             SELECT FROM event_rights r
@@ -126,7 +120,9 @@ BEGIN
                                                  'type', refused)::text;
         END IF;
     END IF;
-    at_text := to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+    at_b := convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'UTF8');
+    prefix := convert_to('signoff.event.v1', 'UTF8') || int4send(octet_length(stream_b))
+        || stream_b;
     SELECT version, hash INTO head_version, head_hash
         FROM events WHERE stream_id = p_stream ORDER BY version DESC LIMIT 1;
     IF NOT FOUND THEN
@@ -135,10 +131,15 @@ BEGIN
     END IF;
     FOR i IN 1 .. n LOOP
         IF head_version = p_expected THEN
-            canonical := convert_to('signoff.event.v1', 'UTF8')
-                || signoff_field(p_stream) || signoff_field((p_expected + i)::text)
-                || signoff_field(p_types[i]) || signoff_field(p_actors[i])
-                || signoff_field(at_text) || signoff_field(p_data[i]::text);
+            version_b := convert_to((p_expected + i)::text, 'UTF8');
+            type_b := convert_to(p_types[i], 'UTF8');
+            actor_b := convert_to(p_actors[i], 'UTF8');
+            data_b := convert_to(p_data[i]::text, 'UTF8');
+            canonical := prefix || int4send(octet_length(version_b)) || version_b
+                || int4send(octet_length(type_b)) || type_b
+                || int4send(octet_length(actor_b)) || actor_b
+                || int4send(octet_length(at_b)) || at_b
+                || int4send(octet_length(data_b)) || data_b;
             head_hash := sha256(head_hash || canonical);
             pos := NULL;
             -- Only the first insert can meet a racing append (see 0006).
@@ -175,9 +176,7 @@ CREATE FUNCTION signoff_append(
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
     IF p_stream ~ '^(approval|call|reviewer|grant):'
-            AND NOT pg_has_role(session_user, (SELECT relowner FROM pg_class
-                                               WHERE oid = 'public.events'::regclass), 'MEMBER')
-    THEN
+            AND NOT pg_has_role(session_user, current_user, 'MEMBER') THEN
         RAISE EXCEPTION '% events are written with their rows, not appended alone', p_stream
             USING ERRCODE = 'SG401',
                   DETAIL = json_build_object('login', session_user::text, 'type',
@@ -225,7 +224,9 @@ BEGIN
         THEN now() + make_interval(secs => least(greatest(p_lease_seconds, 1), 86400)) END;
     IF p_insert THEN
         IF p_expected <> 0 OR p_types[1] IS DISTINCT FROM 'call.started'
-                OR p_stream IS DISTINCT FROM signoff_call_stream(r.run_id, r.call_id) THEN
+                OR p_stream IS DISTINCT FROM 'call:'
+                    || replace(replace(r.run_id, '%', '%25'), '/', '%2F') || '/'
+                    || replace(replace(r.call_id, '%', '%25'), '/', '%2F') THEN
             RAISE EXCEPTION 'a new call starts its own stream with call.started'
                 USING ERRCODE = 'SG422',
                       DETAIL = json_build_object('stream_id', p_stream, 'type', p_types[1])::text;
@@ -505,7 +506,7 @@ GRANT SELECT ON checkpoint_migrations TO signoff_app, signoff_key_admin;
 
 
 def upgrade() -> None:
-    for script in (RIGHTS, FIELD, APPEND, CALL_STREAMS, COMMIT_CALL, COMMIT_APPROVAL):
+    for script in (RIGHTS, APPEND, CALL_STREAMS, COMMIT_CALL, COMMIT_APPROVAL):
         execute_script(script)
     for script in (COMMIT_REVIEWER, GRANT):
         execute_script(script)
@@ -541,7 +542,6 @@ def downgrade() -> None:
         DROP FUNCTION {_REVIEWER};
         DROP FUNCTION {_APPROVAL}; DROP FUNCTION {_CALL}; DROP FUNCTION {_APPEND};
         DROP FUNCTION {_WRITE};
-        DROP FUNCTION signoff_call_stream(text, text); DROP FUNCTION signoff_field(text);
         DROP TABLE event_rights;
         ALTER TABLE tool_calls DROP COLUMN stream_id;
         """
