@@ -2,7 +2,7 @@
 Ed25519 signatures by a `decision_signing` key, and other approval events carry MACs.
 
 Revision ID: 0012
-Revises: 0011
+Revises: 0010
 Create Date: 2026-12-01
 
 The signatures and MACs live in the events' data, so the schema does not change: the
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from migrations.sqlscript import execute_script
 
 revision: str = "0012"
-down_revision: str | None = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
