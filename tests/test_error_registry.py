@@ -130,6 +130,10 @@ async def test_a_stale_expected_version_in_the_ledgers_advance_statement_is_a_ve
     ledger, journal = damaged
     run = f"run-{uuid.uuid4().hex[:10]}"
     await ledger.execute(ToolCall(run, "c1", "double", {"n": 2}), double)
+    async with ledger.db.connection() as conn:  # as a reviewer would find it: resolvable
+        await conn.execute(
+            "UPDATE tool_calls SET status = 'outcome_unknown' WHERE run_id = $1", run
+        )
     record = await ledger.get(run, "c1")
     stream = call_stream(run, "c1")
     # The stream moves on without the row: the row's fence passes, the append's does not.

@@ -11,7 +11,6 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -28,6 +27,7 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
 from .processes import TEST_KEK, kek_env, run_cli
+from .support.logins import login_role
 
 FUTURE_TXID = 9_000_000_000_000  # far beyond any transaction id this server will hand out
 
@@ -118,25 +118,12 @@ async def test_a_login_with_only_the_worker_role_can_verify(
 ) -> None:
     """`ledger verify` reads the events (with their `xmin`) and the projection tables, which
     the worker role may read; the auditor role sees only the audit views and cannot."""
-    url, db, _ = filled
-    app, auditor = (f"verify_{role}_{uuid.uuid4().hex[:8]}" for role in ("app", "auditor"))
-    parts = urlsplit(url)
-
-    def login_url(login: str) -> str:
-        return urlunsplit(parts._replace(netloc=f"{login}@{parts.netloc.split('@')[-1]}"))
-
-    async with db.connection() as conn:
-        await conn.execute(f"CREATE ROLE {app} LOGIN IN ROLE signoff_app")
-        await conn.execute(f"CREATE ROLE {auditor} LOGIN IN ROLE signoff_auditor")
-    try:
-        result = await run_cli("ledger", "verify", database_url=login_url(app))
+    url, _, _ = filled
+    async with login_role(url, "signoff_app") as app, login_role(url, "signoff_auditor") as auditor:
+        result = await run_cli("ledger", "verify", database_url=app)
         assert result.code == 0, result.stdout + result.stderr
-        result = await run_cli("ledger", "verify", database_url=login_url(auditor))
+        result = await run_cli("ledger", "verify", database_url=auditor)
         assert result.code == 2 and "use a login granted signoff_app" in result.stderr, result
-    finally:
-        async with db.connection() as conn:
-            await conn.execute(f"DROP ROLE {app}")
-            await conn.execute(f"DROP ROLE {auditor}")
 
 
 async def test_an_event_with_a_txid_in_the_future_is_reported(
