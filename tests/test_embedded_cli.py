@@ -138,7 +138,7 @@ async def test_the_demo_says_the_server_keeps_running_and_how_to_stop_it(home: P
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root only")
 async def test_as_root_the_socket_folder_stays_closed_to_other_users(home: Path) -> None:
-    """Local connections need no password, so only root and the server user may reach them."""
+    """Only root and the server user may reach the socket (and `postgres` logs in by peer)."""
     await asyncio.to_thread(ensure_server, home)
     run = home / "run"
     assert run.stat().st_mode & 0o777 == 0o700

@@ -109,12 +109,8 @@ def _psql_command(st: EmbeddedStatus) -> str:
 
 
 def _access() -> str:
-    if os.geteuid() == 0:
-        return (
-            f"root and {SYSTEM_USER} only (the socket folder is theirs alone: local connections "
-            "need no password)"
-        )
-    return "you only (the socket folder is yours alone: local connections need no password)"
+    who = f"root and {SYSTEM_USER}" if os.geteuid() == 0 else "you"
+    return f"socket only, its folder {who} alone; postgres by peer ({who}), other roles by password"
 
 
 def _used(embedded: bool) -> str:
