@@ -90,21 +90,31 @@ async def statement_ok(ring: KeyRing, statement: Statement, signed: Any) -> str 
     what is wrong with it."""
     if not isinstance(signed, Mapping):
         return "unsigned"
-    key_id, text = signed.get("key_id"), signed.get("signature")
-    if not isinstance(key_id, str) or not isinstance(text, str):
-        return "its signature is malformed"
+    parsed = _keyed(signed, "signature", "signature")
+    if isinstance(parsed, str):
+        return parsed
+    key_id, signature = parsed
     try:
-        signature = base64.b64decode(text, validate=True)
         ok = await ring.verify_signature(
             key_id, statement.message(key_id), signature, Purpose.DECISION_SIGNING
         )
-    except binascii.Error:
-        return "its signature is not base64"
     except UnknownKey as e:
         return f"signed by an unknown key: {e}"
     except PublicKeyMismatch as e:
         return f"signed by a key the journal does not vouch for: {e}"
     return None if ok else f"its signature does not verify under {key_id}"
+
+
+def _keyed(value: Mapping[str, Any], field: str, what: str) -> tuple[str, bytes] | str:
+    """The key id and the decoded bytes of `{"key_id": ..., field: <base64>}`; else what is
+    wrong with it."""
+    key_id, text = value.get("key_id"), value.get(field)
+    if not isinstance(key_id, str) or not isinstance(text, str):
+        return f"its {what} is malformed"
+    try:
+        return key_id, base64.b64decode(text, validate=True)
+    except binascii.Error:
+        return f"its {what} is not base64"
 
 
 def _record_bytes(
@@ -144,15 +154,13 @@ async def record_mac_ok(
         return "unsigned"
     if not isinstance(mac, Mapping):
         return "its MAC is malformed"
-    key_id, text = mac.get("key_id"), mac.get("tag")
-    if not isinstance(key_id, str) or not isinstance(text, str):
-        return "its MAC is malformed"
+    parsed = _keyed(mac, "tag", "MAC")
+    if isinstance(parsed, str):
+        return parsed
+    key_id, tag = parsed
+    message = _record_bytes(binding, stream_id, version, type_, actor, data)
     try:
-        tag = base64.b64decode(text, validate=True)
-        message = _record_bytes(binding, stream_id, version, type_, actor, data)
         ok = await ring.verify_mac(key_id, message, tag)
-    except binascii.Error:
-        return "its MAC is not base64"
     except UnknownKey as e:
         return f"MACed by an unknown key: {e}"
     return None if ok else f"its MAC does not verify under {key_id}"
