@@ -1,5 +1,6 @@
 """`signoff demo`, the README's main job: a support agent's refund, approved by a person and run
-once across two worker processes, on a fresh database and again on a used one."""
+once across two worker processes, on a fresh database and again on a used one; the workers on a
+login that has only `signoff_app`, the reviewer on one that has only `signoff_reviewer`."""
 
 from __future__ import annotations
 
@@ -14,18 +15,36 @@ import pytest
 
 from ledger.store.config import configured_url
 from ledger.store.db import open_raw_connection
+from ledger.store.logins import temporary_login
 from tests.support.scratch import with_database
 
 from .processes import kek_env, run_cli
 
 RAN_ONCE = re.compile(r"the refund ran once: 1 payment, made by process 2 \(pid (\d+)\)")
+LOGINS = re.compile(
+    r"logins +workers +(signoff_demo_worker_\w+) \(only signoff_app\)\n"
+    r" +reviewer (signoff_demo_reviewer_\w+) \(only signoff_reviewer\); both for this run"
+)
 
 
-async def test_demo_on_a_fresh_then_a_used_database(fresh_database_url: str) -> None:
+async def _roles_like(server_url: str, pattern: str) -> list[str]:
+    admin = await open_raw_connection(server_url)
+    try:
+        rows = await admin.fetch("SELECT rolname FROM pg_roles WHERE rolname LIKE $1", pattern)
+    finally:
+        await admin.close()
+    return [r["rolname"] for r in rows]
+
+
+async def test_demo_on_a_fresh_then_a_used_database(
+    fresh_database_url: str, server_url: str
+) -> None:
     first = await run_cli("demo", database_url=fresh_database_url, env=kek_env(), within=300)
     assert first.code == 0, first.stdout + first.stderr
     ran_once = RAN_ONCE.search(first.stdout)
     assert ran_once, first.stdout
+    logins = LOGINS.search(first.stdout)
+    assert logins, first.stdout
     assert "check      VERIFIED" in first.stdout
     ledger = first.stdout[first.stdout.index("Ledger of run") :]
     assert re.search(r"call-refund +refund +single_attempt +succeeded +1 +alice +process 2", ledger)
@@ -53,6 +72,40 @@ async def test_demo_on_a_fresh_then_a_used_database(fresh_database_url: str) -> 
     assert report["journal"]["intact"] is True
     first_size = int(re.findall(r"tree size +(\d+)", first.stdout)[0])
     assert report["digest"]["tree_size"] > first_size
+
+    # Each process said who the database took it for: the run's own logins, new each run and
+    # dropped at its end.
+    worker, reviewer = report["logins"]["1"], report["logins"]["reviewer"]
+    assert worker.startswith("signoff_demo_worker_") and report["logins"]["2"] == worker
+    assert reviewer.startswith("signoff_demo_reviewer_")
+    assert {worker, reviewer}.isdisjoint(logins.groups())
+    assert await _roles_like(server_url, "signoff_demo_%") == []
+
+
+async def test_demo_on_a_login_that_may_not_create_roles_runs_every_process_on_it(
+    server_url: str,
+) -> None:
+    """The database's owner without CREATEROLE (a member of `signoff_reviewer`, so it makes the
+    decision key): the demo cannot make its logins, says so, and runs on the owner's."""
+    name = f"signoff_test_owned_{uuid.uuid4().hex[:12]}"
+    async with temporary_login(server_url, "signoff_reviewer", prefix="signoff_owner") as owner:
+        admin = await open_raw_connection(server_url)
+        user = owner.partition("://")[2].partition(":")[0]
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}" OWNER {user}')
+            url = with_database(owner, name)
+            result = await run_cli("demo", "--json", database_url=url, env=kek_env(), within=300)
+            shown = await run_cli("demo", database_url=url, env=kek_env(), within=300)
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.close()
+    assert result.code == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["logins"] == {"1": user, "2": user, "reviewer": user}
+    assert report["refund"]["ran_once"] is True
+    assert shown.code == 0, shown.stdout + shown.stderr
+    assert f"every process logs in as {user}, which may not create roles" in shown.stdout
+    assert RAN_ONCE.search(shown.stdout), shown.stdout
 
 
 @pytest.fixture

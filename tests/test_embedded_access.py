@@ -17,10 +17,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from ledger.store.config import with_login
 from ledger.store.embedded import PG_USER, _locked, _Server, ensure_server, stop_server
+from ledger.store.logins import temporary_login
 
 from .support.embedded_homes import private_home
-from .support.logins import login_role, with_login
 
 # Variables the server may hold that are not PostgreSQL's own: what `_minimal_env` passes, and
 # what the shell pg_ctl starts the postmaster with sets itself.
@@ -133,7 +134,7 @@ async def test_tcp_is_refused_even_when_the_data_folder_is_started_by_hand(home:
 
 async def test_other_roles_log_in_with_their_password_only(started: tuple[Path, str]) -> None:
     _, url = started
-    async with login_role(url, "pg_read_all_data") as worker:
+    async with temporary_login(url, "pg_read_all_data") as worker:
         name = worker.split("//", 1)[1].split(":", 1)[0]
         as_worker = url.replace(f"//{PG_USER}@", f"//{name}@")  # the same URL, no password
         for password in (None, "", "not-the-password"):
@@ -207,8 +208,8 @@ async def test_a_home_made_by_an_earlier_version_is_brought_up_to_date(home: Pat
 async def test_a_login_role_connects_with_its_password_on_the_test_server(
     database_url: str,
 ) -> None:
-    """`login_role` works on whichever server the session uses (embedded or configured)."""
-    async with login_role(database_url, "signoff_app") as worker:
+    """`temporary_login` works on whichever server the session uses (embedded or configured)."""
+    async with temporary_login(database_url, "signoff_app") as worker:
         sql = "SELECT current_user, pg_has_role('signoff_app', 'member'), rolsuper"
         rows = await _fetch(worker, sql + " FROM pg_roles WHERE rolname = current_user")
         assert rows[0][0].startswith("signoff_login_") and rows[0][1:] == (True, False)

@@ -23,9 +23,9 @@ from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.keys.budget import MAX_CREDIT, MIN_LEFT
 from ledger.store import Database
+from ledger.store.logins import temporary_login
 
 from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
-from .support.logins import login_role
 
 RESULT_KEY = "SELECT key_id FROM data_keys WHERE purpose = 'result' AND state = 'active'"
 SIGNING_KEY = "SELECT key_id FROM data_keys WHERE purpose = 'digest_signing' AND state = 'active'"
@@ -268,7 +268,7 @@ async def test_a_worker_login_writes_no_key_and_still_seals(
     owner: Database, fresh_database_url: str
 ) -> None:
     key_id = await fetchval(owner, RESULT_KEY)
-    async with login_role(fresh_database_url, "signoff_app") as url:
+    async with temporary_login(fresh_database_url, "signoff_app") as url:
         conn = await asyncpg.connect(url)
         try:
             for statement in (
@@ -304,7 +304,7 @@ async def test_a_key_administrator_login_rotates_and_journals_through_the_functi
 ) -> None:
     old = str(await fetchval(owner, SIGNING_KEY))
     async with (
-        login_role(fresh_database_url, "signoff_key_admin") as url,
+        temporary_login(fresh_database_url, "signoff_key_admin") as url,
         await Database.connect(url) as admin,
     ):
         ring = await KeyRing.open(admin, LocalKek(TEST_KEK))
@@ -322,7 +322,7 @@ async def test_a_key_administrator_alone_makes_no_decision_key(
     """Decision keys sign reviewers' decisions: a key administrator who is not of the reviewer
     side cannot make (or rotate in) one of its own, even holding a reviewer KEK."""
     async with (
-        login_role(fresh_database_url, "signoff_key_admin") as url,
+        temporary_login(fresh_database_url, "signoff_key_admin") as url,
         await Database.connect(url) as admin,
     ):
         ring = await KeyRing.open(

@@ -38,8 +38,8 @@ from ledger.errors import EventNotPermitted, PermissionDenied, ReviewerKekMissin
 from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
+from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
-from tests.support.logins import login_role
 from tests.support.scratch import scratch_database
 
 from .agents import EFFECTS_TABLE, Harness, Kind, answer_all, effects_of, requests_of, thread
@@ -61,9 +61,9 @@ async def logins(server_url: str) -> AsyncIterator[Logins]:
         async with await Database.connect(owner) as db:  # the owner makes the data keys
             await KeyRing.open(db, LocalKek(TEST_KEK), reviewer_kek=REVIEWER_KEK)
         async with (
-            login_role(owner, "signoff_app") as worker,
-            login_role(owner, "signoff_reviewer") as reviewer,
-            login_role(owner, "signoff_auditor") as auditor,
+            temporary_login(owner, "signoff_app") as worker,
+            temporary_login(owner, "signoff_reviewer") as reviewer,
+            temporary_login(owner, "signoff_auditor") as auditor,
         ):
             yield Logins(owner, worker, reviewer, auditor)
 
@@ -454,7 +454,7 @@ async def test_a_welt_agent_process_records_answers_only_with_the_reviewer_role(
     for roles in (("signoff_app",), ("signoff_app", "signoff_reviewer")):
         spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
         approval = await ask(worker.store, spec, call, "agent")
-        async with login_role(logins.owner, *roles) as url:
+        async with temporary_login(logins.owner, *roles) as url:
             agent = await side(url, REVIEWER_KEK)
             try:
                 parsed = parse_interrupt_responses(addressed(payload, approval.approval_id))

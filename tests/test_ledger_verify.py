@@ -25,9 +25,9 @@ from ledger.canonical import canonical_json, chain_hash, event_bytes
 from ledger.journal import Event, Journal, NewEvent, Projection
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
+from ledger.store.logins import temporary_login
 
 from .processes import TEST_KEK, kek_env, run_cli
-from .support.logins import login_role
 
 FUTURE_TXID = 9_000_000_000_000  # far beyond any transaction id this server will hand out
 
@@ -119,7 +119,10 @@ async def test_a_login_with_only_the_worker_role_can_verify(
     """`ledger verify` reads the events (with their `xmin`) and the projection tables, which
     the worker role may read; the auditor role sees only the audit views and cannot."""
     url, _, _ = filled
-    async with login_role(url, "signoff_app") as app, login_role(url, "signoff_auditor") as auditor:
+    async with (
+        temporary_login(url, "signoff_app") as app,
+        temporary_login(url, "signoff_auditor") as auditor,
+    ):
         result = await run_cli("ledger", "verify", database_url=app)
         assert result.code == 0, result.stdout + result.stderr
         result = await run_cli("ledger", "verify", database_url=auditor)

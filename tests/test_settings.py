@@ -21,6 +21,7 @@ from adapters.demo.flow import Keys, _worker_env
 from ledger import ConfigurationError
 from ledger.errors import KekMissing
 from ledger.keys import KeyRing, LocalKek
+from ledger.keys.kek import create_kek_file
 from ledger.store import Database, migrate
 from ledger.store.settings import Settings
 
@@ -225,6 +226,27 @@ def test_the_demo_hands_its_workers_the_embedded_home_not_its_url(tmp_path: Path
     configured = Settings(database_url="postgresql://app@db/signoff")
     env = _worker_env(configured, "postgresql://app@db/signoff", keys)
     assert Settings.from_env(env).database_url == "postgresql://app@db/signoff"
+
+
+def test_a_demo_worker_with_a_login_of_its_own_gets_it_and_the_servers_kek_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A URL never selects the embedded server's KEK file, so the demo names it."""
+    monkeypatch.delenv("SIGNOFF_KEK", raising=False)
+    monkeypatch.delenv("SIGNOFF_KEK_FILE", raising=False)
+    keys = Keys(cast(Any, None))
+    login = "postgresql://signoff_demo_worker_1:pw@/signoff?host=/x/run"
+    embedded = Settings(embedded_home=tmp_path / "home")
+    assert embedded.embedded_kek_file is not None
+    embedded.embedded_kek_file.parent.mkdir()
+    create_kek_file(embedded.embedded_kek_file)
+    worker = Settings.from_env(_worker_env(embedded, "postgresql://postgres@/x", keys, login))
+    assert worker.database_url == login
+    assert worker.kek is not None
+    assert worker.kek.kek_id == LocalKek.from_file(embedded.embedded_kek_file).kek_id
+    configured = Settings(database_url="postgresql://app@db/signoff")
+    worker = Settings.from_env(_worker_env(configured, "postgresql://app@db/signoff", keys, login))
+    assert worker.database_url == login
 
 
 def test_the_cli_reads_its_settings_with_the_command_line_url(

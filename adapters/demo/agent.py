@@ -3,7 +3,8 @@ a read tool and a refund tool that a support lead must approve, all through `Sig
 
 The model follows its script from the conversation alone (look the order up, ask for the refund,
 tell the customer), so any process can continue a thread another one started. The refund "pays"
-by appending an event to the stream `demo-payments:<run>`: the side effect the demo counts.
+by appending a line to the run's payments file (`script.record_payment`): the side effect the
+demo counts, outside the database like a real payment.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
@@ -23,10 +25,9 @@ from langgraph.graph.state import CompiledStateGraph
 from adapters.langgraph import SignoffMiddleware, SignoffTools, ToolSpec, get_idempotency_key
 from approvals import ApprovalPolicy
 from ledger.calls.model import Effect
-from ledger.journal import Journal, NewEvent
 
 from .model import ScriptedChatModel
-from .script import LEADS, LOOKUP_CALL, REFUND_CALL, payments_stream
+from .script import LEADS, LOOKUP_CALL, REFUND_CALL, record_payment
 
 __all__ = ["ORDERS", "SPECS", "SupportModel", "build_agent", "next_step", "support_tools"]
 
@@ -91,8 +92,8 @@ class SupportModel(ScriptedChatModel):
         return next_step(messages)
 
 
-def support_tools(journal: Journal, run_id: str) -> list[BaseTool]:
-    """`lookup_order` (a read) and `refund` (a payment, recorded in the journal)."""
+def support_tools(payments: Path) -> list[BaseTool]:
+    """`lookup_order` (a read) and `refund` (a payment, recorded in `payments`)."""
 
     @tool
     async def lookup_order(order_id: str) -> str:
@@ -104,7 +105,6 @@ def support_tools(journal: Journal, run_id: str) -> list[BaseTool]:
     @tool
     async def refund(order_id: str, amount: float, reason: str) -> str:
         """Refund an order's amount to the customer's original payment method."""
-        stream = payments_stream(run_id)
         payment = {
             "order_id": order_id,
             "amount": amount,
@@ -113,21 +113,19 @@ def support_tools(journal: Journal, run_id: str) -> list[BaseTool]:
             "idempotency_key": get_idempotency_key(),
             "pid": os.getpid(),
         }
-        version = await journal.stream_version(stream)
-        event = NewEvent("payment.refunded", payment, actor="payments")
-        await journal.append(stream, [event], expected_version=version)
+        record_payment(payments, payment)
         return f"refunded {amount:.2f} EUR on {order_id}"
 
     return [lookup_order, refund]
 
 
 def build_agent(
-    signoff: SignoffTools, checkpointer: BaseCheckpointSaver[Any], run_id: str
+    signoff: SignoffTools, checkpointer: BaseCheckpointSaver[Any], payments: Path
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The support agent, with Signoff's middleware first (the outermost tool wrapper)."""
     return create_agent(
         SupportModel(),
-        tools=support_tools(Journal(signoff.ledger.db), run_id),
+        tools=support_tools(payments),
         system_prompt="You are a support agent. Refunds need a support lead's approval.",
         middleware=[SignoffMiddleware(signoff)],
         checkpointer=checkpointer,

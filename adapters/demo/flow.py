@@ -5,6 +5,13 @@ Three OS processes share one database: process 1 (`python -m adapters.demo.worke
 the agent until the refund pauses for approval; this process decides the approval through the
 store API; process 2 (`... resume`) finds the thread stored with the approval and resumes it. Every
 invocation uses a fresh run (and thread) id, so the demo runs again and again on one database.
+The refund pays into a file of the run's (`script.record_payment`), which this process counts.
+
+Each side logs in as a deployment's would: the workers with a login that has only `signoff_app`,
+the decision with one that has only `signoff_reviewer`, both made for this run and dropped after
+it (`ledger.store.logins`). Migrating, the keys, the reviewer directory and the digest stay on
+the demo's own login (the owner's jobs). A login that may not create roles runs every process
+on itself, and the demo says so.
 
 The key-encryption key: `SIGNOFF_KEK` / `SIGNOFF_KEK_FILE` when set (the workers inherit the
 environment); else, on the embedded server, its local KEK file, which every process finds. A
@@ -22,14 +29,21 @@ the workers never do (it is taken out of their environment). It is `SIGNOFF_REVI
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
 
 import adapters
 from adapters.cli.migrating import migrate_database
@@ -45,9 +59,10 @@ from ledger.keys import KeyRing, KeyState, LocalKek, Purpose
 from ledger.keys.kek import create_kek_file
 from ledger.store import Database, migrate
 from ledger.store.config import masked
+from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .script import LEADS, REFUND_CALL, REVIEWER, payments_stream
+from .script import LEADS, REFUND_CALL, REVIEWER, recorded_payments
 
 __all__ = ["DemoFailed", "run_demo"]
 
@@ -94,7 +109,27 @@ class Keys:
     ring: KeyRing
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
-    reviewer: KeyRing | None = None  # this process's ring with the reviewer KEK: it decides
+    reviewer_kek: LocalKek | None = None  # this process's: it decides, the workers never do
+
+
+@dataclass
+class Logins:
+    """The URLs the workers and the reviewer log in with: logins of one role each, or None
+    each when the demo's own login may not make them (then every process uses that one)."""
+
+    worker: str | None
+    reviewer: str | None
+
+    def lines(self, own: str) -> list[str]:
+        if self.worker is None or self.reviewer is None:
+            return [
+                f"every process logs in as {own}, which may not create roles (CREATEROLE):",
+                "the workers hold all its rights, not only signoff_app's",
+            ]
+        return [
+            f"workers  {_user(self.worker)} (only signoff_app)",
+            f"reviewer {_user(self.reviewer)} (only signoff_reviewer); both for this run",
+        ]
 
 
 @dataclass
@@ -103,13 +138,19 @@ class Worker:
     pid: int
     events: list[dict[str, Any]]
 
+    @property
+    def login(self) -> str | None:
+        """The database's `session_user` of the process, as it reported it."""
+        return next((e["user"] for e in self.events if e["event"] == "login"), None)
+
 
 @dataclass
 class Launch:
-    """How to start a worker: its environment and log level."""
+    """How to start a worker: its environment, log level and the file the refund pays into."""
 
     env: dict[str, str]
     log_level: str
+    payments: Path
 
 
 def run_demo(
@@ -140,31 +181,37 @@ async def _demo(
     run_id = f"demo-{uuid.uuid4().hex[:8]}"
     home = settings.embedded_home if settings.embedded else None
     where = f"embedded PostgreSQL ({home})" if home else masked(url)
-    async with await Database.connect(url, pool_size=2, settings=settings) as db:
-        keys = await _keys(db)
+    # The owner's connection signs nothing: it only makes the decision key, on the first run.
+    owner = dataclasses.replace(settings, reviewer_kek=None)
+    async with (
+        await Database.connect(url, pool_size=2, settings=owner) as db,
+        _logins(url) as logins,
+        AsyncExitStack() as stack,
+    ):
+        keys = await _keys(db, settings.reviewer_kek)
+        store = await _reviewer_store(stack, db, keys, logins)
+        async with store.db.connection() as conn:
+            reviewer_login = await conn.fetchval("SELECT session_user")
         screen.line(f"  database  {where}")
-        for i, note in enumerate(keys.note.splitlines()):
-            screen.line(f"  {'keys' if i == 0 else '':<9} {note}")
+        _show_lines(screen, "keys", keys.note.splitlines())
+        _show_lines(screen, "logins", logins.lines(urlsplit(url).username or "you"))
         screen.line(f"  run       {run_id}")
         screen.line()
         screen.step(
             f"schema at head {migrate.head_revision()}, data keys ready",
             time.perf_counter() - started,
         )
-        launch = Launch(_worker_env(settings, url, keys), log_level)
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="signoff-demo-")))
+        payments = folder / "payments.jsonl"
+        launch = Launch(_worker_env(settings, url, keys, logins.worker), log_level, payments)
 
         first = await _worker(screen, launch, 1, "runs the agent until it pauses", "start", run_id)
-        store = ApprovalStore(db, keys.reviewer or keys.ring)
-        try:
-            approval_id = await _approve(screen, store, run_id)
-        finally:
-            await store.close()
+        approval_id = await _approve(screen, db, store, run_id)
         what = "resumes the thread stored with the approval"
         second = await _worker(screen, launch, 2, what, "resume", approval_id)
         pids = {first.pid: 1, second.pid: 2}
 
-        payments = await Journal(db).read_stream(payments_stream(run_id))
-        paid_by = [int(e.data["pid"]) for e in payments]
+        paid_by = [int(payment["pid"]) for payment in recorded_payments(payments)]
         calls = await find_calls(db, CallFilter(run_id=run_id))
         refund = next((c for c, _ in calls if c.call_id == REFUND_CALL), None)
         once = (
@@ -195,6 +242,7 @@ async def _demo(
             "run_id": run_id,
             "database": where,
             "processes": {"1": first.pid, "2": second.pid, "reviewer": os.getpid()},
+            "logins": {"1": first.login, "2": second.login, "reviewer": reviewer_login},
             "approval_id": approval_id,
             "refund": {"payments": len(paid_by), "paid_by": paid_by, "ran_once": once},
             "calls": rows,
@@ -212,6 +260,53 @@ async def _demo(
     return 0 if ok else 1
 
 
+def _show_lines(screen: Screen, label: str, lines: list[str]) -> None:
+    for i, line in enumerate(lines):
+        screen.line(f"  {label if i == 0 else '':<9} {line}")
+
+
+# -- logins --------------------------------------------------------------------------------------
+
+
+def _user(url: str) -> str:
+    return urlsplit(url).username or "?"
+
+
+@asynccontextmanager
+async def _logins(url: str) -> AsyncIterator[Logins]:
+    """A worker login (only `signoff_app`) and a reviewer login (only `signoff_reviewer`) for
+    this run, dropped when it ends; none when `url`'s login may not make them."""
+    async with AsyncExitStack() as stack:
+        try:
+            worker = await stack.enter_async_context(
+                temporary_login(url, "signoff_app", prefix="signoff_demo_worker")
+            )
+            reviewer = await stack.enter_async_context(
+                temporary_login(url, "signoff_reviewer", prefix="signoff_demo_reviewer")
+            )
+        except asyncpg.InsufficientPrivilegeError:
+            logins = Logins(None, None)
+        else:
+            logins = Logins(worker, reviewer)
+        yield logins
+
+
+async def _reviewer_store(
+    stack: AsyncExitStack, db: Database, keys: Keys, logins: Logins
+) -> ApprovalStore:
+    """The store this process decides with: on the reviewer login, with a ring that signs."""
+    decider = db
+    if logins.reviewer is not None:
+        decider = await Database.connect(logins.reviewer, pool_size=1, settings=db.settings)
+        stack.push_async_callback(decider.close)
+    ring = await KeyRing.open(
+        decider, keys.ring.kek, reviewer_kek=keys.reviewer_kek, create_missing=False
+    )
+    store = ApprovalStore(decider, ring)
+    stack.push_async_callback(store.close)
+    return store
+
+
 # -- keys ----------------------------------------------------------------------------------------
 
 
@@ -219,19 +314,20 @@ def _demo_kek_dir(settings: Settings) -> Path:
     return settings.embedded_home.parent / "keks"
 
 
-async def _keys(db: Database) -> Keys:
-    """The workers' key ring and this process's reviewer ring (see the module's docstring)."""
+async def _keys(db: Database, reviewer_kek: LocalKek | None) -> Keys:
+    """The workers' key ring and the reviewer KEK this process signs with (see the module's
+    docstring): `reviewer_kek` when one is configured. Makes the keys a new database lacks,
+    the decision key too (a key administrator's job, and the reviewer side's: the owner's)."""
     keys = await _worker_keys(db)
-    keys.reviewer = await _reviewer_ring(db, keys.ring)
+    keys.reviewer_kek = reviewer_kek or _reviewer_kek(db.settings, keys.ring)
+    await KeyRing.open(db, keys.ring.kek, reviewer_kek=keys.reviewer_kek)
     return keys
 
 
-async def _reviewer_ring(db: Database, ring: KeyRing) -> KeyRing:
-    """A ring that signs decisions: under the configured reviewer KEK, else the demo's file of
-    the one that wraps this database's decision key (made now if it has none)."""
-    if ring.can_sign_decisions:
-        return ring
-    folder = db.settings.embedded_home.parent / "reviewer-keks"
+def _reviewer_kek(settings: Settings, ring: KeyRing) -> LocalKek:
+    """The demo's file of the reviewer KEK that wraps this database's decision key, made now
+    if it has none."""
+    folder = settings.embedded_home.parent / "reviewer-keks"
     wrapping = {
         k.kek_id
         for k in ring.all_keys()
@@ -244,10 +340,8 @@ async def _reviewer_ring(db: Database, ring: KeyRing) -> KeyRing:
                 f"this database's decisions are signed by a key wrapped by reviewer KEK "
                 f"{min(wrapping)}: set SIGNOFF_REVIEWER_KEK_FILE to it"
             )
-        reviewer_kek = LocalKek.from_file(path)
-    else:
-        _, reviewer_kek = _new_kek_file(folder)
-    return await KeyRing.open(db, ring.kek, reviewer_kek=reviewer_kek)
+        return LocalKek.from_file(path)
+    return _new_kek_file(folder)[1]
 
 
 async def _worker_keys(db: Database) -> Keys:
@@ -297,19 +391,26 @@ def _kek_id(ring: KeyRing) -> str:
 # -- the worker processes ------------------------------------------------------------------------
 
 
-def _worker_env(settings: Settings, url: str, keys: Keys) -> dict[str, str]:
-    """This environment, the demo's database, the demo's KEK file if it made one, and a
-    PYTHONPATH that finds this package however it was installed. SIGNOFF_KEK passes through
-    only when it is set. On the embedded server the workers get its home, not its URL: their
-    settings then name the server's KEK file as the demo's do."""
+def _worker_env(
+    settings: Settings, url: str, keys: Keys, login: str | None = None
+) -> dict[str, str]:
+    """This environment, the demo's database (on the workers' `login` when there is one), the
+    demo's KEK file if it made one, and a PYTHONPATH that finds this package however it was
+    installed. SIGNOFF_KEK passes through only when it is set. On the embedded server a worker
+    with a login of its own is given the server's KEK file (a URL never selects it); one without
+    gets the server's home, not its URL, so its settings name that file as the demo's do."""
     source = str(Path(adapters.__file__).resolve().parent.parent)
     path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, **keys.env}
     for name in ("SIGNOFF_REVIEWER_KEK", "SIGNOFF_REVIEWER_KEK_FILE"):
         env.pop(name, None)  # workers verify decisions; only this process signs them
-    if settings.embedded:
-        for name in ("SIGNOFF_DATABASE_URL", "DATABASE_URL"):
-            env.pop(name, None)
+    env.pop("DATABASE_URL", None)
+    if login is not None:
+        env["SIGNOFF_DATABASE_URL"] = login
+        if (local := settings.embedded_kek_file) is not None:
+            env["SIGNOFF_KEK_FILE"] = str(local)
+    elif settings.embedded:
+        env.pop("SIGNOFF_DATABASE_URL", None)
         env["SIGNOFF_EMBEDDED_DIR"] = str(settings.embedded_home)
     else:
         env["SIGNOFF_DATABASE_URL"] = url
@@ -326,6 +427,7 @@ async def _worker(screen: Screen, launch: Launch, number: int, what: str, *args:
         "--log-level",
         launch.log_level,
         *args,
+        str(launch.payments),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=launch.env,
@@ -396,11 +498,12 @@ def _show_event(screen: Screen, event: dict[str, Any]) -> None:
 # -- the reviewer, the checks and the record -----------------------------------------------------
 
 
-async def _approve(screen: Screen, store: ApprovalStore, run_id: str) -> str:
-    """Approve the run's pending refund as a support lead, from this process. The directory
-    says alice is a lead (the first run journals `reviewer.added`; later runs change nothing)."""
+async def _approve(screen: Screen, db: Database, store: ApprovalStore, run_id: str) -> str:
+    """Approve the run's pending refund as a support lead, from this process, through `store`
+    (the reviewer's login). The directory, kept by the owner (`db`), says alice is a lead (the
+    first run journals `reviewer.added`; later runs change nothing)."""
     started = time.perf_counter()
-    await ReviewerDirectory(store.db).add(REVIEWER, [LEADS], by="signoff-demo")
+    await ReviewerDirectory(db).add(REVIEWER, [LEADS], by="signoff-demo")
     pending = await store.pending(run_id=run_id, reviewer=REVIEWER)
     if len(pending) != 1:
         raise DemoFailed(f"expected one approval waiting for {REVIEWER}, found {len(pending)}")

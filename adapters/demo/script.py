@@ -1,7 +1,11 @@
 """What the demo's processes agree on, without importing LangChain: the customer's message, the
-call ids the scripted model uses, who approves refunds and where the payments go."""
+call ids the scripted model uses, who approves refunds and how a payment is recorded."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CUSTOMER_MESSAGE",
@@ -9,7 +13,8 @@ __all__ = [
     "LOOKUP_CALL",
     "REFUND_CALL",
     "REVIEWER",
-    "payments_stream",
+    "record_payment",
+    "recorded_payments",
 ]
 
 CUSTOMER_MESSAGE = "Hi, order A-1042 arrived broken. Can I get my money back?"
@@ -19,6 +24,18 @@ LOOKUP_CALL = "call-lookup"
 REFUND_CALL = "call-refund"
 
 
-def payments_stream(run_id: str) -> str:
-    """The journal stream where the demo's payment system records the refunds of a run."""
-    return f"demo-payments:{run_id}"
+def record_payment(payments: Path, payment: dict[str, Any]) -> None:
+    """The demo's payment system: one JSON line per refund paid, appended to the run's file
+    (outside the database, as a real payment is; one `write` of a line opened for appending,
+    so two processes never interleave)."""
+    line = json.dumps(payment, separators=(",", ":")) + "\n"
+    with payments.open("a", encoding="utf-8") as file:
+        file.write(line)
+
+
+def recorded_payments(payments: Path) -> list[dict[str, Any]]:
+    """The refunds paid so far, in order; none when the file was never written."""
+    if not payments.exists():
+        return []
+    lines = payments.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]

@@ -1,10 +1,11 @@
-"""One worker process of `signoff demo`: `python -m adapters.demo.worker start RUN` runs the
-support agent until it pauses for an approval; `... resume APPROVAL` finds the thread stored with
-the approval and resumes it (the decision comes from the store).
+"""One worker process of `signoff demo`: `python -m adapters.demo.worker start RUN PAYMENTS`
+runs the support agent until it pauses for an approval; `... resume APPROVAL PAYMENTS` finds the
+thread stored with the approval and resumes it (the decision comes from the store). The refund
+pays into the file PAYMENTS.
 
 The database and the KEK come from the environment's settings (`SIGNOFF_DATABASE_URL`,
 `SIGNOFF_KEK` / `SIGNOFF_KEK_FILE`, else the embedded server and its local KEK file), as for every
-command.
+command; `signoff demo` gives its workers a login that has only `signoff_app`.
 Progress goes to stdout, one JSON object per line (see `emit`), for `signoff demo` to show.
 """
 
@@ -18,6 +19,7 @@ import sys
 import traceback
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -54,6 +56,8 @@ async def _session() -> AsyncIterator[tuple[SignoffTools, EncryptedPostgresSaver
     """Signoff on the environment's database, and the encrypted checkpointer."""
     # `signoff demo` sets SIGNOFF_DATABASE_URL, or SIGNOFF_EMBEDDED_DIR for its embedded server.
     async with await Database.from_settings(Settings.from_env(), pool_size=4) as db:
+        async with db.connection() as conn:  # who the database says this process is
+            emit("login", user=await conn.fetchval("SELECT session_user"))
         ring = await KeyRing.open(db)
         store = ApprovalStore(db, ring)
         ledger = ToolLedger(db, ring)
@@ -89,19 +93,19 @@ def _report(message: Any) -> None:
         emit("tool", tool=message.name, status=message.status, content=message.content)
 
 
-async def start(run_id: str) -> None:
+async def start(run_id: str, payments: Path) -> None:
     async with _session() as (signoff, cp):
-        agent = build_agent(signoff, cp, run_id)
+        agent = build_agent(signoff, cp, payments)
         emit("customer", text=CUSTOMER_MESSAGE)
         config: RunnableConfig = {"configurable": {"thread_id": run_id}}
         await _run(agent, {"messages": [HumanMessage(CUSTOMER_MESSAGE)]}, config)
 
 
-async def resume(approval_id: str) -> None:
+async def resume(approval_id: str, payments: Path) -> None:
     async with _session() as (signoff, cp):
         approval = await signoff.approvals.get(approval_id)
         config = resume_config(approval)  # the thread the approval paused
-        agent = build_agent(signoff, cp, approval.run_id)
+        agent = build_agent(signoff, cp, payments)
         state = await agent.aget_state(config)
         if not state.interrupts:
             raise SignoffError(f"thread {approval.thread_id} is not waiting for an approval")
@@ -114,15 +118,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m adapters.demo.worker")
     parser.add_argument("--log-level", default="WARNING")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("start").add_argument("run_id")
-    commands.add_parser("resume").add_argument("approval_id")
+    for command, subject in (("start", "run_id"), ("resume", "approval_id")):
+        sub = commands.add_parser(command)
+        sub.add_argument(subject)
+        sub.add_argument("payments", type=Path, help="the file the refund pays into")
     args = parser.parse_args(argv)
     configure_logging(args.log_level.upper())
     try:
         if args.command == "start":
-            asyncio.run(start(args.run_id))
+            asyncio.run(start(args.run_id, args.payments))
         else:
-            asyncio.run(resume(args.approval_id))
+            asyncio.run(resume(args.approval_id, args.payments))
     except SignoffError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

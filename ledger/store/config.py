@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError
 
-__all__ = ["configured_url", "masked", "normalize_url", "resolve_url"]
+__all__ = ["configured_url", "masked", "normalize_url", "resolve_url", "with_login"]
 
 _SCHEMES = {"postgresql", "postgres"}
 
@@ -43,6 +43,14 @@ def normalize_url(url: str) -> str:
     if driver not in ("", "asyncpg", "psycopg", "psycopg2"):
         raise ConfigurationError(f"unsupported driver {driver!r} in database URL")
     return urlunsplit(("postgresql", *parts[1:]))
+
+
+def with_login(url: str, user: str, password: str) -> str:
+    """`url` logging in as `user` with `password` instead (same host or socket, same database)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 _SECRET_PARAMETERS = {"password", "sslpassword"}
