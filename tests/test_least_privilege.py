@@ -593,3 +593,78 @@ async def test_a_consumption_cannot_be_undone_nor_a_grant_claimed_without_one(
             )
         assert refused.value.sqlstate == "SG401"
     assert (await worker.store.get(approval.approval_id)).consumed_at == consumed.consumed_at
+
+
+async def test_a_call_names_no_approval_nor_reviewer_that_did_not_allow_it(
+    worker: Side, reviewer: Side
+) -> None:
+    """A new call's row and `call.started` event used to carry whatever approval and reviewers
+    the worker gave: `--approved-by alice` then listed calls alice never saw."""
+    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    approval = await ask(worker.store, spec, call, "agent")
+    await decide_once(reviewer.store, approval.approval_id, Decision.approve(), "alice")
+
+    async def tool(args: dict[str, Any], context: CallContext) -> str:
+        return "refunded"
+
+    await run(worker.ledger, worker.store, spec, call, tool, approval.approval_id)
+    async with worker.db.connection() as conn:
+        real = json.loads(
+            await conn.fetchval(
+                "SELECT to_jsonb(t) - 'args_sealed' - 'result_sealed' FROM tool_calls t"
+                " WHERE run_id = $1",
+                call.run_id,
+            )
+        )
+        assert real["approved_by"] == ["alice"]
+        forged_run = new_run()
+        no_approval = {"approval_id": None, "approval_stream": None}
+        someone_elses: dict[str, Any] = {}  # the real approval, consumed by the real call
+        for named in (no_approval, someone_elses):
+            row = real | named | {"run_id": forged_run, "status": "running", "attempts": 1}
+            data = {k: row[k] for k in ("run_id", "call_id", "approval_id", "approved_by")}
+            with pytest.raises(asyncpg.PostgresError) as refused:
+                await conn.fetchval(
+                    "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 60, $2, 0,"
+                    " ARRAY['call.started'], ARRAY[$3::json], ARRAY['w'], NULL)",
+                    json.dumps(row),
+                    call_stream(forged_run, row["call_id"]),
+                    json.dumps(data),
+                )
+            assert refused.value.sqlstate == "SG422"
+        listed = await conn.fetch(
+            "SELECT run_id FROM tool_calls WHERE 'alice' = ANY(approved_by) AND run_id LIKE 'lp-%'"
+        )
+    assert forged_run not in {r["run_id"] for r in listed}
+
+
+async def test_a_worker_cannot_cut_another_workers_lease(worker: Side) -> None:
+    """A renewal used to set the lease to what the caller asked: one second, and another worker
+    took the call over while it still ran."""
+    ledger = ToolLedger(worker.db, worker.ring, lease_seconds=60.0)
+    call, started, release = refund(new_run()), asyncio.Event(), asyncio.Event()
+
+    async def tool(args: dict[str, Any], context: CallContext) -> str:
+        started.set()
+        await release.wait()
+        return "refunded"
+
+    running = asyncio.create_task(ledger.execute(call, tool))
+    try:
+        await asyncio.wait_for(started.wait(), 30)
+        sql = "SELECT lease_until, version FROM tool_calls WHERE run_id = $1"
+        async with worker.db.connection() as conn:
+            before = await conn.fetchrow(sql, call.run_id)
+            await conn.fetchval(
+                "SELECT signoff_renew_leases($1, $2, $3, 1)",
+                [call.run_id],
+                [call.call_id],
+                [before["version"]],
+            )
+            after = await conn.fetchrow(sql, call.run_id)
+        assert after["lease_until"] >= before["lease_until"]
+        assert after["lease_until"] > datetime.now(UTC) + timedelta(seconds=30)
+    finally:
+        release.set()
+        await running
+        await ledger.close()
