@@ -398,11 +398,14 @@ class UnknownKey(KeyRingError):
 
 
 class NoActiveKey(KeyRingError):
-    """No active key exists for a purpose (run `signoff keys init`)."""
+    """No active key exists for a purpose (run `signoff keys init`); `may_create` False: and
+    this login may not make one (a worker's), so the owner or a key administrator must."""
 
-    def __init__(self, purpose: str) -> None:
-        super().__init__(f"no active {purpose} key: run `signoff keys init`")
+    def __init__(self, purpose: str, *, may_create: bool = True) -> None:
+        who = "" if may_create else " as the owner or a key administrator (this login may not)"
+        super().__init__(f"no active {purpose} key: run `signoff keys init`{who}")
         self.purpose = purpose
+        self.may_create = may_create
 
 
 class DecryptionFailed(KeyRingError):

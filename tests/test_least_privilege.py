@@ -34,7 +34,13 @@ from adapters.welt import (
 from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy, call_stream
 from ledger.calls.service import ToolLedger
-from ledger.errors import EventNotPermitted, PermissionDenied, ReviewerKekMissing, RowOutOfStep
+from ledger.errors import (
+    EventNotPermitted,
+    NoActiveKey,
+    PermissionDenied,
+    ReviewerKekMissing,
+    RowOutOfStep,
+)
 from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
@@ -668,3 +674,23 @@ async def test_a_worker_cannot_cut_another_workers_lease(worker: Side) -> None:
         release.set()
         await running
         await ledger.close()
+
+
+async def test_a_worker_on_a_database_without_keys_is_told_who_makes_them(
+    server_url: str,
+) -> None:
+    """The worker's ring used to fail with "permission denied for function
+    signoff_key_create", which named neither the missing keys nor the way out."""
+    async with (
+        scratch_database(server_url, prefix="signoff_nokeys") as owner,
+        temporary_login(owner, "signoff_app") as login,
+    ):
+        settings = Settings(database_url=login, kek=LocalKek(TEST_KEK))
+        async with await Database.connect(login, settings=settings) as db:
+            with pytest.raises(NoActiveKey) as missing:
+                await KeyRing.open(db)
+        assert not missing.value.may_create
+        assert "value_mac" in str(missing.value)
+        assert "`signoff keys init` as the owner or a key administrator" in str(missing.value)
+        async with await Database.connect(owner) as db:  # the owner may, and nothing was made
+            assert await count(db, "SELECT count(*) FROM data_keys") == 0

@@ -51,6 +51,7 @@ from ..errors import (
     KekMissing,
     KeyStateError,
     NoActiveKey,
+    PermissionDenied,
     PublicKeyMismatch,
     ReviewerKekMissing,
     UnknownKey,
@@ -204,6 +205,8 @@ class KeyRing:
             KekMissing: keys exist but no KEK is configured, or the embedded server's KEK file
                 is gone (names the KEK needed).
             KekMismatch: the configured KEK did not wrap these keys; nothing is written.
+            NoActiveKey: a purpose has no key and this login may not make one (`may_create`
+                False: a worker's; `signoff keys init` as the owner or a key administrator).
         """
         if kek is None:
             kek = db.settings.kek
@@ -218,8 +221,14 @@ class KeyRing:
             reviewer_kek = db.settings.reviewer_kek
         ring = cls(db, kek, reviewer_kek=reviewer_kek)
         await ring.refresh()
-        if create_missing and set(ring._creatable()) - set(ring._active):
-            await ring.init()
+        missing = set(ring._creatable()) - set(ring._active)
+        if create_missing and missing:
+            try:
+                await ring.init()
+            except PermissionDenied:  # a worker's login: key functions are not its to run
+                raise NoActiveKey(
+                    ", ".join(sorted(p.value for p in missing)), may_create=False
+                ) from None
         return ring
 
     def _creatable(self) -> list[Purpose]:
