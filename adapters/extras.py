@@ -12,11 +12,12 @@ from collections.abc import Iterable
 
 from ledger.errors import SignoffError
 
-__all__ = ["DEX", "LANGGRAPH", "MissingExtra", "missing_modules", "require_extra"]
+__all__ = ["DEX", "LANGGRAPH", "SERVE", "MissingExtra", "missing_modules", "require_extra"]
 
 # The modules each extra provides (import names, not distribution names).
 LANGGRAPH = ("langgraph", "langgraph.checkpoint.postgres", "langchain", "langchain_core", "psycopg")
 DEX = ("dex",)
+SERVE = ("fastapi", "uvicorn", "jwt")
 
 
 class MissingExtra(SignoffError, ImportError):

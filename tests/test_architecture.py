@@ -12,8 +12,25 @@ from .processes import ROOT
 
 PACKAGES = ("ledger", "approvals", "adapters", "migrations")
 # Third-party packages that only an adapter (and tests and benchmarks) may import.
-FRAMEWORKS = ("langgraph", "langchain", "langchain_core", "dex", "psycopg", "psycopg_pool")
-FRAMEWORK_HOMES = ("adapters/langgraph", "adapters/dex", "adapters/welt", "adapters/demo")
+FRAMEWORKS = (
+    "langgraph",
+    "langchain",
+    "langchain_core",
+    "dex",
+    "psycopg",
+    "psycopg_pool",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "jwt",
+)
+FRAMEWORK_HOMES = (
+    "adapters/langgraph",
+    "adapters/dex",
+    "adapters/welt",
+    "adapters/demo",
+    "adapters/http",
+)
 
 
 def modules(*folders: str) -> list[Path]:
