@@ -7,6 +7,7 @@
 | `SIGNOFF_REVIEWER_KEK`, else `..._KEK_FILE`   | `reviewer_kek` (the reviewer side only)       |
 | `SIGNOFF_KEY_REFRESH_SECONDS`                 | `key_refresh_seconds` (default 10)            |
 | `SIGNOFF_EMBEDDED_DIR`, `XDG_DATA_HOME`       | `embedded_home`                               |
+| `SIGNOFF_OIDC_*`                              | `oidc` (None: no OIDC bearer tokens)          |
 
 Everything else takes these values: `Database.from_settings(settings)` keeps them, and the key
 ring takes its KEK and refresh interval from its database's settings. With no URL configured the
@@ -16,24 +17,61 @@ home's `kek` file. A configured URL never selects a KEK file, whatever it looks 
 The reviewer KEK wraps the key that signs decisions. Only the reviewer side (the HTTP service,
 the admin CLI) is given it; agent workers run without it and only verify. It has no embedded
 default: a process holds it only when told to.
+
+`oidc` (`OidcSettings`) says which OIDC / JWT bearer tokens the HTTP service accepts: its issuer,
+audience and JWKS, and which claims name the reviewer and their groups. They are kept as plain
+strings: the HTTP adapter builds its verifier from them.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import pwd
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
 from ..keys.kek import LocalKek
 from .config import normalize_url
 
-__all__ = ["Settings", "embedded_home_from_env"]
+__all__ = ["OIDC_ALGORITHMS", "OidcSettings", "Settings", "embedded_home_from_env"]
 
 _REFRESH_DEFAULT = 10.0
+
+OIDC_ALGORITHMS = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+)
+"""The signature algorithms an OIDC token may use: asymmetric only. `none` and the HMACs (HS*)
+are never among them: with a published key, an HMAC "signature" is one anybody can make."""
+_OIDC_DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
+_OIDC_LEEWAY_DEFAULT = 30.0
+_OIDC_LEEWAY_MAX = 300.0  # clocks are kept in step; more leeway only stretches a stolen token
+_OIDC_NAME_MAX = 256
+# Which variable each field of `OidcSettings` comes from: its errors name it.
+_OIDC_VARIABLES = {
+    "issuer": "SIGNOFF_OIDC_ISSUER",
+    "audiences": "SIGNOFF_OIDC_AUDIENCE",
+    "jwks": "SIGNOFF_OIDC_JWKS",
+    "reviewer_claim": "SIGNOFF_OIDC_REVIEWER_CLAIM",
+    "groups_claim": "SIGNOFF_OIDC_GROUPS_CLAIM",
+    "auditor_group": "SIGNOFF_OIDC_AUDITOR_GROUP",
+    "algorithms": "SIGNOFF_OIDC_ALGORITHMS",
+    "leeway_seconds": "SIGNOFF_OIDC_LEEWAY_SECONDS",
+}
 
 
 def embedded_home_from_env(environ: Mapping[str, str] = os.environ) -> Path:
@@ -65,6 +103,7 @@ class Settings:
     reviewer_kek: LocalKek | None = field(default=None, repr=False)
     key_refresh_seconds: float = _REFRESH_DEFAULT
     embedded_home: Path = field(default_factory=lambda: embedded_home_from_env({}))
+    oidc: OidcSettings | None = None
 
     def __post_init__(self) -> None:
         if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
@@ -89,6 +128,7 @@ class Settings:
             reviewer_kek=_kek(environ, "SIGNOFF_REVIEWER_KEK"),
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),
             embedded_home=embedded_home_from_env(environ),
+            oidc=OidcSettings.from_env(environ),
         )
 
     @property
@@ -143,3 +183,194 @@ def _refresh(text: str | None) -> float:
             f"SIGNOFF_KEY_REFRESH_SECONDS is {text!r}: expected a number of seconds, 0 or more"
         )
     return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class OidcSettings:
+    """Which OIDC / JWT bearer tokens are accepted, and how their claims name a reviewer.
+
+    A token is accepted when it is signed with one of `algorithms` by a key of `jwks`, and its
+    `iss` is `issuer`, its `aud` holds one of `audiences`, and it has not expired (`exp` is
+    required; `nbf` is honoured), give or take `leeway_seconds`.
+
+    - `jwks`: a JWKS file (an absolute path) or an `https://` URL; plain `http://` only to a
+      loopback host, since whoever can change the keys in transit can sign any token.
+    - `reviewer_claim`: the claim holding the reviewer id (`sub`, or e.g. `email`).
+    - `groups_claim`: the claim holding the reviewer's groups, a list of strings (None: none).
+    - `auditor_group`: members of this group get the auditor scope (read, never decide); every
+      other identity gets the reviewer scope. A group rather than a `scope` claim because the
+      identity provider's administrators decide who is in a group, person by person, whereas the
+      scopes in a token are what the client asked for; and a group is what policies already
+      name (`group:<name>` approvers). It needs `groups_claim`.
+
+    A claim name is looked up as a top-level claim first, then (when it has dots and no such
+    claim exists) as a path into nested objects (`realm_access.roles`).
+    """
+
+    issuer: str
+    audiences: tuple[str, ...]
+    jwks: str
+    reviewer_claim: str = "sub"
+    groups_claim: str | None = None
+    auditor_group: str | None = None
+    algorithms: tuple[str, ...] = _OIDC_DEFAULT_ALGORITHMS
+    leeway_seconds: float = _OIDC_LEEWAY_DEFAULT
+
+    def __post_init__(self) -> None:
+        _name("issuer", self.issuer, limit=2048)
+        if isinstance(self.audiences, str) or not self.audiences:
+            raise _oidc_error("audiences", "expected one audience or more, comma-separated")
+        for audience in self.audiences:
+            _name("audiences", audience, limit=2048)
+        object.__setattr__(self, "jwks", _jwks(self.jwks))
+        _name("reviewer_claim", self.reviewer_claim)
+        if self.groups_claim is not None:
+            _name("groups_claim", self.groups_claim)
+        if self.auditor_group is not None:
+            _name("auditor_group", self.auditor_group)
+            if self.groups_claim is None:
+                raise _oidc_error(
+                    "auditor_group",
+                    "needs SIGNOFF_OIDC_GROUPS_CLAIM: the claim that holds the groups",
+                )
+        if isinstance(self.algorithms, str) or not self.algorithms:
+            raise _oidc_error("algorithms", f"expected some of {', '.join(OIDC_ALGORITHMS)}")
+        for algorithm in self.algorithms:
+            if algorithm not in OIDC_ALGORITHMS:
+                raise _oidc_error(
+                    "algorithms",
+                    f"{algorithm!r} is not an asymmetric signature algorithm; "
+                    f"expected some of {', '.join(OIDC_ALGORITHMS)}",
+                )
+        leeway = self.leeway_seconds
+        if not math.isfinite(leeway) or not 0 <= leeway <= _OIDC_LEEWAY_MAX:
+            raise _oidc_error(
+                "leeway_seconds", f"is {leeway}: expected 0 to {_OIDC_LEEWAY_MAX:g} seconds"
+            )
+
+    @property
+    def jwks_url(self) -> str | None:
+        """The JWKS URL, or None when the JWKS is a file."""
+        return self.jwks if _is_url(self.jwks) else None
+
+    @property
+    def jwks_file(self) -> Path | None:
+        """The JWKS file, or None when the JWKS is a URL."""
+        return None if _is_url(self.jwks) else Path(self.jwks)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> OidcSettings | None:
+        """The OIDC settings of `environ`: None when none of its variables is set.
+
+        Raises:
+            ConfigurationError: a value is malformed, or one of the issuer, audience and JWKS
+                is set without the others; the message names the variable.
+        """
+        given = {
+            name: value.strip()
+            for name in _OIDC_VARIABLES.values()
+            if (value := environ.get(name)) is not None and value.strip()
+        }
+        if not given:
+            return None
+        for required in ("issuer", "audiences", "jwks"):
+            if _OIDC_VARIABLES[required] not in given:
+                raise ConfigurationError(
+                    f"{_OIDC_VARIABLES[required]} is not set, but "
+                    f"{', '.join(sorted(given))} is: OIDC needs an issuer, an audience and a JWKS"
+                )
+
+        def get(name: str) -> str | None:
+            return given.get(_OIDC_VARIABLES[name])
+
+        return cls(
+            issuer=given[_OIDC_VARIABLES["issuer"]],
+            audiences=_listed("audiences", given[_OIDC_VARIABLES["audiences"]]),
+            jwks=given[_OIDC_VARIABLES["jwks"]],
+            reviewer_claim=get("reviewer_claim") or "sub",
+            groups_claim=get("groups_claim"),
+            auditor_group=get("auditor_group"),
+            algorithms=_algorithms(get("algorithms")),
+            leeway_seconds=_leeway(get("leeway_seconds")),
+        )
+
+
+def _oidc_error(field_name: str, problem: str) -> ConfigurationError:
+    return ConfigurationError(f"{_OIDC_VARIABLES[field_name]} ({field_name}) {problem}")
+
+
+def _name(field_name: str, value: object, *, limit: int = _OIDC_NAME_MAX) -> None:
+    """A name compared as it is (an issuer, an audience, a claim): visible text, no spaces."""
+    if not isinstance(value, str) or not value:
+        raise _oidc_error(field_name, f"is {value!r}: expected a non-empty string")
+    if len(value) > limit:
+        raise _oidc_error(field_name, f"is longer than {limit} characters")
+    for char in value:
+        if char.isspace() or unicodedata.category(char)[0] in ("C", "Z"):
+            raise _oidc_error(
+                field_name, f"is {value!r}: it holds whitespace or an invisible character"
+            )
+
+
+def _listed(field_name: str, text: str) -> tuple[str, ...]:
+    items = tuple(item.strip() for item in text.split(","))
+    if not all(items):
+        raise _oidc_error(field_name, f"is {text!r}: an empty item in a comma-separated list")
+    return items
+
+
+def _algorithms(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return _OIDC_DEFAULT_ALGORITHMS
+    known = {name.lower(): name for name in OIDC_ALGORITHMS}
+    return tuple(known.get(item.lower(), item) for item in _listed("algorithms", text))
+
+
+def _leeway(text: str | None) -> float:
+    if text is None:
+        return _OIDC_LEEWAY_DEFAULT
+    try:
+        return float(text)
+    except ValueError:
+        raise _oidc_error("leeway_seconds", f"is {text!r}: expected a number of seconds") from None
+
+
+def _is_url(value: str) -> bool:
+    return value.lower().startswith(("https://", "http://"))
+
+
+def _jwks(value: object) -> str:
+    """A JWKS URL as given, or a JWKS file's absolute path."""
+    if not isinstance(value, str) or not value.strip():
+        raise _oidc_error("jwks", f"is {value!r}: expected a file path or an https:// URL")
+    value = value.strip()
+    if not _is_url(value):
+        if "://" in value:
+            raise _oidc_error("jwks", f"is {value!r}: expected a file path or an https:// URL")
+        return str(Path(value).expanduser().absolute())
+    parts = urlsplit(value)
+    try:
+        host = parts.hostname
+        parts.port  # noqa: B018 -- a malformed port raises here
+    except ValueError as e:
+        raise _oidc_error("jwks", f"is {value!r}: {e}") from None
+    if not host:
+        raise _oidc_error("jwks", f"is {value!r}: the URL names no host")
+    if parts.username is not None or parts.password is not None:
+        raise _oidc_error("jwks", "holds credentials: a JWKS is public, fetched without them")
+    if parts.scheme.lower() == "http" and not _loopback(host):
+        raise _oidc_error(
+            "jwks",
+            f"is {value!r}: plain http only to a loopback host; whoever can change the keys "
+            "in transit can sign any token, so use https://",
+        )
+    return value
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
