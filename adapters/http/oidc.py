@@ -178,9 +178,15 @@ class OidcVerifier:
                 raise ConfigurationError(f"SIGNOFF_OIDC_JWKS: {e}") from e
             self._last_attempt = self._keys.loaded_at
 
+    @property
+    def keys_held(self) -> int:
+        """How many usable keys are held (0: none read yet); for a readiness check, which
+        should not read the JWKS on every probe."""
+        return len(self._keys.keys) if self._keys is not None else 0
+
     async def refresh(self) -> int:
-        """Reads the JWKS now, whatever its age (at start, or for readiness); the number of
-        usable keys.
+        """Reads the JWKS now, whatever its age or the refresh interval (at start); the number
+        of usable keys.
 
         Raises:
             JwksUnavailable: it could not be read; the keys held before stay in use.
@@ -417,8 +423,8 @@ def _parse_jwks(source: str, document: object, algorithms: Sequence[str]) -> tup
         usable = _usable(jwk, algorithms)
         skipped += not usable
         keys.extend(usable)
-    if skipped:
-        log.warning("JWKS keys skipped", source=source, skipped=skipped)
+    if skipped:  # encryption keys, other algorithms: usual, so not a warning
+        log.info("JWKS keys skipped", source=source, skipped=skipped)
     if not keys:
         raise JwksUnavailable(source, f"holds no public signing key for {', '.join(algorithms)}")
     return tuple(keys)
