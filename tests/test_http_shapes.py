@@ -60,6 +60,7 @@ def test_a_document_carries_ours_hitl_and_agent_inbox() -> None:
     assert doc["expires_at"] == (NOW + timedelta(hours=1)).isoformat()
     assert doc["policy"]["quorum"] == 1 and doc["policy"]["allow_self_approval"] is False
     assert doc["reviews"] == [] and doc["decided_by"] == []
+    assert doc["votes"] == {"approved_by": [], "quorum": 1}
     assert doc["args"] == ARGS
     assert doc["allowed_decisions"] == ["approve", "reject", "edit", "respond"]
     assert doc["hitl"] == {
@@ -309,6 +310,8 @@ async def test_each_shape_decides_through_the_store(store: ApprovalStore, body: 
     after = approval_document(final, args=None)
     assert after["status"] == final.status.value and after["decided_by"] == ["bob"]
     assert [r["decision"] for r in after["reviews"]] == [decision.kind.value]
+    approving = decision.kind is DecisionKind.APPROVE
+    assert after["votes"]["approved_by"] == (["bob"] if approving else [])
     # The same body again is the same decision: a duplicate, nothing written.
     again = await decide_once(store, pending.approval_id, decision_from_body(body, final), "bob")
     assert again.duplicate and again.approval.version == final.version

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.runtime.documents import approval_json
+from adapters.runtime.documents import approval_json, description_of
 from adapters.runtime.hitl import decidable, edited_args, hitl_decision, one_decision
 from approvals import (
     Approval,
@@ -48,11 +48,6 @@ _OWN_FIELDS = {
 }
 _HITL_ONLY = frozenset({"type", "decisions", "edited_action"})
 _SHOWN = 100  # characters of a refused value quoted back
-
-
-def description_of(approval: Approval) -> str:
-    """What reviewers are told the request is (the policy's description, else a question)."""
-    return approval.policy.description or f"Approve {approval.tool}?"
 
 
 def hitl_request(approval: Approval, args: dict[str, Any] | None) -> dict[str, Any]:

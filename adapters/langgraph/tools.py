@@ -27,6 +27,7 @@ from langgraph.errors import GraphBubbleUp
 
 from adapters.runtime import ToolSpec, ask, decide_once
 from adapters.runtime import run as run_call
+from adapters.runtime.documents import description_of
 from adapters.runtime.hitl import decidable, hitl_decision, one_decision
 from approvals import Approval, ApprovalStore
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
@@ -162,9 +163,7 @@ class SignoffTools:
             "tool_call_id": tool_call["id"],
             "name": tool_call["name"],
             "args": tool_call["args"],
-            "description": self.spec(tool_call["name"]).description
-            or approval.policy.description
-            or f"Approve {tool_call['name']}?",
+            "description": self.spec(tool_call["name"]).description or description_of(approval),
             "approval_id": approval.approval_id,
             "allowed_decisions": sorted(str(d) for d in decidable(approval.policy)),
         }

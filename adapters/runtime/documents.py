@@ -9,15 +9,20 @@ from typing import Any
 
 from approvals import Approval
 
-__all__ = ["approval_json"]
+__all__ = ["approval_json", "description_of"]
 
 
 def _when(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
+def description_of(approval: Approval) -> str:
+    """What reviewers are told the request is: the policy's description, else a question."""
+    return approval.policy.description or f"Approve {approval.tool}?"
+
+
 def approval_json(approval: Approval) -> dict[str, Any]:
-    """The approval's request, policy, reviews (without ciphertexts) and state."""
+    """The approval's request, policy, reviews (without ciphertexts), votes and state."""
     return {
         "approval_id": approval.approval_id,
         "run_id": approval.run_id,
@@ -36,5 +41,6 @@ def approval_json(approval: Approval) -> dict[str, Any]:
         "args_digest": approval.args_digest,
         "policy": approval.policy.to_json(),
         "reviews": [r.to_json(sealed=False) for r in approval.reviews],
+        "votes": {"approved_by": list(approval.approvers), "quorum": approval.policy.quorum},
         "version": approval.version,
     }
