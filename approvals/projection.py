@@ -136,9 +136,10 @@ class ApprovalProjection(Projection[Approval]):
         }
 
     def notify(self, before: Approval | None, after: Approval) -> str | None:
-        # Wake waiters only for what they wait for: a request becoming final.
+        # Wake waiters only for what they wait for: a request becoming final (agents), a new
+        # request (reviewers' live feeds). Votes and consumptions reach feeds by their poll.
         became_final = after.status.final and (before is None or not before.status.final)
-        return NOTIFY_CHANNEL if became_final else None
+        return NOTIFY_CHANNEL if became_final or before is None else None
 
     def apply(self, record: Approval | None, event: Fact) -> Approval:
         return _apply(record, event)

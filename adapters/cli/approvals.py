@@ -8,6 +8,7 @@ import getpass
 import json
 from typing import Any
 
+from adapters.runtime.documents import approval_json
 from approvals import (
     Approval,
     ApprovalStatus,
@@ -109,29 +110,7 @@ def _no_keys(db: Database) -> KeyRing:
 
 
 def _row(approval: Approval) -> dict[str, Any]:
-    def when(value: Any) -> str | None:
-        return None if value is None else str(value.isoformat())
-
-    row: dict[str, Any] = {
-        "approval_id": approval.approval_id,
-        "run_id": approval.run_id,
-        "thread_id": approval.thread_id,
-        "tool": approval.tool,
-        "kind": approval.kind,
-        "call_id": approval.call_id,
-        "status": approval.status.value,
-        "requested_by": approval.requested_by,
-        "requested_at": when(approval.requested_at),
-        "expires_at": when(approval.expires_at),
-        "decided_by": list(approval.decided_by),
-        "decided_at": when(approval.decided_at),
-        "consumed_by": approval.consumed_by,
-        "consumed_at": when(approval.consumed_at),
-        "args_digest": approval.args_digest,
-        "policy": approval.policy.to_json(),
-        "reviews": [r.to_json(sealed=False) for r in approval.reviews],
-        "version": approval.version,
-    }
+    row = approval_json(approval)
     if approval.args is not None:
         row["args"] = approval.args
     if approval.decision is not None:

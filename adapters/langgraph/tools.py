@@ -27,7 +27,9 @@ from langgraph.errors import GraphBubbleUp
 
 from adapters.runtime import ToolSpec, ask, decide_once
 from adapters.runtime import run as run_call
-from approvals import Approval, ApprovalStore, Decision, DecisionKind
+from adapters.runtime.documents import description_of
+from adapters.runtime.hitl import decidable, hitl_decision, one_decision
+from approvals import Approval, ApprovalStore
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
 from ledger.errors import UnknownCall
@@ -161,11 +163,9 @@ class SignoffTools:
             "tool_call_id": tool_call["id"],
             "name": tool_call["name"],
             "args": tool_call["args"],
-            "description": self.spec(tool_call["name"]).description
-            or approval.policy.description
-            or f"Approve {tool_call['name']}?",
+            "description": self.spec(tool_call["name"]).description or description_of(approval),
             "approval_id": approval.approval_id,
-            "allowed_decisions": sorted(str(d) for d in approval.policy.allowed),
+            "allowed_decisions": sorted(str(d) for d in decidable(approval.policy)),
         }
 
     async def pending_approval(
@@ -199,8 +199,8 @@ class SignoffTools:
     ) -> Approval:
         """Take a resume value: a HumanInTheLoopMiddleware decision (recorded in the store; the
         same decision replayed is a duplicate, a different one than the store holds raises
-        `DecisionConflict`), a signed token (verified against this call), or nothing (read the
-        store)."""
+        `DecisionConflict`; a malformed one `InvalidApprovalRequest`, `runtime.hitl`), a signed
+        token (verified against this call), or nothing (read the store)."""
         if value is None or value == "continue" or value == {}:
             return await self.approvals.get(approval.approval_id)
         if isinstance(value, str):
@@ -211,12 +211,8 @@ class SignoffTools:
                 args=tool_call["args"],
                 call_id=tool_call["id"],
             )
-        if isinstance(value, dict) and isinstance(value.get("decisions"), list):
-            if len(value["decisions"]) != 1:
-                raise InvalidResume("one decision per tool call")
-            value = value["decisions"][0]
-        if isinstance(value, dict) and value.get("type") in set(DecisionKind):
-            decision = _decision(value)
+        if isinstance(value, dict) and ("decisions" in value or "type" in value):
+            decision = hitl_decision(one_decision(value), tool_call["name"])
             configurable = config.get("configurable") or {}
             # The reviewer comes from the caller's config, never from the resume value itself.
             reviewer = configurable.get(REVIEWER) or "langgraph-resume"
@@ -292,18 +288,6 @@ class SignoffTools:
         approval_id = None if approval is None else approval.approval_id
         outcome = await run_call(self.ledger, self.approvals, spec, call, fn, approval_id)
         return tool_message(outcome, tool_call)
-
-
-def _decision(value: Mapping[str, Any]) -> Decision:
-    kind = DecisionKind(value["type"])
-    if kind is DecisionKind.EDIT:
-        action = value.get("edited_action") or {}
-        return Decision(kind, args=action.get("args", value.get("args")))
-    if kind is DecisionKind.REJECT:
-        return Decision.reject(value.get("message") or value.get("reason"))
-    if kind is DecisionKind.RESPOND:
-        return Decision.respond(value.get("message"))  # type: ignore[arg-type]
-    return Decision.approve()
 
 
 def tool_message(outcome: CallOutcome, tool_call: Mapping[str, Any]) -> ToolMessage:

@@ -8,6 +8,10 @@ ready(approval) / await_final(store, id, s) -> final (or expired) yet?
 run(ledger, store, spec, call, fn, id)    -> CallOutcome (approval consumed in the intent)
 decide_once(store, id, decision, who)     -> DecisionRecord(duplicate, approval) | DecisionConflict
 ```
+
+Beside them: `hitl` reads HumanInTheLoopMiddleware decisions (LangGraph resumes, the HTTP
+service's decide bodies) and says which decisions a policy leaves a reviewer; `documents` is
+an approval's JSON (the CLI's, the HTTP service's).
 """
 
 from .decide import DecisionConflict, DecisionRecord, decide_once, same_decision

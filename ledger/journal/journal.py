@@ -68,6 +68,10 @@ WHERE (txid, position) > ($1::text::xid8, $2)
 ORDER BY txid, position
 LIMIT $3
 """
+_LAST_READ = """
+SELECT position FROM events WHERE txid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY txid DESC, position DESC LIMIT 1
+"""
 _VERIFY = f"SELECT {_COLUMNS} FROM events ORDER BY stream_id, version"
 _PROGRESS_EVERY = 1000  # events between two progress reports of `verify`
 
@@ -214,6 +218,13 @@ class Journal:
             if len(rows) < batch_size:
                 return
             cursor = (rows[-1][1], rows[-1][0])
+
+    async def last_position(self) -> int:
+        """The position of the last event `read_all` returns now (0: none yet); reading after
+        it yields only what commits from here on."""
+        async with self.db.connection() as conn:
+            position: int | None = await conn.fetchval(_LAST_READ)
+        return position or 0
 
     async def follow(self, *, after: int = 0, poll_interval: float = 0.05) -> AsyncIterator[Event]:
         """Like `read_all`, but never ends: waits `poll_interval` seconds for new events."""

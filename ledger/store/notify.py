@@ -20,9 +20,32 @@ import asyncpg
 from ..log import get_logger
 from .db import open_raw_connection
 
-__all__ = ["Listener"]
+__all__ = ["Listener", "Subscription"]
 
 log = get_logger(__name__)
+
+
+class Subscription:
+    """Every payload notified since it was last taken, for one subscriber of all of them.
+
+    At most `limit` distinct payloads are kept until taken; more are dropped (a subscriber
+    re-reads the database anyway). `event` is set on every notification and on a reconnect.
+    """
+
+    def __init__(self, limit: int = 1000) -> None:
+        self.event = asyncio.Event()
+        self.limit = limit
+        self._payloads: dict[str, None] = {}
+
+    def take(self) -> list[str]:
+        """The payloads notified since the last take, each once, oldest first."""
+        taken, self._payloads = list(self._payloads), {}
+        return taken
+
+    def _add(self, payload: str) -> None:
+        if len(self._payloads) < self.limit:
+            self._payloads[payload] = None
+        self.event.set()
 
 
 class Listener:
@@ -33,9 +56,11 @@ class Listener:
         self.channel = channel
         self.reconnect_delay = reconnect_delay
         self._events: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._subscriptions: set[Subscription] = set()
         self._connection: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
+        self._up = asyncio.Event()
 
     async def start(self) -> None:
         if self._task is None or self._task.done():
@@ -48,6 +73,10 @@ class Listener:
                 await self._task
             self._task = None
         await self._drop()
+
+    async def until_connected(self) -> None:
+        """Return once the LISTEN connection is up (start the listener first)."""
+        await self._up.wait()
 
     @property
     def connected(self) -> bool:
@@ -71,9 +100,22 @@ class Listener:
                 if not waiting:
                     del self._events[payload]
 
+    @contextmanager
+    def subscribed(self) -> Iterator[Subscription]:
+        """Every payload notified from now on, until the block ends. As with `waiting`: enter
+        it, read the database, then wait on its event."""
+        subscription = Subscription()
+        self._subscriptions.add(subscription)
+        try:
+            yield subscription
+        finally:
+            self._subscriptions.discard(subscription)
+
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         for event in self._events.get(payload, ()):
             event.set()
+        for subscription in self._subscriptions:
+            subscription._add(payload)
 
     def _terminated(self, _conn: object) -> None:
         self._lost.set()
@@ -93,15 +135,19 @@ class Listener:
                 continue
             self._connection = connection
             self._lost.clear()
+            self._up.set()
             # Wake everyone after a reconnect: a notification may have been sent while down.
             for events in list(self._events.values()):
                 for event in events:
                     event.set()
+            for subscription in self._subscriptions:
+                subscription.event.set()
             await self._lost.wait()
             log.warning("listener connection lost; reconnecting", channel=self.channel)
             await self._drop()
 
     async def _drop(self) -> None:
+        self._up.clear()
         connection, self._connection = self._connection, None
         if connection is not None and not connection.is_closed():
             with contextlib.suppress(Exception):

@@ -1,0 +1,46 @@
+"""An approval as JSON, the one shape every adapter shows it in (the CLI's `--json`, the HTTP
+service). Its arguments and the contents of its decision are left out: revealing them is a
+separate, recorded act of the caller's."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from approvals import Approval
+
+__all__ = ["approval_json", "description_of"]
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def description_of(approval: Approval) -> str:
+    """What reviewers are told the request is: the policy's description, else a question."""
+    return approval.policy.description or f"Approve {approval.tool}?"
+
+
+def approval_json(approval: Approval) -> dict[str, Any]:
+    """The approval's request, policy, reviews (without ciphertexts), votes and state."""
+    return {
+        "approval_id": approval.approval_id,
+        "run_id": approval.run_id,
+        "thread_id": approval.thread_id,
+        "tool": approval.tool,
+        "kind": approval.kind,
+        "call_id": approval.call_id,
+        "status": approval.status.value,
+        "requested_by": approval.requested_by,
+        "requested_at": _when(approval.requested_at),
+        "expires_at": _when(approval.expires_at),
+        "decided_by": list(approval.decided_by),
+        "decided_at": _when(approval.decided_at),
+        "consumed_by": approval.consumed_by,
+        "consumed_at": _when(approval.consumed_at),
+        "args_digest": approval.args_digest,
+        "policy": approval.policy.to_json(),
+        "reviews": [r.to_json(sealed=False) for r in approval.reviews],
+        "votes": {"approved_by": list(approval.approvers), "quorum": approval.policy.quorum},
+        "version": approval.version,
+    }
