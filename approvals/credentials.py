@@ -81,6 +81,7 @@ ORDER BY created_at, token_id
 """
 _REVOKE = "UPDATE api_tokens SET revoked_at = $2 WHERE token_id = $1"
 _USE = "SELECT status, reviewer, scope, expires_at FROM signoff_token_use($1, $2)"
+_ACTIVE = "SELECT signoff_api_tokens_active()"
 
 
 class Scope(StrEnum):
@@ -292,6 +293,12 @@ class ApiTokens:
         async with self.db.connection() as conn:
             rows = await conn.fetch(_LIST, bool(include_inactive))
         return [_info(r) for r in rows]
+
+    async def active_count(self) -> int:
+        """How many tokens authenticate now (on the service's login too)."""
+        async with self.db.connection() as conn:
+            count: int = await conn.fetchval(_ACTIVE)
+        return count
 
     async def authenticate(self, token: str) -> Identity:
         """Who `token` stands for; stamps its last use. Needs EXECUTE on `signoff_token_use`

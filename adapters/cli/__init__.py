@@ -26,6 +26,7 @@ from . import (
     keys,
     ledger_commands,
     reviewers,
+    serve,
     tokens,
 )
 from .arguments import Parser, add_global_options, all_parsers
@@ -42,6 +43,7 @@ examples:
   signoff approvals list --status pending --json
   signoff reviewers add alice --group support-leads
   signoff tokens create --reviewer alice --expires 30d
+  signoff serve --host 127.0.0.1 --port 8600
   signoff db current --database-url postgresql://app@db.internal/signoff
 
 Options such as --database-url, --log-level and --json go before or after the command.
@@ -70,6 +72,7 @@ def build_parser() -> Parser:
     approvals.register(groups)
     reviewers.register(groups)
     tokens.register(groups)
+    serve.register(groups)
     checkpoints.register(groups)
     demo.register(groups)
     embedded.register(groups)

@@ -10,8 +10,9 @@ and its `token.created` / `token.revoked` event (stream `token:<id>`, no secret 
 are written in one transaction, and no other role may write the table or append to a token's
 stream (`signoff_append` now guards `token:` streams as it guards approvals'). The service's
 login never reads the table: it calls `signoff_token_use`, which checks the hash, revocation and
-expiry, stamps `last_used_at` and returns who the token is for. `last_used_at` is not history
-(no event), like a call's lease. Auditors read `audit_api_tokens`, without the hashes.
+expiry, stamps `last_used_at` and returns who the token is for; `signoff_api_tokens_active`
+tells it how many tokens could authenticate (it refuses to start with none). `last_used_at` is
+not history (no event), like a call's lease. Auditors read `audit_api_tokens`, without the hashes.
 """
 
 from __future__ import annotations
@@ -71,8 +72,15 @@ BEGIN
     END IF;
 END
 $$;
+-- Whether the service has anyone to let in (it refuses to start otherwise): a count, no ids.
+CREATE FUNCTION signoff_api_tokens_active() RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
+    SELECT count(*) FROM api_tokens WHERE revoked_at IS NULL AND expires_at > now()
+$$;
 REVOKE EXECUTE ON FUNCTION signoff_token_use(text, bytea) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION signoff_token_use(text, bytea) TO signoff_reviewer, signoff_auditor;
+REVOKE EXECUTE ON FUNCTION signoff_api_tokens_active() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION signoff_token_use(text, bytea), signoff_api_tokens_active()
+    TO signoff_reviewer, signoff_auditor;
 """
 
 _GUARDED = "'^(approval|call|reviewer|grant):'"
@@ -99,6 +107,7 @@ def downgrade() -> None:
     execute_script(_append_function())
     execute_script(
         """
+        DROP FUNCTION signoff_api_tokens_active();
         DROP FUNCTION signoff_token_use(text, bytea);
         DROP VIEW audit_api_tokens;
         DROP TABLE api_tokens;
