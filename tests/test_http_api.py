@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli, start_program
+from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli, start_program
 
 
 @dataclass
@@ -370,3 +372,89 @@ async def test_serve_refuses_to_start_without_what_it_needs(database_url: str) -
         database_url=database_url, env=kek_env(),
     )  # fmt: skip
     assert exposed.code == 2 and "loopback" in exposed.stderr
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_requests_are_logged_with_their_ids_and_never_a_token_or_arguments(
+    api: Api, db: Database, store: ApprovalStore
+) -> None:
+    case = await a_case(db, store)
+    approval_id = case.approval.approval_id
+    secret_args = {"note": f"private-{uuid.uuid4().hex}"}
+    handler, logger = Records(), logging.getLogger("signoff")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        await api.client.get("/v1/approvals", headers={"Authorization": "Bearer sgf_nothing"})
+        response = await api.client.post(
+            f"/v1/approvals/{approval_id}/decision",
+            headers=case.member,
+            json=decision("edit", args=secret_args),
+        )
+        assert response.status_code == 200, response.text
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in handler.records)
+    for secret in (case.member["Authorization"].split()[1], "sgf_nothing", secret_args["note"]):
+        assert secret not in text
+    decided = [r for r in handler.records if r.getMessage() == "decided"]
+    assert [getattr(r, "approval_id", None) for r in decided] == [approval_id]
+    logged = [r for r in handler.records if r.getMessage() == "request"]
+    assert {getattr(r, "status", None) for r in logged} == {401, 200}
+    assert any(str(getattr(r, "reviewer", "")).startswith("ann-") for r in logged)
+
+
+async def test_dev_mode_serves_on_loopback_with_a_one_time_token_it_prints_loudly(
+    database_url: str, db: Database
+) -> None:
+    reviewer = unique("devon")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "adapters.cli", "serve", "--dev", "--dev-reviewer", reviewer,
+        "--port", "0",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**kek_env(), "PYTHONPATH": str(ROOT), "SIGNOFF_DATABASE_URL": database_url},
+    )  # fmt: skip
+    assert process.stderr is not None
+    try:
+        lines: list[str] = []
+        while not any(line.startswith("!!   sgfdev_") for line in lines):
+            line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
+            assert line, "".join(lines)
+            lines.append(line)
+        said = "".join(lines)
+        assert "DEVELOPMENT MODE" in said and reviewer in said
+        url = said.split("listening on ", 1)[1].split(" ", 1)[0]
+        token = next(x for x in lines if x.startswith("!!   sgfdev_")).split()[1]
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            anonymous = await client.get("/v1/approvals")
+            assert anonymous.status_code == 401
+            mine = await client.get("/v1/approvals", headers={"Authorization": f"Bearer {token}"})
+            assert mine.status_code == 200, mine.text
+            wrong = await client.get(
+                "/v1/approvals", headers={"Authorization": f"Bearer {token[:-2]}xx"}
+            )
+            assert wrong.status_code == 401
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+async def test_serve_without_any_active_token_refuses_to_start(fresh_database_url: str) -> None:
+    async with await Database.connect(fresh_database_url) as fresh:  # the owner makes the keys
+        await KeyRing.open(fresh, LocalKek(TEST_KEK))
+    refused = await run_cli("serve", "--port", "0", database_url=fresh_database_url, env=kek_env())
+    assert refused.code == 2, refused.stderr
+    assert "signoff tokens create" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
