@@ -420,24 +420,20 @@ async def test_dev_mode_serves_on_loopback_with_a_one_time_token_it_prints_loudl
     reviewer = unique("devon")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "adapters.cli", "serve", "--dev", "--dev-reviewer", reviewer,
-        "--port", "0",
+        "--port", "0", "--json",
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={**kek_env(), "PYTHONPATH": str(ROOT), "SIGNOFF_DATABASE_URL": database_url},
     )  # fmt: skip
-    assert process.stderr is not None
+    assert process.stdout is not None
     try:
-        lines: list[str] = []
-        while not any(line.startswith("!!   sgfdev_") for line in lines):
-            line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
-            assert line, "".join(lines)
-            lines.append(line)
-        said = "".join(lines)
-        assert "DEVELOPMENT MODE" in said and reviewer in said
-        url = said.split("listening on ", 1)[1].split(" ", 1)[0]
-        token = next(x for x in lines if x.startswith("!!   sgfdev_")).split()[1]
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line, "the service exited before it listened"
+        started = json.loads(line)
+        assert started["dev_reviewer"] == reviewer and started["url"].startswith("http://127.")
+        token = started["dev_token"]
+        async with httpx.AsyncClient(base_url=started["url"], timeout=30) as client:
             anonymous = await client.get("/v1/approvals")
             assert anonymous.status_code == 401
             mine = await client.get("/v1/approvals", headers={"Authorization": f"Bearer {token}"})
@@ -448,7 +444,9 @@ async def test_dev_mode_serves_on_loopback_with_a_one_time_token_it_prints_loudl
             assert wrong.status_code == 401
     finally:
         process.terminate()
-        await process.wait()
+        _, stderr = await process.communicate()
+    said = stderr.decode()
+    assert "DEVELOPMENT MODE" in said and reviewer in said and token in said
 
 
 async def test_serve_without_any_active_token_refuses_to_start(fresh_database_url: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,12 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default="dev",
         help="the reviewer the --dev token stands for (default: dev)",
     )
+    serve.add_argument(
+        "--json",
+        action="store_true",
+        help="once listening, print where (url, login, tokens; the --dev token) as one JSON "
+        "line on stdout",
+    )
     serve.set_defaults(run=_run)
 
 
@@ -66,7 +73,16 @@ def _port(text: str) -> int:
     return value
 
 
-def _announce(started: Started) -> None:
+def _announce(started: Started, as_json: bool) -> None:
+    if as_json:  # for programs that start the service and need its port
+        document = {
+            "url": started.url,
+            "login": started.login,
+            "active_tokens": started.active_tokens,
+            "dev_reviewer": started.dev_reviewer,
+            "dev_token": started.dev_token,
+        }
+        print(json.dumps(document), flush=True)
     lines = [
         f"signoff serve: listening on {started.url} (API under /v1, OpenAPI at "
         f"{started.url}/v1/openapi.json); database login {safe(started.login)}, "
@@ -96,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             dev_reviewer=args.dev_reviewer if args.dev else None,
-            on_started=_announce,
+            on_started=lambda started: _announce(started, args.json),
         )
     )
     return 0
