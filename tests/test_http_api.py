@@ -214,6 +214,9 @@ async def test_the_same_request_id_twice_is_recorded_once(
         url, headers=case.member, json={**body, "decision": "reject"}
     )
     assert other_kind.status_code == 409
+    second_vote = await api.client.post(url, headers=case.member, json=decision("approve"))
+    assert second_vote.status_code == 409, second_vote.text  # one vote per reviewer
+    assert len(await decided_events(journal, case.approval.approval_id)) == 1
 
 
 async def test_a_conflicting_second_decision_is_409(

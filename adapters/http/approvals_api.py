@@ -241,7 +241,11 @@ async def decide(
     except (ApprovalAlreadyDecided, DecisionNotAllowed) as e:
         if (answer := await replayed()) is not None:  # the same request, racing itself
             return answer
-        conflict = isinstance(e, ApprovalAlreadyDecided)
+        # Voting again (another request of the same reviewer) conflicts with its first vote.
+        conflict = (
+            isinstance(e, ApprovalAlreadyDecided)
+            or identity.reviewer in (await service.store.get(approval_id)).approvers
+        )
         status, code = (409, "conflict") if conflict else (403, "forbidden")
         bound.info("decision refused", status=status, problem=type(e).__name__)
         raise ApiError(status, code, _reason(e)) from e
