@@ -1,13 +1,18 @@
 """Approval records, decisions, signed resume tokens and policies, built on the ledger's journal."""
 
+from .credentials import ApiTokens, CreatedToken, Identity, Scope, TokenInfo
 from .errors import (
     ApprovalAlreadyDecided,
     ApprovalError,
     ApprovalExpired,
     ApprovalPending,
+    CredentialError,
+    CredentialExpired,
+    CredentialRevoked,
     DecisionForged,
     DecisionNotAllowed,
     InvalidApprovalRequest,
+    InvalidCredential,
     InvalidReviewerId,
     PolicyViolation,
     TokenBindingMismatch,
@@ -15,6 +20,7 @@ from .errors import (
     TokenForged,
     TokenMalformed,
     UnknownApproval,
+    UnknownCredential,
     UnknownReviewer,
 )
 from .gate import approval_gate, gate_result
@@ -37,6 +43,7 @@ from .store import NOTIFY_CHANNEL, ApprovalStore
 
 __all__ = [
     "NOTIFY_CHANNEL",
+    "ApiTokens",
     "Approval",
     "ApprovalAlreadyDecided",
     "ApprovalError",
@@ -45,11 +52,17 @@ __all__ = [
     "ApprovalPolicy",
     "ApprovalStatus",
     "ApprovalStore",
+    "CreatedToken",
+    "CredentialError",
+    "CredentialExpired",
+    "CredentialRevoked",
     "Decision",
     "DecisionForged",
     "DecisionKind",
     "DecisionNotAllowed",
+    "Identity",
     "InvalidApprovalRequest",
+    "InvalidCredential",
     "InvalidReviewerId",
     "PolicyViolation",
     "ProblemKind",
@@ -57,12 +70,15 @@ __all__ = [
     "Reviewer",
     "ReviewerDirectory",
     "ReviewerEntry",
+    "Scope",
     "StreamProblem",
     "TokenBindingMismatch",
     "TokenError",
     "TokenForged",
+    "TokenInfo",
     "TokenMalformed",
     "UnknownApproval",
+    "UnknownCredential",
     "UnknownReviewer",
     "approval_gate",
     "approval_problems",

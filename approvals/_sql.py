@@ -21,9 +21,12 @@ BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"
 # The lock is taken by the database's function (FOR UPDATE needs rights no worker has).
 BY_ID_FOR_UPDATE = f"SELECT {COLUMNS} FROM signoff_lock_approval($1)"
 
+# Keyset pages: after ($4, $5), the (requested_at, approval_id) of the last row seen.
 LIST = f"""
 SELECT {COLUMNS} FROM approvals
 WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR run_id = $2)
+  AND ($4::timestamptz IS NULL OR (requested_at, approval_id) > ($4, $5::text))
+  AND ($6::text IS NULL OR tool = $6)
 ORDER BY requested_at, approval_id
 LIMIT $3
 """

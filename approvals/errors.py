@@ -9,9 +9,13 @@ __all__ = [
     "ApprovalError",
     "ApprovalExpired",
     "ApprovalPending",
+    "CredentialError",
+    "CredentialExpired",
+    "CredentialRevoked",
     "DecisionForged",
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
+    "InvalidCredential",
     "InvalidReviewerId",
     "PolicyViolation",
     "TokenBindingMismatch",
@@ -19,6 +23,7 @@ __all__ = [
     "TokenForged",
     "TokenMalformed",
     "UnknownApproval",
+    "UnknownCredential",
     "UnknownReviewer",
 ]
 
@@ -113,3 +118,41 @@ class TokenForged(TokenError):
 
 class TokenBindingMismatch(TokenError):
     """The token is for another run, tool, argument set or call."""
+
+
+class CredentialError(SignoffError):
+    """Base of the errors of API tokens (`approvals.credentials`). The service answers every
+    refused token with one message (`PUBLIC_MESSAGE`), whichever subclass refused it."""
+
+    PUBLIC_MESSAGE = "invalid token"
+
+
+class InvalidCredential(CredentialError):
+    """Not a token of this database: malformed, unknown, or the wrong secret."""
+
+    def __init__(self, message: str = "not a valid API token") -> None:
+        super().__init__(message)
+
+
+class CredentialExpired(CredentialError):
+    """The token is past its expiry."""
+
+    def __init__(self, token_id: str) -> None:
+        super().__init__(f"API token {token_id} has expired")
+        self.token_id = token_id
+
+
+class CredentialRevoked(CredentialError):
+    """The token was revoked."""
+
+    def __init__(self, token_id: str) -> None:
+        super().__init__(f"API token {token_id} was revoked")
+        self.token_id = token_id
+
+
+class UnknownCredential(CredentialError):
+    """No token has this id (to list or revoke)."""
+
+    def __init__(self, token_id: str) -> None:
+        super().__init__(f"no API token {token_id!r} (see `signoff tokens list`)")
+        self.token_id = token_id

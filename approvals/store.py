@@ -81,7 +81,10 @@ from .records import NOTIFY_CHANNEL, ApprovalRecorder, row_to_approval
 from .reviewers import directory_groups
 from .tokens import parse_token, sign_token, token_mac_ok
 
-__all__ = ["NOTIFY_CHANNEL", "ApprovalStore"]
+__all__ = ["NOTIFY_CHANNEL", "ApprovalStore", "PageCursor"]
+
+PageCursor = tuple[datetime, str]
+"""Where a page of approvals ends: the (requested_at, approval_id) of its last row."""
 
 log = get_logger(__name__)
 
@@ -235,9 +238,17 @@ class ApprovalStore:
     # -- decisions -------------------------------------------------------------------------
 
     async def decide(
-        self, approval_id: str, decision: Decision, reviewer: Reviewer | str
+        self,
+        approval_id: str,
+        decision: Decision,
+        reviewer: Reviewer | str,
+        *,
+        request_id: str | None = None,
     ) -> Approval:
         """Record one reviewer's decision. Final once the quorum approves or anyone rejects.
+
+        `request_id`, a client's id for this request (the HTTP service's), is recorded in the
+        `approval.decided` event, so a retry finds its answer (`decision_of_request`).
 
         `reviewer` is the reviewer's id (normalised: `identity.reviewer_id`), or a `Reviewer`
         without groups. Its groups are read from the reviewer directory in the transaction
@@ -252,6 +263,8 @@ class ApprovalStore:
             ReviewerKekMissing (this store's ring cannot sign: an agent worker's).
         """
         _text(approval_id, "approval id")
+        if request_id is not None:
+            _text(request_id, "request id")
         who = _reviewer(reviewer)
         payload = self._decision_payload(decision)
         await self.ring.fresh()
@@ -272,7 +285,7 @@ class ApprovalStore:
                     and who.id not in policy.approvers
                 ):  # one read more, only where a group could let this reviewer decide
                     who = await self._from_directory(conn, who.id)
-                event = self._review(approval, decision, who, payload)
+                event = self._review(approval, decision, who, payload, request_id)
                 approval = _committed(
                     await self.records.commit(conn, approval_id, approval, [event])
                 )
@@ -365,14 +378,28 @@ class ApprovalStore:
         return replace(approval, args=args, decision=decision)
 
     async def find(
-        self, *, status: ApprovalStatus | None = None, run_id: str | None = None, limit: int = 100
+        self,
+        *,
+        status: ApprovalStatus | None = None,
+        run_id: str | None = None,
+        tool: str | None = None,
+        after: PageCursor | None = None,
+        limit: int = 100,
     ) -> list[Approval]:
+        """Approvals oldest first (by request time, then id), after `after` when given."""
         if run_id is not None:
             _text(run_id, "run_id")
+        if tool is not None:
+            _text(tool, "tool")
         if (problem := int_problem(limit, (0, INT8[1]))) is not None:
             raise InvalidApprovalRequest(f"limit {problem}")
+        at, last = (None, None) if after is None else after
+        if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
+            raise InvalidApprovalRequest("a page cursor's time must be timezone-aware")
+        if last is not None:
+            _text(last, "a page cursor's approval id")
         async with self.db.connection() as conn:
-            rows = await conn.fetch(_sql.LIST, status, run_id, limit)
+            rows = await conn.fetch(_sql.LIST, status, run_id, limit, at, last, tool)
         return [row_to_approval(r) for r in rows]
 
     async def pending(
@@ -398,6 +425,66 @@ class ApprovalStore:
             if not is_expired(a.expires_at, now)
             and (reviewer is None or reviewer.matches(a.policy.approvers))
         ]
+
+    async def pending_page(
+        self,
+        *,
+        reviewer: Reviewer | str | None = None,
+        run_id: str | None = None,
+        tool: str | None = None,
+        after: PageCursor | None = None,
+        limit: int = 100,
+        scan: int = 2000,
+    ) -> tuple[list[Approval], PageCursor | None]:
+        """One page of `pending` (for `reviewer`, or everyone's when None), and the cursor of
+        the next page (None at the end). Pending requests the reviewer may not decide are
+        skipped; at most `scan` of them are read for one page, so a page may be short while a
+        cursor still says there is more."""
+        if (problem := int_problem(limit, (1, 1000))) is not None:
+            raise InvalidApprovalRequest(f"limit {problem}")
+        who = None
+        if reviewer is not None:
+            rid = _reviewer(reviewer).id
+            async with self.db.connection() as conn:
+                who = Reviewer(rid, await directory_groups(conn, rid) or frozenset())
+        now = datetime.now(UTC)
+        page: list[Approval] = []
+        scanned = 0
+        cursor = after
+        while True:
+            batch = await self.find(
+                status=ApprovalStatus.PENDING, run_id=run_id, tool=tool, after=cursor, limit=limit
+            )
+            for approval in batch:
+                scanned += 1
+                cursor = (approval.requested_at, approval.approval_id)
+                if not is_expired(approval.expires_at, now) and (
+                    who is None or who.matches(approval.policy.approvers)
+                ):
+                    page.append(approval)
+                    if len(page) == limit:
+                        return page, cursor
+            if len(batch) < limit:
+                return page, None
+            if scanned >= scan:
+                return page, cursor
+
+    async def decision_of_request(
+        self, approval_id: str, reviewer: str, request_id: str
+    ) -> DecisionKind | None:
+        """The decision `reviewer` recorded on this approval with a client's `request_id`
+        (`decide(..., request_id=)`), or None: how a retried request finds its answer."""
+        _text(approval_id, "approval id")
+        rid = reviewer_id(reviewer)
+        for event in await self.journal.read_stream(stream_of(approval_id)):
+            data = event.data
+            if (
+                event.type == "approval.decided"
+                and event.actor == rid
+                and data.get("request_id") == request_id
+            ):
+                return DecisionKind(data["decision"])
+        return None
 
     async def wait(self, approval_id: str, seconds: float) -> Approval:
         """Wait up to `seconds` for a final decision; return the approval as it then is.
@@ -620,7 +707,12 @@ class ApprovalStore:
         return {}
 
     def _review(
-        self, approval: Approval, decision: Decision, who: Reviewer, payload: dict[str, Any]
+        self,
+        approval: Approval,
+        decision: Decision,
+        who: Reviewer,
+        payload: dict[str, Any],
+        request_id: str | None = None,
     ) -> NewEvent:
         """The `approval.decided` event for a decision the policy allows."""
         approval_id, policy = approval.approval_id, approval.policy
@@ -675,6 +767,8 @@ class ApprovalStore:
         if final:
             deciders = {*approvers, who.id} if decision.kind is DecisionKind.APPROVE else {who.id}
             data["decided_by"] = sorted(deciders)
+        if request_id is not None:  # unsigned: it only names the client's request, for retries
+            data["request_id"] = request_id
         return NewEvent("approval.decided", data, actor=who.id)
 
 

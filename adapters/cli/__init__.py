@@ -17,7 +17,18 @@ from typing import cast
 from ledger import SignoffError, __version__
 from ledger.log import configure_logging
 
-from . import approvals, checkpoints, db, demo, embedded, keys, ledger_commands, reviewers
+from . import (
+    approvals,
+    checkpoints,
+    db,
+    demo,
+    embedded,
+    keys,
+    ledger_commands,
+    reviewers,
+    serve,
+    tokens,
+)
 from .arguments import Parser, add_global_options, all_parsers
 from .output import safe
 
@@ -31,6 +42,8 @@ examples:
   signoff ledger calls --status outcome_unknown
   signoff approvals list --status pending --json
   signoff reviewers add alice --group support-leads
+  signoff tokens create --reviewer alice --expires 30d
+  signoff serve --host 127.0.0.1 --port 8600
   signoff db current --database-url postgresql://app@db.internal/signoff
 
 Options such as --database-url, --log-level and --json go before or after the command.
@@ -58,6 +71,8 @@ def build_parser() -> Parser:
     ledger_commands.register(groups)
     approvals.register(groups)
     reviewers.register(groups)
+    tokens.register(groups)
+    serve.register(groups)
     checkpoints.register(groups)
     demo.register(groups)
     embedded.register(groups)

@@ -1,0 +1,135 @@
+"""The ASGI application of `signoff serve`: `create_app(service)`.
+
+- `/v1/...`: the versioned API, bearer-authenticated (no anonymous access: 401 with a
+  `WWW-Authenticate: Bearer` challenge); its OpenAPI document at `/v1/openapi.json`.
+- `/healthz` (the process answers) and `/readyz` (the database answers), unauthenticated, for
+  load balancers and orchestrators; they reveal nothing else.
+- Request bodies above the service's limit are refused with 413 before they are read whole.
+- Each request is logged once (method, path, status, time, the caller's reviewer id); never a
+  header, a token or a body.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ledger import __version__
+from ledger.log import get_logger
+
+from . import approvals_api
+from .errors import install_error_handlers, problem
+from .service import Service
+
+__all__ = ["BodyLimit", "RequestLog", "create_app"]
+
+log = get_logger(__name__)
+
+
+class BodyLimit:
+    """Refuse request bodies of more than `max_bytes`: at once when Content-Length says so,
+    else as soon as the bytes received pass it (chunked bodies)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_long = int(value) > self.max_bytes
+                except ValueError:
+                    too_long = False
+                if too_long:
+                    await self._refuse(scope, receive, send)
+                    return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # FastAPI's own class: its body reader lets it through as it is.
+                    raise HTTPException(413, self._message())
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _message(self) -> str:
+        return f"the request body is larger than {self.max_bytes} bytes"
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await problem(413, "too_large", self._message(), {"Connection": "close"})(
+            scope, receive, send
+        )
+
+
+class RequestLog:
+    """One log line per request: method, path, status, time and the caller's reviewer id (set
+    by authentication in the request's state); never a header, a query or a body."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            identity = scope.get("state", {}).get("identity")
+            log.info(
+                "request",
+                method=scope["method"],
+                path=scope["path"],
+                status=status,
+                ms=round((time.perf_counter() - started) * 1000, 1),
+                reviewer=None if identity is None else identity.reviewer,
+            )
+
+
+def create_app(service: Service) -> FastAPI:
+    """The service's application, on an opened `Service` (the caller closes it)."""
+    app = FastAPI(
+        title="Signoff",
+        version=__version__,
+        description="Approvals for AI agents' tool calls: reviewers decide, auditors read.",
+        openapi_url="/v1/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.service = service
+    install_error_handlers(app)
+    app.include_router(approvals_api.router)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        if await service.ready():
+            return JSONResponse({"status": "ready"})
+        return problem(503, "unavailable", "the database does not answer")
+
+    app.add_middleware(RequestLog)
+    app.add_middleware(BodyLimit, max_bytes=service.max_body_bytes)
+    return app

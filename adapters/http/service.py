@@ -1,0 +1,109 @@
+"""What one `signoff serve` process holds: its database, the reviewer side's approval store and
+its authenticators. Nothing here is state another replica needs: every answer comes from the
+database.
+
+`open_service` checks, before the service accepts a request, that it can do its job: a login
+that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
+KEK (it signs decisions). What is missing is named in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from approvals import ApiTokens, ApprovalStore
+from ledger.errors import ConfigurationError
+from ledger.keys import KeyRing
+from ledger.store import Database
+from ledger.store.settings import Settings
+
+from .auth import ApiTokenAuthenticator, Authentication, Authenticator
+
+__all__ = ["MAX_BODY_BYTES", "Service", "ServiceMisconfigured", "open_service"]
+
+MAX_BODY_BYTES = 64 * 1024
+"""Largest request body the service reads (a decision with edited arguments fits well)."""
+
+_ROLE = "signoff_reviewer"
+_HAS_ROLE = "SELECT pg_has_role(session_user, $1, 'MEMBER')"
+
+
+class ServiceMisconfigured(ConfigurationError):
+    """The service cannot do its job with this configuration (the message says what to set)."""
+
+
+@dataclass
+class Service:
+    """A running service's parts; `close()` at the end."""
+
+    db: Database
+    store: ApprovalStore
+    authentication: Authentication
+    max_body_bytes: int = MAX_BODY_BYTES
+
+    async def ready(self) -> bool:
+        """Whether the database answers."""
+        try:
+            async with self.db.connection() as conn:
+                return bool(await conn.fetchval("SELECT true"))
+        except Exception:  # any failure is "not ready", whatever raised it
+            return False
+
+    async def close(self) -> None:
+        await self.store.close()
+        await self.db.close()
+
+
+AuthenticatorsOf = Callable[[Database], Sequence[Authenticator]]
+
+
+def api_tokens(db: Database) -> Sequence[Authenticator]:
+    """The default authenticators: API tokens of this database."""
+    return [ApiTokenAuthenticator(ApiTokens(db))]
+
+
+async def open_service(
+    settings: Settings,
+    *,
+    authenticators: AuthenticatorsOf = api_tokens,
+    pool_size: int = 10,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Service:
+    """Connect, check the login's role and the reviewer KEK, load the key ring.
+
+    Args:
+        authenticators: makes the service's authenticators from its database (API tokens by
+            default; an OIDC authenticator joins them here).
+
+    Raises:
+        ServiceMisconfigured: no reviewer KEK, or a login without `signoff_reviewer`.
+        DatabaseUnavailable, SchemaOutOfDate, KekMissing, ...: as `Database.from_settings`
+            and `KeyRing.open`.
+    """
+    if settings.reviewer_kek is None:
+        raise ServiceMisconfigured(
+            "signoff serve signs decisions: set SIGNOFF_REVIEWER_KEK or "
+            "SIGNOFF_REVIEWER_KEK_FILE (the reviewer side's KEK)"
+        )
+    db = await Database.from_settings(settings, pool_size=pool_size)
+    try:
+        async with db.connection() as conn:
+            if not await conn.fetchval(_HAS_ROLE, _ROLE):
+                login = await conn.fetchval("SELECT session_user")
+                raise ServiceMisconfigured(
+                    f"signoff serve decides as reviewers: its login {login} needs the role "
+                    f"{_ROLE} (GRANT {_ROLE} TO {login})"
+                )
+        ring = await KeyRing.open(db, create_missing=False)
+        ring.require_decision_signer()
+        store = ApprovalStore(db, ring)
+        return Service(
+            db=db,
+            store=store,
+            authentication=Authentication(authenticators(db)),
+            max_body_bytes=max_body_bytes,
+        )
+    except BaseException:
+        await db.close()
+        raise
