@@ -20,6 +20,16 @@ BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"
 # second consumer finds the decision used.
 # The lock is taken by the database's function (FOR UPDATE needs rights no worker has).
 BY_ID_FOR_UPDATE = f"SELECT {COLUMNS} FROM signoff_lock_approval($1)"
+# Consumption checks the stream of the row it locks, so both come in one statement. The stream
+# is the statement's snapshot, taken before the lock was granted: a row locked after waiting
+# for another writer is newer than it, so the consumer reads the stream again when it does not
+# prove the row (the lock keeps both still).
+BY_ID_FOR_UPDATE_WITH_STREAM = f"""
+SELECT {COLUMNS},
+(SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
+ FROM events e WHERE e.stream_id = 'approval:' || t.approval_id) AS stream
+FROM signoff_lock_approval($1) t
+"""
 
 # Keyset pages: after ($4, $5), the (requested_at, approval_id) of the last row seen.
 LIST = f"""

@@ -51,14 +51,17 @@ def _time(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
-def _deciders(state: Approval, review: Review, recorded: list[str] | str) -> tuple[str, ...]:
+def _deciders(
+    reviews: tuple[Review, ...], review: Review, recorded: list[str] | str
+) -> tuple[str, ...]:
     """Who made a final decision: the event's list. Events written before that list existed
-    hold the names joined with commas, which a name may contain; the reviews say the same
-    unambiguously (every approver of an approval, else the one reviewer), so use them."""
+    hold the names joined with commas, which a name may contain; the reviews (`review` the
+    last of them) say the same unambiguously (every approver of an approval, else the one
+    reviewer), so use them."""
     if isinstance(recorded, list):
         return tuple(recorded)
     if review.decision is DecisionKind.APPROVE:
-        return tuple(sorted(state.approvers))
+        return tuple(sorted({r.reviewer for r in reviews if r.decision is DecisionKind.APPROVE}))
     return (review.reviewer,)
 
 
@@ -170,24 +173,33 @@ def _apply(state: Approval | None, event: Fact) -> Approval:
         )
     if state is None:
         raise ProjectionError(event.stream_id, f"{type_} before approval.requested")
+    # One `replace` per event: folds run for every write and every check of a stream.
     if type_ == "approval.decided":
         review = Review.from_json(data)
-        state = replace(state, reviews=(*state.reviews, review))
-        if data["final"]:
-            state = replace(
-                state,
-                status=STATUS_OF[review.decision],
-                decided_by=_deciders(state, review, data["decided_by"]),
-                decided_at=review.at,
-            )
-    elif type_ in ("approval.expired", "approval.cancelled"):
+        reviews = (*state.reviews, review)
+        if not data["final"]:
+            return replace(state, reviews=reviews, version=version)
+        return replace(
+            state,
+            reviews=reviews,
+            status=STATUS_OF[review.decision],
+            decided_by=_deciders(reviews, review, data["decided_by"]),
+            decided_at=review.at,
+            version=version,
+        )
+    if type_ in ("approval.expired", "approval.cancelled"):
         status = ApprovalStatus.EXPIRED if type_ == "approval.expired" else ApprovalStatus.CANCELLED
-        state = replace(state, status=status, decided_by=(actor,), decided_at=_time(data["at"]))
-    elif type_ == "approval.consumed":
-        state = replace(state, consumed_by=data["task_run_id"], consumed_at=_time(data["at"]))
-    else:
-        raise UnknownEventType(event.stream_id, type_)
-    return replace(state, version=version)
+        return replace(
+            state, status=status, decided_by=(actor,), decided_at=_time(data["at"]), version=version
+        )
+    if type_ == "approval.consumed":
+        return replace(
+            state,
+            consumed_by=data["task_run_id"],
+            consumed_at=_time(data["at"]),
+            version=version,
+        )
+    raise UnknownEventType(event.stream_id, type_)
 
 
 APPROVALS = ApprovalProjection()

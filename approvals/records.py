@@ -4,11 +4,13 @@ arguments, edits and answers. What a decision may do is `ApprovalStore`'s busine
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
 
 from ledger.errors import VersionConflict
 from ledger.journal import NewEvent
-from ledger.journal.projection import commit
+from ledger.journal.projection import Fact, commit
 from ledger.keys import KeyRing
 from ledger.keys.values import as_text, from_text, open_value, seal_value
 from ledger.store import Database
@@ -59,3 +61,15 @@ class ApprovalRecorder:
         """The approval, its row locked until `conn`'s transaction ends; None if unknown."""
         row = await conn.fetchrow(_sql.BY_ID_FOR_UPDATE, approval_id)
         return None if row is None else row_to_approval(row)
+
+    async def locked_with_stream(
+        self, conn: asyncpg.Connection, approval_id: str
+    ) -> tuple[Approval, list[Fact]] | None:
+        """`locked`, with the approval's stream as the same statement read it (its snapshot
+        may be older than the locked row: `_sql.BY_ID_FOR_UPDATE_WITH_STREAM`)."""
+        row = await conn.fetchrow(_sql.BY_ID_FOR_UPDATE_WITH_STREAM, approval_id)
+        if row is None:
+            return None
+        stream = stream_of(approval_id)
+        entries = json.loads(row["stream"]) if row["stream"] is not None else []
+        return row_to_approval(row), [Fact(stream, v, t, d, a) for v, t, d, a in entries]

@@ -18,6 +18,7 @@ import hmac
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +28,7 @@ import asyncpg
 from ledger.canonical import canonical_json
 from ledger.errors import DatabaseUnavailable
 from ledger.journal import Journal, NewEvent
-from ledger.journal.projection import fold, verify_projection
+from ledger.journal.projection import Fact, fold, verify_projection
 from ledger.keys import KeyRing
 from ledger.keys.attest import sign_statement, statement_ok
 from ledger.keys.digests import matches, text_digest, value_digests
@@ -327,8 +328,11 @@ class ApprovalStore:
         _text(task_run_id, "task_run_id")
         await self.ring.fresh()
         async with self.db.transaction(connection) as conn:
-            approval = await self._locked(conn, approval_id)
-            await self._proven(conn, approval)
+            locked = await self.records.locked_with_stream(conn, approval_id)
+            if locked is None:
+                raise UnknownApproval(approval_id)
+            approval, stream = locked
+            await self._proven(conn, approval, stream)
             if approval.consumed:
                 raise ApprovalAlreadyDecided(
                     approval_id,
@@ -632,18 +636,19 @@ class ApprovalStore:
             event = _closing("approval.expired")
             return _committed(await self.records.commit(conn, approval_id, approval, [event]))
 
-    async def _proven(self, conn: asyncpg.Connection, approval: Approval) -> None:
+    async def _proven(
+        self, conn: asyncpg.Connection, approval: Approval, stream: Sequence[Fact]
+    ) -> None:
         """Refuse an approval whose stream does not prove it: a bad or missing MAC or signature,
-        a policy its decisions break, a row that is not its stream's fold. Logged."""
+        a policy its decisions break, a row that is not its stream's fold. Logged.
+
+        `stream` was read with the locked row, in a snapshot from before the lock: when it
+        does not prove the row, the stream is read again and only that verdict counts."""
         approval_id = approval.approval_id
-        events = await self.journal.read_stream(stream_of(approval_id), connection=conn)
-        problems = await approval_problems(self.ring, events)
-        if not problems and fold(APPROVALS, as_facts(events)) != approval:
-            problems = [
-                StreamProblem(
-                    approval_id, approval.version, ProblemKind.FORGED, "its row is not its stream"
-                )
-            ]
+        problems = await self._stream_problems(approval, stream) if stream else None
+        if problems is None or problems:
+            events = await self.journal.read_stream(stream_of(approval_id), connection=conn)
+            problems = await self._stream_problems(approval, as_facts(events))
         if not problems:
             return
         first = problems[0]
@@ -656,6 +661,21 @@ class ApprovalStore:
         )
         error = PolicyViolation if first.kind is ProblemKind.POLICY else DecisionForged
         raise error(approval_id, f"refused: {first.message} (version {first.version})")
+
+    async def _stream_problems(
+        self, approval: Approval, stream: Sequence[Fact]
+    ) -> list[StreamProblem]:
+        problems = await approval_problems(self.ring, stream)
+        if not problems and fold(APPROVALS, stream) != approval:
+            problems = [
+                StreamProblem(
+                    approval.approval_id,
+                    approval.version,
+                    ProblemKind.FORGED,
+                    "its row is not its stream",
+                )
+            ]
+        return problems
 
     async def _granted(
         self,

@@ -1,0 +1,172 @@
+"""Write functions that cost what the writes did before them: same checks, fewer calls.
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-01
+
+What each function checks and writes is 0010's; only how it runs changes:
+
+- `signoff_append` writes the events itself instead of calling `signoff_write_events`: every
+  call of a SECURITY DEFINER function with a pinned `search_path` sets and restores it, and an
+  append paid that twice. The body is `signoff_write_events`'s, after `signoff_append`'s own
+  check that projected streams are written only with their rows.
+- The row locks are PL/pgSQL: a SQL function that cannot be inlined (SECURITY DEFINER) is
+  planned again on every call, a PL/pgSQL one once per connection.
+
+The downgrade puts 0010's definitions back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import import_module
+
+from migrations.sqlscript import execute_script
+
+revision: str = "0013"
+down_revision: str | None = "0012"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_DEFINER = "SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp"
+
+APPEND = f"""
+CREATE OR REPLACE FUNCTION signoff_append(
+    p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[],
+    p_notify text
+) RETURNS bigint[]
+LANGUAGE plpgsql {_DEFINER} AS $$
+DECLARE
+    n integer := cardinality(p_types);
+    -- current_user: the owner, whose appends are not checked.
+    is_owner boolean := pg_has_role(session_user, current_user, 'MEMBER');
+    refused text;
+    head_version integer;
+    head_hash bytea;
+    at timestamptz := clock_timestamp();
+    -- The canonical bytes of ledger/canonical.py: the tag, then six fields, each a 4-byte
+    -- big-endian length and its UTF-8 bytes. Plain expressions: no query per field.
+    stream_b bytea := convert_to(p_stream, 'UTF8');
+    at_b bytea;
+    prefix bytea;
+    version_b bytea;
+    type_b bytea;
+    actor_b bytea;
+    data_b bytea;
+    canonical bytea;
+    positions bigint[] := '{{}}';
+    pos bigint;
+BEGIN
+    -- Streams that are a projection's (or a grant's) are written only with their rows, by the
+    -- commit functions, so a row never falls behind its stream.
+    IF p_stream ~ '^(approval|call|reviewer|grant):' AND NOT is_owner THEN
+        RAISE EXCEPTION '% events are written with their rows, not appended alone', p_stream
+            USING ERRCODE = 'SG401',
+                  DETAIL = json_build_object('login', session_user::text, 'type',
+                                             p_types[1])::text;
+    END IF;
+    IF n IS NULL OR n = 0 OR n <> cardinality(p_data) OR n <> cardinality(p_actors)
+            OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0 THEN
+        RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and actors'
+            USING ERRCODE = '22023';
+    END IF;
+    IF NOT is_owner THEN
+        SELECT x.t INTO refused FROM unnest(p_types, p_data) AS x(t, d)
+        WHERE x.t IS NULL OR NOT EXISTS (
+            SELECT FROM event_rights r
+            WHERE x.t LIKE r.type_pattern AND pg_has_role(session_user, r.role, 'MEMBER')
+              AND (r.when_field = ''
+                   OR jsonb_typeof(x.d::jsonb -> r.when_field) = 'object'))
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '% may not append % events', session_user, coalesce(refused, 'null')
+                USING ERRCODE = 'SG401',
+                      DETAIL = json_build_object('login', session_user::text,
+                                                 'type', refused)::text;
+        END IF;
+    END IF;
+    at_b := convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'UTF8');
+    prefix := convert_to('signoff.event.v1', 'UTF8') || int4send(octet_length(stream_b))
+        || stream_b;
+    SELECT version, hash INTO head_version, head_hash
+        FROM events WHERE stream_id = p_stream ORDER BY version DESC LIMIT 1;
+    IF NOT FOUND THEN
+        head_version := 0;
+        head_hash := decode(repeat('00', 32), 'hex');
+    END IF;
+    FOR i IN 1 .. n LOOP
+        IF head_version = p_expected THEN
+            version_b := convert_to((p_expected + i)::text, 'UTF8');
+            type_b := convert_to(p_types[i], 'UTF8');
+            actor_b := convert_to(p_actors[i], 'UTF8');
+            data_b := convert_to(p_data[i]::text, 'UTF8');
+            canonical := prefix || int4send(octet_length(version_b)) || version_b
+                || int4send(octet_length(type_b)) || type_b
+                || int4send(octet_length(actor_b)) || actor_b
+                || int4send(octet_length(at_b)) || at_b
+                || int4send(octet_length(data_b)) || data_b;
+            head_hash := sha256(head_hash || canonical);
+            pos := NULL;
+            -- Only the first insert can meet a racing append (see 0006).
+            INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)
+                VALUES (pg_current_xact_id(), p_stream, p_expected + i, p_types[i], p_data[i],
+                        p_actors[i], at, head_hash)
+                ON CONFLICT (stream_id, version) DO NOTHING
+                RETURNING position INTO pos;
+            IF pos IS NULL THEN
+                SELECT max(version) INTO head_version FROM events WHERE stream_id = p_stream;
+            ELSE
+                positions := positions || pos;
+                CONTINUE;
+            END IF;
+        END IF;
+        RAISE EXCEPTION 'stream % is at version %, expected %', p_stream, head_version,
+                p_expected
+            USING ERRCODE = 'SG409',
+                  DETAIL = json_build_object('stream_id', p_stream, 'expected_version',
+                      p_expected, 'actual_version', head_version)::text;
+    END LOOP;
+    IF p_notify IS NOT NULL THEN
+        PERFORM pg_notify(p_notify, p_stream);
+    END IF;
+    RETURN positions;
+END
+$$;
+"""
+
+# RETURN QUERY keeps FOR UPDATE's lock in the caller's transaction, as the SQL bodies did.
+LOCKS = f"""
+CREATE OR REPLACE FUNCTION signoff_lock_call(p_run text, p_call text) RETURNS SETOF tool_calls
+LANGUAGE plpgsql {_DEFINER} AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM tool_calls WHERE run_id = p_run AND call_id = p_call FOR UPDATE;
+END
+$$;
+CREATE OR REPLACE FUNCTION signoff_lock_once_per_run(p_run text, p_tool text)
+RETURNS SETOF tool_calls
+LANGUAGE plpgsql {_DEFINER} AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM tool_calls
+        WHERE run_id = p_run AND tool = p_tool AND once_per_run FOR UPDATE;
+END
+$$;
+CREATE OR REPLACE FUNCTION signoff_lock_approval(p_id text) RETURNS SETOF approvals
+LANGUAGE plpgsql {_DEFINER} AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM approvals WHERE approval_id = p_id FOR UPDATE;
+END
+$$;
+"""
+
+
+def upgrade() -> None:
+    execute_script(APPEND)
+    execute_script(LOCKS)
+
+
+def downgrade() -> None:
+    # 0010's own text (CREATE OR REPLACE keeps the grants): its append calls the write function.
+    landed = import_module("migrations.versions.0010_least_privilege")
+    append = landed.APPEND.split("CREATE FUNCTION signoff_append(", 1)[1]
+    execute_script("CREATE OR REPLACE FUNCTION signoff_append(" + append)
+    execute_script(landed.LOCKS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
