@@ -271,6 +271,30 @@ async def test_consume_inside_a_rolled_back_transaction_uses_nothing(
     assert (await store.consume(approval_id, "task-2")).consumed_by == "task-2"
 
 
+_WAITS_FOR = "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))"
+
+
+async def test_a_consumer_that_waited_for_the_lock_finds_the_decision_used(
+    store: ApprovalStore, db: Database
+) -> None:
+    """The second consumer's statement read the stream before the first one committed, and
+    locked the row after: it reads the stream again, so it finds the decision used rather
+    than a row its (stale) stream does not prove."""
+    approval_id = await ask(store)
+    await store.decide(approval_id, Decision.approve(), "alice")
+    async with db.transaction() as conn:
+        await store.consume(approval_id, "task-1", connection=conn)
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        second = asyncio.create_task(store.consume(approval_id, "task-2"))
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await conn.fetchval(_WAITS_FOR, pid):  # the second consumer waits for us
+            assert asyncio.get_running_loop().time() < deadline, "no consumer waited"
+            await asyncio.sleep(0.01)
+    with pytest.raises(ApprovalAlreadyDecided):
+        await second
+    assert (await store.get(approval_id)).consumed_by == "task-1"
+
+
 async def test_the_approvals_table_equals_its_rebuild_from_the_journal(
     store: ApprovalStore,
 ) -> None:
