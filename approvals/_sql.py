@@ -14,6 +14,18 @@ WHERE run_id = $1 AND call_id = $2 AND args_digest = ANY($3::text[])
 ORDER BY requested_at LIMIT 1
 """
 
+# A new request looks for itself and for a sticky grant of its run and tool in one statement:
+# `r` is empty (all NULL) when the request is new, `grant_id` NULL when no grant holds.
+BY_REQUEST_WITH_GRANT = f"""
+SELECT r.*, g.grant_id AS active_grant FROM (SELECT) AS one
+LEFT JOIN LATERAL ({BY_REQUEST}) AS r ON true
+LEFT JOIN LATERAL (
+    SELECT grant_id FROM approval_grants
+    WHERE run_id = $1 AND tool = $4 AND expires_at > $5
+    ORDER BY expires_at DESC LIMIT 1
+) AS g ON true
+"""
+
 BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"
 
 # Decisions and consumption lock the row: concurrent reviewers and consumers take turns, and the
@@ -39,12 +51,6 @@ WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR run_id = $2)
   AND ($6::text IS NULL OR tool = $6)
 ORDER BY requested_at, approval_id
 LIMIT $3
-"""
-
-ACTIVE_GRANT = """
-SELECT grant_id, granted_by FROM approval_grants
-WHERE run_id = $1 AND tool = $2 AND expires_at > $3
-ORDER BY expires_at DESC LIMIT 1
 """
 
 GRANT = "SELECT signoff_grant($1, $2, $3, $4, $5, $6, $7::json)"

@@ -157,11 +157,15 @@ class ApprovalStore:
         digest = text_digest(self.ring, args_text)
         # The same request may be recorded under an older value-MAC key: look for every form.
         known = value_digests(self.ring, args_text)
-        async with self.db.transaction(connection) as conn:
-            existing = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, known)
-            if existing is not None:
-                return row_to_approval(existing)
+        # No transaction of its own: the row and its events are one statement, and a request
+        # that loses the race to an identical one reads the winner's row afterwards.
+        async with self.db.connection(connection) as conn:
             now = datetime.now(UTC)
+            found = await conn.fetchrow(
+                _sql.BY_REQUEST_WITH_GRANT, run_id, call_id, known, tool, now
+            )
+            if found["approval_id"] is not None:
+                return row_to_approval(found)
             approval_id = f"apr-{uuid.uuid4().hex}"
             expires_at = expiry(policy, now)
             requested = {
@@ -179,9 +183,8 @@ class ApprovalStore:
                 "expires_at": None if expires_at is None else expires_at.isoformat(),
             }
             events = [NewEvent("approval.requested", requested, actor=requested_by)]
-            grant = await conn.fetchrow(_sql.ACTIVE_GRANT, run_id, tool, now)
-            if grant is not None:
-                review = await self._granted(conn, grant["grant_id"], policy, requested_by, now)
+            if found["active_grant"] is not None:
+                review = await self._granted(conn, found["active_grant"], policy, requested_by, now)
                 if review is not None:
                     decided = review.to_json() | {"final": True, "decided_by": [review.reviewer]}
                     events.append(NewEvent("approval.decided", decided, actor=review.reviewer))
