@@ -1,7 +1,7 @@
 """Write functions that cost what the writes did before them: same checks, fewer calls.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-01
 
 What each function checks and writes is 0010's; only how it runs changes:
@@ -9,11 +9,11 @@ What each function checks and writes is 0010's; only how it runs changes:
 - `signoff_append` writes the events itself instead of calling `signoff_write_events`: every
   call of a SECURITY DEFINER function with a pinned `search_path` sets and restores it, and an
   append paid that twice. The body is `signoff_write_events`'s, after `signoff_append`'s own
-  check that projected streams are written only with their rows.
+  check that projected streams (and tokens', 0014) are written only with their rows.
 - The row locks are PL/pgSQL: a SQL function that cannot be inlined (SECURITY DEFINER) is
   planned again on every call, a PL/pgSQL one once per connection.
 
-The downgrade puts 0010's definitions back.
+The downgrade puts back the definitions of 0014 (the append) and 0010 (the locks).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from importlib import import_module
 
 from migrations.sqlscript import execute_script
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0015"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -57,9 +57,9 @@ DECLARE
     positions bigint[] := '{{}}';
     pos bigint;
 BEGIN
-    -- Streams that are a projection's (or a grant's) are written only with their rows, by the
-    -- commit functions, so a row never falls behind its stream.
-    IF p_stream ~ '^(approval|call|reviewer|grant):' AND NOT is_owner THEN
+    -- Streams that are a projection's (or a grant's, or a token's) are written only with their
+    -- rows, so a row never falls behind its stream.
+    IF p_stream ~ '^(approval|call|reviewer|grant|token):' AND NOT is_owner THEN
         RAISE EXCEPTION '% events are written with their rows, not appended alone', p_stream
             USING ERRCODE = 'SG401',
                   DETAIL = json_build_object('login', session_user::text, 'type',
@@ -165,8 +165,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # 0010's own text (CREATE OR REPLACE keeps the grants): its append calls the write function.
+    # The texts they replace (CREATE OR REPLACE keeps the grants): 0014's append calls the
+    # write function, 0010's locks are SQL.
+    tokens = import_module("migrations.versions.0014_api_tokens")
+    execute_script(tokens._append_function().replace(tokens._GUARDED, tokens._GUARDED_WITH_TOKENS))
     landed = import_module("migrations.versions.0010_least_privilege")
-    append = landed.APPEND.split("CREATE FUNCTION signoff_append(", 1)[1]
-    execute_script("CREATE OR REPLACE FUNCTION signoff_append(" + append)
     execute_script(landed.LOCKS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
