@@ -17,6 +17,7 @@ import json
 from typing import Any, ClassVar
 
 __all__ = [
+    "AppendInSavepoint",
     "AppendOnlyViolation",
     "CallStateError",
     "CallTampered",
@@ -248,9 +249,8 @@ class EventNotPermitted(PermissionDenied, code="SG401"):
         )
 
 
-class RowOutOfStep(DatabaseError, code="SG422"):
-    """A projection row was not what its events make it (a status, a decider or a consumer
-    changed without the event that says so, or a row outside its stream); nothing was written."""
+class _StreamRefused(DatabaseError):
+    """A write the database refused for one stream, named in DETAIL's `stream_id`."""
 
     def __init__(self, message: str, *, stream_id: str | None) -> None:
         super().__init__(message)
@@ -262,6 +262,17 @@ class RowOutOfStep(DatabaseError, code="SG422"):
         return cls(
             _described(error, sqlstate), stream_id=stream if isinstance(stream, str) else None
         )
+
+
+class RowOutOfStep(_StreamRefused, code="SG422"):
+    """A projection row was not what its events make it (a status, a decider or a consumer
+    changed without the event that says so, or a row outside its stream); nothing was written."""
+
+
+class AppendInSavepoint(_StreamRefused, code="SG425"):
+    """Events were appended inside a savepoint (a nested transaction): their rows would carry
+    the savepoint's transaction id, which `ledger verify` cannot tell from a forged one, so the
+    database refuses; append at the transaction's top level. Nothing was written."""
 
 
 class SchemaOutOfDate(SignoffError):

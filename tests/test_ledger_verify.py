@@ -22,6 +22,7 @@ from ledger.audit.integrity import StreamCheck, StreamChecker, check_global_orde
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
 from ledger.canonical import canonical_json, chain_hash, event_bytes
+from ledger.errors import AppendInSavepoint
 from ledger.journal import Event, Journal, NewEvent, Projection
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
@@ -218,3 +219,34 @@ def test_every_projection_is_verified() -> None:
             names = vars(importlib.import_module(module.name))
             found |= {id(v) for v in names.values() if isinstance(v, Projection)}
     assert found == {id(p) for p in PROJECTIONS}
+
+
+async def test_events_are_never_appended_in_a_savepoint_so_verify_stays_intact(
+    db: Database, store: ApprovalStore
+) -> None:
+    """An event inserted in a savepoint carries the savepoint's id as `xmin`, which verify
+    cannot tell from a forged `txid`: it used to be written, and reported for ever. Both the
+    plain append and the write functions behind projected streams refuse it, typed when the
+    connection block ends; the same append at a transaction's top level is written."""
+    journal, stream = Journal(db), f"savepoint-{uuid.uuid4().hex[:8]}"
+    event = NewEvent("thing.happened", {"n": 1}, actor="test")
+    run_id = f"sp-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(AppendInSavepoint) as refused:
+        async with db.transaction() as conn, conn.transaction():  # asyncpg: a savepoint
+            await journal.append(stream, [event], expected_version=0, connection=conn)
+    assert refused.value.stream_id == stream
+    with pytest.raises(AppendInSavepoint):
+        async with db.transaction() as conn, conn.transaction():
+            await store.request(
+                run_id=run_id,
+                tool="refund",
+                args={"amount": 1},
+                call_id="c1",
+                requested_by="agent",
+                connection=conn,
+            )
+    async with db.transaction() as conn:
+        await journal.append(stream, [event], expected_version=0, connection=conn)
+    assert [e.version for e in await journal.read_stream(stream)] == [1]
+    assert await store.find(run_id=run_id) == []
+    assert (await check_global_order(db)).ok

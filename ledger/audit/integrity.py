@@ -138,9 +138,10 @@ async def check_global_order(db: Database) -> OrderReport:
     the transaction that inserted it (whose low 32 bits are the row's `xmin`) and below the next
     id to be handed out (its epoch is not ahead of the server's).
 
-    Signoff appends at a transaction's top level (`Database.transaction` never opens a
-    savepoint): an event appended in a savepoint has the savepoint's id as `xmin`, and is
-    reported like a forged `txid`, since nothing in SQL tells the two apart."""
+    Events are appended at a transaction's top level: the append functions refuse a savepoint
+    (`AppendInSavepoint`, since revision 0015), whose id the row's `xmin` would carry. One
+    written in a savepoint before then is reported like a forged `txid`, since nothing in SQL
+    tells the two apart."""
     async with (
         db.connection() as conn,
         conn.transaction(isolation="repeatable_read", readonly=True),
@@ -168,7 +169,7 @@ def _order_problem(row: Mapping[str, Any], xmax: int) -> str:
     inserted_by = xmax - 1 - ((xmax - 1 - row["xmin"]) % _XID_WRAP)
     return (
         f"txid {txid} is not the transaction that inserted it ({inserted_by}; or it was "
-        "appended in a savepoint): it sits out of the global order"
+        "appended in a savepoint, before revision 0015): it sits out of the global order"
     )
 
 

@@ -13,7 +13,14 @@ What each function checks and writes is 0010's; only how it runs changes:
 - The row locks are PL/pgSQL: a SQL function that cannot be inlined (SECURITY DEFINER) is
   planned again on every call, a PL/pgSQL one once per connection.
 
-The downgrade puts back the definitions of 0014 (the append) and 0010 (the locks).
+And one check more, in `signoff_append` and `signoff_write_events` (which the commit functions
+call): events are appended at a transaction's top level. An event inserted in a savepoint has
+the savepoint's id as its row's `xmin`, not its `txid`'s, and `ledger verify` cannot tell that
+from a forged `txid`, so it would report the event for ever; now the append is refused (SG425)
+and nothing is written.
+
+The downgrade puts back the definitions of 0014 (the append) and 0010 (the locks and the write
+function).
 """
 
 from __future__ import annotations
@@ -159,8 +166,47 @@ $$;
 """
 
 
+_POSITION = "    pos bigint;\n"
+_POSITION_AND_XMIN = "    pos bigint;\n    inserted_xmin xid;\n"
+_RETURNING = "                RETURNING position INTO pos;\n"
+_RETURNING_XMIN = "                RETURNING position, xmin INTO pos, inserted_xmin;\n"
+_INSERTED = "            ELSE\n                positions := positions || pos;\n"
+_INSERTED_AT_TOP_LEVEL = """            ELSE
+                IF inserted_xmin::text::bigint
+                        <> pg_current_xact_id()::text::bigint % 4294967296 THEN
+                    RAISE EXCEPTION 'events are appended at a transaction''s top level, '
+                            'not in a savepoint (stream %)', p_stream
+                        USING ERRCODE = 'SG425',
+                              DETAIL = json_build_object('stream_id', p_stream)::text;
+                END IF;
+                positions := positions || pos;
+"""
+
+
+def _at_top_level(sql: str) -> str:
+    """`sql`'s insert of events refusing to run in a savepoint."""
+    for old, new in (
+        (_POSITION, _POSITION_AND_XMIN),
+        (_RETURNING, _RETURNING_XMIN),
+        (_INSERTED, _INSERTED_AT_TOP_LEVEL),
+    ):
+        if sql.count(old) != 1:
+            raise RuntimeError(f"the append's text changed: {old.strip()!r}")
+        sql = sql.replace(old, new)
+    return sql
+
+
+def _write_function() -> str:
+    """0010's `signoff_write_events` alone, as CREATE OR REPLACE (which keeps its grants)."""
+    text: str = import_module("migrations.versions.0010_least_privilege").APPEND
+    start = text.index("CREATE FUNCTION signoff_write_events(")
+    end = text.index("-- What logins call:")
+    return text[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+
+
 def upgrade() -> None:
-    execute_script(APPEND)
+    execute_script(_at_top_level(APPEND))
+    execute_script(_at_top_level(_write_function()))
     execute_script(LOCKS)
 
 
@@ -171,3 +217,4 @@ def downgrade() -> None:
     execute_script(tokens._append_function().replace(tokens._GUARDED, tokens._GUARDED_WITH_TOKENS))
     landed = import_module("migrations.versions.0010_least_privilege")
     execute_script(landed.LOCKS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+    execute_script(_write_function())
