@@ -28,7 +28,8 @@ examples:
   signoff serve --dev --dev-reviewer alice      development: a one-time token for alice
 
 The service's login needs the role signoff_reviewer, and SIGNOFF_REVIEWER_KEK (or _FILE) must
-be set: it signs decisions. It refuses to start with no active API token unless --dev.
+be set: it signs decisions. It refuses to start with no active API token and no OIDC
+configuration (SIGNOFF_OIDC_ISSUER, _AUDIENCE, _JWKS) unless --dev.
 """
 
 
@@ -37,7 +38,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "serve",
         help="the HTTP API for reviewers and auditors",
         description="Serve the authenticated HTTP API (/v1, OpenAPI at /v1/openapi.json) for "
-        "reviewers and auditors. Callers authenticate with API tokens (signoff tokens create).",
+        "reviewers and auditors. Callers authenticate with API tokens (signoff tokens create) "
+        "or, when SIGNOFF_OIDC_* is set, OIDC / JWT bearer tokens.",
         epilog=_EXAMPLES,
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")

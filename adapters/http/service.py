@@ -9,6 +9,7 @@ KEK (it signs decisions). What is missing is named in one line.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,8 @@ from ledger.keys import KeyRing
 from ledger.store import Database
 from ledger.store.settings import Settings
 
-from .auth import ApiTokenAuthenticator, Authentication, Authenticator
+from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
+from .oidc import JwksUnavailable, OidcVerifier
 
 __all__ = ["MAX_BODY_BYTES", "Service", "ServiceMisconfigured", "open_service"]
 
@@ -41,6 +43,7 @@ class Service:
     store: ApprovalStore
     authentication: Authentication
     max_body_bytes: int = MAX_BODY_BYTES
+    oidc: OidcVerifier | None = None
 
     async def ready(self) -> bool:
         """Whether the database answers."""
@@ -74,13 +77,17 @@ async def open_service(
 
     Args:
         authenticators: makes the service's authenticators from its database (API tokens by
-            default; an OIDC authenticator joins them here).
+            default). With `settings.oidc`, an OIDC authenticator joins them; a JWKS URL is
+            read once here, and when that fails the service starts anyway (its keys are read
+            again on the first token, which is 503 until they can be).
 
     Raises:
         ServiceMisconfigured: no reviewer KEK, or a login without `signoff_reviewer`.
+        ConfigurationError: a JWKS file that cannot be used.
         DatabaseUnavailable, SchemaOutOfDate, KekMissing, ...: as `Database.from_settings`
             and `KeyRing.open`.
     """
+    verifier = None if settings.oidc is None else OidcVerifier(settings.oidc)
     if settings.reviewer_kek is None:
         raise ServiceMisconfigured(
             "signoff serve signs decisions: set SIGNOFF_REVIEWER_KEK or "
@@ -97,12 +104,19 @@ async def open_service(
                 )
         ring = await KeyRing.open(db, create_missing=False)
         ring.require_decision_signer()
+        found = list(authenticators(db))
+        if verifier is not None:
+            if verifier.keys_held == 0:
+                with contextlib.suppress(JwksUnavailable):  # logged by the verifier
+                    await verifier.refresh()
+            found.append(OidcAuthenticator(verifier, db))
         store = ApprovalStore(db, ring)
         return Service(
             db=db,
             store=store,
-            authentication=Authentication(authenticators(db)),
+            authentication=Authentication(found),
             max_body_bytes=max_body_bytes,
+            oidc=verifier,
         )
     except BaseException:
         await db.close()
