@@ -110,6 +110,16 @@ async def listed(api: Api, headers: dict[str, str]) -> set[str]:
     return {a["approval_id"] for a in response.json()["approvals"]}
 
 
+async def approving(api: Api, approval_id: str, headers: dict[str, str]) -> int:
+    """The status an approve by `headers`' caller gets."""
+    response = await api.client.post(
+        f"/v1/approvals/{approval_id}/decision",
+        headers={**headers, "Idempotency-Key": uuid.uuid4().hex},
+        json={"decision": "approve"},
+    )
+    return response.status_code
+
+
 async def test_a_valid_jwt_lists_what_its_reviewer_may_decide(
     api: Api, signer: Signer, store: ApprovalStore
 ) -> None:
@@ -154,12 +164,7 @@ async def test_policy_groups_come_from_the_directory_never_from_the_token(
     assert approval_id not in await listed(api, claiming)
     shown = await api.client.get(f"/v1/approvals/{approval_id}", headers=claiming)
     assert shown.status_code == 403
-    decided = await api.client.post(
-        f"/v1/approvals/{approval_id}/decision",
-        headers=claiming,
-        json={"decision": "approve", "request_id": uuid.uuid4().hex},
-    )
-    assert decided.status_code == 403, decided.text
+    assert await approving(api, approval_id, claiming) == 403
 
 
 async def test_the_auditor_group_reads_and_never_decides(
@@ -169,12 +174,7 @@ async def test_the_auditor_group_reads_and_never_decides(
     auditor = bearer(signer.token(sub=unique("aud"), groups=["auditors"]))
     shown = await api.client.get(f"/v1/approvals/{approval_id}", headers=auditor)
     assert shown.status_code == 200
-    refused = await api.client.post(
-        f"/v1/approvals/{approval_id}/decision",
-        headers=auditor,
-        json={"decision": "approve", "request_id": uuid.uuid4().hex},
-    )
-    assert refused.status_code == 403
+    assert await approving(api, approval_id, auditor) == 403
 
 
 def closed_port() -> int:
