@@ -33,6 +33,7 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
 from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli, start_program
+from .support.http import token_for, unique
 
 
 @dataclass
@@ -57,15 +58,6 @@ async def api(database_url: str, ring: KeyRing) -> AsyncIterator[Api]:
                 yield Api(client, url, port)
         finally:
             await service.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-async def token_for(db: Database, reviewer: str, scope: str = "reviewer") -> dict[str, str]:
-    created = await ApiTokens(db).create(reviewer, scope=scope, by="admin")
-    return {"Authorization": f"Bearer {created.token}"}
 
 
 @dataclass
@@ -124,7 +116,7 @@ async def test_the_openapi_document_is_served_under_v1(api: Api) -> None:
     response = await api.client.get("/v1/openapi.json")
     assert response.status_code == 200
     paths = response.json()["paths"]
-    assert {"/v1/approvals", "/v1/approvals/{approval_id}"} <= set(paths)
+    assert {"/v1/approvals", "/v1/approvals/{approval_id}", "/v1/approvals/events"} <= set(paths)
     assert "post" in paths["/v1/approvals/{approval_id}/decision"]
 
 

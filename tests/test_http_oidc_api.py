@@ -19,13 +19,14 @@ import pytest
 
 from adapters.http.server import running
 from adapters.http.service import open_service
-from approvals import ApiTokens, ApprovalPolicy, ApprovalStore, ReviewerDirectory
+from approvals import ApiTokens, ApprovalStore, ReviewerDirectory
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import OidcSettings, Settings
 
 from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
+from .support.http import ask, bearer, unique
 from .test_http_oidc import AUDIENCE, ISSUER, Signer, jwks
 
 GUARD = 60  # seconds before a stuck step fails instead of hanging; nothing here is timed
@@ -82,26 +83,6 @@ async def serving(database_url: str, oidc: OidcSettings) -> AsyncIterator[Api]:
 async def api(database_url: str, ring: KeyRing, jwks_file: Path) -> AsyncIterator[Api]:
     async for served in serving(database_url, oidc_settings(str(jwks_file))):
         yield served
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def ask(store: ApprovalStore, *approvers: str) -> str:
-    approval = await store.request(
-        run_id=unique("oidc"),
-        tool="refund",
-        args={"amount": 120},
-        call_id="c1",
-        requested_by="support-agent",
-        policy=ApprovalPolicy(approvers=frozenset(approvers)),
-    )
-    return approval.approval_id
 
 
 async def listed(api: Api, headers: dict[str, str]) -> set[str]:

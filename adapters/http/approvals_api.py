@@ -38,7 +38,7 @@ from .errors import ApiError
 from .service import Service
 from .shapes import approval_document, decision_from_body
 
-__all__ = ["IDEMPOTENCY_HEADER", "request_id_of", "router"]
+__all__ = ["IDEMPOTENCY_HEADER", "Caller", "may_see", "request_id_of", "router", "service_of"]
 
 log = get_logger(__name__)
 
@@ -96,7 +96,9 @@ def request_id_of(header: str | None, body: dict[str, Any]) -> tuple[str, dict[s
     return value, rest
 
 
-def _may_see(identity: Identity, approval: Approval) -> bool:
+def may_see(identity: Identity, approval: Approval) -> bool:
+    """Whether `identity` may see `approval`: an auditor every one, a reviewer those whose
+    policy admits it."""
     if not identity.may_decide:  # an auditor reads every approval
         return True
     return Reviewer(identity.reviewer, identity.groups).matches(approval.policy.approvers)
@@ -127,7 +129,7 @@ async def _visible(service: Service, identity: Identity, approval_id: str) -> Ap
         approval = await service.store.get(approval_id)
     except (UnknownApproval, InvalidApprovalRequest) as e:
         raise ApiError(404, "not_found", f"no approval {approval_id}") from e
-    if not _may_see(identity, approval):
+    if not may_see(identity, approval):
         raise ApiError(403, "forbidden", "this approval's policy does not admit you")
     return approval
 

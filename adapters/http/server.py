@@ -129,6 +129,8 @@ def _server(service: Service, host: str, port: int) -> uvicorn.Server:
         lifespan="off",
         server_header=False,
         proxy_headers=False,
+        # Event streams never end by themselves: cut them when stopping (clients reconnect).
+        timeout_graceful_shutdown=5,
     )
     return uvicorn.Server(config)
 

@@ -1,6 +1,6 @@
-"""What one `signoff serve` process holds: its database, the reviewer side's approval store and
-its authenticators. Nothing here is state another replica needs: every answer comes from the
-database.
+"""What one `signoff serve` process holds: its database, the reviewer side's approval store, its
+authenticators and its feed of approval changes (one LISTEN connection for all its streams).
+Nothing here is state another replica needs: every answer comes from the database.
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
@@ -20,12 +20,26 @@ from ledger.store import Database
 from ledger.store.settings import Settings
 
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
+from .live import ApprovalFeed
 from .oidc import JwksUnavailable, OidcVerifier
 
-__all__ = ["MAX_BODY_BYTES", "Service", "ServiceMisconfigured", "open_service"]
+__all__ = [
+    "KEEPALIVE_SECONDS",
+    "MAX_BODY_BYTES",
+    "STREAM_SECONDS",
+    "Service",
+    "ServiceMisconfigured",
+    "open_service",
+]
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body the service reads (a decision with edited arguments fits well)."""
+
+KEEPALIVE_SECONDS = 15.0
+"""An event stream idle this long gets a comment, so that proxies keep it open."""
+STREAM_SECONDS = 300.0
+"""An event stream ends after this long; the client reconnects (`Last-Event-ID`) and is
+authenticated again, so a revoked or expired token stops streaming within this time."""
 
 _ROLE = "signoff_reviewer"
 _HAS_ROLE = "SELECT pg_has_role(session_user, $1, 'MEMBER')"
@@ -42,8 +56,11 @@ class Service:
     db: Database
     store: ApprovalStore
     authentication: Authentication
+    feed: ApprovalFeed
     max_body_bytes: int = MAX_BODY_BYTES
     oidc: OidcVerifier | None = None
+    keepalive_seconds: float = KEEPALIVE_SECONDS
+    stream_seconds: float = STREAM_SECONDS
 
     async def ready(self) -> bool:
         """Whether the database answers."""
@@ -54,6 +71,7 @@ class Service:
             return False
 
     async def close(self) -> None:
+        await self.feed.close()
         await self.store.close()
         await self.db.close()
 
@@ -115,6 +133,7 @@ async def open_service(
             db=db,
             store=store,
             authentication=Authentication(found),
+            feed=ApprovalFeed(db),
             max_body_bytes=max_body_bytes,
             oidc=verifier,
         )
