@@ -200,11 +200,12 @@ async def test_serve_starts_with_oidc_and_no_api_token(
         line = await asyncio.wait_for(process.stdout.readline(), GUARD)
         assert line, "the service exited before it listened"
         started = json.loads(line)
-        assert started["active_tokens"] == 0
+        assert started["active_tokens"] == 0 and started["oidc_issuer"] == ISSUER
         async with httpx.AsyncClient(base_url=started["url"], timeout=GUARD) as client:
             ok = await client.get("/v1/approvals", headers=bearer(signer.token()))
             assert ok.status_code == 200, ok.text
             assert (await client.get("/v1/approvals")).status_code == 401
     finally:
         process.terminate()
-        await process.communicate()
+        _, stderr = await process.communicate()
+    assert f"OIDC tokens of {ISSUER}" in stderr.decode()

@@ -62,8 +62,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     serve.add_argument(
         "--json",
         action="store_true",
-        help="once listening, print where (url, login, tokens; the --dev token) as one JSON "
-        "line on stdout",
+        help="once listening, print where (url, login, tokens, OIDC issuer; the --dev token) "
+        "as one JSON line on stdout",
     )
     serve.set_defaults(run=_run)
 
@@ -81,6 +81,7 @@ def _announce(started: Started, as_json: bool) -> None:
             "url": started.url,
             "login": started.login,
             "active_tokens": started.active_tokens,
+            "oidc_issuer": started.oidc_issuer,
             "dev_reviewer": started.dev_reviewer,
             "dev_token": started.dev_token,
         }
@@ -89,6 +90,7 @@ def _announce(started: Started, as_json: bool) -> None:
         f"signoff serve: listening on {started.url} (API under /v1, OpenAPI at "
         f"{started.url}/v1/openapi.json); database login {safe(started.login)}, "
         f"{started.active_tokens} active API token(s)"
+        + ("" if started.oidc_issuer is None else f", OIDC tokens of {safe(started.oidc_issuer)}")
     ]
     if started.dev_token is not None:
         lines += [

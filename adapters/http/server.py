@@ -74,6 +74,7 @@ class Started:
     url: str
     login: str
     active_tokens: int
+    oidc_issuer: str | None = None
     dev_token: str | None = None
     dev_reviewer: str | None = None
 
@@ -195,6 +196,7 @@ async def serve(
                     url=f"http://{shown}:{_bound_port(server)}",
                     login=await _login(service),
                     active_tokens=active,
+                    oidc_issuer=None if service.oidc is None else service.oidc.settings.issuer,
                     dev_token=None if dev is None else dev.token,
                     dev_reviewer=None if dev is None else dev.reviewer,
                 )
