@@ -23,6 +23,7 @@ from approvals import (
     ApprovalPolicy,
     ApprovalStatus,
     ApprovalStore,
+    DecisionKind,
     ReviewerDirectory,
 )
 from ledger.journal import Journal
@@ -32,6 +33,7 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
 from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli, start_program
+from .support.http import token_for, unique
 
 
 @dataclass
@@ -58,15 +60,6 @@ async def api(database_url: str, ring: KeyRing) -> AsyncIterator[Api]:
             await service.close()
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-async def token_for(db: Database, reviewer: str, scope: str = "reviewer") -> dict[str, str]:
-    created = await ApiTokens(db).create(reviewer, scope=scope, by="admin")
-    return {"Authorization": f"Bearer {created.token}"}
-
-
 @dataclass
 class Case:
     """One approval for a group of its own, a reviewer in it and one outside it."""
@@ -77,7 +70,13 @@ class Case:
     run_id: str
 
 
-async def a_case(db: Database, store: ApprovalStore, *, quorum: int = 1) -> Case:
+async def a_case(
+    db: Database,
+    store: ApprovalStore,
+    *,
+    quorum: int = 1,
+    allowed: frozenset[DecisionKind] = frozenset(DecisionKind),
+) -> Case:
     group, member, outsider = unique("leads"), unique("ann"), unique("bob")
     directory = ReviewerDirectory(db)
     await directory.add(member, [group], by="admin")
@@ -89,7 +88,11 @@ async def a_case(db: Database, store: ApprovalStore, *, quorum: int = 1) -> Case
         args={"amount": 120},
         call_id="c1",
         requested_by="support-agent",
-        policy=ApprovalPolicy(approvers=frozenset({f"group:{group}"}), quorum=quorum),
+        policy=ApprovalPolicy(
+            approvers=frozenset({f"group:{group}"}),
+            quorum=quorum,
+            allowed=allowed,
+        ),
     )
     return Case(approval, await token_for(db, member), await token_for(db, outsider), run_id)
 
@@ -113,7 +116,7 @@ async def test_the_openapi_document_is_served_under_v1(api: Api) -> None:
     response = await api.client.get("/v1/openapi.json")
     assert response.status_code == 200
     paths = response.json()["paths"]
-    assert {"/v1/approvals", "/v1/approvals/{approval_id}"} <= set(paths)
+    assert {"/v1/approvals", "/v1/approvals/{approval_id}", "/v1/approvals/events"} <= set(paths)
     assert "post" in paths["/v1/approvals/{approval_id}/decision"]
 
 
@@ -243,8 +246,12 @@ async def test_malformed_decisions_are_422_and_record_nothing(
         decision("maybe"),
         decision("edit"),
         decision("edit", args=[1]),
-        decision("approve", reason="fine"),
         decision("approve", by="someone-else"),
+        decision("approve", request_id=""),
+        decision("approve", request_id=7),
+        decision("respond"),
+        {**decision(), "type": "approve"},  # ours and HITL at once
+        {"type": "accept", "args": None, "request_id": "r" * 201},
     ):
         response = await api.client.post(url, headers=case.member, json=body)
         assert response.status_code == 422, (body, response.text)
@@ -252,7 +259,74 @@ async def test_malformed_decisions_are_422_and_record_nothing(
         url, headers={**case.member, "Content-Type": "application/json"}, content=b"{"
     )
     assert bad_json.status_code == 422
+    # Not an object (422); nested too deep for the JSON reader (400, the framework's answer).
+    for content, status in ((b'["approve"]', 422), (b"[" * 30_000 + b"]" * 30_000, 400)):
+        not_object = await api.client.post(
+            url, headers={**case.member, "Content-Type": "application/json"}, content=content
+        )
+        assert not_object.status_code == status, not_object.text
+    differ = await api.client.post(
+        url, headers={**case.member, "Idempotency-Key": "a"}, json=decision(request_id="b")
+    )
+    assert differ.status_code == 422 and "differ" in differ.json()["message"]
     assert await decided_events(journal, case.approval.approval_id) == []
+
+
+async def test_a_hitl_decision_and_an_agent_inbox_response_decide_over_http(
+    api: Api, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    hitl, inbox = await a_case(db, store), await a_case(db, store)
+    edited = {"amount": 60}
+    response = await api.client.post(
+        f"/v1/approvals/{hitl.approval.approval_id}/decision",
+        headers={**hitl.member, "Idempotency-Key": "hitl-1"},
+        json={"type": "edit", "edited_action": {"name": "refund", "args": edited}},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "edited"
+    decided = await store.get(hitl.approval.approval_id, reveal=True)
+    assert decided.decision is not None and decided.decision.args == edited
+    (event,) = await decided_events(journal, hitl.approval.approval_id)
+    assert event.data["request_id"] == "hitl-1"
+
+    url = f"/v1/approvals/{inbox.approval.approval_id}/decision"
+    human_response = {"type": "ignore", "args": None}
+    headers = {**inbox.member, "Idempotency-Key": uuid.uuid4().hex}
+    first = await api.client.post(url, headers=headers, json=human_response)
+    assert first.status_code == 200, first.text
+    assert first.json()["status"] == "rejected"
+    again = await api.client.post(url, headers=headers, json=human_response)  # a retry
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+    assert len(await decided_events(journal, inbox.approval.approval_id)) == 1
+
+
+async def test_an_approval_carries_its_hitl_and_agent_inbox_shapes_without_arguments(
+    api: Api, db: Database, store: ApprovalStore
+) -> None:
+    case = await a_case(db, store)
+    shown = (
+        await api.client.get(f"/v1/approvals/{case.approval.approval_id}", headers=case.member)
+    ).json()
+    listed = (await api.client.get("/v1/approvals", headers=case.member)).json()["approvals"]
+    assert shown in listed
+    assert shown["allowed_decisions"] == ["approve", "reject", "edit", "respond"]
+    (action,) = shown["hitl"]["action_requests"]
+    assert action["name"] == "refund" and action["args"] is None
+    assert shown["agent_inbox"]["action_request"] == {"action": "refund", "args": None}
+    assert shown["agent_inbox"]["config"]["allow_accept"] is True
+    assert "args" not in shown and "120" not in json.dumps(shown)
+
+
+async def test_a_decision_the_policy_does_not_allow_is_403_and_records_nothing(
+    api: Api, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    case = await a_case(db, store, allowed=frozenset({DecisionKind.APPROVE}))
+    approval = case.approval
+    url = f"/v1/approvals/{approval.approval_id}/decision"
+    for body in (decision("reject"), {"type": "response", "args": "no", "request_id": "x"}):
+        refused = await api.client.post(url, headers=case.member, json=body)
+        assert refused.status_code == 403, refused.text
+    assert await decided_events(journal, approval.approval_id) == []
 
 
 async def test_an_oversized_body_is_413(api: Api, db: Database, store: ApprovalStore) -> None:

@@ -28,7 +28,8 @@ examples:
   signoff serve --dev --dev-reviewer alice      development: a one-time token for alice
 
 The service's login needs the role signoff_reviewer, and SIGNOFF_REVIEWER_KEK (or _FILE) must
-be set: it signs decisions. It refuses to start with no active API token unless --dev.
+be set: it signs decisions. It refuses to start with no active API token and no OIDC
+configuration (SIGNOFF_OIDC_ISSUER, _AUDIENCE, _JWKS) unless --dev.
 """
 
 
@@ -37,7 +38,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "serve",
         help="the HTTP API for reviewers and auditors",
         description="Serve the authenticated HTTP API (/v1, OpenAPI at /v1/openapi.json) for "
-        "reviewers and auditors. Callers authenticate with API tokens (signoff tokens create).",
+        "reviewers and auditors. Callers authenticate with API tokens (signoff tokens create) "
+        "or, when SIGNOFF_OIDC_* is set, OIDC / JWT bearer tokens.",
         epilog=_EXAMPLES,
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
@@ -60,8 +62,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     serve.add_argument(
         "--json",
         action="store_true",
-        help="once listening, print where (url, login, tokens; the --dev token) as one JSON "
-        "line on stdout",
+        help="once listening, print where (url, login, tokens, OIDC issuer; the --dev token) "
+        "as one JSON line on stdout",
     )
     serve.set_defaults(run=_run)
 
@@ -79,6 +81,7 @@ def _announce(started: Started, as_json: bool) -> None:
             "url": started.url,
             "login": started.login,
             "active_tokens": started.active_tokens,
+            "oidc_issuer": started.oidc_issuer,
             "dev_reviewer": started.dev_reviewer,
             "dev_token": started.dev_token,
         }
@@ -87,6 +90,7 @@ def _announce(started: Started, as_json: bool) -> None:
         f"signoff serve: listening on {started.url} (API under /v1, OpenAPI at "
         f"{started.url}/v1/openapi.json); database login {safe(started.login)}, "
         f"{started.active_tokens} active API token(s)"
+        + ("" if started.oidc_issuer is None else f", OIDC tokens of {safe(started.oidc_issuer)}")
     ]
     if started.dev_token is not None:
         lines += [

@@ -1,6 +1,7 @@
 """The ASGI application of `signoff serve`: `create_app(service)`.
 
-- `/v1/...`: the versioned API, bearer-authenticated (no anonymous access: 401 with a
+- `/v1/...`: the versioned API (`approvals_api`, and `events_api` for its live stream),
+  bearer-authenticated (no anonymous access: 401 with a
   `WWW-Authenticate: Bearer` challenge); its OpenAPI document at `/v1/openapi.json`.
 - `/healthz` (the process answers) and `/readyz` (the database answers), unauthenticated, for
   load balancers and orchestrators; they reveal nothing else.
@@ -20,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger import __version__
 from ledger.log import get_logger
 
-from . import approvals_api
+from . import approvals_api, events_api
 from .errors import install_error_handlers, problem
 from .service import Service
 
@@ -118,6 +119,7 @@ def create_app(service: Service) -> FastAPI:
     )
     app.state.service = service
     install_error_handlers(app)
+    app.include_router(events_api.router)  # before /v1/approvals/{approval_id} matches it
     app.include_router(approvals_api.router)
 
     @app.get("/healthz", include_in_schema=False)

@@ -3,11 +3,12 @@
 A reviewer sees only the approvals whose policy admits it (approvers, the directory's groups);
 an auditor sees every one and decides none. A decision is made as the authenticated identity,
 never a name in the body, and the store checks the policy again in the deciding transaction:
-a refusal records nothing. `request_id` makes a decision idempotent: it is recorded with the
-decision, so a retry through any replica finds the first answer.
+a refusal records nothing. A client's request id (`Idempotency-Key`, or `request_id` in the
+body) makes a decision idempotent: it is recorded with the decision, so a retry through any
+replica finds the first answer.
 
-The decision body is parsed by `decision_of` alone, so other shapes (LangChain HITL decisions,
-Agent Inbox responses) can be accepted beside it by replacing that one function.
+Approvals are shown as `shapes.approval_document` (ours, HITL's and Agent Inbox's; no
+arguments), and a decide body is read by `shapes.decision_from_body` (any of the three).
 """
 
 from __future__ import annotations
@@ -16,17 +17,14 @@ import base64
 import binascii
 import json
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 
 from approvals import (
     Approval,
     ApprovalAlreadyDecided,
     ApprovalExpired,
-    Decision,
-    DecisionKind,
     DecisionNotAllowed,
     Identity,
     InvalidApprovalRequest,
@@ -38,8 +36,9 @@ from ledger.log import get_logger
 
 from .errors import ApiError
 from .service import Service
+from .shapes import approval_document, decision_from_body
 
-__all__ = ["DecisionBody", "approval_json", "decision_of", "router"]
+__all__ = ["IDEMPOTENCY_HEADER", "Caller", "may_see", "request_id_of", "router", "service_of"]
 
 log = get_logger(__name__)
 
@@ -62,80 +61,44 @@ async def identity_of(request: Request) -> Identity:
 Caller = Annotated[Identity, Depends(identity_of)]
 
 
-class DecisionBody(BaseModel):
-    """Signoff's own decision body."""
+MAX_REQUEST_ID = 200
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
-    model_config = ConfigDict(extra="forbid")
+_BODY_DESCRIPTION = """A decision in any of three shapes (`adapters.http.shapes`):
+ours, `{"decision": "approve"|"reject"|"edit"|"respond", "args"?, "reason"?, "message"?}`;
+a LangChain HITL decision, `{"type": "approve"|"reject"|"edit"|"respond", ...}` (also as
+`{"decisions": [one]}`); or an Agent Inbox `HumanResponse`,
+`{"type": "accept"|"ignore"|"response"|"edit", "args"}`. The client's request id goes in the
+`Idempotency-Key` header, or as `request_id` beside any of them."""
 
-    decision: Literal["approve", "reject", "edit", "respond"]
-    request_id: str = Field(min_length=1, max_length=200)
-    args: dict[str, Any] | None = None
-    reason: str | None = None
-    message: str | None = None
 
-
-def decision_of(body: DecisionBody) -> Decision:
-    """The store's `Decision` for a body.
+def request_id_of(header: str | None, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The client's request id (the `Idempotency-Key` header's value, or the body's
+    `request_id`), and the body without it: the decision's shapes know no such field.
 
     Raises:
-        ApiError: 422, fields that do not go with the decision.
+        ApiError: 422, none, both and different, or not 1 to 200 characters of text.
     """
-    kind = DecisionKind(body.decision)
-    extra = {
-        "args": body.args is not None and kind is not DecisionKind.EDIT,
-        "message": body.message is not None and kind is not DecisionKind.RESPOND,
-        "reason": body.reason is not None and kind is not DecisionKind.REJECT,
-    }
-    if wrong := [name for name, bad in extra.items() if bad]:
-        raise ApiError(422, "invalid", f"{', '.join(wrong)} do not go with {kind}")
-    if kind is DecisionKind.EDIT:
-        if body.args is None:
-            raise ApiError(422, "invalid", "an edit needs args (a JSON object)")
-        return Decision.edit(body.args)
-    if kind is DecisionKind.RESPOND:
-        if body.message is None:
-            raise ApiError(422, "invalid", "a respond needs a message")
-        return Decision.respond(body.message)
-    if kind is DecisionKind.REJECT:
-        return Decision.reject(body.reason)
-    return Decision.approve()
+    field = body.get("request_id")
+    rest = {k: v for k, v in body.items() if k != "request_id"}
+    if header is not None and field is not None and header != field:
+        raise ApiError(422, "invalid", f"{IDEMPOTENCY_HEADER} and request_id differ")
+    value = header if header is not None else field
+    if value is None:
+        raise ApiError(
+            422,
+            "invalid",
+            f"a decision needs a client request id: an {IDEMPOTENCY_HEADER} header or a "
+            "request_id field",
+        )
+    if not isinstance(value, str) or not 1 <= len(value.strip()) <= MAX_REQUEST_ID:
+        raise ApiError(422, "invalid", f"a request id is 1 to {MAX_REQUEST_ID} characters of text")
+    return value, rest
 
 
-def _when(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def approval_json(approval: Approval) -> dict[str, Any]:
-    """An approval as the API shows it: no arguments, no sealed values, no signatures."""
-    return {
-        "approval_id": approval.approval_id,
-        "run_id": approval.run_id,
-        "thread_id": approval.thread_id,
-        "tool": approval.tool,
-        "kind": approval.kind,
-        "call_id": approval.call_id,
-        "status": str(approval.status),
-        "requested_by": approval.requested_by,
-        "requested_at": _when(approval.requested_at),
-        "expires_at": _when(approval.expires_at),
-        "policy": approval.policy.to_json(),
-        "votes": [
-            {
-                "reviewer": r.reviewer,
-                "decision": str(r.decision),
-                "at": _when(r.at),
-                "groups": list(r.groups or ()),
-            }
-            for r in approval.reviews
-        ],
-        "decided_by": list(approval.decided_by),
-        "decided_at": _when(approval.decided_at),
-        "consumed": approval.consumed,
-        "version": approval.version,
-    }
-
-
-def _may_see(identity: Identity, approval: Approval) -> bool:
+def may_see(identity: Identity, approval: Approval) -> bool:
+    """Whether `identity` may see `approval`: an auditor every one, a reviewer those whose
+    policy admits it."""
     if not identity.may_decide:  # an auditor reads every approval
         return True
     return Reviewer(identity.reviewer, identity.groups).matches(approval.policy.approvers)
@@ -166,7 +129,7 @@ async def _visible(service: Service, identity: Identity, approval_id: str) -> Ap
         approval = await service.store.get(approval_id)
     except (UnknownApproval, InvalidApprovalRequest) as e:
         raise ApiError(404, "not_found", f"no approval {approval_id}") from e
-    if not _may_see(identity, approval):
+    if not may_see(identity, approval):
         raise ApiError(403, "forbidden", "this approval's policy does not admit you")
     return approval
 
@@ -191,52 +154,65 @@ async def pending(
         )
     except InvalidApprovalRequest as e:
         raise ApiError(422, "invalid", str(e)) from e
-    return {"approvals": [approval_json(a) for a in page], "next_cursor": _cursor_text(after)}
+    documents = [approval_document(a, args=None) for a in page]
+    return {"approvals": documents, "next_cursor": _cursor_text(after)}
 
 
 @router.get("/{approval_id}", summary="One approval, when its policy admits the caller")
 async def one(request: Request, approval_id: str, identity: Caller) -> dict[str, Any]:
-    return approval_json(await _visible(service_of(request), identity, approval_id))
+    return approval_document(await _visible(service_of(request), identity, approval_id), args=None)
 
 
 @router.post(
     "/{approval_id}/decision",
-    summary="Decide an approval as the authenticated reviewer (idempotent by request_id)",
+    summary="Decide an approval as the authenticated reviewer (idempotent by request id)",
 )
 async def decide(
     request: Request,
     response: Response,
     approval_id: str,
-    body: DecisionBody,
+    body: Annotated[dict[str, Any], Body(description=_BODY_DESCRIPTION)],
     identity: Caller,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias=IDEMPOTENCY_HEADER,
+            max_length=MAX_REQUEST_ID,
+            description="The client's request id (else `request_id` in the body)",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     service = service_of(request)
-    bound = log.bind(
-        approval_id=approval_id, reviewer=identity.reviewer, request_id=body.request_id
-    )
+    request_id, body = request_id_of(idempotency_key, body)
+    bound = log.bind(approval_id=approval_id, reviewer=identity.reviewer, request_id=request_id)
     if not identity.may_decide:
         raise ApiError(403, "forbidden", "an auditor's token reads and never decides")
-    decision = decision_of(body)
-    await _visible(service, identity, approval_id)
+    shown = await _visible(service, identity, approval_id)
+    try:
+        decision = decision_from_body(body, shown)
+    except DecisionNotAllowed as e:
+        raise ApiError(403, "forbidden", _reason(e)) from e
+    except InvalidApprovalRequest as e:
+        raise ApiError(422, "invalid", _reason(e)) from e
 
     async def replayed() -> dict[str, Any] | None:
         """The answer to this request if it was recorded before (a retry), else None."""
         earlier = await service.store.decision_of_request(
-            approval_id, identity.reviewer, body.request_id
+            approval_id, identity.reviewer, request_id
         )
         if earlier is None:
             return None
         if earlier is not decision.kind:
-            raise ApiError(409, "conflict", f"request_id {body.request_id!r} was a {earlier}")
+            raise ApiError(409, "conflict", f"request id {request_id!r} was a {earlier}")
         response.headers["Idempotent-Replayed"] = "true"
         bound.info("decision replayed", decision=str(earlier))
-        return approval_json(await service.store.get(approval_id))
+        return approval_document(await service.store.get(approval_id), args=None)
 
     if (answer := await replayed()) is not None:
         return answer
     try:
         approval = await service.store.decide(
-            approval_id, decision, identity.reviewer, request_id=body.request_id
+            approval_id, decision, identity.reviewer, request_id=request_id
         )
     except (ApprovalAlreadyDecided, DecisionNotAllowed) as e:
         if (answer := await replayed()) is not None:  # the same request, racing itself
@@ -254,7 +230,7 @@ async def decide(
     except InvalidApprovalRequest as e:
         raise ApiError(422, "invalid", _reason(e)) from e
     bound.info("decided", decision=str(decision.kind), status=str(approval.status))
-    return approval_json(approval)
+    return approval_document(approval, args=None)
 
 
 def _reason(error: Exception) -> str:

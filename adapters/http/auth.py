@@ -2,9 +2,15 @@
 
 Every request to the API carries `Authorization: Bearer <credential>`. An `Authenticator` says
 whether a credential is its kind (`accepts`) and who it stands for (`authenticate`); the first
-that accepts it decides, and no other is tried. API tokens (`sgf_...`) are checked here; an
-OIDC/JWT authenticator plugs in beside them through the same protocol. A refused credential is
-answered with one message whatever the reason (the reason is logged, never the credential).
+that accepts it decides, and no other is tried. API tokens (`sgf_...`) are checked in the
+database; OIDC / JWT bearer tokens (three dot-separated parts, never `sgf...`) by the
+`OidcVerifier` of `Settings.oidc`. A refused credential is answered with one message whatever
+the reason (the reason is logged, never the credential); a JWKS that cannot be had is 503.
+
+Whichever credential authenticates, a reviewer's groups are the reviewer directory's: a
+token's groups claim grants no policy group (the store reads the directory again when it
+records a decision, so a group only the token names could show an approval that deciding
+then refuses). The claim decides only who is an auditor (`SIGNOFF_OIDC_AUDITOR_GROUP`).
 """
 
 from __future__ import annotations
@@ -14,13 +20,22 @@ from typing import Protocol, runtime_checkable
 
 from fastapi import Request
 
-from approvals import ApiTokens, CredentialError, Identity
+from approvals import ApiTokens, CredentialError, Identity, Scope
 from approvals.credentials import PREFIX
+from approvals.reviewers import directory_groups
 from ledger.log import get_logger
+from ledger.store import Database
 
 from .errors import ApiError
+from .oidc import InvalidBearerToken, JwksUnavailable, OidcVerifier
 
-__all__ = ["ApiTokenAuthenticator", "Authentication", "Authenticator", "bearer_credential"]
+__all__ = [
+    "ApiTokenAuthenticator",
+    "Authentication",
+    "Authenticator",
+    "OidcAuthenticator",
+    "bearer_credential",
+]
 
 log = get_logger(__name__)
 
@@ -39,8 +54,9 @@ class Authenticator(Protocol):
         """Who `credential` stands for.
 
         Raises:
-            CredentialError: it authenticates nobody (malformed, unknown, expired, revoked,
-                a bad signature, another audience...).
+            CredentialError, InvalidBearerToken: it authenticates nobody (malformed, unknown,
+                expired, revoked, a bad signature, another audience...).
+            JwksUnavailable: it cannot be checked now (the identity provider's keys).
         """
         ...
 
@@ -56,6 +72,27 @@ class ApiTokenAuthenticator:
 
     async def authenticate(self, credential: str) -> Identity:
         return await self.tokens.authenticate(credential)
+
+
+class OidcAuthenticator:
+    """OIDC / JWT bearer tokens, checked by `verifier`; the reviewer's groups come from the
+    reviewer directory of `db`, never from the token."""
+
+    def __init__(self, verifier: OidcVerifier, db: Database) -> None:
+        self.verifier, self.db = verifier, db
+
+    def accepts(self, credential: str) -> bool:
+        # A JWS in compact form; `sgf...` are Signoff's own (API and development tokens).
+        return not credential.startswith(PREFIX) and credential.count(".") == 2
+
+    async def authenticate(self, credential: str) -> Identity:
+        verified = await self.verifier.verify(credential)
+        scope = Scope(verified.scope)
+        groups = None
+        if scope is Scope.REVIEWER:
+            async with self.db.connection() as conn:
+                groups = await directory_groups(conn, verified.reviewer)
+        return Identity(verified.reviewer, scope, groups or frozenset(), "oidc")
 
 
 def bearer_credential(request: Request) -> str:
@@ -92,15 +129,26 @@ class Authentication:
         """The caller of `request`.
 
         Raises:
-            ApiError: 401 (no credential, or one that authenticates nobody).
+            ApiError: 401 (no credential, or one that authenticates nobody); 503 when it
+                cannot be checked now (no JWKS).
         """
         credential = bearer_credential(request)
         for authenticator in self.authenticators:
             if authenticator.accepts(credential):
                 try:
                     return await authenticator.authenticate(credential)
-                except CredentialError as e:
-                    log.info("credential refused", reason=type(e).__name__, problem=str(e))
+                except (CredentialError, InvalidBearerToken) as e:
+                    reason = e.reason if isinstance(e, InvalidBearerToken) else type(e).__name__
+                    log.info("credential refused", reason=reason, problem=str(e))
                     raise unauthenticated(CredentialError.PUBLIC_MESSAGE) from None
+                except JwksUnavailable as e:
+                    log.warning("credential not checked", source=e.source, problem=e.problem)
+                    raise ApiError(
+                        503,
+                        "unavailable",
+                        "bearer tokens cannot be checked now (the identity provider's keys); "
+                        "try again",
+                        headers={"Retry-After": "10"},
+                    ) from None
         log.info("credential refused", reason="no authenticator accepts its form")
         raise unauthenticated(CredentialError.PUBLIC_MESSAGE)

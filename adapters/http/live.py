@@ -101,6 +101,15 @@ class ApprovalFeed:
         await self._listener.start()
         await self._listener.until_connected()
 
+    async def check_since(self, since: int) -> None:
+        """Whether `changes(since=since)` can start: checked before a response is begun.
+
+        Raises:
+            InvalidEvent: `since` is not the position of an event of this journal.
+        """
+        async for _ in self.journal.read_all(after=since, batch_size=1):
+            break
+
     async def position(self) -> int:
         """The journal position now: `changes(since=...)` from it yields what commits later."""
         return await self.journal.last_position()

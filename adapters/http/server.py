@@ -1,10 +1,11 @@
 """Running the service on uvicorn: `serve` (what `signoff serve` runs) and `running` (a server in
 this process on a free port, for tests and the demo).
 
-The service refuses to start with nobody to let in: no active API token (and no other
-authenticator configured), unless in development mode. Development mode (`dev_reviewer`) is for
-one person on one machine: only on a loopback address, it makes a random token that lives in this
-process's memory alone (never stored), for the reviewer named, and says so loudly.
+The service refuses to start with nobody to let in: no active API token and no OIDC
+configuration (nor another authenticator), unless in development mode. Development mode
+(`dev_reviewer`) is for one person on one machine: only on a loopback address, it makes a random
+token that lives in this process's memory alone (never stored), for the reviewer named, and says
+so loudly.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Started:
     url: str
     login: str
     active_tokens: int
+    oidc_issuer: str | None = None
     dev_token: str | None = None
     dev_reviewer: str | None = None
 
@@ -106,10 +108,11 @@ async def _checked_service(
             a for a in service.authentication.authenticators if isinstance(a, ApiTokenAuthenticator)
         )
         active = await tokens.tokens.active_count()
-        if active == 0 and extra is None and dev is None:
+        if active == 0 and extra is None and dev is None and service.oidc is None:
             raise ServiceMisconfigured(
                 "signoff serve has nobody to let in: make an API token as the owner "
-                "(signoff tokens create --reviewer ID), or run with --dev on loopback"
+                "(signoff tokens create --reviewer ID), configure OIDC (SIGNOFF_OIDC_ISSUER, "
+                "_AUDIENCE, _JWKS), or run with --dev on loopback"
             )
     except BaseException:
         await service.close()
@@ -127,6 +130,8 @@ def _server(service: Service, host: str, port: int) -> uvicorn.Server:
         lifespan="off",
         server_header=False,
         proxy_headers=False,
+        # Event streams never end by themselves: cut them when stopping (clients reconnect).
+        timeout_graceful_shutdown=5,
     )
     return uvicorn.Server(config)
 
@@ -171,7 +176,8 @@ async def serve(
 
     Args:
         dev_reviewer: development mode, for this reviewer (loopback only).
-        authenticators: more authenticators beside API tokens (OIDC).
+        authenticators: more authenticators beside API tokens (and OIDC, from
+            `settings.oidc`).
         on_started: told where it listens, once it does.
 
     Raises:
@@ -190,6 +196,7 @@ async def serve(
                     url=f"http://{shown}:{_bound_port(server)}",
                     login=await _login(service),
                     active_tokens=active,
+                    oidc_issuer=None if service.oidc is None else service.oidc.settings.issuer,
                     dev_token=None if dev is None else dev.token,
                     dev_reviewer=None if dev is None else dev.reviewer,
                 )

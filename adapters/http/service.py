@@ -1,6 +1,6 @@
-"""What one `signoff serve` process holds: its database, the reviewer side's approval store and
-its authenticators. Nothing here is state another replica needs: every answer comes from the
-database.
+"""What one `signoff serve` process holds: its database, the reviewer side's approval store, its
+authenticators and its feed of approval changes (one LISTEN connection for all its streams).
+Nothing here is state another replica needs: every answer comes from the database.
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
@@ -9,6 +9,7 @@ KEK (it signs decisions). What is missing is named in one line.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -18,12 +19,27 @@ from ledger.keys import KeyRing
 from ledger.store import Database
 from ledger.store.settings import Settings
 
-from .auth import ApiTokenAuthenticator, Authentication, Authenticator
+from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
+from .live import ApprovalFeed
+from .oidc import JwksUnavailable, OidcVerifier
 
-__all__ = ["MAX_BODY_BYTES", "Service", "ServiceMisconfigured", "open_service"]
+__all__ = [
+    "KEEPALIVE_SECONDS",
+    "MAX_BODY_BYTES",
+    "STREAM_SECONDS",
+    "Service",
+    "ServiceMisconfigured",
+    "open_service",
+]
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body the service reads (a decision with edited arguments fits well)."""
+
+KEEPALIVE_SECONDS = 15.0
+"""An event stream idle this long gets a comment, so that proxies keep it open."""
+STREAM_SECONDS = 300.0
+"""An event stream ends after this long; the client reconnects (`Last-Event-ID`) and is
+authenticated again, so a revoked or expired token stops streaming within this time."""
 
 _ROLE = "signoff_reviewer"
 _HAS_ROLE = "SELECT pg_has_role(session_user, $1, 'MEMBER')"
@@ -40,7 +56,11 @@ class Service:
     db: Database
     store: ApprovalStore
     authentication: Authentication
+    feed: ApprovalFeed
     max_body_bytes: int = MAX_BODY_BYTES
+    oidc: OidcVerifier | None = None
+    keepalive_seconds: float = KEEPALIVE_SECONDS
+    stream_seconds: float = STREAM_SECONDS
 
     async def ready(self) -> bool:
         """Whether the database answers."""
@@ -51,6 +71,7 @@ class Service:
             return False
 
     async def close(self) -> None:
+        await self.feed.close()
         await self.store.close()
         await self.db.close()
 
@@ -74,13 +95,17 @@ async def open_service(
 
     Args:
         authenticators: makes the service's authenticators from its database (API tokens by
-            default; an OIDC authenticator joins them here).
+            default). With `settings.oidc`, an OIDC authenticator joins them; a JWKS URL is
+            read once here, and when that fails the service starts anyway (its keys are read
+            again on the first token, which is 503 until they can be).
 
     Raises:
         ServiceMisconfigured: no reviewer KEK, or a login without `signoff_reviewer`.
+        ConfigurationError: a JWKS file that cannot be used.
         DatabaseUnavailable, SchemaOutOfDate, KekMissing, ...: as `Database.from_settings`
             and `KeyRing.open`.
     """
+    verifier = None if settings.oidc is None else OidcVerifier(settings.oidc)
     if settings.reviewer_kek is None:
         raise ServiceMisconfigured(
             "signoff serve signs decisions: set SIGNOFF_REVIEWER_KEK or "
@@ -97,12 +122,20 @@ async def open_service(
                 )
         ring = await KeyRing.open(db, create_missing=False)
         ring.require_decision_signer()
+        found = list(authenticators(db))
+        if verifier is not None:
+            if verifier.keys_held == 0:
+                with contextlib.suppress(JwksUnavailable):  # logged by the verifier
+                    await verifier.refresh()
+            found.append(OidcAuthenticator(verifier, db))
         store = ApprovalStore(db, ring)
         return Service(
             db=db,
             store=store,
-            authentication=Authentication(authenticators(db)),
+            authentication=Authentication(found),
+            feed=ApprovalFeed(db),
             max_body_bytes=max_body_bytes,
+            oidc=verifier,
         )
     except BaseException:
         await db.close()
