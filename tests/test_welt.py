@@ -748,6 +748,10 @@ async def test_one_stop_with_two_questions_is_answered_and_resumed_at_once(
     events = await collect(welt.reply(fixture("turn_refund")))
     ids = [e["interrupt"]["id"] for e in events]
     assert len(ids) == 2 and all(i.startswith("apr-") for i in ids)
+    # The two questions come in either order (the calls run side by side): call-a's first.
+    by_call = {(await harness.store.get(i)).call_id: i for i in ids}
+    assert sorted(by_call) == ["call-a", "call-b"]
+    ids = [by_call["call-a"], by_call["call-b"]]
 
     payload = addressed(fixture("answer_two_questions"), *ids)  # approve the first, reject
     done = await collect(welt.reply(payload, user_id=SLACK_USER))
