@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import ipaddress
 import json
 import time
 import urllib.error
@@ -41,6 +40,7 @@ from approvals.errors import InvalidReviewerId
 from approvals.identity import group_name, reviewer_id
 from ledger.errors import ConfigurationError, SignoffError
 from ledger.log import get_logger
+from ledger.store.config import is_loopback
 from ledger.store.settings import OidcSettings
 
 __all__ = [
@@ -298,7 +298,7 @@ class OidcVerifier:
 
     def _download(self, url: str) -> bytes:
         handlers: list[urllib.request.BaseHandler] = [_NoRedirects()]
-        if _loopback(urlsplit(url).hostname or ""):  # a proxy in the environment is for others
+        if is_loopback(urlsplit(url).hostname or ""):  # a proxy in the environment is for others
             handlers.append(urllib.request.ProxyHandler({}))
         opener = urllib.request.build_opener(*handlers)
         request = urllib.request.Request(
@@ -466,15 +466,6 @@ def _fits(jwk: Mapping[str, Any], algorithm: str) -> bool:
     if algorithm in _CURVES:
         return kty == "EC" and crv == _CURVES[algorithm]
     return algorithm == "EdDSA" and kty == "OKP" and crv in ("Ed25519", "Ed448")
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -24,25 +23,16 @@ from approvals import Identity, InvalidCredential, Scope
 from approvals.identity import reviewer_id
 from approvals.reviewers import directory_groups
 from ledger.store import Database
+from ledger.store.config import is_loopback
 from ledger.store.settings import Settings
 
 from .app import create_app
 from .auth import ApiTokenAuthenticator, Authenticator
 from .service import Service, ServiceMisconfigured, api_tokens, open_service
 
-__all__ = ["DEV_PREFIX", "DevAuthenticator", "is_loopback", "running", "serve"]
+__all__ = ["DEV_PREFIX", "DevAuthenticator", "running", "serve"]
 
 DEV_PREFIX = "sgfdev_"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` names this machine only (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class DevAuthenticator:

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError
 
-__all__ = ["configured_url", "masked", "normalize_url", "resolve_url", "with_login"]
+__all__ = [
+    "configured_url",
+    "is_loopback",
+    "masked",
+    "normalize_url",
+    "resolve_url",
+    "with_login",
+]
 
 _SCHEMES = {"postgresql", "postgres"}
 
@@ -43,6 +51,17 @@ def normalize_url(url: str) -> str:
     if driver not in ("", "asyncpg", "psycopg", "psycopg2"):
         raise ConfigurationError(f"unsupported driver {driver!r} in database URL")
     return urlunsplit(("postgresql", *parts[1:]))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine only (127.0.0.0/8, ::1 with or without brackets,
+    localhost)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def with_login(url: str, user: str, password: str) -> str:

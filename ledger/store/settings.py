@@ -25,7 +25,6 @@ strings: the HTTP adapter builds its verifier from them.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import pwd
@@ -37,7 +36,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
 from ..keys.kek import LocalKek
-from .config import normalize_url
+from .config import is_loopback, normalize_url
 
 __all__ = ["OIDC_ALGORITHMS", "OidcSettings", "Settings", "embedded_home_from_env"]
 
@@ -358,19 +357,10 @@ def _jwks(value: object) -> str:
         raise _oidc_error("jwks", f"is {value!r}: the URL names no host")
     if parts.username is not None or parts.password is not None:
         raise _oidc_error("jwks", "holds credentials: a JWKS is public, fetched without them")
-    if parts.scheme.lower() == "http" and not _loopback(host):
+    if parts.scheme.lower() == "http" and not is_loopback(host):
         raise _oidc_error(
             "jwks",
             f"is {value!r}: plain http only to a loopback host; whoever can change the keys "
             "in transit can sign any token, so use https://",
         )
     return value
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
