@@ -5,6 +5,7 @@
   `WWW-Authenticate: Bearer` challenge); its OpenAPI document at `/v1/openapi.json`.
 - `/healthz` (the process answers) and `/readyz` (the database answers), unauthenticated, for
   load balancers and orchestrators; they reveal nothing else.
+- `/inbox`: the web inbox (`inbox`), a page over this same API, signed in by a cookie.
 - Request bodies above the service's limit are refused with 413 before they are read whole.
 - Each request is logged once (method, path, status, time, the caller's reviewer id); never a
   header, a token or a body.
@@ -21,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger import __version__
 from ledger.log import get_logger
 
-from . import approvals_api, events_api
+from . import approvals_api, events_api, inbox
 from .errors import install_error_handlers, problem
 from .service import Service
 
@@ -121,6 +122,7 @@ def create_app(service: Service) -> FastAPI:
     install_error_handlers(app)
     app.include_router(events_api.router)  # before /v1/approvals/{approval_id} matches it
     app.include_router(approvals_api.router)
+    app.include_router(inbox.router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
@@ -132,6 +134,7 @@ def create_app(service: Service) -> FastAPI:
             return JSONResponse({"status": "ready"})
         return problem(503, "unavailable", "the database does not answer")
 
+    app.add_middleware(inbox.InboxHeaders)
     app.add_middleware(RequestLog)
     app.add_middleware(BodyLimit, max_bytes=service.max_body_bytes)
     return app

@@ -7,6 +7,12 @@ a refusal records nothing. A client's request id (`Idempotency-Key`, or `request
 body) makes a decision idempotent: it is recorded with the decision, so a retry through any
 replica finds the first answer.
 
+`POST /v1/approvals/{id}/reveal` gives the arguments in clear to a reviewer whose policy admits
+it, and records in the journal (`ledger.revealed` on `reveal:<approval id>`) that this
+identity read them, before they are sent. Auditors read digests and the record, not the
+arguments: revealing is the reviewer role's, with a record, as the command line's
+`approvals show --reveal` is.
+
 Approvals are shown as `shapes.approval_document` (ours, HITL's and Agent Inbox's; no
 arguments), and a decide body is read by `shapes.decision_from_body` (any of the three).
 """
@@ -32,6 +38,7 @@ from approvals import (
     UnknownApproval,
 )
 from approvals.store import PageCursor
+from ledger.audit.queries import record_reveal
 from ledger.log import get_logger
 
 from .errors import ApiError
@@ -161,6 +168,23 @@ async def pending(
 @router.get("/{approval_id}", summary="One approval, when its policy admits the caller")
 async def one(request: Request, approval_id: str, identity: Caller) -> dict[str, Any]:
     return approval_document(await _visible(service_of(request), identity, approval_id), args=None)
+
+
+@router.post(
+    "/{approval_id}/reveal",
+    summary="The approval's arguments in clear, for a reviewer it admits (the reveal is recorded)",
+)
+async def reveal(request: Request, approval_id: str, identity: Caller) -> dict[str, Any]:
+    service = service_of(request)
+    if not identity.may_decide:
+        raise ApiError(403, "forbidden", "an auditor's token reads digests, not arguments")
+    await _visible(service, identity, approval_id)
+    approval = await service.store.get(approval_id, reveal=True)
+    await record_reveal(
+        service.db, f"reveal:{approval_id}", identity.reviewer, approval_id=approval_id
+    )
+    log.info("revealed", approval_id=approval_id, reviewer=identity.reviewer)
+    return approval_document(approval, args=approval.args)
 
 
 @router.post(

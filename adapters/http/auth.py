@@ -1,6 +1,9 @@
 """Who is calling: bearer credentials turned into an `approvals.Identity`.
 
-Every request to the API carries `Authorization: Bearer <credential>`. An `Authenticator` says
+Every request to the API carries `Authorization: Bearer <credential>`, or, from the web inbox,
+the session cookie (`SESSION_COOKIE`, which holds the credential itself) when there is no
+`Authorization` header; an unsafe request (not GET, HEAD or OPTIONS) authenticated by the cookie
+must carry `X-CSRF-Token` (`csrf.CsrfKey`), else it is 403. An `Authenticator` says
 whether a credential is its kind (`accepts`) and who it stands for (`authenticate`); the first
 that accepts it decides, and no other is tried. API tokens (`sgf_...`) are checked in the
 database; OIDC / JWT bearer tokens (three dot-separated parts, never `sgf...`) by the
@@ -26,10 +29,12 @@ from approvals.reviewers import directory_groups
 from ledger.log import get_logger
 from ledger.store import Database
 
+from .csrf import CSRF_HEADER, CsrfKey
 from .errors import ApiError
 from .oidc import InvalidBearerToken, JwksUnavailable, OidcVerifier
 
 __all__ = [
+    "SESSION_COOKIE",
     "ApiTokenAuthenticator",
     "Authentication",
     "Authenticator",
@@ -40,6 +45,8 @@ __all__ = [
 log = get_logger(__name__)
 
 _CHALLENGE = 'Bearer realm="signoff"'
+SESSION_COOKIE = "signoff_session"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @runtime_checkable
@@ -118,21 +125,44 @@ def unauthenticated(message: str, *, error: str | None = "invalid_token") -> Api
 
 class Authentication:
     """The service's authenticators, tried in order; the first that accepts a credential
-    decides."""
+    decides. `csrf` checks the CSRF token of requests authenticated by the session cookie
+    (without it, the cookie is not accepted)."""
 
-    def __init__(self, authenticators: Sequence[Authenticator]) -> None:
+    def __init__(
+        self, authenticators: Sequence[Authenticator], csrf: CsrfKey | None = None
+    ) -> None:
         if not authenticators:
             raise ValueError("the service needs at least one authenticator")
         self.authenticators = tuple(authenticators)
+        self.csrf = csrf
 
     async def identify(self, request: Request) -> Identity:
-        """The caller of `request`.
+        """The caller of `request`: its bearer credential, else its session cookie.
 
         Raises:
-            ApiError: 401 (no credential, or one that authenticates nobody); 503 when it
+            ApiError: 401 (no credential, or one that authenticates nobody); 403 for an unsafe
+                request authenticated by the cookie without its CSRF token; 503 when it
                 cannot be checked now (no JWKS).
         """
-        credential = bearer_credential(request)
+        if "authorization" in request.headers or self.csrf is None:
+            return await self.authenticate(bearer_credential(request))
+        credential = request.cookies.get(SESSION_COOKIE)
+        if not credential:
+            return await self.authenticate(bearer_credential(request))  # the 401 it gives
+        if request.method not in _SAFE_METHODS and not await self.csrf.check(
+            credential, request.headers.get(CSRF_HEADER)
+        ):
+            raise ApiError(
+                403, "forbidden", f"a request signed in by the inbox's cookie needs {CSRF_HEADER}"
+            )
+        return await self.authenticate(credential)
+
+    async def authenticate(self, credential: str) -> Identity:
+        """Who `credential` stands for.
+
+        Raises:
+            ApiError: 401 when it authenticates nobody; 503 when it cannot be checked now.
+        """
         for authenticator in self.authenticators:
             if authenticator.accepts(credential):
                 try:

@@ -20,6 +20,7 @@ from ledger.store import Database
 from ledger.store.settings import Settings
 
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
+from .csrf import CsrfKey
 from .live import ApprovalFeed
 from .oidc import JwksUnavailable, OidcVerifier
 
@@ -132,7 +133,7 @@ async def open_service(
         return Service(
             db=db,
             store=store,
-            authentication=Authentication(found),
+            authentication=Authentication(found, CsrfKey(ring)),
             feed=ApprovalFeed(db),
             max_body_bytes=max_body_bytes,
             oidc=verifier,

@@ -1,0 +1,21 @@
+"""The web inbox of `signoff serve`: one HTML page, one script and one style sheet shipped in
+this package (`static/`), served by the same process; nothing is built or downloaded.
+
+- `GET /inbox` is the page; `GET /inbox/static/{inbox.js,inbox.css}` its two files. Every
+  response of the inbox carries a strict Content-Security-Policy (no inline script or style,
+  nothing from elsewhere), `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
+- `POST /inbox/session` `{"token": ...}` signs in: the token is authenticated like a bearer
+  token (any kind the service accepts) and set as an HttpOnly, SameSite=Strict cookie holding
+  the token itself, so that any replica can check it and no process keeps a session. The
+  answer carries the CSRF token (`csrf.CsrfKey`) that the page sends as `X-CSRF-Token` with
+  every unsafe request. `GET /inbox/session` says who is signed in and gives the CSRF token
+  again (after a reload); `POST /inbox/session/end` (or `DELETE /inbox/session`) signs out.
+- The cookie is `Secure` unless the request is plain http between a browser and the service
+  on one machine (`plain_loopback`): a browser keeps no Secure cookie sent over plain http.
+"""
+
+from __future__ import annotations
+
+from .routes import CONTENT_SECURITY_POLICY, InboxHeaders, plain_loopback, router
+
+__all__ = ["CONTENT_SECURITY_POLICY", "InboxHeaders", "plain_loopback", "router"]

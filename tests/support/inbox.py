@@ -1,0 +1,71 @@
+"""What the inbox's tests share: the service on a free loopback port, its login one that has
+only `signoff_reviewer`, and signing in through `POST /inbox/session`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+
+from adapters.http.server import running
+from adapters.http.service import Service, open_service
+from ledger.keys import LocalKek
+from ledger.store.logins import temporary_login
+from ledger.store.settings import Settings
+from tests.processes import TEST_KEK, TEST_REVIEWER_KEK
+
+
+@dataclass
+class Served:
+    service: Service
+    base_url: str
+    client: httpx.AsyncClient
+
+
+@asynccontextmanager
+async def served(database_url: str) -> AsyncIterator[Served]:
+    """The service on a free loopback port, with a client that keeps no cookies of its own."""
+    async with temporary_login(database_url, "signoff_reviewer") as url:
+        settings = Settings(
+            database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
+        )
+        service = await open_service(settings, pool_size=4)
+        try:
+            async with running(service) as (_, port):
+                base_url = f"http://127.0.0.1:{port}"
+                async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
+                    yield Served(service, base_url, client)
+        finally:
+            await service.close()
+
+
+@dataclass
+class Session:
+    """A signed-in browser's credentials: its cookie header and its CSRF token."""
+
+    cookie: dict[str, str]
+    csrf: str
+    set_cookie: str
+
+    def unsafe(self) -> dict[str, str]:
+        """Headers of an unsafe request as the inbox page sends it."""
+        return {**self.cookie, "X-CSRF-Token": self.csrf}
+
+
+async def sign_in(client: httpx.AsyncClient, token: str, **headers: str) -> Session:
+    """Sign in with `token` as the page does; the client's own cookie jar is left empty."""
+    response = await client.post("/inbox/session", json={"token": token}, headers=headers)
+    assert response.status_code == 200, response.text
+    client.cookies.clear()
+    return Session(
+        {"Cookie": f"signoff_session={token}"},
+        response.json()["csrf_token"],
+        response.headers["set-cookie"],
+    )
+
+
+def token_of(headers: dict[str, str]) -> str:
+    """The token of `support.http.token_for`'s headers."""
+    return headers["Authorization"].removeprefix("Bearer ")

@@ -1,0 +1,216 @@
+"""The web inbox over plain HTTP (no browser): its page and files under a strict CSP, signing
+in with a token into a cookie, CSRF on cookie-authenticated unsafe requests, signing out, and
+`POST /v1/approvals/{id}/reveal` (the arguments in clear, recorded)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from adapters.http.csrf import CsrfKey
+from adapters.http.inbox import CONTENT_SECURITY_POLICY
+from approvals import ApprovalStatus, ApprovalStore, ReviewerDirectory
+from ledger.journal import Journal
+from ledger.keys import KeyRing, LocalKek
+from ledger.store import Database
+
+from .processes import TEST_KEK, TEST_REVIEWER_KEK
+from .support.http import ask, token_for, unique
+from .support.inbox import Served, served, sign_in, token_of
+
+STRICT = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+@pytest.fixture(scope="module")
+async def inbox(database_url: str, ring: KeyRing) -> AsyncIterator[Served]:
+    async with served(database_url) as serving:
+        yield serving
+
+
+def assert_secured(headers: httpx.Headers) -> None:
+    assert headers.get("content-security-policy") == STRICT
+    assert headers.get("x-content-type-options") == "nosniff"
+    assert headers.get("referrer-policy") == "no-referrer"
+
+
+async def test_the_page_and_its_files_are_served_under_a_strict_csp(inbox: Served) -> None:
+    assert CONTENT_SECURITY_POLICY == STRICT
+    page = await inbox.client.get("/inbox")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert_secured(page.headers)
+    html = page.text
+    scripts = re.findall(r"<script\b[^>]*>", html, flags=re.IGNORECASE)
+    assert scripts and all(re.search(r"\bsrc=", s) for s in scripts), scripts
+    assert not re.search(r"<style\b", html, flags=re.IGNORECASE)
+    assert not re.search(r"\sstyle\s*=", html, flags=re.IGNORECASE)
+    assert not re.search(r"\son[a-z]+\s*=", html, flags=re.IGNORECASE)  # no inline handlers
+    assert not re.search(r"(src|href)\s*=\s*\"(https?:)?//", html)  # nothing from elsewhere
+    for name, kind in (("inbox.js", "text/javascript"), ("inbox.css", "text/css")):
+        asset = await inbox.client.get(f"/inbox/static/{name}")
+        assert asset.status_code == 200 and asset.headers["content-type"].startswith(kind)
+        assert_secured(asset.headers)
+    script = (await inbox.client.get("/inbox/static/inbox.js")).text
+    assert "innerHTML" not in script and "eval(" not in script
+    missing = await inbox.client.get("/inbox/static/../app.py")
+    assert missing.status_code == 404
+    assert_secured((await inbox.client.get("/inbox/static/nothing.js")).headers)
+
+
+async def test_signing_in_sets_an_httponly_strict_cookie_holding_the_token(
+    inbox: Served, db: Database
+) -> None:
+    token = token_of(await token_for(db, unique("ann")))
+    refused = await inbox.client.post("/inbox/session", json={"token": token[:-3] + "abc"})
+    assert refused.status_code == 401 and "set-cookie" not in refused.headers
+    assert refused.headers["cache-control"] == "no-store"
+    assert_secured(refused.headers)
+    not_json = await inbox.client.post(
+        "/inbox/session", content=f"token={token}", headers={"Content-Type": "text/plain"}
+    )
+    assert not_json.status_code in (415, 422) and "set-cookie" not in not_json.headers
+
+    response = await inbox.client.post("/inbox/session", json={"token": token})
+    inbox.client.cookies.clear()
+    assert response.status_code == 200, response.text
+    assert response.headers["cache-control"] == "no-store"
+    assert_secured(response.headers)
+    body = response.json()
+    assert body["scope"] == "reviewer" and body["may_decide"] is True
+    cookie = response.headers["set-cookie"]
+    attributes = {a.strip().split("=")[0].lower() for a in cookie.split(";")[1:]}
+    assert cookie.startswith(f"signoff_session={token};")
+    assert {"httponly", "path", "samesite"} <= attributes
+    assert "samesite=strict" in cookie.lower() and "path=/" in cookie.lower()
+    assert "secure" not in attributes  # plain http on loopback: a browser would drop it
+    assert body["csrf_token"] and body["csrf_token"] not in cookie
+
+
+async def test_the_cookie_is_secure_unless_the_browser_is_on_plain_http_on_loopback(
+    inbox: Served, db: Database
+) -> None:
+    token = token_of(await token_for(db, unique("ann")))
+    for headers in ({"Host": "signoff.example.com"}, {"Origin": "https://signoff.example.com"}):
+        session = await sign_in(inbox.client, token, **headers)
+        attributes = {a.strip().lower() for a in session.set_cookie.split(";")[1:]}
+        assert "secure" in attributes, (headers, session.set_cookie)
+
+
+async def test_the_cookie_authenticates_the_api_and_unsafe_requests_need_the_csrf_token(
+    inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    group, member = unique("leads"), unique("ann")
+    await ReviewerDirectory(db).add(member, [group], by="admin")
+    approval_id = await ask(store, f"group:{group}")
+    session = await sign_in(inbox.client, token_of(await token_for(db, member)))
+    someone_else = await sign_in(inbox.client, token_of(await token_for(db, unique("eve"))))
+
+    listed = await inbox.client.get("/v1/approvals", headers=session.cookie)
+    assert listed.status_code == 200
+    assert approval_id in {a["approval_id"] for a in listed.json()["approvals"]}
+
+    url = f"/v1/approvals/{approval_id}/decision"
+    body = {"decision": "approve"}
+    for headers in (
+        session.cookie,
+        {**session.cookie, "X-CSRF-Token": ""},
+        {**session.cookie, "X-CSRF-Token": session.csrf[:-2] + "AA"},
+        {**session.cookie, "X-CSRF-Token": someone_else.csrf},  # another session's
+    ):
+        forged = await inbox.client.post(
+            url, json=body, headers={**headers, "Idempotency-Key": uuid.uuid4().hex}
+        )
+        assert forged.status_code == 403, forged.text
+        assert forged.json()["error"] == "forbidden" and "X-CSRF-Token" in forged.json()["message"]
+    revealed = await inbox.client.post(
+        f"/v1/approvals/{approval_id}/reveal", headers=session.cookie
+    )
+    assert revealed.status_code == 403
+    events = await journal.read_stream(f"approval:{approval_id}")
+    assert [e.type for e in events] == ["approval.requested"]
+    assert await journal.read_stream(f"reveal:{approval_id}") == []
+
+    decided = await inbox.client.post(
+        url, json=body, headers={**session.unsafe(), "Idempotency-Key": uuid.uuid4().hex}
+    )
+    assert decided.status_code == 200, decided.text
+    approval = await store.get(approval_id)
+    assert approval.status is ApprovalStatus.APPROVED and approval.decided_by == (member,)
+
+
+async def test_a_bearer_request_needs_no_csrf_token_and_a_cookie_of_nobody_is_401(
+    inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    member = unique("ann")
+    approval_id = await ask(store, member)
+    bearer = await token_for(db, member)
+    decided = await inbox.client.post(
+        f"/v1/approvals/{approval_id}/decision",
+        json={"decision": "reject"},
+        headers={**bearer, "Idempotency-Key": uuid.uuid4().hex},
+    )
+    assert decided.status_code == 200, decided.text
+    nobody = await inbox.client.get("/v1/approvals", headers={"Cookie": "signoff_session=sgf_x"})
+    assert nobody.status_code == 401
+    none = await inbox.client.get("/v1/approvals")
+    assert none.status_code == 401
+
+
+async def test_another_replica_accepts_the_same_csrf_token(inbox: Served, db: Database) -> None:
+    token = token_of(await token_for(db, unique("ann")))
+    session = await sign_in(inbox.client, token)
+    other = await KeyRing.open(
+        db, LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK), create_missing=False
+    )
+    assert await CsrfKey(other).check(token, session.csrf)
+    assert not await CsrfKey(other).check(token + "x", session.csrf)
+
+
+async def test_the_session_is_read_again_after_a_reload_and_signing_out_ends_it(
+    inbox: Served, db: Database
+) -> None:
+    token = token_of(await token_for(db, unique("ann")))
+    session = await sign_in(inbox.client, token)
+    again = await inbox.client.get("/inbox/session", headers=session.cookie)
+    assert again.status_code == 200 and again.json()["csrf_token"] == session.csrf
+    assert again.headers["cache-control"] == "no-store"
+    assert (await inbox.client.get("/inbox/session")).status_code == 401
+
+    forged = await inbox.client.post("/inbox/session/end", headers=session.cookie)
+    assert forged.status_code == 403 and "set-cookie" not in forged.headers
+    for method, path in (("POST", "/inbox/session/end"), ("DELETE", "/inbox/session")):
+        ended = await inbox.client.request(method, path, headers=session.unsafe())
+        inbox.client.cookies.clear()
+        assert ended.status_code == 200, ended.text
+        cleared = ended.headers["set-cookie"].lower()
+        assert cleared.startswith('signoff_session="";') and "max-age=0" in cleared
+
+
+async def test_revealing_shows_the_arguments_to_an_admitted_reviewer_and_records_who(
+    inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    member, outsider = unique("ann"), unique("bob")
+    approval_id = await ask(store, member)
+    for headers in (await token_for(db, outsider), await token_for(db, unique("aud"), "auditor")):
+        refused = await inbox.client.post(f"/v1/approvals/{approval_id}/reveal", headers=headers)
+        assert refused.status_code == 403, refused.text
+    assert await journal.read_stream(f"reveal:{approval_id}") == []
+
+    session = await sign_in(inbox.client, token_of(await token_for(db, member)))
+    revealed = await inbox.client.post(
+        f"/v1/approvals/{approval_id}/reveal", headers=session.unsafe()
+    )
+    assert revealed.status_code == 200, revealed.text
+    assert revealed.json()["args"] == {"amount": 120}
+    assert revealed.json()["hitl"]["action_requests"][0]["args"] == {"amount": 120}
+    (event,) = await journal.read_stream(f"reveal:{approval_id}")
+    assert event.type == "ledger.revealed" and event.actor == member
+    assert event.data["approval_id"] == approval_id
+    unknown = await inbox.client.post("/v1/approvals/apr-none/reveal", headers=session.unsafe())
+    assert unknown.status_code == 404
