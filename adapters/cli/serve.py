@@ -88,7 +88,8 @@ def _announce(started: Started, as_json: bool) -> None:
         print(json.dumps(document), flush=True)
     lines = [
         f"signoff serve: listening on {started.url} (API under /v1, OpenAPI at "
-        f"{started.url}/v1/openapi.json); database login {safe(started.login)}, "
+        f"{started.url}/v1/openapi.json, the inbox at {started.url}/inbox); "
+        f"database login {safe(started.login)}, "
         f"{started.active_tokens} active API token(s)"
         + ("" if started.oidc_issuer is None else f", OIDC tokens of {safe(started.oidc_issuer)}")
     ]
@@ -100,6 +101,7 @@ def _announce(started: Started, as_json: bool) -> None:
             f"!! authenticates as reviewer {safe(started.dev_reviewer)}. It is gone when the",
             "!! server stops. Use it as: Authorization: Bearer <token>",
             f"!!   {started.dev_token}",
+            f"!! The inbox, signed in: {started.url}/inbox#token={started.dev_token}",
             "!" * 78,
         ]
     print("\n".join(lines), file=sys.stderr, flush=True)

@@ -1,0 +1,307 @@
+"""The web inbox end to end in headless Chromium (the system's, driven by Playwright): a
+reviewer signs in with a token, sees the pending refund and its arguments, approves it, and an
+agent waiting in another OS process runs the tool once; a reviewer outside the policy sees
+nothing to decide; an invalid edit is refused in the page; the page runs under its CSP with no
+inline script or style; a cookie-authenticated POST without the CSRF header is 403.
+
+The screenshot of the inbox with the pending refund is written to `SIGNOFF_SCREENSHOT_DIR`
+when set, else to the test's temporary folder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
+
+from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, ReviewerDirectory
+from ledger.journal import Journal
+from ledger.keys import KeyRing
+from ledger.store import Database
+from ledger.store.logins import temporary_login
+
+from .processes import kek_env, start_program
+from .support.http import token_for, unique
+from .support.inbox import Served, served, token_of
+
+GUARD = 60_000  # ms a step may wait before it fails instead of hanging; nothing here is timed
+
+
+def chromium() -> str | None:
+    found = ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser"))
+    for candidate in found:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+pytestmark = pytest.mark.skipif(
+    chromium() is None,
+    reason="no Chromium binary (apt-get install -y chromium gives /usr/bin/chromium)",
+)
+
+
+@pytest.fixture(scope="module")
+async def inbox(database_url: str, ring: KeyRing) -> AsyncIterator[Served]:
+    async with served(database_url) as serving:
+        yield serving
+
+
+@pytest.fixture(scope="module")
+async def browser(inbox: Served) -> AsyncIterator[Browser]:
+    async with async_playwright() as p:
+        launched = await p.chromium.launch(
+            executable_path=chromium(), headless=True, args=["--no-sandbox"]
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+class Watched:
+    """A page whose CSP violations and page errors are kept, to be asserted empty."""
+
+    def __init__(self, page: Page) -> None:
+        self.page, self.problems = page, list[str]()
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error" and "Content Security Policy" in message.text:
+            self.problems.append(message.text)
+
+
+async def open_inbox(browser: Browser, inbox: Served) -> Watched:
+    context = await browser.new_context(base_url=inbox.base_url)
+    context.set_default_timeout(GUARD)
+    return Watched(await context.new_page())
+
+
+async def sign_in(watched: Watched, token: str) -> None:
+    page = watched.page
+    await page.goto("/inbox")
+    await page.fill("#token", token)
+    await page.click("#sign-in-form button[type=submit]")
+    await page.wait_for_selector("#inbox:not([hidden])")
+
+
+async def a_refund(db: Database, store: ApprovalStore) -> tuple[str, str, str]:
+    """A pending refund for a group of its own: (approval id, run id, a member)."""
+    group, member = unique("leads"), unique("ann")
+    await ReviewerDirectory(db).add(member, [group], by="admin")
+    run_id = unique("inbox")
+    approval = await store.request(
+        run_id=run_id,
+        tool="refund",
+        args={"amount": 120},
+        call_id="c1",
+        requested_by="support-agent",
+        policy=ApprovalPolicy(
+            approvers=frozenset({f"group:{group}"}), description="Refund 120 to the customer?"
+        ),
+    )
+    return approval.approval_id, run_id, member
+
+
+def screenshot_path(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("SIGNOFF_SCREENSHOT_DIR") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "inbox-pending-refund.png"
+
+
+async def test_a_reviewer_approves_in_the_browser_and_a_waiting_agent_runs_the_tool_once(
+    browser: Browser,
+    inbox: Served,
+    db: Database,
+    store: ApprovalStore,
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    approval_id, run_id, member = await a_refund(db, store)
+    worker_env = {**kek_env(), "SIGNOFF_REVIEWER_KEK": ""}  # an agent worker holds none
+    async with temporary_login(database_url, "signoff_app") as worker_url:
+        process = await start_program(
+            "tests.http_workers", worker_url, approval_id, run_id, "c1", "120", env=worker_env
+        )
+        assert process.stdout is not None
+        try:
+            ready = await asyncio.wait_for(process.stdout.readline(), 60)
+            assert ready.decode().strip() == "ready"
+
+            watched = await open_inbox(browser, inbox)
+            page = watched.page
+            await sign_in(watched, token_of(await token_for(db, member)))
+            card = page.locator(f'li.card[data-approval-id="{approval_id}"]')
+            await card.wait_for()
+            assert await card.locator(".tool").text_content() == "refund"
+            assert await card.locator(".description").text_content() == (
+                "Refund 120 to the customer?"
+            )
+            assert "group:" in (await card.locator(".policy").text_content() or "")
+            assert "expires in" in (await card.locator(".expiry").text_content() or "")
+            await card.locator("button.reveal").click()
+            args = card.locator("pre.args")
+            await args.wait_for()
+            assert json.loads(await args.text_content() or "") == {"amount": 120}
+
+            shot = screenshot_path(tmp_path)
+            await page.screenshot(path=str(shot), full_page=True)
+            assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+            await card.locator("button.approve").click()
+            await card.wait_for(state="detached")  # no longer pending: gone from the list
+            status = await page.locator("#status").text_content() or ""
+            assert "approve refund" in status, status
+            stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    result = json.loads(stdout.decode().strip().splitlines()[-1])
+    assert result["approval"] == "approved" and result["status"] == "succeeded"
+    assert result["runs"] == 1 and result["result"] == {"refunded": 120}
+    approval = await store.get(approval_id)
+    assert approval.consumed and approval.decided_by == (member,)
+    assert watched.problems == []
+
+
+async def test_a_reviewer_outside_the_policy_signs_in_by_link_and_sees_nothing_to_decide(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    approval_id, _, _ = await a_refund(db, store)
+    outsider = unique("bob")
+    await ReviewerDirectory(db).add(outsider, [unique("other")], by="admin")
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    await page.goto("/inbox#token=" + token_of(await token_for(db, outsider)))
+    await page.wait_for_selector("#inbox:not([hidden])")
+    assert "#" not in page.url  # the sign-in link's token left the address bar at once
+    note = page.locator("#approvals-note")
+    await note.filter(has_text="Nothing waits for your decision.").wait_for()
+    assert await page.locator(f'li.card[data-approval-id="{approval_id}"]').count() == 0
+    assert await page.locator("#approvals li.card").count() == 0
+    assert await page.locator("#who-name").text_content() == outsider
+    assert watched.problems == []
+
+
+async def test_an_edit_with_invalid_json_is_refused_in_the_page_and_records_nothing(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    approval_id, _, member = await a_refund(db, store)
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    decisions: list[str] = []
+    page.on("request", lambda r: decisions.append(r.url) if "/decision" in r.url else None)
+    await sign_in(watched, token_of(await token_for(db, member)))
+    card = page.locator(f'li.card[data-approval-id="{approval_id}"]')
+    await card.locator("button.edit").click()
+    editor = card.locator("form.editor textarea")
+    await editor.wait_for()
+    assert json.loads(await editor.input_value()) == {"amount": 120}  # the revealed arguments
+    for text, said in (('{"amount": 12', "Not valid JSON"), ("[1, 2]", "a JSON object")):
+        await editor.fill(text)
+        await card.locator("form.editor button.send").click()
+        await card.locator("p.error").filter(has_text=said).wait_for()
+    assert decisions == []
+    assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
+    events = await journal.read_stream(f"approval:{approval_id}")
+    assert [e.type for e in events] == ["approval.requested"]
+    assert watched.problems == []
+
+
+async def test_the_page_has_no_inline_script_and_cookie_posts_need_the_csrf_header(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    approval_id, _, member = await a_refund(db, store)
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    response = await page.goto("/inbox")
+    assert response is not None
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "style-src 'self'" in csp and "unsafe" not in csp
+    assert response.headers["x-content-type-options"] == "nosniff"
+    served_html = await response.text()
+    counts = await page.evaluate(
+        """(html) => {
+            const doc = new DOMParser().parseFromString(html, "text/html");
+            return {
+                inline: doc.querySelectorAll("script:not([src])").length,
+                scripts: doc.querySelectorAll("script[src]").length,
+                styled: doc.querySelectorAll("[style]").length,
+                styles: doc.querySelectorAll("style").length,
+            };
+        }""",
+        served_html,
+    )
+    assert counts == {"inline": 0, "scripts": 1, "styled": 0, "styles": 0}
+
+    await sign_in(watched, token_of(await token_for(db, member)))
+    status = await page.evaluate(
+        """async (id) => (await fetch("/v1/approvals/" + id + "/decision", {
+            method: "POST",
+            headers: {"Content-Type": "application/json", "Idempotency-Key": crypto.randomUUID()},
+            body: JSON.stringify({decision: "approve"}),
+        })).status""",
+        approval_id,
+    )
+    assert status == 403
+    assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
+    assert [e.type for e in await journal.read_stream(f"approval:{approval_id}")] == [
+        "approval.requested"
+    ]
+    assert watched.problems == []
+
+
+async def test_a_new_request_appears_live_with_its_invisible_characters_shown(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    group, member = unique("leads"), unique("ann")
+    await ReviewerDirectory(db).add(member, [group], by="admin")
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, member)))
+    await page.locator("#approvals-note").filter(has_text="Nothing waits").wait_for()
+
+    # Arrives through the event stream the page reads with fetch (the cookie authenticates it).
+    hidden = "pay\u200bee \u202egnp.exe"
+    approval = await store.request(
+        run_id=unique("inbox"),
+        tool="refund",
+        args={"to": hidden, "amount": 5},
+        call_id="c1",
+        requested_by="support-agent",
+        policy=ApprovalPolicy(approvers=frozenset({f"group:{group}"})),
+    )
+    card = page.locator(f'li.card[data-approval-id="{approval.approval_id}"]')
+    await card.wait_for()
+    await card.locator("button.reveal").click()
+    args = card.locator("pre.args")
+    await args.wait_for()
+    marks = await args.locator("span.invisible").all_text_contents()
+    assert marks == ["\\u200b", "\\u202e"]
+    shown = await args.text_content() or ""
+    assert "\u200b" not in shown and "\u202e" not in shown
+    assert '"to": "pay\\u200bee \\u202egnp.exe"' in shown
+    assert watched.problems == []
+
+
+async def test_an_auditor_reads_the_pending_approvals_and_decides_or_reveals_none(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    approval_id, _, _ = await a_refund(db, store)
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, unique("aud"), "auditor")))
+    card = page.locator(f'li.card[data-approval-id="{approval_id}"]')
+    await card.wait_for()
+    assert await card.locator("button:visible").count() == 0  # no reveal, no decision
+    assert await page.locator("#story-section").is_visible()
+    assert "(auditor)" in (await page.locator("#who-name").text_content() or "")
+    assert watched.problems == []
