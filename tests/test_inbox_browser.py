@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
 
-from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, ReviewerDirectory
+from approvals import (
+    ApprovalPolicy,
+    ApprovalStatus,
+    ApprovalStore,
+    DecisionKind,
+    ReviewerDirectory,
+)
 from ledger.journal import Journal
 from ledger.keys import KeyRing
 from ledger.store import Database
@@ -289,6 +295,23 @@ async def test_a_new_request_appears_live_with_its_invisible_characters_shown(
     shown = await args.text_content() or ""
     assert "\u200b" not in shown and "\u202e" not in shown
     assert '"to": "pay\\u200bee \\u202egnp.exe"' in shown
+
+    # The editor writes them as JSON escapes: the same value, and nothing hidden in the text.
+    await card.locator("button.edit").click()
+    editor = card.locator("form.editor textarea")
+    await editor.wait_for()
+    text = await editor.input_value()
+    assert (
+        "\u200b" not in text
+        and "\\u200b" in text
+        and json.loads(text) == {"to": hidden, "amount": 5}
+    )
+    await editor.fill(text.replace('"amount": 5', '"amount": 4'))
+    await card.locator("form.editor button.send").click()
+    await card.wait_for(state="detached")
+    decided = await store.get(approval.approval_id, reveal=True)
+    assert decided.decision is not None and decided.decision.kind is DecisionKind.EDIT
+    assert decided.decision.args == {"to": hidden, "amount": 4}
     assert watched.problems == []
 
 

@@ -47,6 +47,22 @@
     if (plain) element.appendChild(document.createTextNode(plain));
   }
 
+  // JSON text with every invisible character written as its JSON escape (\\uXXXX, one per
+  // UTF-16 unit): the same value, and the editor shows what a textarea would hide.
+  function visibleJson(value) {
+    let out = "";
+    for (const ch of JSON.stringify(value, null, 2)) {
+      if (ch !== " " && ch !== "\n" && INVISIBLE.test(ch)) {
+        for (let i = 0; i < ch.length; i += 1) {
+          out += "\\u" + ch.charCodeAt(i).toString(16).padStart(4, "0");
+        }
+      } else {
+        out += ch;
+      }
+    }
+    return out;
+  }
+
   function showText(element, text) {
     element.replaceChildren();
     appendVisible(element, text === null || text === undefined ? "" : text);
@@ -270,7 +286,7 @@
       const args = state.revealed.has(id) ? state.revealed.get(id) : await reveal(element, id);
       if (args === null) return;
       showText(editor.querySelector(".editor-label"), "The arguments to run instead (a JSON object)");
-      area.value = JSON.stringify(args, null, 2);
+      area.value = visibleJson(args);
     } else {
       showText(editor.querySelector(".editor-label"), "Your answer to the agent (the tool does not run)");
       area.value = "";
@@ -352,7 +368,10 @@
 
   function refreshSoon() {
     clearTimeout(state.refreshTimer);
-    state.refreshTimer = setTimeout(loadApprovals, 100);
+    state.refreshTimer = setTimeout(() => {
+      loadApprovals();
+      loadUnknown(); // a call's outcome can become unknown when its approval is consumed
+    }, 100);
   }
 
   async function stream() {
@@ -417,7 +436,8 @@
       showText(note, "Calls cannot be read now: " + messageOf(answer));
       return;
     }
-    showText(note, answer.data.calls.length ? "" : "No call waits for a resolution.");
+    const more = answer.data.next_cursor ? "More wait than are shown; resolve these first." : "";
+    showText(note, answer.data.calls.length ? more : "No call waits for a resolution.");
     for (const call of answer.data.calls) list.appendChild(callCard(call));
   }
 
@@ -457,7 +477,15 @@
     const answer = await request("GET", "/v1/calls/story?" + query.toString());
     out.replaceChildren();
     if (!answer.ok) {
-      showText(note, answer.status === 404 ? "No such call here." : messageOf(answer));
+      const absent = answer.status === 404 && messageOf(answer) === "Not Found"; // no route
+      showText(
+        note,
+        absent
+          ? "This service does not tell call stories."
+          : answer.status === 404
+            ? "No such call here."
+            : messageOf(answer),
+      );
       return;
     }
     showText(note, "");
