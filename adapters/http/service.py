@@ -1,5 +1,6 @@
-"""What one `signoff serve` process holds: its database, the reviewer side's approval store, its
-authenticators and its feed of approval changes (one LISTEN connection for all its streams).
+"""What one `signoff serve` process holds: its database, the reviewer side's approval store and
+tool ledger (it resolves `outcome_unknown` calls), its authenticators and its feed of approval
+changes (one LISTEN connection for all its streams).
 Nothing here is state another replica needs: every answer comes from the database.
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from approvals import ApiTokens, ApprovalStore
+from ledger.calls.service import ToolLedger
 from ledger.errors import ConfigurationError
 from ledger.keys import KeyRing
 from ledger.store import Database
@@ -57,6 +59,7 @@ class Service:
     store: ApprovalStore
     authentication: Authentication
     feed: ApprovalFeed
+    ledger: ToolLedger
     max_body_bytes: int = MAX_BODY_BYTES
     oidc: OidcVerifier | None = None
     keepalive_seconds: float = KEEPALIVE_SECONDS
@@ -70,8 +73,14 @@ class Service:
         except Exception:  # any failure is "not ready", whatever raised it
             return False
 
+    @property
+    def ring(self) -> KeyRing:
+        """The reviewer side's key ring (it signs decisions, resolutions and digests)."""
+        return self.store.ring
+
     async def close(self) -> None:
         await self.feed.close()
+        await self.ledger.close()
         await self.store.close()
         await self.db.close()
 
@@ -134,6 +143,7 @@ async def open_service(
             store=store,
             authentication=Authentication(found),
             feed=ApprovalFeed(db),
+            ledger=ToolLedger(db, ring),
             max_body_bytes=max_body_bytes,
             oidc=verifier,
         )
