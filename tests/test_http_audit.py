@@ -124,6 +124,13 @@ def resolution(call: ToolCall, status: str = "succeeded", **fields: Any) -> dict
     return {**ids(call), "status": status, "request_id": uuid.uuid4().hex, **fields}
 
 
+async def test_the_endpoints_are_in_the_openapi_document(api: Api) -> None:
+    paths = (await api.client.get("/v1/openapi.json")).json()["paths"]
+    assert {"/v1/calls", "/v1/calls/story", "/v1/ledger/digest", "/v1/ledger/export"} <= set(paths)
+    for path in ("/v1/calls/reveal", "/v1/calls/resolve", "/v1/ledger/proofs/inclusion"):
+        assert "post" in paths[path]
+
+
 async def test_every_endpoint_needs_a_token(api: Api) -> None:
     body = {"run_id": "r", "call_id": "c"}
     for method, path in (
@@ -178,7 +185,7 @@ async def test_a_reviewer_reads_only_the_outcome_unknown_queue(
 
 
 async def test_a_reviewer_resolves_an_outcome_unknown_call_and_it_never_runs_again(
-    api: Api, worker: ToolLedger, journal: Journal
+    api: Api, worker: ToolLedger, db: Database, journal: Journal
 ) -> None:
     call = await unknown_call(worker)
     body = resolution(call, note="seen in the provider's dashboard")
@@ -207,6 +214,9 @@ async def test_a_reviewer_resolves_an_outcome_unknown_call_and_it_never_runs_aga
         "/v1/calls/resolve", json=resolution(call, "failed"), headers=api.reviewer
     )
     assert other.status_code == 409 and other.json()["error"] == "conflict"
+    someone_else = await token_for(db, unique("sam"))
+    late = await api.client.post("/v1/calls/resolve", json=body, headers=someone_else)
+    assert late.status_code == 409 and api.reviewer_id in late.json()["message"]
     assert len(await journal.read_stream(call_stream(call.run_id, call.call_id))) == 3
 
 
