@@ -290,6 +290,11 @@ async def test_an_auditor_reads_calls_page_by_page_and_a_story_without_arguments
         "/v1/calls/story", params=ids(refund(unique("nobody"))), headers=api.auditor
     )
     assert unknown.status_code == 404
+    for params in ({"run_id": "x\x00y", "call_id": "c"}, {"run_id": " ", "call_id": "c"}):
+        refused = await api.client.get("/v1/calls/story", params=params, headers=api.auditor)
+        assert refused.status_code == 422, refused.text
+    nul = await api.client.get("/v1/calls", params={"tool": "x\x00y"}, headers=api.auditor)
+    assert nul.status_code == 422, nul.text
 
 
 async def test_a_reveal_shows_the_arguments_and_is_journaled_under_the_auditor(

@@ -26,6 +26,7 @@ from ledger.audit.queries import CallFilter, CallKey, call_story, find_calls
 from ledger.calls.model import CallRecord, CallStatus
 from ledger.errors import CallStateError, InvalidToolCall, UnknownCall
 from ledger.journal import Event
+from ledger.limits import name_problem
 from ledger.log import get_logger
 
 from .approvals_api import IDEMPOTENCY_HEADER, MAX_PAGE, MAX_REQUEST_ID, Caller, service_of
@@ -38,6 +39,7 @@ log = get_logger(__name__)
 router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
 _ID = 200  # the longest run or call id the ledger takes
+Id = Annotated[str, Query(min_length=1, max_length=_ID)]
 
 
 def call_document(call: CallRecord) -> dict[str, Any]:
@@ -114,7 +116,12 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=UTC)
 
 
-Id = Annotated[str, Query(min_length=1, max_length=_ID)]
+def _names(**values: str | None) -> None:
+    """Refuse ids and names the ledger never holds (blank, NUL, lone surrogates) before any
+    query: 422 naming the field, never its value."""
+    for field, value in values.items():
+        if value is not None and (problem := name_problem(value, _ID)) is not None:
+            raise ApiError(422, "invalid", f"{field} {problem}")
 
 
 @router.get("", summary="Tool calls, oldest first (a reviewer: only status=outcome_unknown)")
@@ -136,6 +143,7 @@ async def calls(
             "forbidden",
             "a reviewer's token lists only the calls it may resolve: status=outcome_unknown",
         )
+    _names(run_id=run_id, tool=tool, approved_by=approved_by)
     where = CallFilter(
         run_id=run_id,
         tool=tool,
@@ -158,6 +166,7 @@ async def calls(
 @router.get("/story", summary="One call's record and events (auditors; no arguments)")
 async def story(request: Request, identity: Caller, run_id: Id, call_id: Id) -> dict[str, Any]:
     _auditor(identity, "a call's story")
+    _names(run_id=run_id, call_id=call_id)
     try:
         found = await call_story(service_of(request).db, run_id, call_id)
     except UnknownCall as e:
@@ -178,6 +187,7 @@ class CallRef(BaseModel):
 )
 async def reveal(request: Request, body: CallRef, identity: Caller) -> dict[str, Any]:
     _auditor(identity, "revealing a call")
+    _names(run_id=body.run_id, call_id=body.call_id)
     service = service_of(request)
     try:
         found = await call_story(
