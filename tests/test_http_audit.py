@@ -35,6 +35,7 @@ from ledger.store.settings import Settings
 
 from .processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.http import token_for, unique
+from .test_digest import settle
 
 
 @dataclass
@@ -318,11 +319,12 @@ async def test_a_reveal_shows_the_arguments_and_is_journaled_under_the_auditor(
 
 
 async def test_digests_and_proofs_over_http_verify_offline(
-    api: Api, worker: ToolLedger, journal: Journal, ring: KeyRing
+    api: Api, worker: ToolLedger, db: Database, journal: Journal, ring: KeyRing
 ) -> None:
     keys = signing_keys(ring)
     call = await succeeded_call(worker)
     (started, *_) = await journal.read_stream(call_stream(call.run_id, call.call_id))
+    await settle(db)  # a digest covers what is below the (cluster-wide) horizon
 
     first = await api.client.get("/v1/ledger/digest", headers=api.auditor)
     assert first.status_code == 200, first.text
@@ -344,6 +346,7 @@ async def test_digests_and_proofs_over_http_verify_offline(
         check_inclusion(altered, proof, keys)
 
     await succeeded_call(worker)  # the journal grows
+    await settle(db)
     second = await api.client.get("/v1/ledger/digest", headers=api.auditor)
     new = Digest.from_dict(second.json())
     assert new.tree_size > old.tree_size
@@ -383,12 +386,13 @@ async def test_digests_and_proofs_over_http_verify_offline(
 
 
 async def test_the_export_pages_through_the_journal_with_hashes_that_recompute(
-    api: Api, worker: ToolLedger, journal: Journal
+    api: Api, worker: ToolLedger, db: Database, journal: Journal
 ) -> None:
     first, call = await succeeded_call(worker), await succeeded_call(worker)
     (*_, after_first) = await journal.read_stream(call_stream(first.run_id, first.call_id))
     started, succeeded = await journal.read_stream(call_stream(call.run_id, call.call_id))
     after = after_first.position
+    await settle(db)  # the export reads what is below the (cluster-wide) horizon
     exported: list[ExportedEvent] = []
     while True:
         page = await api.client.get(
