@@ -4,6 +4,8 @@ only `signoff_reviewer`, the calls made by an agent worker on a login that has o
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -278,8 +280,11 @@ async def test_an_auditor_reads_calls_page_by_page_and_a_story_without_arguments
         if cursor is None:
             break
     assert (seen, pages) == ([c.call_id for c in calls], 3)
-    bad = await api.client.get("/v1/calls", params={"cursor": "nope"}, headers=api.auditor)
-    assert bad.status_code == 422
+    first_at = (await worker.get(run_id, calls[0].call_id)).started_at.isoformat()
+    forged = base64.urlsafe_b64encode(json.dumps([first_at, "x\x00", "c"]).encode()).decode()
+    for cursor in ("nope", forged):
+        bad = await api.client.get("/v1/calls", params={"cursor": cursor}, headers=api.auditor)
+        assert bad.status_code == 422, bad.text
 
     story = await api.client.get("/v1/calls/story", params=ids(calls[0]), headers=api.auditor)
     assert story.status_code == 200, story.text

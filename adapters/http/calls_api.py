@@ -102,7 +102,7 @@ def _cursor_of(text: str | None) -> CallKey | None:
     try:
         at, run_id, call_id = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
         when = datetime.fromisoformat(at)
-        if not isinstance(run_id, str) or not isinstance(call_id, str) or when.tzinfo is None:
+        if name_problem(run_id) or name_problem(call_id) or when.tzinfo is None:
             raise ValueError("not a cursor")
     except (ValueError, TypeError, binascii.Error) as e:
         raise ApiError(422, "invalid", "cursor is not one this API gave") from e
@@ -118,7 +118,7 @@ def _utc(moment: datetime | None) -> datetime | None:
 
 def _names(**values: str | None) -> None:
     """Refuse ids and names the ledger never holds (blank, NUL, lone surrogates) before any
-    query: 422 naming the field, never its value."""
+    query: 422 naming the field and what is wrong."""
     for field, value in values.items():
         if value is not None and (problem := name_problem(value, _ID)) is not None:
             raise ApiError(422, "invalid", f"{field} {problem}")
