@@ -4,7 +4,9 @@ Nothing here is state another replica needs: every answer comes from the databas
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
-KEK (it signs decisions). What is missing is named in one line.
+KEK (it signs decisions). What is missing is named in one line. With `settings.webhook`, the
+service also posts webhook notifications (`webhooks.Webhooks`), from when it is opened until
+it is closed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ledger.store.settings import Settings
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
 from .live import ApprovalFeed
 from .oidc import JwksUnavailable, OidcVerifier
+from .webhooks import Webhooks
 
 __all__ = [
     "KEEPALIVE_SECONDS",
@@ -61,6 +64,7 @@ class Service:
     oidc: OidcVerifier | None = None
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
+    webhooks: Webhooks | None = None
 
     async def ready(self) -> bool:
         """Whether the database answers."""
@@ -71,6 +75,8 @@ class Service:
             return False
 
     async def close(self) -> None:
+        if self.webhooks is not None:
+            await self.webhooks.close()
         await self.feed.close()
         await self.store.close()
         await self.db.close()
@@ -129,14 +135,23 @@ async def open_service(
                     await verifier.refresh()
             found.append(OidcAuthenticator(verifier, db))
         store = ApprovalStore(db, ring)
-        return Service(
+        webhooks = None if settings.webhook is None else Webhooks(db, store, settings.webhook)
+        service = Service(
             db=db,
             store=store,
             authentication=Authentication(found),
             feed=ApprovalFeed(db),
             max_body_bytes=max_body_bytes,
             oidc=verifier,
+            webhooks=webhooks,
         )
     except BaseException:
         await db.close()
         raise
+    if webhooks is not None:
+        try:
+            await webhooks.start()
+        except BaseException:
+            await service.close()
+            raise
+    return service
