@@ -233,7 +233,7 @@ async def test_a_call_that_becomes_outcome_unknown_is_delivered(
                 assert outcome.status is CallStatus.OUTCOME_UNKNOWN
 
                 def of_call(body: Any) -> bool:
-                    return body.get("call", {}).get("run_id") == call.run_id
+                    return bool(body.get("call", {}).get("run_id") == call.run_id)
 
                 await until(lambda: bool(receiver.of(of_call)))
         finally:

@@ -105,6 +105,8 @@ async def open_service(
             read once here, and when that fails the service starts anyway (its keys are read
             again on the first token, which is 503 until they can be).
 
+    With `settings.webhook`, the webhook task starts here; `Service.close` stops it.
+
     Raises:
         ServiceMisconfigured: no reviewer KEK, or a login without `signoff_reviewer`.
         ConfigurationError: a JWKS file that cannot be used.
