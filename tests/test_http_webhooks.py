@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -134,6 +135,15 @@ async def delivery_rows(db: Database, target: str) -> list[asyncpg.Record]:
     return rows
 
 
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def hmac_ok(received: Received) -> bool:
     """The signature checked by hand, as a receiver in any language would."""
     fields = dict(part.split("=", 1) for part in received.headers["X-Signoff-Signature"].split(","))
@@ -173,10 +183,18 @@ async def test_a_failing_receiver_gets_the_third_attempt_and_the_record_shows_th
     reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
 ) -> None:
     receiver.statuses = [503, 500]
-    async with webhook_service(reviewer_url, hook(receiver)):
-        approval_id = await ask(store, "alice")
-        await until(lambda: len(receiver.of(for_approval(approval_id))) >= 3)
-        await asyncio.sleep(0.5)
+    handler, logger = Records(), logging.getLogger("signoff")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        async with webhook_service(reviewer_url, hook(receiver)):
+            approval_id = await ask(store, "alice")
+            await until(lambda: len(receiver.of(for_approval(approval_id))) >= 3)
+            await asyncio.sleep(0.5)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
     attempts = receiver.of(for_approval(approval_id))
     assert len(attempts) == 3
     assert len({a.headers["X-Signoff-Delivery"] for a in attempts}) == 1
@@ -184,6 +202,16 @@ async def test_a_failing_receiver_gets_the_third_attempt_and_the_record_shows_th
     [row] = await delivery_rows(db, receiver.url)
     assert (row["attempts"], row["last_status"], row["last_error"]) == (3, 200, None)
     assert row["delivered_at"] is not None
+    logged = [r for r in handler.records if r.getMessage().startswith("webhook ")]
+    assert [(r.getMessage(), getattr(r, "attempt", None)) for r in logged] == [
+        ("webhook attempt failed", 1),
+        ("webhook attempt failed", 2),
+        ("webhook delivered", 3),
+    ]
+    assert {getattr(r, "delivery", None) for r in logged} == {row["delivery_id"]}
+    text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in handler.records)
+    for secret in (SECRET, "/hooks/signoff", "action_requests"):  # nor the body's document
+        assert secret not in text
 
 
 async def test_a_receiver_that_never_answers_well_is_given_up_after_the_last_attempt(

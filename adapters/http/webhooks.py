@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
@@ -114,6 +115,12 @@ class Webhooks:
         for listener in self._listeners:
             await listener.start()
         self._task = asyncio.create_task(self._run(after), name="webhooks")
+        log.info(
+            "webhooks on",
+            host=urlsplit(self.settings.url).hostname,
+            format=self.settings.format,
+            after=after,
+        )
 
     async def close(self) -> None:
         if self._task is not None:
@@ -137,20 +144,27 @@ class Webhooks:
             woken = [stack.enter_context(lst.subscribed()) for lst in self._listeners]
             forwarding = [asyncio.create_task(_forward(s.event, self._wake)) for s in woken]
             stack.callback(lambda: [task.cancel() for task in forwarding])
+            due_at: float | None = None  # when this process's soonest retry is due
             while True:
                 self._wake.clear()
                 for subscription in woken:
                     subscription.take()
-                wait = self.poll_interval
                 try:
                     after = await self._record(after)
+                    claimed_at = time.monotonic()
                     soonest = await self._deliver_due()
+                    if due_at is not None and due_at <= claimed_at:
+                        due_at = None  # due then: this pass claimed it
                     if soonest is not None:
-                        wait = min(wait, soonest)
+                        retry_at = time.monotonic() + soonest
+                        due_at = retry_at if due_at is None else min(due_at, retry_at)
                 except DatabaseUnavailable as e:  # the cursor holds; read again shortly
                     log.warning("webhooks cannot reach the database; retrying", error=str(e))
                 except Exception as e:  # the task must outlive any one failure
                     log.error("webhook delivery failed; retrying", error=repr(e)[:300])
+                wait = self.poll_interval
+                if due_at is not None:  # a wake in between must not make it wait a poll
+                    wait = min(wait, max(due_at - time.monotonic(), 0.0))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)
 
@@ -182,8 +196,20 @@ class Webhooks:
                 claimed = await conn.fetch(_CLAIM, self.settings.url, _CLAIM_LIMIT, lease)
             if not claimed:
                 return soonest
-            for retry in await asyncio.gather(*(self._attempt(row) for row in claimed)):
-                if retry is not None:
+            done = await asyncio.gather(
+                *(self._attempt(r) for r in claimed), return_exceptions=True
+            )
+            for row, retry in zip(claimed, done, strict=True):
+                if isinstance(retry, BaseException):  # not recorded: tried again once its
+                    log.warning(  # lease lapses
+                        "webhook attempt not recorded",
+                        delivery=row["delivery_id"],
+                        position=row["position"],
+                        error=repr(retry)[:300],
+                    )
+                    if isinstance(retry, asyncio.CancelledError):
+                        raise retry
+                elif retry is not None:
                     soonest = retry if soonest is None else min(soonest, retry)
             if len(claimed) < _CLAIM_LIMIT:
                 return soonest
