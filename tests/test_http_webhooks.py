@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -359,3 +360,42 @@ def test_webhook_settings_come_from_the_environment(tmp_path: Path) -> None:
         with pytest.raises(ConfigurationError, match="SIGNOFF_WEBHOOK") as caught:
             Settings.from_env(environ)
         assert "u:p" not in str(caught.value), why
+
+
+async def test_deliveries_are_written_only_through_their_functions_and_audited_by_host(
+    database_url: str, reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    async with webhook_service(reviewer_url, hook(receiver)):
+        approval_id = await ask(store, "alice")
+        await until(lambda: bool(receiver.of(for_approval(approval_id))))
+    [row] = await delivery_rows(db, receiver.url)
+    reviewer = await asyncpg.connect(reviewer_url)
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await reviewer.execute("UPDATE webhook_deliveries SET delivered_at = NULL")
+        other = await reviewer.fetchval(  # an event that is not one to deliver
+            "SELECT position FROM events WHERE type <> 'approval.requested' "
+            "AND type <> 'call.outcome_unknown' LIMIT 1"
+        )
+        made = await reviewer.fetchval(
+            "SELECT signoff_webhook_record($1::bigint[], $2)",
+            [other, row["position"]],
+            receiver.url,
+        )
+        assert made == 0  # nothing else becomes a delivery, nor one event twice
+    finally:
+        await reviewer.close()
+    async with temporary_login(database_url, "signoff_auditor") as auditor_url:
+        auditor = await asyncpg.connect(auditor_url)
+        try:
+            audited = await auditor.fetchrow(
+                "SELECT * FROM audit_webhook_deliveries WHERE delivery_id = $1", row["delivery_id"]
+            )
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await auditor.fetch("SELECT target FROM webhook_deliveries")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await auditor.fetch("SELECT * FROM signoff_webhook_claim('x', 1, 1)")
+        finally:
+            await auditor.close()
+    assert audited is not None
+    assert (audited["target_host"], audited["attempts"]) == (urlsplit(receiver.url).netloc, 1)

@@ -19,7 +19,7 @@ writes the table: it calls
   `leased_until` fences it): delivered, or due again in `p_retry_seconds`, or (NULL) given up.
 
 The times are the database's. Auditors read `audit_webhook_deliveries`, whose target is the
-URL's scheme and host only: a URL's path often is its secret (Slack's incoming webhooks).
+URL's host and port only: a URL's path often is its secret (Slack's incoming webhooks).
 """
 
 from __future__ import annotations
