@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -33,8 +34,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings, WebhookSettings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK
-from .support.http import ask, unique
+from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
+from .support.http import ask, token_for, unique
 
 SECRET = "whsec-test-0123456789abcdef"
 
@@ -308,6 +309,46 @@ async def test_two_services_on_one_database_deliver_an_approval_once(
         assert len(receiver.of(for_approval(approval_id))) == 1
     rows = await delivery_rows(db, receiver.url)
     assert len(rows) == 5 and all(r["attempts"] == 1 for r in rows)
+
+
+async def test_two_serve_processes_deliver_each_approval_once(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    """Two `signoff serve` processes, configured from the environment as an operator would."""
+    await token_for(db, unique("ops"))  # serve refuses to start with nobody to let in
+    env = {
+        **kek_env(),
+        "PYTHONPATH": str(ROOT),
+        "SIGNOFF_DATABASE_URL": reviewer_url,
+        "SIGNOFF_WEBHOOK_URL": receiver.url,
+        "SIGNOFF_WEBHOOK_SECRET": SECRET,
+    }
+    command = (sys.executable, "-m", "adapters.cli", "serve", "--port", "0", "--json")
+    pipe = asyncio.subprocess.PIPE
+    processes = [
+        await asyncio.create_subprocess_exec(*command, cwd=ROOT, env=env, stdout=pipe, stderr=pipe)
+        for _ in range(2)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+            assert line, "the service exited before it listened"
+        approval_ids = [await ask(store, "alice") for _ in range(6)]
+        for approval_id in approval_ids:
+            await until(lambda: bool(receiver.of(for_approval(approval_id))))  # noqa: B023
+        await asyncio.sleep(1.5)
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.terminate()
+        said = [(await process.communicate())[1].decode() for process in processes]
+    for approval_id in approval_ids:
+        [got] = receiver.of(for_approval(approval_id))
+        assert hmac_ok(got)
+    assert all(SECRET not in text and "/hooks/signoff" not in text for text in said)
+    rows = await delivery_rows(db, receiver.url)
+    assert len(rows) == 6 and all(r["attempts"] == 1 for r in rows)
 
 
 async def test_a_signature_is_refused_for_another_body_secret_or_an_old_time() -> None:
