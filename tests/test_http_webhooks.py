@@ -53,10 +53,11 @@ class Received:
 @dataclass
 class Receiver:
     """A webhook receiver that records every request and answers with `statuses` in turn
-    (then 200)."""
+    (then 200), after `delays` in turn (then at once)."""
 
     url: str
     statuses: list[int] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
 
     def of(self, predicate: Callable[[Any], bool]) -> list[Received]:
@@ -74,6 +75,8 @@ def receiver() -> Iterator[Receiver]:
             with lock:
                 state.received.append(Received(dict(self.headers.items()), body))
                 status = state.statuses.pop(0) if state.statuses else 200
+                delay = state.delays.pop(0) if state.delays else 0.0
+            time.sleep(delay)
             self.send_response(status)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -228,6 +231,21 @@ async def test_a_receiver_that_never_answers_well_is_given_up_after_the_last_att
     [row] = await delivery_rows(db, receiver.url)
     assert (row["attempts"], row["last_status"], row["last_error"]) == (2, 500, "HTTP 500")
     assert row["delivered_at"] is None and row["next_attempt_at"] is None
+
+
+async def test_a_receiver_that_answers_too_late_gets_the_delivery_again(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    receiver.delays = [1.5]
+    async with webhook_service(reviewer_url, hook(receiver, timeout_seconds=0.3)):
+        approval_id = await ask(store, "alice")
+        await until(lambda: len(receiver.of(for_approval(approval_id))) >= 2)
+        await asyncio.sleep(0.5)
+    first, second = receiver.of(for_approval(approval_id))
+    assert first.headers["X-Signoff-Delivery"] == second.headers["X-Signoff-Delivery"]
+    [row] = await delivery_rows(db, receiver.url)
+    assert (row["attempts"], row["last_status"]) == (2, 200)
+    assert row["delivered_at"] is not None
 
 
 async def test_a_call_that_becomes_outcome_unknown_is_delivered(

@@ -250,7 +250,8 @@ class Webhooks:
         return retry
 
     async def _post(self, delivery_id: int, body: bytes) -> int:
-        assert self._client is not None, "start() first"
+        if self._client is None:
+            raise RuntimeError("Webhooks.start() first")
         headers = {
             "Content-Type": "application/json",
             "X-Signoff-Delivery": str(delivery_id),
