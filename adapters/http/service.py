@@ -5,7 +5,9 @@ Nothing here is state another replica needs: every answer comes from the databas
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
-KEK (it signs decisions). What is missing is named in one line.
+KEK (it signs decisions). What is missing is named in one line. With `settings.webhook`, the
+service also posts webhook notifications (`webhooks.Webhooks`), from when it is opened until
+it is closed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ledger.store.settings import Settings
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
 from .live import ApprovalFeed
 from .oidc import JwksUnavailable, OidcVerifier
+from .webhooks import Webhooks
 
 __all__ = [
     "KEEPALIVE_SECONDS",
@@ -64,6 +67,7 @@ class Service:
     oidc: OidcVerifier | None = None
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
+    webhooks: Webhooks | None = None
 
     async def ready(self) -> bool:
         """Whether the database answers."""
@@ -79,6 +83,8 @@ class Service:
         return self.store.ring
 
     async def close(self) -> None:
+        if self.webhooks is not None:
+            await self.webhooks.close()
         await self.feed.close()
         await self.ledger.close()
         await self.store.close()
@@ -107,6 +113,8 @@ async def open_service(
             default). With `settings.oidc`, an OIDC authenticator joins them; a JWKS URL is
             read once here, and when that fails the service starts anyway (its keys are read
             again on the first token, which is 503 until they can be).
+
+    With `settings.webhook`, the webhook task starts here; `Service.close` stops it.
 
     Raises:
         ServiceMisconfigured: no reviewer KEK, or a login without `signoff_reviewer`.
@@ -138,7 +146,8 @@ async def open_service(
                     await verifier.refresh()
             found.append(OidcAuthenticator(verifier, db))
         store = ApprovalStore(db, ring)
-        return Service(
+        webhooks = None if settings.webhook is None else Webhooks(db, store, settings.webhook)
+        service = Service(
             db=db,
             store=store,
             authentication=Authentication(found),
@@ -146,7 +155,15 @@ async def open_service(
             ledger=ToolLedger(db, ring),
             max_body_bytes=max_body_bytes,
             oidc=verifier,
+            webhooks=webhooks,
         )
     except BaseException:
         await db.close()
         raise
+    if webhooks is not None:
+        try:
+            await webhooks.start()
+        except BaseException:
+            await service.close()
+            raise
+    return service
