@@ -192,14 +192,15 @@ async def test_the_session_is_read_again_after_a_reload_and_signing_out_ends_it(
         assert cleared.startswith('signoff_session="";') and "max-age=0" in cleared
 
 
-async def test_revealing_shows_the_arguments_to_an_admitted_reviewer_and_records_who(
+async def test_revealing_shows_the_arguments_to_who_may_see_them_and_records_who(
     inbox: Served, db: Database, store: ApprovalStore, journal: Journal
 ) -> None:
-    member, outsider = unique("ann"), unique("bob")
+    member, outsider, auditor = unique("ann"), unique("bob"), unique("aud")
     approval_id = await ask(store, member)
-    for headers in (await token_for(db, outsider), await token_for(db, unique("aud"), "auditor")):
-        refused = await inbox.client.post(f"/v1/approvals/{approval_id}/reveal", headers=headers)
-        assert refused.status_code == 403, refused.text
+    refused = await inbox.client.post(
+        f"/v1/approvals/{approval_id}/reveal", headers=await token_for(db, outsider)
+    )
+    assert refused.status_code == 403, refused.text
     assert await journal.read_stream(f"reveal:{approval_id}") == []
 
     session = await sign_in(inbox.client, token_of(await token_for(db, member)))
@@ -209,8 +210,16 @@ async def test_revealing_shows_the_arguments_to_an_admitted_reviewer_and_records
     assert revealed.status_code == 200, revealed.text
     assert revealed.json()["args"] == {"amount": 120}
     assert revealed.json()["hitl"]["action_requests"][0]["args"] == {"amount": 120}
-    (event,) = await journal.read_stream(f"reveal:{approval_id}")
-    assert event.type == "ledger.revealed" and event.actor == member
-    assert event.data["approval_id"] == approval_id
+    by_auditor = await inbox.client.post(
+        f"/v1/approvals/{approval_id}/reveal", headers=await token_for(db, auditor, "auditor")
+    )
+    assert by_auditor.status_code == 200 and by_auditor.json()["args"] == {"amount": 120}
+    events = await journal.read_stream(f"reveal:{approval_id}")
+    assert [(e.type, e.actor) for e in events] == [
+        ("ledger.revealed", member),
+        ("ledger.revealed", auditor),
+    ]
+    assert all(e.data["approval_id"] == approval_id for e in events)
     unknown = await inbox.client.post("/v1/approvals/apr-none/reveal", headers=session.unsafe())
     assert unknown.status_code == 404
+    assert len(await journal.read_stream(f"reveal:{approval_id}")) == 2

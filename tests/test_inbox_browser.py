@@ -15,6 +15,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
@@ -26,12 +27,15 @@ from approvals import (
     DecisionKind,
     ReviewerDirectory,
 )
+from ledger.calls.model import CallContext, CallStatus, ToolCall
+from ledger.calls.service import ToolLedger
 from ledger.journal import Journal
-from ledger.keys import KeyRing
+from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.logins import temporary_login
+from ledger.store.settings import Settings
 
-from .processes import kek_env, start_program
+from .processes import TEST_KEK, kek_env, start_program
 from .support.http import token_for, unique
 from .support.inbox import Served, served, token_of
 
@@ -158,7 +162,7 @@ async def test_a_reviewer_approves_in_the_browser_and_a_waiting_agent_runs_the_t
 
             shot = screenshot_path(tmp_path)
             await page.screenshot(path=str(shot), full_page=True)
-            assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
             await card.locator("button.approve").click()
             await card.wait_for(state="detached")  # no longer pending: gone from the list
@@ -315,16 +319,69 @@ async def test_a_new_request_appears_live_with_its_invisible_characters_shown(
     assert watched.problems == []
 
 
-async def test_an_auditor_reads_the_pending_approvals_and_decides_or_reveals_none(
-    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+async def test_an_auditor_reads_and_reveals_the_pending_approvals_and_decides_none(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore, journal: Journal
 ) -> None:
     approval_id, _, _ = await a_refund(db, store)
+    auditor = unique("aud")
     watched = await open_inbox(browser, inbox)
     page = watched.page
-    await sign_in(watched, token_of(await token_for(db, unique("aud"), "auditor")))
+    await sign_in(watched, token_of(await token_for(db, auditor, "auditor")))
     card = page.locator(f'li.card[data-approval-id="{approval_id}"]')
     await card.wait_for()
-    assert await card.locator("button:visible").count() == 0  # no reveal, no decision
+    assert await card.locator(".actions button:visible").count() == 0  # no decision
+    await card.locator("button.reveal").click()
+    await card.locator("pre.args").wait_for()
+    assert [e.actor for e in await journal.read_stream(f"reveal:{approval_id}")] == [auditor]
     assert await page.locator("#story-section").is_visible()
     assert "(auditor)" in (await page.locator("#who-name").text_content() or "")
     assert watched.problems == []
+
+
+@pytest.fixture(scope="module")
+async def worker(database_url: str) -> AsyncIterator[ToolLedger]:
+    """An agent worker's ledger: a login with only `signoff_app`, no reviewer KEK."""
+    async with temporary_login(database_url, "signoff_app") as url:
+        settings = Settings(database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=None)
+        db = await Database.connect(url, pool_size=2, settings=settings)
+        ring = await KeyRing.open(db, create_missing=False)
+        ledger = ToolLedger(db, ring, lease_seconds=1.0, poll_interval=0.05)
+        yield ledger
+        await ledger.close()
+        await db.close()
+
+
+async def test_a_reviewer_resolves_an_outcome_unknown_call_and_an_auditor_reads_its_story(
+    browser: Browser, inbox: Served, db: Database, worker: ToolLedger
+) -> None:
+    async def hangs_up(args: dict[str, Any], context: CallContext) -> str:
+        raise ConnectionError("the payment provider hung up mid-request")
+
+    call = ToolCall(unique("run/inbox"), "refund/1", "refund", {"amount": 7}, turn_id="t1")
+    assert (await worker.execute(call, hangs_up)).status is CallStatus.OUTCOME_UNKNOWN
+    member = unique("ann")
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, member)))
+    card = page.locator("#unknown li.card").filter(has_text=call.run_id)
+    await card.wait_for()
+    assert await card.locator(".tool").text_content() == "refund"
+    await card.locator("button.failed").click()
+    await card.wait_for(state="detached")
+    resolved = await worker.get(call.run_id, call.call_id)
+    assert resolved.status is CallStatus.FAILED and resolved.resolved_by == member
+
+    audit = await open_inbox(browser, inbox)
+    await sign_in(audit, token_of(await token_for(db, unique("aud"), "auditor")))
+    await audit.page.fill("#story-run", call.run_id)
+    await audit.page.fill("#story-call", call.call_id)
+    await audit.page.click("#story-form button[type=submit]")
+    story = audit.page.locator("#story")
+    await story.filter(has_text="call.resolved").wait_for()
+    told = json.loads(await story.text_content() or "")
+    assert [e["type"] for e in told["events"]] == [
+        "call.started",
+        "call.outcome_unknown",
+        "call.resolved",
+    ]
+    assert watched.problems == [] and audit.problems == []

@@ -7,11 +7,10 @@ a refusal records nothing. A client's request id (`Idempotency-Key`, or `request
 body) makes a decision idempotent: it is recorded with the decision, so a retry through any
 replica finds the first answer.
 
-`POST /v1/approvals/{id}/reveal` gives the arguments in clear to a reviewer whose policy admits
-it, and records in the journal (`ledger.revealed` on `reveal:<approval id>`) that this
-identity read them, before they are sent. Auditors read digests and the record, not the
-arguments: revealing is the reviewer role's, with a record, as the command line's
-`approvals show --reveal` is.
+`POST /v1/approvals/{id}/reveal` gives the arguments in clear to whoever may see the approval
+(a reviewer its policy admits, an auditor), and records in the journal (`ledger.revealed` on
+`reveal:<approval id>`) that this identity read them, before they are sent. Auditors may, as
+they may reveal a call's arguments (`calls_api`): proving what ran needs what was asked.
 
 Approvals are shown as `shapes.approval_document` (ours, HITL's and Agent Inbox's; no
 arguments), and a decide body is read by `shapes.decision_from_body` (any of the three).
@@ -172,12 +171,10 @@ async def one(request: Request, approval_id: str, identity: Caller) -> dict[str,
 
 @router.post(
     "/{approval_id}/reveal",
-    summary="The approval's arguments in clear, for a reviewer it admits (the reveal is recorded)",
+    summary="The approval's arguments in clear, to a caller who may see it (recorded first)",
 )
 async def reveal(request: Request, approval_id: str, identity: Caller) -> dict[str, Any]:
     service = service_of(request)
-    if not identity.may_decide:
-        raise ApiError(403, "forbidden", "an auditor's token reads digests, not arguments")
     await _visible(service, identity, approval_id)
     approval = await service.store.get(approval_id, reveal=True)
     await record_reveal(

@@ -240,7 +240,6 @@
     fillFacts(element, approval);
     const q = (selector) => element.querySelector(selector);
     const mayDecide = state.session && state.session.may_decide;
-    q(".reveal").hidden = !mayDecide;
     if (state.revealed.has(id)) showArgs(element, state.revealed.get(id));
     for (const button of element.querySelectorAll(".actions button")) {
       button.hidden = !mayDecide || !approval.allowed_decisions.includes(button.dataset.kind);
@@ -453,11 +452,12 @@
       const button = q("." + status);
       button.hidden = !mayDecide;
       button.addEventListener("click", async () => {
-        const answer = await send("POST", "/v1/calls/resolve", {
-          run_id: call.run_id,
-          call_id: call.call_id,
-          status,
-        });
+        const answer = await send(
+          "POST",
+          "/v1/calls/resolve",
+          { run_id: call.run_id, call_id: call.call_id, status },
+          { "Idempotency-Key": crypto.randomUUID() },
+        );
         if (!answer.ok) return showText(q(".error"), "Not recorded: " + messageOf(answer));
         setStatus("Resolved " + call.tool + " as " + status);
         return loadUnknown();
