@@ -26,7 +26,8 @@ class Served:
 
 @asynccontextmanager
 async def served(database_url: str) -> AsyncIterator[Served]:
-    """The service on a free loopback port, with a client that keeps no cookies of its own."""
+    """The service on a free loopback port, and a client of it (`sign_in` leaves its cookie
+    jar empty: the tests send the cookie they mean to)."""
     async with temporary_login(database_url, "signoff_reviewer") as url:
         settings = Settings(
             database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
