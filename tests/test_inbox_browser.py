@@ -198,6 +198,18 @@ async def test_a_reviewer_outside_the_policy_signs_in_by_link_and_sees_nothing_t
     assert await page.locator(f'li.card[data-approval-id="{approval_id}"]').count() == 0
     assert await page.locator("#approvals li.card").count() == 0
     assert await page.locator("#who-name").text_content() == outsider
+
+    await page.reload()  # the cookie signs the page in again; the CSRF token comes anew
+    await page.wait_for_selector("#inbox:not([hidden])")
+    cookies = await page.context.cookies()
+    assert [(c["name"], c["httpOnly"], c["sameSite"]) for c in cookies] == [
+        ("signoff_session", True, "Strict")
+    ]
+    await page.click("#sign-out")
+    await page.wait_for_selector("#sign-in:not([hidden])")
+    assert await page.context.cookies() == []
+    await page.reload()
+    await page.wait_for_selector("#sign-in:not([hidden])")
     assert watched.problems == []
 
 
