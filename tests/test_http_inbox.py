@@ -15,7 +15,7 @@ from adapters.http.csrf import CsrfKey
 from adapters.http.inbox import CONTENT_SECURITY_POLICY
 from approvals import ApprovalStatus, ApprovalStore, ReviewerDirectory
 from ledger.journal import Journal
-from ledger.keys import KeyRing, LocalKek
+from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 
 from .processes import TEST_KEK, TEST_REVIEWER_KEK
@@ -170,6 +170,31 @@ async def test_another_replica_accepts_the_same_csrf_token(inbox: Served, db: Da
     )
     assert await CsrfKey(other).check(token, session.csrf)
     assert not await CsrfKey(other).check(token + "x", session.csrf)
+
+
+async def test_after_the_signing_key_rotates_the_session_gives_a_new_csrf_token(
+    fresh_database_url: str,
+) -> None:
+    async with await Database.connect(fresh_database_url) as owner:
+        ring = await KeyRing.open(
+            owner, LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
+        )
+        token = token_of(await token_for(owner, unique("ann")))
+        async with served(fresh_database_url) as inbox:
+            session = await sign_in(inbox.client, token)
+            probe = "/v1/approvals/apr-none/reveal"  # 404 once past the CSRF check
+            assert (await inbox.client.post(probe, headers=session.unsafe())).status_code == 404
+            await ring.rotate(Purpose.DECISION_SIGNING)
+            csrf = inbox.service.authentication.csrf
+            assert csrf is not None
+            await csrf.ring.refresh()  # as the service does every SIGNOFF_KEY_REFRESH_SECONDS
+            stale = await inbox.client.post(probe, headers=session.unsafe())
+            assert stale.status_code == 403 and "X-CSRF-Token" in stale.json()["message"]
+            again = await inbox.client.get("/inbox/session", headers=session.cookie)
+            renewed = again.json()["csrf_token"]
+            assert again.status_code == 200 and renewed != session.csrf
+            headers = {**session.cookie, "X-CSRF-Token": renewed}
+            assert (await inbox.client.post(probe, headers=headers)).status_code == 404
 
 
 async def test_the_session_is_read_again_after_a_reload_and_signing_out_ends_it(
