@@ -524,6 +524,7 @@ async def test_dev_mode_serves_on_loopback_with_a_one_time_token_it_prints_loudl
         _, stderr = await process.communicate()
     said = stderr.decode()
     assert "DEVELOPMENT MODE" in said and reviewer in said and token in said
+    assert f"{started['url']}/inbox#token={token}" in said  # a sign-in link to the inbox
 
 
 async def test_serve_without_any_active_token_refuses_to_start(fresh_database_url: str) -> None:
