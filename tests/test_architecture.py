@@ -23,6 +23,7 @@ FRAMEWORKS = (
     "starlette",
     "uvicorn",
     "jwt",
+    "prometheus_client",
 )
 FRAMEWORK_HOMES = (
     "adapters/langgraph",

@@ -11,6 +11,10 @@ Whichever credential authenticates, a reviewer's groups are the reviewer directo
 token's groups claim grants no policy group (the store reads the directory again when it
 records a decision, so a group only the token names could show an approval that deciding
 then refuses). The claim decides only who is an auditor (`SIGNOFF_OIDC_AUDITOR_GROUP`).
+
+Guessing is throttled (`limits.FailureLimiter`): refused credentials spend their client
+address's budget, and an address with none left gets 429 for any credential, which is then
+not checked at all. The address is the connection's peer (no forwarded header is trusted).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from ledger.log import get_logger
 from ledger.store import Database
 
 from .errors import ApiError
+from .limits import FailureLimiter, client_key, retry_after_header
+from .metrics import Metrics
 from .oidc import InvalidBearerToken, JwksUnavailable, OidcVerifier
 
 __all__ = [
@@ -118,21 +124,50 @@ def unauthenticated(message: str, *, error: str | None = "invalid_token") -> Api
 
 class Authentication:
     """The service's authenticators, tried in order; the first that accepts a credential
-    decides."""
+    decides. Refused credentials spend their address's budget in `limiter` (a limiter of its
+    own when none is given); `metrics` counts refusals and 429s."""
 
-    def __init__(self, authenticators: Sequence[Authenticator]) -> None:
+    def __init__(
+        self,
+        authenticators: Sequence[Authenticator],
+        *,
+        limiter: FailureLimiter | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         if not authenticators:
             raise ValueError("the service needs at least one authenticator")
         self.authenticators = tuple(authenticators)
+        self.limiter = limiter or FailureLimiter()
+        self.metrics = metrics or Metrics()
 
     async def identify(self, request: Request) -> Identity:
         """The caller of `request`.
 
         Raises:
-            ApiError: 401 (no credential, or one that authenticates nobody); 503 when it
-                cannot be checked now (no JWKS).
+            ApiError: 401 (no credential, or one that authenticates nobody); 429 when the
+                client's address has had too many credentials refused (this one is not
+                checked); 503 when it cannot be checked now (no JWKS).
         """
         credential = bearer_credential(request)
+        address = client_key(request.client.host if request.client else None)
+        if (wait := self.limiter.retry_after(address)) is not None:
+            self.metrics.rate_limited.inc()
+            log.info("credential not checked: too many refused", retry_after=round(wait, 1))
+            raise ApiError(
+                429,
+                "rate_limited",
+                "too many invalid tokens from this address; try again later",
+                headers={"Retry-After": retry_after_header(wait)},
+            )
+        try:
+            return await self._authenticate(credential)
+        except ApiError as e:
+            if e.status == 401:
+                self.limiter.failed(address)
+                self.metrics.auth_failures.inc()
+            raise
+
+    async def _authenticate(self, credential: str) -> Identity:
         for authenticator in self.authenticators:
             if authenticator.accepts(credential):
                 try:
