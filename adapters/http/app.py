@@ -138,5 +138,5 @@ def create_app(service: Service) -> FastAPI:
 
     app.add_middleware(RequestLog)
     app.add_middleware(BodyLimit, max_bytes=service.max_body_bytes)
-    app.add_middleware(RequestMetrics, metrics=service.metrics, routes=app.routes)
+    app.add_middleware(RequestMetrics, metrics=service.metrics)
     return app

@@ -10,22 +10,21 @@ long it stays open.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
-from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from approvals import DecisionKind
 
-__all__ = ["CONTENT_TYPE", "UNMATCHED", "Metrics", "RequestMetrics"]
+__all__ = ["CONTENT_TYPE", "UNROUTED", "Metrics", "RequestMetrics"]
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 """The Prometheus text format."""
 
-UNMATCHED = "unmatched"
-"""The route label of a request no route matches (404)."""
+UNROUTED = "unrouted"
+"""The route label of a request answered without a route: none matches (404), or a
+middleware refused it first (413)."""
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # From a few milliseconds (a wake on a notification) to the feed's polls and beyond.
@@ -85,23 +84,19 @@ def method_label(method: str) -> str:
     return method if method in _METHODS else "other"
 
 
-def route_label(routes: Sequence[BaseRoute], scope: Scope) -> str:
-    """The template of the route `scope` is for (a method it does not allow included: 405),
-    else `UNMATCHED`."""
-    for route in routes:
-        match, _ = route.matches(scope)
-        if match is not Match.NONE:
-            path: str | None = getattr(route, "path", None)
-            return path or UNMATCHED
-    return UNMATCHED
+def route_label(scope: Scope) -> str:
+    """The template of the route that answered `scope` (set in it by the framework's routing),
+    else `UNROUTED`."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) and path else UNROUTED
 
 
 class RequestMetrics:
     """Counts each HTTP request and times it, by route template; outermost, so that requests
     a middleware refuses (413) are counted too."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[BaseRoute]) -> None:
-        self.app, self.metrics, self.routes = app, metrics, routes
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -109,14 +104,13 @@ class RequestMetrics:
             return
         started = time.perf_counter()
         method = method_label(scope["method"])
-        route = route_label(self.routes, scope)
         status = 500
 
         async def sent(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                self.metrics.request_seconds.labels(method, route).observe(
+                self.metrics.request_seconds.labels(method, route_label(scope)).observe(
                     time.perf_counter() - started
                 )
             await send(message)
@@ -124,4 +118,4 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sent)
         finally:
-            self.metrics.requests.labels(method, route, str(status)).inc()
+            self.metrics.requests.labels(method, route_label(scope), str(status)).inc()
