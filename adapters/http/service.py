@@ -1,7 +1,8 @@
-"""What one `signoff serve` process holds: its database, the reviewer side's approval store, its
-authenticators and its feed of approval changes (one LISTEN connection for all its streams),
-its metrics and its limit on refused credentials. Nothing here is state another replica needs:
-every answer comes from the database (each replica measures and limits on its own).
+"""What one `signoff serve` process holds: its database, the reviewer side's approval store and
+tool ledger (it resolves `outcome_unknown` calls), its authenticators, its feed of approval
+changes (one LISTEN connection for all its streams), its metrics and its limit on refused
+credentials. Nothing here is state another replica needs: every answer comes from the database
+(each replica measures and limits on its own).
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from approvals import ApiTokens, ApprovalStore
+from ledger.calls.service import ToolLedger
 from ledger.errors import ConfigurationError
 from ledger.keys import KeyRing
 from ledger.store import Database
@@ -60,6 +62,7 @@ class Service:
     store: ApprovalStore
     authentication: Authentication
     feed: ApprovalFeed
+    ledger: ToolLedger
     metrics: Metrics = field(default_factory=Metrics)
     max_body_bytes: int = MAX_BODY_BYTES
     oidc: OidcVerifier | None = None
@@ -79,8 +82,14 @@ class Service:
         except Exception:  # any failure is "not ready", whatever raised it
             return False
 
+    @property
+    def ring(self) -> KeyRing:
+        """The reviewer side's key ring (it signs decisions, resolutions and digests)."""
+        return self.store.ring
+
     async def close(self) -> None:
         await self.feed.close()
+        await self.ledger.close()
         await self.store.close()
         await self.db.close()
 
@@ -149,6 +158,7 @@ async def open_service(
                 found, limiter=FailureLimiter(failure_limit), metrics=metrics
             ),
             feed=ApprovalFeed(db, on_delay=metrics.feed_delay.observe),
+            ledger=ToolLedger(db, ring),
             metrics=metrics,
             max_body_bytes=max_body_bytes,
             oidc=verifier,
