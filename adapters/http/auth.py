@@ -152,7 +152,11 @@ class Authentication:
         address = client_key(request.client.host if request.client else None)
         if (wait := self.limiter.retry_after(address)) is not None:
             self.metrics.rate_limited.inc()
-            log.info("credential not checked: too many refused", retry_after=round(wait, 1))
+            log.info(
+                "credential not checked: too many refused",
+                client=address,
+                retry_after=round(wait, 1),
+            )
             raise ApiError(
                 429,
                 "rate_limited",
