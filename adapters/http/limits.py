@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,7 +27,8 @@ __all__ = [
 ]
 
 MAX_ADDRESSES = 100_000
-"""Most addresses tracked at once; full buckets are forgotten first (they limit nothing)."""
+"""Most addresses tracked at once: past it, the one whose last refusal is oldest is forgotten
+(its bucket has most likely refilled)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ class FailureLimiter:
         self.limit = limit or DEFAULT_FAILURE_LIMIT
         self._clock = clock
         self._max = max_addresses
-        self._buckets: dict[str, _Bucket] = {}
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()  # least recently failed first
 
     @property
     def enabled(self) -> bool:
@@ -103,8 +105,10 @@ class FailureLimiter:
             return
         bucket = self._refilled(key)
         if bucket is None:
-            self._make_room()
             bucket = self._buckets[key] = _Bucket(float(self.limit.failures), self._clock())
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > self._max:
+            self._buckets.popitem(last=False)
         bucket.tokens = max(0.0, bucket.tokens - 1)
 
     @property
@@ -120,13 +124,3 @@ class FailureLimiter:
         bucket.tokens = min(float(self.limit.failures), refilled)
         bucket.at = now
         return bucket
-
-    def _make_room(self) -> None:
-        if len(self._buckets) < self._max:
-            return
-        for key in list(self._buckets):
-            bucket = self._refilled(key)
-            if bucket is not None and bucket.tokens >= self.limit.failures:
-                del self._buckets[key]
-        while len(self._buckets) >= self._max:  # still full: forget the oldest
-            del self._buckets[next(iter(self._buckets))]
