@@ -23,8 +23,8 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 """The Prometheus text format."""
 
 UNROUTED = "unrouted"
-"""The route label of a request answered without a route: none matches (404), or a
-middleware refused it first (413)."""
+"""The route label of a request answered before any route: none matches (404), or a
+middleware refused it first (413 for a `Content-Length` over the limit)."""
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # From a few milliseconds (a wake on a notification) to the feed's polls and beyond.
