@@ -12,15 +12,15 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from approvals import DecisionKind
 
 __all__ = ["CONTENT_TYPE", "UNROUTED", "Metrics", "RequestMetrics"]
 
-CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
-"""The Prometheus text format."""
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text format, as `generate_latest` writes it (every prometheus-client)."""
 
 UNROUTED = "unrouted"
 """The route label of a request answered before any route: none matches (404), or a
