@@ -23,6 +23,7 @@ FRAMEWORKS = (
     "starlette",
     "uvicorn",
     "jwt",
+    "httpx",
     "prometheus_client",
 )
 FRAMEWORK_HOMES = (

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from approvals import Identity
-from ledger.audit.queries import CallFilter, CallKey, call_story, find_calls
+from ledger.audit.queries import CallFilter, CallKey, call_story, call_summary, find_calls
 from ledger.calls.model import CallRecord, CallStatus
 from ledger.errors import CallStateError, InvalidToolCall, UnknownCall
 from ledger.journal import Event
@@ -32,7 +32,7 @@ from ledger.log import get_logger
 from .approvals_api import IDEMPOTENCY_HEADER, MAX_PAGE, MAX_REQUEST_ID, Caller, service_of
 from .errors import ApiError
 
-__all__ = ["call_document", "router", "story_document"]
+__all__ = ["router", "story_document"]
 
 log = get_logger(__name__)
 
@@ -40,25 +40,6 @@ router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
 _ID = 200  # the longest run or call id the ledger takes
 Id = Annotated[str, Query(min_length=1, max_length=_ID)]
-
-
-def call_document(call: CallRecord) -> dict[str, Any]:
-    """A call as `signoff ledger calls --json` shows it (digests, never values)."""
-    return {
-        "run_id": call.run_id,
-        "call_id": call.call_id,
-        "tool": call.tool,
-        "effect": call.effect.value,
-        "status": call.status.value,
-        "attempts": call.attempts,
-        "approval_id": call.approval_id,
-        "approved_by": list(call.approved_by),
-        "args_digest": call.args_digest,
-        "result_digest": call.result_digest,
-        "resolved_by": call.resolved_by,
-        "started_at": call.started_at.isoformat(),
-        "finished_at": call.finished_at.isoformat() if call.finished_at else None,
-    }
 
 
 def _events(events: list[Event]) -> list[dict[str, Any]]:
@@ -80,7 +61,7 @@ def story_document(
 ) -> dict[str, Any]:
     """A call's story as `signoff ledger show --json` shows it (without `--reveal`)."""
     return {
-        "call": call_document(call),
+        "call": call_summary(call),
         "events": _events(events),
         "approval_events": _events(approval_events),
     }
@@ -158,7 +139,7 @@ async def calls(
     page = found[:limit]
     more = len(found) > limit
     return {
-        "calls": [call_document(c) for c in page],
+        "calls": [call_summary(c) for c in page],
         "next_cursor": _cursor_text(page[-1]) if more else None,
     }
 
@@ -256,11 +237,11 @@ async def resolve(
             # The same verdict again (a retry): the resolution it made, nothing recorded.
             response.headers["Idempotent-Replayed"] = "true"
             bound.info("resolution replayed", status=str(verdict))
-            return call_document(current)
+            return call_summary(current)
         bound.info("resolution refused", status=str(current.status))
         raise ApiError(409, "conflict", _conflict(current)) from e
     bound.info("call resolved", status=str(record.status))
-    return call_document(record)
+    return call_summary(record)
 
 
 def _conflict(call: CallRecord) -> str:

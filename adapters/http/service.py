@@ -6,7 +6,9 @@ credentials. Nothing here is state another replica needs: every answer comes fro
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
-KEK (it signs decisions). What is missing is named in one line.
+KEK (it signs decisions). What is missing is named in one line. With `settings.webhook`, the
+service also posts webhook notifications (`webhooks.Webhooks`), from when it is opened until
+it is closed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .limits import DEFAULT_FAILURE_LIMIT, FailureLimit, FailureLimiter
 from .live import ApprovalFeed
 from .metrics import Metrics
 from .oidc import JwksUnavailable, OidcVerifier
+from .webhooks import Webhooks
 
 __all__ = [
     "KEEPALIVE_SECONDS",
@@ -68,6 +71,7 @@ class Service:
     oidc: OidcVerifier | None = None
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
+    webhooks: Webhooks | None = None
 
     @property
     def failure_limit(self) -> FailureLimit:
@@ -88,6 +92,8 @@ class Service:
         return self.store.ring
 
     async def close(self) -> None:
+        if self.webhooks is not None:
+            await self.webhooks.close()
         await self.feed.close()
         await self.ledger.close()
         await self.store.close()
@@ -120,6 +126,8 @@ async def open_service(
         failure_limit: how many refused credentials a client address may present in a time
             (10 a minute by default), after which its credentials get 429 unchecked.
 
+    With `settings.webhook`, the webhook task starts here; `Service.close` stops it.
+
     Raises:
         ServiceMisconfigured: no reviewer KEK, or a login without `signoff_reviewer`.
         ConfigurationError: a JWKS file that cannot be used.
@@ -151,7 +159,8 @@ async def open_service(
             found.append(OidcAuthenticator(verifier, db))
         store = ApprovalStore(db, ring)
         metrics = Metrics()
-        return Service(
+        webhooks = None if settings.webhook is None else Webhooks(db, store, settings.webhook)
+        service = Service(
             db=db,
             store=store,
             authentication=Authentication(
@@ -162,7 +171,15 @@ async def open_service(
             metrics=metrics,
             max_body_bytes=max_body_bytes,
             oidc=verifier,
+            webhooks=webhooks,
         )
     except BaseException:
         await db.close()
         raise
+    if webhooks is not None:
+        try:
+            await webhooks.start()
+        except BaseException:
+            await service.close()
+            raise
+    return service

@@ -23,7 +23,15 @@ from ..keys import KeyRing
 from ..limits import name_problem
 from ..store import Database
 
-__all__ = ["CallFilter", "CallKey", "CallStory", "call_story", "find_calls", "record_reveal"]
+__all__ = [
+    "CallFilter",
+    "CallKey",
+    "CallStory",
+    "call_story",
+    "call_summary",
+    "find_calls",
+    "record_reveal",
+]
 
 # `approved_by` is an array of whole reviewer names: `= ANY` matches one name exactly.
 _FIND = """
@@ -49,6 +57,25 @@ _SEALED = "SELECT args_sealed, result_sealed FROM tool_calls WHERE run_id = $1 A
 
 CallKey = tuple[datetime, str, str]
 """Where a call sorts in `find_calls`: its start, run id and call id."""
+
+
+def call_summary(call: CallRecord) -> dict[str, Any]:
+    """A call as auditors are shown it, in every client (CLI, HTTP): digests, never values."""
+    return {
+        "run_id": call.run_id,
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "effect": call.effect.value,
+        "status": call.status.value,
+        "attempts": call.attempts,
+        "approval_id": call.approval_id,
+        "approved_by": list(call.approved_by),
+        "args_digest": call.args_digest,
+        "result_digest": call.result_digest,
+        "resolved_by": call.resolved_by,
+        "started_at": call.started_at.isoformat(),
+        "finished_at": call.finished_at.isoformat() if call.finished_at else None,
+    }
 
 
 @dataclass(frozen=True)
