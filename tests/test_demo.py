@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -211,6 +212,19 @@ async def _start_demo(database_url: str, *args: str) -> asyncio.subprocess.Proce
     )
 
 
+async def _interrupt(process: asyncio.subprocess.Process) -> None:
+    """Stop a demo still running as Ctrl-C does, so that it drops its logins; kill it if that
+    does not end it."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        await asyncio.wait_for(process.wait(), 30)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+
+
 async def _read_until(stream: asyncio.StreamReader, pattern: re.Pattern[str]) -> tuple[str, str]:
     """Lines of `stream` up to the first that `pattern` finds in: all of them, and that one."""
     seen = ""
@@ -255,9 +269,7 @@ async def test_demo_inbox_waits_for_a_person_who_decides_with_the_printed_token(
                 assert answer.json()["status"] == status
             rest, stderr = await process.communicate()
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await _interrupt(process)
     stdout = before + more + rest.decode()
     assert process.returncode == 0, stdout + stderr.decode()
     assert re.search(rf"{status} by alice +\d+\.\d s", stdout), stdout

@@ -594,10 +594,11 @@ async def _person_decides(screen: Screen, review: Review, run_id: str, wait: flo
     token = review.token.token
     screen.notice(f"      sign in   {review.inbox_link}")
     screen.notice(f"      token     {token}  (for {review.reviewer}, revoked at the end)")
+    decide_url = review.url + DECIDE_PATH.format(approval_id=approval_id)
     curl = (
-        f"curl -H 'Authorization: Bearer {token}' -H 'Idempotency-Key: {run_id}/1' \\",
-        """  -H 'Content-Type: application/json' -d '{"decision": "approve"}' \\""",
-        "  " + review.url + DECIDE_PATH.format(approval_id=approval_id),
+        f"curl -H 'Authorization: Bearer {token}' \\",
+        f"  -H 'Idempotency-Key: {run_id}/1' -H 'Content-Type: application/json' \\",
+        f"""  -d '{{"decision": "approve"}}' {decide_url}""",
     )
     for i, text in enumerate(curl):
         screen.notice(f"      {'or' if i == 0 else '':<9} {text}")
