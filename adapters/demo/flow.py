@@ -163,7 +163,6 @@ class Decided:
 
     via: str  # "http": the demo's POST; "inbox": a person, with the demo's token or otherwise
     approval: Approval
-    seconds: float
 
     def to_json(self, review: Review) -> dict[str, Any]:
         return {
@@ -276,16 +275,16 @@ async def _demo(
         calls = await find_calls(db, CallFilter(run_id=run_id))
         refund = next((c for c, _ in calls if c.call_id == REFUND_CALL), None)
         approved = decided.approval.status.runs_tool
-        if approved:
-            once = (
-                paid_by == [second.pid]
-                and refund is not None
-                and refund.status is CallStatus.SUCCEEDED
-                and refund.attempts == 1
-            )
-        else:  # rejected: the refund must not have run anywhere
-            once = paid_by == [] and (refund is None or refund.status is not CallStatus.SUCCEEDED)
-        _show_once(screen, once, approved, paid_by, pids)
+        once = approved and (
+            paid_by == [second.pid]
+            and refund is not None
+            and refund.status is CallStatus.SUCCEEDED
+            and refund.attempts == 1
+        )
+        # Rejected (with --inbox), the refund must not have run anywhere.
+        untouched = paid_by == [] and (refund is None or refund.status is not CallStatus.SUCCEEDED)
+        as_decided = once if approved else untouched
+        _show_once(screen, as_decided, approved, paid_by, pids)
 
         rows = [_call_row(call, approved_by, pids) for call, approved_by in calls]
         _show_ledger(screen, run_id, rows)
@@ -295,7 +294,7 @@ async def _demo(
         _show_digest(screen, report, check)
 
     seconds = time.perf_counter() - started
-    ok = once and report.ok and check.ok
+    ok = as_decided and report.ok and check.ok
     screen.line()
     screen.line(f"{'Done' if ok else 'FAILED'} in {seconds:.1f} s. The refund's story:")
     screen.line(f"  signoff ledger show {run_id} {REFUND_CALL}")
@@ -561,15 +560,21 @@ def _show_event(screen: Screen, event: dict[str, Any]) -> None:
 # -- the reviewer, the checks and the record -----------------------------------------------------
 
 
+async def _the_refund(review: Review, run_id: str) -> str:
+    """The id of the run's refund, as the token's reviewer finds it in `GET /v1/approvals`."""
+    pending = await review.pending(run_id)
+    if len(pending) != 1:
+        raise DemoFailed(f"expected one approval waiting for {REVIEWER}, found {len(pending)}")
+    approval_id: str = pending[0]["approval_id"]
+    return approval_id
+
+
 async def _approve(screen: Screen, review: Review, run_id: str) -> Decided:
     """Approve the run's pending refund as the token's reviewer (a support lead: the directory,
     kept by the owner, says alice is one), over HTTP: `GET /v1/approvals?run_id=...` finds it,
     `POST /v1/approvals/{id}/decision` decides it, idempotent by the run's request id."""
     started = time.perf_counter()
-    pending = await review.pending(run_id)
-    if len(pending) != 1:
-        raise DemoFailed(f"expected one approval waiting for {REVIEWER}, found {len(pending)}")
-    approval_id = pending[0]["approval_id"]
+    approval_id = await _the_refund(review, run_id)
     await review.approve(approval_id, request_id=f"{run_id}/approve")
     approval = await review.service.store.get(approval_id)
     seconds = time.perf_counter() - started
@@ -580,16 +585,13 @@ async def _approve(screen: Screen, review: Review, run_id: str) -> Decided:
     token_id = review.token.info.token_id
     screen.detail("token", f"{token_id} for {review.reviewer}, made now, revoked at the end")
     screen.detail("POST", f"{DECIDE_PATH.format(approval_id=approval_id)}: {approval.status}")
-    return Decided("http", approval, seconds)
+    return Decided("http", approval)
 
 
 async def _person_decides(screen: Screen, review: Review, run_id: str, wait: float) -> Decided:
     """Serve the inbox and wait up to `wait` seconds for a person to decide the run's refund."""
     started = time.perf_counter()
-    pending = await review.pending(run_id)
-    if len(pending) != 1:
-        raise DemoFailed(f"expected one approval waiting for {REVIEWER}, found {len(pending)}")
-    approval_id = pending[0]["approval_id"]
+    approval_id = await _the_refund(review, run_id)
     screen.step(f"waiting for a person to decide {approval_id} (up to {_minutes(wait)})")
     token = review.token.token
     screen.notice(f"      sign in   {review.inbox_link}")
@@ -605,10 +607,9 @@ async def _person_decides(screen: Screen, review: Review, run_id: str, wait: flo
     approval = await review.wait_for_person(approval_id, wait)
     if approval is None:
         raise DemoFailed(f"nobody decided approval {approval_id} within {_minutes(wait)}")
-    seconds = time.perf_counter() - started
     by = ", ".join(approval.decided_by) or "?"
-    screen.done(f"{approval.status} by {by}", seconds)
-    return Decided("inbox", approval, seconds)
+    screen.done(f"{approval.status} by {by}", time.perf_counter() - started)
+    return Decided("inbox", approval)
 
 
 def _minutes(seconds: float) -> str:
@@ -640,12 +641,12 @@ def _call_row(
 
 
 def _show_once(
-    screen: Screen, once: bool, approved: bool, paid_by: list[int], pids: dict[int, int]
+    screen: Screen, as_decided: bool, approved: bool, paid_by: list[int], pids: dict[int, int]
 ) -> None:
-    if once and not approved:
+    if as_decided and not approved:
         screen.step("the refund was rejected and did not run: no payment")
         return
-    if once:
+    if as_decided:
         screen.step(
             f"the refund ran once: 1 payment, made by process 2 (pid {paid_by[0]}); "
             "process 1 made none"
