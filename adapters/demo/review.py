@@ -1,8 +1,8 @@
 """The reviewer's side of `signoff demo`: the HTTP service of `signoff serve`, in this process on
 a free loopback port and on the reviewer's login, and a short-lived API token for the demo's
 reviewer, made by the owner and revoked at the end. The demo decides with an HTTP request as the
-token's reviewer (`approve_over_http`), or, with `--inbox`, waits for a person to decide with
-that token (`wait_for_person`).
+token's reviewer (`Review.approve`), or, with `--inbox`, waits for a person to decide with that
+token (`Review.wait_for_person`).
 """
 
 from __future__ import annotations
