@@ -23,6 +23,7 @@ FRAMEWORKS = (
     "starlette",
     "uvicorn",
     "jwt",
+    "httpx",
 )
 FRAMEWORK_HOMES = (
     "adapters/langgraph",

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.audit.export import export_events
-from ledger.audit.queries import CallFilter, CallStory, call_story, find_calls
-from ledger.calls.model import CallRecord, CallStatus
+from ledger.audit.queries import CallFilter, CallStory, call_story, call_summary, find_calls
+from ledger.calls.model import CallStatus
 from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing
 from ledger.store import Database
@@ -154,24 +154,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     resolve.set_defaults(run=lambda a: asyncio.run(_resolve(a)))
 
 
-def _row(call: CallRecord) -> dict[str, Any]:
-    return {
-        "run_id": call.run_id,
-        "call_id": call.call_id,
-        "tool": call.tool,
-        "effect": call.effect.value,
-        "status": call.status.value,
-        "attempts": call.attempts,
-        "approval_id": call.approval_id,
-        "approved_by": list(call.approved_by),
-        "args_digest": call.args_digest,
-        "result_digest": call.result_digest,
-        "resolved_by": call.resolved_by,
-        "started_at": call.started_at.isoformat(),
-        "finished_at": call.finished_at.isoformat() if call.finished_at else None,
-    }
-
-
 async def _calls(args: argparse.Namespace) -> int:
     where = CallFilter(
         run_id=args.run_id,
@@ -183,7 +165,7 @@ async def _calls(args: argparse.Namespace) -> int:
         limit=args.limit,
     )
     async with open_database(args) as db:
-        rows = [_row(call) for call, _ in await find_calls(db, where)]
+        rows = [call_summary(call) for call, _ in await find_calls(db, where)]
     if args.csv:
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=_COLUMNS, lineterminator="\n")
@@ -225,7 +207,7 @@ async def _show(args: argparse.Namespace) -> int:
         revealer = (args.by or getpass.getuser()) if args.reveal else None
         story = await call_story(db, args.run_id, args.call_id, reveal_by=revealer, ring=ring)
     data: dict[str, Any] = {
-        "call": _row(story.call),
+        "call": call_summary(story.call),
         "events": _events(story.events),
         "approval_events": _events(story.approval_events),
     }
@@ -291,5 +273,5 @@ async def _resolve(args: argparse.Namespace) -> int:
         f"call {safe(record.call_id)} of run {safe(record.run_id)} resolved as {record.status} "
         f"by {safe(args.by)}"
     )
-    emit(args, shown, _row(record))
+    emit(args, shown, call_summary(record))
     return 0

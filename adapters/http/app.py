@@ -1,6 +1,7 @@
 """The ASGI application of `signoff serve`: `create_app(service)`.
 
-- `/v1/...`: the versioned API (`approvals_api`, and `events_api` for its live stream),
+- `/v1/...`: the versioned API (`approvals_api`, and `events_api` for its live stream;
+  `calls_api` for the tool-call ledger and `audit_api` for the journal's digests and export),
   bearer-authenticated (no anonymous access: 401 with a
   `WWW-Authenticate: Bearer` challenge); its OpenAPI document at `/v1/openapi.json`.
 - `/healthz` (the process answers) and `/readyz` (the database answers), unauthenticated, for
@@ -21,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger import __version__
 from ledger.log import get_logger
 
-from . import approvals_api, events_api
+from . import approvals_api, audit_api, calls_api, events_api
 from .errors import install_error_handlers, problem
 from .service import Service
 
@@ -121,6 +122,8 @@ def create_app(service: Service) -> FastAPI:
     install_error_handlers(app)
     app.include_router(events_api.router)  # before /v1/approvals/{approval_id} matches it
     app.include_router(approvals_api.router)
+    app.include_router(calls_api.router)
+    app.include_router(audit_api.router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -1,10 +1,13 @@
-"""What one `signoff serve` process holds: its database, the reviewer side's approval store, its
-authenticators and its feed of approval changes (one LISTEN connection for all its streams).
+"""What one `signoff serve` process holds: its database, the reviewer side's approval store and
+tool ledger (it resolves `outcome_unknown` calls), its authenticators and its feed of approval
+changes (one LISTEN connection for all its streams).
 Nothing here is state another replica needs: every answer comes from the database.
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
-KEK (it signs decisions). What is missing is named in one line.
+KEK (it signs decisions). What is missing is named in one line. With `settings.webhook`, the
+service also posts webhook notifications (`webhooks.Webhooks`), from when it is opened until
+it is closed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from approvals import ApiTokens, ApprovalStore
+from ledger.calls.service import ToolLedger
 from ledger.errors import ConfigurationError
 from ledger.keys import KeyRing
 from ledger.store import Database
@@ -22,6 +26,7 @@ from ledger.store.settings import Settings
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
 from .live import ApprovalFeed
 from .oidc import JwksUnavailable, OidcVerifier
+from .webhooks import Webhooks
 
 __all__ = [
     "KEEPALIVE_SECONDS",
@@ -57,10 +62,12 @@ class Service:
     store: ApprovalStore
     authentication: Authentication
     feed: ApprovalFeed
+    ledger: ToolLedger
     max_body_bytes: int = MAX_BODY_BYTES
     oidc: OidcVerifier | None = None
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
+    webhooks: Webhooks | None = None
 
     async def ready(self) -> bool:
         """Whether the database answers."""
@@ -70,8 +77,16 @@ class Service:
         except Exception:  # any failure is "not ready", whatever raised it
             return False
 
+    @property
+    def ring(self) -> KeyRing:
+        """The reviewer side's key ring (it signs decisions, resolutions and digests)."""
+        return self.store.ring
+
     async def close(self) -> None:
+        if self.webhooks is not None:
+            await self.webhooks.close()
         await self.feed.close()
+        await self.ledger.close()
         await self.store.close()
         await self.db.close()
 
@@ -98,6 +113,8 @@ async def open_service(
             default). With `settings.oidc`, an OIDC authenticator joins them; a JWKS URL is
             read once here, and when that fails the service starts anyway (its keys are read
             again on the first token, which is 503 until they can be).
+
+    With `settings.webhook`, the webhook task starts here; `Service.close` stops it.
 
     Raises:
         ServiceMisconfigured: no reviewer KEK, or a login without `signoff_reviewer`.
@@ -129,14 +146,24 @@ async def open_service(
                     await verifier.refresh()
             found.append(OidcAuthenticator(verifier, db))
         store = ApprovalStore(db, ring)
-        return Service(
+        webhooks = None if settings.webhook is None else Webhooks(db, store, settings.webhook)
+        service = Service(
             db=db,
             store=store,
             authentication=Authentication(found),
             feed=ApprovalFeed(db),
+            ledger=ToolLedger(db, ring),
             max_body_bytes=max_body_bytes,
             oidc=verifier,
+            webhooks=webhooks,
         )
     except BaseException:
         await db.close()
         raise
+    if webhooks is not None:
+        try:
+            await webhooks.start()
+        except BaseException:
+            await service.close()
+            raise
+    return service

@@ -23,7 +23,15 @@ from ..keys import KeyRing
 from ..limits import name_problem
 from ..store import Database
 
-__all__ = ["CallFilter", "CallStory", "call_story", "find_calls", "record_reveal"]
+__all__ = [
+    "CallFilter",
+    "CallKey",
+    "CallStory",
+    "call_story",
+    "call_summary",
+    "find_calls",
+    "record_reveal",
+]
 
 # `approved_by` is an array of whole reviewer names: `= ANY` matches one name exactly.
 _FIND = """
@@ -39,11 +47,35 @@ WHERE ($1::text IS NULL OR run_id = $1)
   AND ($5::timestamptz IS NULL OR started_at < $5)
   AND ($6::text IS NULL OR $6 = ANY(approved_by))
   AND ($8::text IS NULL OR call_id = $8)
+  AND ($9::timestamptz IS NULL OR (started_at, run_id, call_id) > ($9, $10::text, $11::text))
 ORDER BY started_at, run_id, call_id
 LIMIT $7
 """
 
 _SEALED = "SELECT args_sealed, result_sealed FROM tool_calls WHERE run_id = $1 AND call_id = $2"
+
+
+CallKey = tuple[datetime, str, str]
+"""Where a call sorts in `find_calls`: its start, run id and call id."""
+
+
+def call_summary(call: CallRecord) -> dict[str, Any]:
+    """A call as auditors are shown it, in every client (CLI, HTTP): digests, never values."""
+    return {
+        "run_id": call.run_id,
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "effect": call.effect.value,
+        "status": call.status.value,
+        "attempts": call.attempts,
+        "approval_id": call.approval_id,
+        "approved_by": list(call.approved_by),
+        "args_digest": call.args_digest,
+        "result_digest": call.result_digest,
+        "resolved_by": call.resolved_by,
+        "started_at": call.started_at.isoformat(),
+        "finished_at": call.finished_at.isoformat() if call.finished_at else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -56,6 +88,8 @@ class CallFilter:
     approved_by: str | None = None
     call_id: str | None = None
     limit: int = 1000
+    after: CallKey | None = None
+    """Only calls after this one in the order of `find_calls` (to read it page by page)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +119,7 @@ async def find_calls(db: Database, where: CallFilter) -> list[tuple[CallRecord, 
             where.approved_by,
             where.limit,
             where.call_id,
+            *(where.after or (None, None, None)),
         )
     return [(record, record.approved_by) for record in map(call_record, rows)]
 

@@ -8,6 +8,7 @@
 | `SIGNOFF_KEY_REFRESH_SECONDS`                 | `key_refresh_seconds` (default 10)            |
 | `SIGNOFF_EMBEDDED_DIR`, `XDG_DATA_HOME`       | `embedded_home`                               |
 | `SIGNOFF_OIDC_*`                              | `oidc` (None: no OIDC bearer tokens)          |
+| `SIGNOFF_WEBHOOK_*`                           | `webhook` (None: the service posts nothing)   |
 
 Everything else takes these values: `Database.from_settings(settings)` keeps them, and the key
 ring takes its KEK and refresh interval from its database's settings. With no URL configured the
@@ -21,6 +22,9 @@ default: a process holds it only when told to.
 `oidc` (`OidcSettings`) says which OIDC / JWT bearer tokens the HTTP service accepts: its issuer,
 audience and JWKS, and which claims name the reviewer and their groups. They are kept as plain
 strings: the HTTP adapter builds its verifier from them.
+
+`webhook` (`WebhookSettings`) is where the HTTP service posts its notifications (a new approval
+request, a call whose outcome is unknown), the secret that signs them and their format.
 """
 
 from __future__ import annotations
@@ -38,7 +42,14 @@ from ..errors import ConfigurationError
 from ..keys.kek import LocalKek
 from .config import is_loopback, normalize_url
 
-__all__ = ["OIDC_ALGORITHMS", "OidcSettings", "Settings", "embedded_home_from_env"]
+__all__ = [
+    "OIDC_ALGORITHMS",
+    "WEBHOOK_FORMATS",
+    "OidcSettings",
+    "Settings",
+    "WebhookSettings",
+    "embedded_home_from_env",
+]
 
 _REFRESH_DEFAULT = 10.0
 
@@ -103,6 +114,7 @@ class Settings:
     key_refresh_seconds: float = _REFRESH_DEFAULT
     embedded_home: Path = field(default_factory=lambda: embedded_home_from_env({}))
     oidc: OidcSettings | None = None
+    webhook: WebhookSettings | None = None
 
     def __post_init__(self) -> None:
         if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
@@ -128,6 +140,7 @@ class Settings:
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),
             embedded_home=embedded_home_from_env(environ),
             oidc=OidcSettings.from_env(environ),
+            webhook=WebhookSettings.from_env(environ),
         )
 
     @property
@@ -364,3 +377,111 @@ def _jwks(value: object) -> str:
             "in transit can sign any token, so use https://",
         )
     return value
+
+
+WEBHOOK_FORMATS = ("signoff", "slack")
+"""The bodies a webhook may be sent as: Signoff's own JSON, or a Slack incoming webhook's."""
+_WEBHOOK_SECRET_MIN = 16
+_WEBHOOK_URL_MAX = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """Where the HTTP service posts its notifications, and how.
+
+    - `url`: an `http://` or `https://` URL (no user or password in it: the body is signed).
+    - `secret`: signs every body (`X-Signoff-Signature`); at least 16 characters.
+    - `format`: `signoff` (our JSON) or `slack` (a Slack incoming webhook's `text` and
+      `blocks`).
+
+    How a delivery is retried is not configured from the environment; the defaults suit a
+    receiver that is down for a while: a timeout of `timeout_seconds` per attempt, then
+    `first_retry_seconds`, doubling up to `max_retry_seconds` (each with jitter), until
+    `max_attempts` attempts have been made.
+    """
+
+    url: str
+    secret: str = field(repr=False)
+    format: str = "signoff"
+    timeout_seconds: float = 10.0
+    first_retry_seconds: float = 5.0
+    max_retry_seconds: float = 900.0
+    max_attempts: int = 10
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "url", _webhook_url(self.url))
+        if not isinstance(self.secret, str) or len(self.secret) < _WEBHOOK_SECRET_MIN:
+            raise ConfigurationError(
+                f"SIGNOFF_WEBHOOK_SECRET is shorter than {_WEBHOOK_SECRET_MIN} characters: "
+                "use a long random one (e.g. openssl rand -hex 32)"
+            )
+        if self.format not in WEBHOOK_FORMATS:
+            raise ConfigurationError(
+                f"SIGNOFF_WEBHOOK_FORMAT is {self.format!r}: expected one of "
+                f"{', '.join(WEBHOOK_FORMATS)}"
+            )
+        for name in ("timeout_seconds", "first_retry_seconds", "max_retry_seconds"):
+            seconds = getattr(self, name)
+            if not math.isfinite(seconds) or seconds <= 0:
+                raise ConfigurationError(f"webhook {name} is {seconds}: expected more than 0")
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"webhook max_attempts is {self.max_attempts}: expected 1+")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> WebhookSettings | None:
+        """The webhook settings of `environ`: None when `SIGNOFF_WEBHOOK_URL` is not set.
+
+        Raises:
+            ConfigurationError: a malformed URL or format, a URL without a secret (or a
+                secret file that cannot be read), a secret or format without a URL.
+        """
+        url = (environ.get("SIGNOFF_WEBHOOK_URL") or "").strip()
+        secret = environ.get("SIGNOFF_WEBHOOK_SECRET") or None
+        secret_file = environ.get("SIGNOFF_WEBHOOK_SECRET_FILE") or None
+        format_ = (environ.get("SIGNOFF_WEBHOOK_FORMAT") or "").strip().lower()
+        if not url:
+            if secret or secret_file or format_:
+                raise ConfigurationError(
+                    "SIGNOFF_WEBHOOK_SECRET or _FORMAT is set, but SIGNOFF_WEBHOOK_URL is not"
+                )
+            return None
+        if secret is None and secret_file is not None:
+            try:
+                secret = Path(secret_file).read_text().strip()
+            except (OSError, UnicodeDecodeError) as e:
+                reason = e.strerror if isinstance(e, OSError) else "not text"
+                raise ConfigurationError(
+                    f"cannot read SIGNOFF_WEBHOOK_SECRET_FILE={secret_file}: {reason}"
+                ) from e
+        if not secret:
+            raise ConfigurationError(
+                "SIGNOFF_WEBHOOK_URL is set without a secret: set SIGNOFF_WEBHOOK_SECRET or "
+                "SIGNOFF_WEBHOOK_SECRET_FILE (it signs every body)"
+            )
+        return cls(url=url, secret=secret, format=format_ or "signoff")
+
+
+def _webhook_url(value: object) -> str:
+    """A webhook URL as given, checked; errors never quote it (its path may be a secret)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError("SIGNOFF_WEBHOOK_URL is empty: expected an http(s):// URL")
+    value = value.strip()
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ConfigurationError("SIGNOFF_WEBHOOK_URL is not an http:// or https:// URL")
+    try:
+        host = parts.hostname
+        parts.port  # noqa: B018 -- a malformed port raises here
+    except ValueError:
+        raise ConfigurationError("SIGNOFF_WEBHOOK_URL has a malformed host or port") from None
+    if not host:
+        raise ConfigurationError("SIGNOFF_WEBHOOK_URL names no host")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigurationError(
+            "SIGNOFF_WEBHOOK_URL holds a user or password: the body is signed instead"
+        )
+    if len(value) > _WEBHOOK_URL_MAX or any(c.isspace() or ord(c) < 32 for c in value):
+        raise ConfigurationError(
+            f"SIGNOFF_WEBHOOK_URL is longer than {_WEBHOOK_URL_MAX} characters or holds spaces"
+        )
+    return parts.scheme.lower() + value[len(parts.scheme) :]

@@ -1,0 +1,146 @@
+"""`/v1/ledger`: signed digests of the journal, the proofs behind them and its export (auditors).
+
+The documents are those of `ledger.audit.verifier`, which checks them offline with only the
+public keys (`signoff keys export-public`): a digest as `signoff ledger digest` writes it, the
+proofs as `ledger prove` and `ledger consistency` do, exported events as `ledger export` does.
+A proof is of a digest the caller holds, so the digest goes in the request body (a proof asks
+nothing of the digest but its tree; the verifier checks its signature).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from approvals import Identity
+from ledger.audit.digest import (
+    Digest,
+    DigestError,
+    DigestMismatch,
+    NotInDigest,
+    prove_consistency,
+    prove_inclusion,
+    take_digest,
+)
+from ledger.audit.export import export_events
+from ledger.audit.verifier import MalformedDocument
+from ledger.errors import InvalidEvent, NoActiveKey
+from ledger.limits import INT8
+from ledger.log import get_logger
+
+from .approvals_api import Caller, service_of
+from .errors import ApiError
+
+__all__ = ["MAX_EXPORT", "router"]
+
+log = get_logger(__name__)
+
+router = APIRouter(prefix="/v1/ledger", tags=["ledger"])
+
+MAX_EXPORT = 1000
+"""Most events one export page holds."""
+
+Position = Annotated[int, Field(ge=1, le=INT8[1])]
+
+
+def _auditor(identity: Identity) -> None:
+    if identity.may_decide:
+        raise ApiError(403, "forbidden", "the journal's digests and export need an auditor's token")
+
+
+def _digest(document: dict[str, Any], name: str) -> Digest:
+    try:
+        return Digest.from_dict(document)
+    except MalformedDocument as e:
+        raise ApiError(422, "invalid", f"{name}: {e}") from e
+
+
+def _mismatch(error: DigestMismatch) -> ApiError:
+    """The database no longer matches the digest: no proof exists (a finding, not a typo)."""
+    log.warning("digest does not match the journal", problem=str(error))
+    return ApiError(409, "digest_mismatch", f"the journal does not match the digest: {error}")
+
+
+@router.get("/digest", summary="A fresh signed digest of the journal (`signoff_digest: 1`)")
+async def digest(request: Request, identity: Caller) -> dict[str, Any]:
+    _auditor(identity)
+    service = service_of(request)
+    try:
+        taken = await take_digest(service.db, service.ring)
+    except NoActiveKey as e:
+        raise ApiError(503, "unavailable", "there is no active digest-signing key") from e
+    return taken.to_dict()
+
+
+class InclusionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    position: Position = Field(description="the event's journal position")
+    digest: dict[str, Any] = Field(description="the digest (`GET /v1/ledger/digest`)")
+
+
+@router.post(
+    "/proofs/inclusion",
+    summary="Proof that one event is in a digest (`signoff_inclusion_proof: 1`)",
+)
+async def inclusion(request: Request, body: InclusionRequest, identity: Caller) -> dict[str, Any]:
+    _auditor(identity)
+    of = _digest(body.digest, "digest")
+    try:
+        proof = await prove_inclusion(service_of(request).db, body.position, of)
+    except NotInDigest as e:
+        raise ApiError(404, "not_found", str(e)) from e
+    except DigestMismatch as e:
+        raise _mismatch(e) from e
+    return proof.to_dict()
+
+
+class ConsistencyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    old: dict[str, Any] = Field(description="the earlier digest")
+    new: dict[str, Any] = Field(description="the later digest")
+
+
+@router.post(
+    "/proofs/consistency",
+    summary="Proof that the new digest's journal extends the old one's "
+    "(`signoff_consistency_proof: 1`)",
+)
+async def consistency(
+    request: Request, body: ConsistencyRequest, identity: Caller
+) -> dict[str, Any]:
+    _auditor(identity)
+    old, new = _digest(body.old, "old"), _digest(body.new, "new")
+    try:
+        proof = await prove_consistency(service_of(request).db, old, new)
+    except DigestMismatch as e:
+        raise _mismatch(e) from e
+    except DigestError as e:
+        raise ApiError(422, "invalid", str(e)) from e
+    return proof.to_dict()
+
+
+@router.get("/export", summary="Journal events in the global order, as `ledger export` writes")
+async def export(
+    request: Request,
+    identity: Caller,
+    after: Annotated[
+        int, Query(ge=0, le=INT8[1], description="after the event at this position (0: start)")
+    ] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_EXPORT)] = 100,
+) -> dict[str, Any]:
+    _auditor(identity)
+    events: list[dict[str, Any]] = []
+    try:
+        # One batch of `limit`; the export holds no connection between its events.
+        async for event in export_events(service_of(request).db, after=after, batch_size=limit):
+            events.append(event.to_dict())
+            if len(events) == limit:
+                break
+    except InvalidEvent as e:
+        raise ApiError(422, "invalid", f"after: {e}") from e
+    full = len(events) == limit
+    return {"events": events, "next_after": events[-1]["position"] if full else None}

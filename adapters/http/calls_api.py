@@ -1,0 +1,250 @@
+"""`/v1/calls`: the tool-call ledger for auditors, and the `outcome_unknown` queue for reviewers.
+
+An auditor queries calls, reads one call's story (its record and events, never its arguments)
+and reveals a call's arguments and result in clear: each reveal is recorded in the journal
+(`reveal:<run>/<call>`) under the authenticated identity before anything is shown. A reviewer
+lists the calls whose outcome is unknown and resolves them as the token's reviewer, signed by
+the service (`ToolLedger.resolve`); it reads nothing else here, and an auditor resolves none.
+
+Run and call ids may hold '/', so they travel as query parameters or body fields, never in the
+path. A call is shown as `signoff ledger calls --json` shows it; a story as `ledger show --json`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from approvals import Identity
+from ledger.audit.queries import CallFilter, CallKey, call_story, call_summary, find_calls
+from ledger.calls.model import CallRecord, CallStatus
+from ledger.errors import CallStateError, InvalidToolCall, UnknownCall
+from ledger.journal import Event
+from ledger.limits import name_problem
+from ledger.log import get_logger
+
+from .approvals_api import IDEMPOTENCY_HEADER, MAX_PAGE, MAX_REQUEST_ID, Caller, service_of
+from .errors import ApiError
+
+__all__ = ["router", "story_document"]
+
+log = get_logger(__name__)
+
+router = APIRouter(prefix="/v1/calls", tags=["calls"])
+
+_ID = 200  # the longest run or call id the ledger takes
+Id = Annotated[str, Query(min_length=1, max_length=_ID)]
+
+
+def _events(events: list[Event]) -> list[dict[str, Any]]:
+    return [
+        {
+            "position": e.position,
+            "version": e.version,
+            "type": e.type,
+            "actor": e.actor,
+            "recorded_at": e.recorded_at.isoformat(),
+            "data": e.data,
+        }
+        for e in events
+    ]
+
+
+def story_document(
+    call: CallRecord, events: list[Event], approval_events: list[Event]
+) -> dict[str, Any]:
+    """A call's story as `signoff ledger show --json` shows it (without `--reveal`)."""
+    return {
+        "call": call_summary(call),
+        "events": _events(events),
+        "approval_events": _events(approval_events),
+    }
+
+
+def _auditor(identity: Identity, what: str) -> None:
+    if identity.may_decide:
+        raise ApiError(403, "forbidden", f"{what} needs an auditor's token")
+
+
+def _cursor_text(call: CallRecord) -> str:
+    raw = json.dumps([call.started_at.isoformat(), call.run_id, call.call_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _cursor_of(text: str | None) -> CallKey | None:
+    if text is None:
+        return None
+    try:
+        at, run_id, call_id = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        when = datetime.fromisoformat(at)
+        if name_problem(run_id) or name_problem(call_id) or when.tzinfo is None:
+            raise ValueError("not a cursor")
+    except (ValueError, TypeError, binascii.Error) as e:
+        raise ApiError(422, "invalid", "cursor is not one this API gave") from e
+    return when, run_id, call_id
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    """A time from a query; without a zone it is UTC (as `signoff ledger calls` reads it)."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def _names(**values: str | None) -> None:
+    """Refuse ids and names the ledger never holds (blank, NUL, lone surrogates) before any
+    query: 422 naming the field and what is wrong."""
+    for field, value in values.items():
+        if value is not None and (problem := name_problem(value, _ID)) is not None:
+            raise ApiError(422, "invalid", f"{field} {problem}")
+
+
+@router.get("", summary="Tool calls, oldest first (a reviewer: only status=outcome_unknown)")
+async def calls(
+    request: Request,
+    identity: Caller,
+    run_id: Annotated[str | None, Query(max_length=_ID)] = None,
+    tool: Annotated[str | None, Query(max_length=_ID)] = None,
+    status: CallStatus | None = None,
+    since: Annotated[datetime | None, Query(description="started at or after")] = None,
+    until: Annotated[datetime | None, Query(description="started before")] = None,
+    approved_by: Annotated[str | None, Query(max_length=_ID)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    cursor: Annotated[str | None, Query(max_length=1000)] = None,
+) -> dict[str, Any]:
+    if identity.may_decide and status is not CallStatus.OUTCOME_UNKNOWN:
+        raise ApiError(
+            403,
+            "forbidden",
+            "a reviewer's token lists only the calls it may resolve: status=outcome_unknown",
+        )
+    _names(run_id=run_id, tool=tool, approved_by=approved_by)
+    where = CallFilter(
+        run_id=run_id,
+        tool=tool,
+        status=status,
+        since=_utc(since),
+        until=_utc(until),
+        approved_by=approved_by,
+        limit=limit + 1,  # one more says whether another page follows
+        after=_cursor_of(cursor),
+    )
+    found = [call for call, _ in await find_calls(service_of(request).db, where)]
+    page = found[:limit]
+    more = len(found) > limit
+    return {
+        "calls": [call_summary(c) for c in page],
+        "next_cursor": _cursor_text(page[-1]) if more else None,
+    }
+
+
+@router.get("/story", summary="One call's record and events (auditors; no arguments)")
+async def story(request: Request, identity: Caller, run_id: Id, call_id: Id) -> dict[str, Any]:
+    _auditor(identity, "a call's story")
+    _names(run_id=run_id, call_id=call_id)
+    try:
+        found = await call_story(service_of(request).db, run_id, call_id)
+    except UnknownCall as e:
+        raise ApiError(404, "not_found", f"no call {call_id} in run {run_id}") from e
+    return story_document(found.call, found.events, found.approval_events)
+
+
+class CallRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(min_length=1, max_length=_ID)
+    call_id: str = Field(min_length=1, max_length=_ID)
+
+
+@router.post(
+    "/reveal",
+    summary="A call's arguments and result in clear, recorded in the journal (auditors)",
+)
+async def reveal(request: Request, body: CallRef, identity: Caller) -> dict[str, Any]:
+    _auditor(identity, "revealing a call")
+    _names(run_id=body.run_id, call_id=body.call_id)
+    service = service_of(request)
+    try:
+        found = await call_story(
+            service.db, body.run_id, body.call_id, reveal_by=identity.reviewer, ring=service.ring
+        )
+    except UnknownCall as e:
+        raise ApiError(404, "not_found", f"no call {body.call_id} in run {body.run_id}") from e
+    log.info("call revealed", run_id=body.run_id, call_id=body.call_id, by=identity.reviewer)
+    document = story_document(found.call, found.events, found.approval_events)
+    return document | {"args": found.args, "result": found.result}
+
+
+class Resolution(CallRef):
+    status: Literal["succeeded", "failed"] = Field(
+        description="what checking the target system showed: it took effect, or it did not"
+    )
+    note: str | None = Field(default=None, max_length=2000, description="what was checked")
+    request_id: str | None = Field(default=None, min_length=1, max_length=MAX_REQUEST_ID)
+
+
+@router.post(
+    "/resolve",
+    summary="Settle an outcome_unknown call as the authenticated reviewer (signed; repeatable)",
+)
+async def resolve(
+    request: Request,
+    response: Response,
+    body: Resolution,
+    identity: Caller,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias=IDEMPOTENCY_HEADER,
+            max_length=MAX_REQUEST_ID,
+            description="The client's request id (else `request_id` in the body); logged",
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    if not identity.may_decide:
+        raise ApiError(403, "forbidden", "an auditor's token reads and never resolves")
+    if idempotency_key is not None and body.request_id not in (None, idempotency_key):
+        raise ApiError(422, "invalid", f"{IDEMPOTENCY_HEADER} and request_id differ")
+    service = service_of(request)
+    run_id, call_id, verdict = body.run_id, body.call_id, CallStatus(body.status)
+    bound = log.bind(
+        run_id=run_id,
+        call_id=call_id,
+        reviewer=identity.reviewer,
+        request_id=idempotency_key or body.request_id,
+    )
+    try:
+        record = await service.ledger.resolve(
+            run_id,
+            call_id,
+            succeeded=verdict is CallStatus.SUCCEEDED,
+            by=identity.reviewer,
+            note=body.note,
+        )
+    except UnknownCall as e:
+        raise ApiError(404, "not_found", f"no call {call_id} in run {run_id}") from e
+    except InvalidToolCall as e:
+        raise ApiError(422, "invalid", str(e)) from e
+    except CallStateError as e:
+        current = await service.ledger.get(run_id, call_id)
+        if current.resolved_by == identity.reviewer and current.status is verdict:
+            # The same verdict again (a retry): the resolution it made, nothing recorded.
+            response.headers["Idempotent-Replayed"] = "true"
+            bound.info("resolution replayed", status=str(verdict))
+            return call_summary(current)
+        bound.info("resolution refused", status=str(current.status))
+        raise ApiError(409, "conflict", _conflict(current)) from e
+    bound.info("call resolved", status=str(record.status))
+    return call_summary(record)
+
+
+def _conflict(call: CallRecord) -> str:
+    if call.resolved_by is not None:
+        return f"the call was resolved as {call.status} by {call.resolved_by}"
+    return f"the call is {call.status}, not outcome_unknown"

@@ -1,0 +1,460 @@
+"""Webhook notifications of `signoff serve`, posted to a real HTTP receiver on a loopback port:
+the service's login has only `signoff_reviewer`, the calls are made by a worker whose login
+has only `signoff_app`, and the signatures are checked here with hashlib's HMAC."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import pytest
+
+from adapters.http.service import Service, open_service
+from adapters.http.webhook_bodies import signature_header, verify_signature
+from approvals import ApprovalStore
+from ledger.calls.model import CallContext, CallStatus, ToolCall
+from ledger.calls.service import ToolLedger
+from ledger.errors import ConfigurationError
+from ledger.keys import KeyRing, LocalKek
+from ledger.store import Database
+from ledger.store.logins import temporary_login
+from ledger.store.settings import Settings, WebhookSettings
+
+from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
+from .support.http import ask, token_for, unique
+
+SECRET = "whsec-test-0123456789abcdef"
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver that records every request and answers with `statuses` in turn
+    (then 200), after `delays` in turn (then at once)."""
+
+    url: str
+    statuses: list[int] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+
+    def of(self, predicate: Callable[[Any], bool]) -> list[Received]:
+        return [r for r in self.received if predicate(r.json)]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    lock = threading.Lock()
+    state = Receiver(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with lock:
+                state.received.append(Received(dict(self.headers.items()), body))
+                status = state.statuses.pop(0) if state.statuses else 200
+                delay = state.delays.pop(0) if state.delays else 0.0
+            time.sleep(delay)
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/signoff"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+async def reviewer_url(database_url: str, ring: KeyRing) -> AsyncIterator[str]:
+    async with temporary_login(database_url, "signoff_reviewer") as url:
+        yield url
+
+
+@asynccontextmanager
+async def webhook_service(reviewer_url: str, webhook: WebhookSettings) -> AsyncIterator[Service]:
+    settings = Settings(
+        database_url=reviewer_url,
+        kek=LocalKek(TEST_KEK),
+        reviewer_kek=LocalKek(TEST_REVIEWER_KEK),
+        webhook=webhook,
+    )
+    service = await open_service(settings, pool_size=3)
+    try:
+        yield service
+    finally:
+        await service.close()
+
+
+def hook(receiver: Receiver, **options: Any) -> WebhookSettings:
+    return WebhookSettings(receiver.url, SECRET, first_retry_seconds=0.05, **options)
+
+
+async def until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("not within the time allowed")
+        await asyncio.sleep(0.05)
+
+
+def for_approval(approval_id: str) -> Callable[[Any], bool]:
+    return lambda body: body.get("approval", {}).get("approval_id") == approval_id
+
+
+async def delivery_rows(db: Database, target: str) -> list[asyncpg.Record]:
+    async with db.connection() as conn:
+        rows: list[asyncpg.Record] = await conn.fetch(
+            "SELECT * FROM webhook_deliveries WHERE target = $1 ORDER BY delivery_id", target
+        )
+    return rows
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def hmac_ok(received: Received) -> bool:
+    """The signature checked by hand, as a receiver in any language would."""
+    fields = dict(part.split("=", 1) for part in received.headers["X-Signoff-Signature"].split(","))
+    signed = fields["t"].encode() + b"." + received.body
+    expected = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(fields["v1"], expected) and abs(time.time() - int(fields["t"])) < 60
+
+
+async def test_a_new_approval_reaches_the_receiver_once_signed_and_without_arguments(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    async with webhook_service(reviewer_url, hook(receiver)):
+        approval_id = await ask(store, "alice")
+        await until(lambda: bool(receiver.of(for_approval(approval_id))))
+        await asyncio.sleep(1.5)  # a poll or two more: nothing is sent again
+    [got] = receiver.of(for_approval(approval_id))
+    assert hmac_ok(got)
+    assert got.headers["Content-Type"] == "application/json"
+    body = got.json
+    assert body["type"] == "approval.requested"
+    assert got.headers["X-Signoff-Delivery"] == str(body["id"])
+    assert body["approval"]["status"] == "pending" and body["approval"]["tool"] == "refund"
+    assert "args" not in body["approval"]
+    assert body["approval"]["hitl"]["action_requests"][0]["args"] is None
+    assert b"amount" not in got.body and b"120" not in got.body  # the arguments, in clear
+    [row] = [r for r in await delivery_rows(db, receiver.url) if r["delivery_id"] == body["id"]]
+    assert (row["position"], row["kind"], row["attempts"]) == (
+        body["position"],
+        "approval.requested",
+        1,
+    )
+    assert row["delivered_at"] is not None and row["last_status"] == 200
+    assert row["next_attempt_at"] is None
+
+
+async def test_a_failing_receiver_gets_the_third_attempt_and_the_record_shows_them(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    receiver.statuses = [503, 500]
+    handler, logger = Records(), logging.getLogger("signoff")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        async with webhook_service(reviewer_url, hook(receiver)):
+            approval_id = await ask(store, "alice")
+            await until(lambda: len(receiver.of(for_approval(approval_id))) >= 3)
+            await asyncio.sleep(0.5)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    attempts = receiver.of(for_approval(approval_id))
+    assert len(attempts) == 3
+    assert len({a.headers["X-Signoff-Delivery"] for a in attempts}) == 1
+    assert all(hmac_ok(a) for a in attempts)
+    [row] = await delivery_rows(db, receiver.url)
+    assert (row["attempts"], row["last_status"], row["last_error"]) == (3, 200, None)
+    assert row["delivered_at"] is not None
+    logged = [r for r in handler.records if r.getMessage().startswith("webhook ")]
+    assert [(r.getMessage(), getattr(r, "attempt", None)) for r in logged] == [
+        ("webhook attempt failed", 1),
+        ("webhook attempt failed", 2),
+        ("webhook delivered", 3),
+    ]
+    assert {getattr(r, "delivery", None) for r in logged} == {row["delivery_id"]}
+    text = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in handler.records)
+    for secret in (SECRET, "/hooks/signoff", "action_requests"):  # nor the body's document
+        assert secret not in text
+
+
+async def test_a_receiver_that_never_answers_well_is_given_up_after_the_last_attempt(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    receiver.statuses = [500] * 10
+    async with webhook_service(reviewer_url, hook(receiver, max_attempts=2)):
+        approval_id = await ask(store, "alice")
+        await until(lambda: len(receiver.of(for_approval(approval_id))) >= 2)
+        await asyncio.sleep(1.2)
+    assert len(receiver.of(for_approval(approval_id))) == 2
+    [row] = await delivery_rows(db, receiver.url)
+    assert (row["attempts"], row["last_status"], row["last_error"]) == (2, 500, "HTTP 500")
+    assert row["delivered_at"] is None and row["next_attempt_at"] is None
+
+
+async def test_a_receiver_that_answers_too_late_gets_the_delivery_again(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    receiver.delays = [1.5]
+    async with webhook_service(reviewer_url, hook(receiver, timeout_seconds=0.3)):
+        approval_id = await ask(store, "alice")
+        await until(lambda: len(receiver.of(for_approval(approval_id))) >= 2)
+        await asyncio.sleep(0.5)
+    first, second = receiver.of(for_approval(approval_id))
+    assert first.headers["X-Signoff-Delivery"] == second.headers["X-Signoff-Delivery"]
+    [row] = await delivery_rows(db, receiver.url)
+    assert (row["attempts"], row["last_status"]) == (2, 200)
+    assert row["delivered_at"] is not None
+
+
+async def test_a_call_that_becomes_outcome_unknown_is_delivered(
+    database_url: str, reviewer_url: str, receiver: Receiver, ring: KeyRing
+) -> None:
+    async with temporary_login(database_url, "signoff_app") as worker_url:
+        settings = Settings(database_url=worker_url, kek=LocalKek(TEST_KEK))
+        db = await Database.connect(worker_url, pool_size=2, settings=settings)
+        ledger = ToolLedger(
+            db, await KeyRing.open(db, create_missing=False), lease_seconds=1.0, poll_interval=0.05
+        )
+        try:
+            async with webhook_service(reviewer_url, hook(receiver)):
+                call = ToolCall(unique("wh"), "c1", "refund", {"amount": 9}, turn_id="t1")
+                started = asyncio.Event()
+
+                async def hangs(args: dict[str, Any], context: CallContext) -> str:
+                    started.set()
+                    await asyncio.sleep(3600)
+                    return "never"
+
+                task = asyncio.ensure_future(ledger.execute(call, hangs))
+                await started.wait()
+                task.cancel()  # the worker dies with the call running; its lease lapses
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                await asyncio.sleep(1.2)
+
+                async def never(args: dict[str, Any], context: CallContext) -> str:
+                    raise AssertionError("a write that may have happened is not repeated")
+
+                outcome = await ledger.execute(call, never)
+                assert outcome.status is CallStatus.OUTCOME_UNKNOWN
+
+                def of_call(body: Any) -> bool:
+                    return bool(body.get("call", {}).get("run_id") == call.run_id)
+
+                await until(lambda: bool(receiver.of(of_call)))
+        finally:
+            await ledger.close()
+            await db.close()
+    [got] = receiver.of(of_call)
+    assert hmac_ok(got)
+    assert got.json["type"] == "call.outcome_unknown"
+    assert got.json["call"] == {
+        "run_id": call.run_id,
+        "call_id": "c1",
+        "tool": "refund",
+        "status": "outcome_unknown",
+    }
+    assert b"amount" not in got.body
+
+
+async def test_the_slack_format_has_text_and_blocks(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore
+) -> None:
+    async with webhook_service(reviewer_url, hook(receiver, format="slack")):
+        approval_id = await ask(store, "alice")
+        await until(lambda: any(approval_id in r.json["text"] for r in receiver.received))
+    [got] = [r for r in receiver.received if approval_id in r.json["text"]]
+    assert hmac_ok(got)
+    assert got.json["text"].startswith("Approval requested: refund in run ")
+    assert got.json["blocks"][0]["type"] == "section"
+    assert b"amount" not in got.body
+
+
+async def test_two_services_on_one_database_deliver_an_approval_once(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    async with (
+        webhook_service(reviewer_url, hook(receiver)),
+        webhook_service(reviewer_url, hook(receiver)),
+    ):
+        approval_ids = [await ask(store, "alice") for _ in range(5)]
+        for approval_id in approval_ids:
+            await until(lambda: bool(receiver.of(for_approval(approval_id))))  # noqa: B023
+        await asyncio.sleep(1.5)
+    for approval_id in approval_ids:
+        assert len(receiver.of(for_approval(approval_id))) == 1
+    rows = await delivery_rows(db, receiver.url)
+    assert len(rows) == 5 and all(r["attempts"] == 1 for r in rows)
+
+
+async def test_two_serve_processes_deliver_each_approval_once(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    """Two `signoff serve` processes, configured from the environment as an operator would."""
+    await token_for(db, unique("ops"))  # serve refuses to start with nobody to let in
+    env = {
+        **kek_env(),
+        "PYTHONPATH": str(ROOT),
+        "SIGNOFF_DATABASE_URL": reviewer_url,
+        "SIGNOFF_WEBHOOK_URL": receiver.url,
+        "SIGNOFF_WEBHOOK_SECRET": SECRET,
+    }
+    command = (sys.executable, "-m", "adapters.cli", "serve", "--port", "0", "--json")
+    pipe = asyncio.subprocess.PIPE
+    processes = [
+        await asyncio.create_subprocess_exec(*command, cwd=ROOT, env=env, stdout=pipe, stderr=pipe)
+        for _ in range(2)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+            assert line, "the service exited before it listened"
+        approval_ids = [await ask(store, "alice") for _ in range(6)]
+        for approval_id in approval_ids:
+            await until(lambda: bool(receiver.of(for_approval(approval_id))))  # noqa: B023
+        await asyncio.sleep(1.5)
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.terminate()
+        said = [(await process.communicate())[1].decode() for process in processes]
+    for approval_id in approval_ids:
+        [got] = receiver.of(for_approval(approval_id))
+        assert hmac_ok(got)
+    assert all(SECRET not in text and "/hooks/signoff" not in text for text in said)
+    rows = await delivery_rows(db, receiver.url)
+    assert len(rows) == 6 and all(r["attempts"] == 1 for r in rows)
+
+
+async def test_a_signature_is_refused_for_another_body_secret_or_an_old_time() -> None:
+    body, now = b'{"type":"approval.requested"}', int(time.time())
+    header = signature_header(SECRET, body, now)
+    assert verify_signature(SECRET, header, body)
+    assert not verify_signature(SECRET, header, body + b" ")
+    assert not verify_signature("another-secret-0123456789", header, body)
+    assert not verify_signature(SECRET, signature_header(SECRET, body, now - 301), body)
+    assert not verify_signature(SECRET, "v1=" + header.split("v1=")[1], body)
+
+
+def test_webhook_settings_come_from_the_environment(tmp_path: Path) -> None:
+    assert Settings.from_env({}).webhook is None
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    got = Settings.from_env(
+        {
+            "SIGNOFF_WEBHOOK_URL": "HTTPS://hooks.example.com/services/T0/B0/xyz",
+            "SIGNOFF_WEBHOOK_SECRET_FILE": str(secret_file),
+            "SIGNOFF_WEBHOOK_FORMAT": "slack",
+        }
+    ).webhook
+    assert got is not None
+    assert (got.url, got.secret, got.format) == (
+        "https://hooks.example.com/services/T0/B0/xyz",
+        SECRET,
+        "slack",
+    )
+    assert SECRET not in repr(got)
+    refused = {
+        "needs a secret": {"SIGNOFF_WEBHOOK_URL": "https://h.example/x"},
+        "a short secret": {
+            "SIGNOFF_WEBHOOK_URL": "https://h.example/x",
+            "SIGNOFF_WEBHOOK_SECRET": "x",
+        },
+        "not http": {"SIGNOFF_WEBHOOK_URL": "ftp://h.example/x", "SIGNOFF_WEBHOOK_SECRET": SECRET},
+        "credentials": {
+            "SIGNOFF_WEBHOOK_URL": "https://u:p@h.example/x",
+            "SIGNOFF_WEBHOOK_SECRET": SECRET,
+        },
+        "a format": {
+            "SIGNOFF_WEBHOOK_URL": "https://h.example/x",
+            "SIGNOFF_WEBHOOK_SECRET": SECRET,
+            "SIGNOFF_WEBHOOK_FORMAT": "teams",
+        },
+        "no URL": {"SIGNOFF_WEBHOOK_SECRET": SECRET},
+    }
+    for why, environ in refused.items():
+        with pytest.raises(ConfigurationError, match="SIGNOFF_WEBHOOK") as caught:
+            Settings.from_env(environ)
+        assert "u:p" not in str(caught.value), why
+
+
+async def test_deliveries_are_written_only_through_their_functions_and_audited_by_host(
+    database_url: str, reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+) -> None:
+    async with webhook_service(reviewer_url, hook(receiver)):
+        approval_id = await ask(store, "alice")
+        await until(lambda: bool(receiver.of(for_approval(approval_id))))
+    [row] = await delivery_rows(db, receiver.url)
+    reviewer = await asyncpg.connect(reviewer_url)
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await reviewer.execute("UPDATE webhook_deliveries SET delivered_at = NULL")
+        other = await reviewer.fetchval(  # an event that is not one to deliver
+            "SELECT position FROM events WHERE type <> 'approval.requested' "
+            "AND type <> 'call.outcome_unknown' LIMIT 1"
+        )
+        made = await reviewer.fetchval(
+            "SELECT signoff_webhook_record($1::bigint[], $2)",
+            [other, row["position"]],
+            receiver.url,
+        )
+        assert made == 0  # nothing else becomes a delivery, nor one event twice
+    finally:
+        await reviewer.close()
+    async with temporary_login(database_url, "signoff_auditor") as auditor_url:
+        auditor = await asyncpg.connect(auditor_url)
+        try:
+            audited = await auditor.fetchrow(
+                "SELECT * FROM audit_webhook_deliveries WHERE delivery_id = $1", row["delivery_id"]
+            )
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await auditor.fetch("SELECT target FROM webhook_deliveries")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await auditor.fetch("SELECT * FROM signoff_webhook_claim('x', 1, 1)")
+        finally:
+            await auditor.close()
+    assert audited is not None
+    assert (audited["target_host"], audited["attempts"]) == (urlsplit(receiver.url).netloc, 1)
