@@ -111,8 +111,10 @@ async def open_review(
     tokens = ApiTokens(owner)
     token = await tokens.create(reviewer, expires_in=lifetime, by="signoff-demo")
     stack.push_async_callback(_revoke, tokens, token.info.token_id)
-    # Only the demo's token lets anyone in: no OIDC issuer of the environment's.
-    service = await open_service(dataclasses.replace(settings, oidc=None, webhook=None), pool_size=4)
+    # Only the demo's token lets anyone in (no OIDC issuer of the environment's), and nothing
+    # is announced to the environment's webhook.
+    quiet = dataclasses.replace(settings, oidc=None, webhook=None)
+    service = await open_service(quiet, pool_size=4)
     stack.push_async_callback(service.close)
     _, port = await stack.enter_async_context(running(service))
     async with service.db.connection() as conn:
