@@ -17,7 +17,7 @@ __all__ = ["DEX", "LANGGRAPH", "SERVE", "MissingExtra", "missing_modules", "requ
 # The modules each extra provides (import names, not distribution names).
 LANGGRAPH = ("langgraph", "langgraph.checkpoint.postgres", "langchain", "langchain_core", "psycopg")
 DEX = ("dex",)
-SERVE = ("fastapi", "uvicorn", "jwt", "httpx")
+SERVE = ("fastapi", "uvicorn", "jwt", "httpx", "prometheus_client")
 
 
 class MissingExtra(SignoffError, ImportError):

@@ -24,6 +24,7 @@ FRAMEWORKS = (
     "uvicorn",
     "jwt",
     "httpx",
+    "prometheus_client",
 )
 FRAMEWORK_HOMES = (
     "adapters/langgraph",

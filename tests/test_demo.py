@@ -1,25 +1,40 @@
 """`signoff demo`, the README's main job: a support agent's refund, approved by a person and run
 once across two worker processes, on a fresh database and again on a used one; the workers on a
-login that has only `signoff_app`, the reviewer on one that has only `signoff_reviewer`."""
+login that has only `signoff_app`, the reviewer's HTTP service on one that has only
+`signoff_reviewer`, the decision made over HTTP with an API token (by the demo, or with
+`--inbox` by whoever holds the token it prints)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from approvals import ApiTokens
+from ledger.journal import Journal
+from ledger.store import Database
 from ledger.store.config import configured_url
 from ledger.store.db import open_raw_connection
 from ledger.store.logins import temporary_login
 from tests.support.scratch import with_database
 
-from .processes import kek_env, run_cli
+from .processes import ROOT, kek_env, run_cli
 
+APPROVED_OVER_HTTP = re.compile(
+    r"\[3/5\] alice of support-leads approves over HTTP, as the API token's reviewer.*\n"
+    r" +service +http://127\.0\.0\.1:\d+ in this process \(pid \d+\), reviewer login\n"
+    r" +token +([0-9a-f]+) for alice, made now, revoked at the end\n"
+    r" +POST +/v1/approvals/(apr-[0-9a-f]+)/decision: approved\n"
+)
 RAN_ONCE = re.compile(r"the refund ran once: 1 payment, made by process 2 \(pid (\d+)\)")
 LOGINS = re.compile(
     r"logins +workers +(signoff_demo_worker_\w+) \(only signoff_app\)\n"
@@ -36,6 +51,23 @@ async def _roles_like(server_url: str, pattern: str) -> list[str]:
     return [r["rolname"] for r in rows]
 
 
+async def _decided_over_http(url: str, approval_id: str, token_id: str, run_id: str) -> None:
+    """The journal says the approval was decided by the token's reviewer with the request id
+    the demo sends over HTTP, that the owner made the token and revoked it, and the token was
+    used (the service authenticated it)."""
+    async with await Database.connect(url, pool_size=1) as db:
+        journal = Journal(db)
+        events = await journal.read_stream(f"approval:{approval_id}")
+        (decided,) = [e for e in events if e.type == "approval.decided"]
+        assert decided.actor == "alice"
+        assert decided.data["request_id"] == f"{run_id}/approve"
+        token = [e.type for e in await journal.read_stream(f"token:{token_id}")]
+        assert token == ["token.created", "token.revoked"]
+        info = await ApiTokens(db).get(token_id)
+    assert info.reviewer == "alice" and info.created_by == "signoff-demo"
+    assert info.revoked_at is not None and info.last_used_at is not None
+
+
 async def test_demo_on_a_fresh_then_a_used_database(
     fresh_database_url: str, server_url: str
 ) -> None:
@@ -50,6 +82,11 @@ async def test_demo_on_a_fresh_then_a_used_database(
     assert re.search(r"call-refund +refund +single_attempt +succeeded +1 +alice +process 2", ledger)
     assert re.search(r"call-lookup +lookup_order +read +succeeded +1 +- +process 1", ledger)
     assert first.stderr == ""  # no log noise: the KEK comes from the environment
+    over_http = APPROVED_OVER_HTTP.search(first.stdout)
+    assert over_http, first.stdout
+    token_id, approval_id = over_http.groups()
+    run_id = re.findall(r"run +(demo-[0-9a-f]+)", first.stdout)[0]
+    await _decided_over_http(fresh_database_url, approval_id, token_id, run_id)
 
     second = await run_cli(
         "demo", "--json", database_url=fresh_database_url, env=kek_env(), within=300
@@ -57,6 +94,14 @@ async def test_demo_on_a_fresh_then_a_used_database(
     assert second.code == 0, second.stdout + second.stderr
     report = json.loads(second.stdout)
     assert report["run_id"] not in first.stdout  # a new run on the used database
+    assert report["decided_via"] == "http"
+    decision = report["decision"]
+    assert decision["endpoint"] == f"POST /v1/approvals/{report['approval_id']}/decision"
+    assert decision["token_reviewer"] == "alice" and decision["decided_by"] == ["alice"]
+    assert decision["status"] == "approved" and decision["token_id"] != token_id
+    await _decided_over_http(
+        fresh_database_url, report["approval_id"], decision["token_id"], report["run_id"]
+    )
     assert report["refund"] == {
         "payments": 1,
         "paid_by": [report["processes"]["2"]],
@@ -146,3 +191,113 @@ async def test_demo_without_a_kek_keeps_one_for_the_database(
     other = await run_cli("demo", database_url=blank_database_url, env=kek_env(), within=60)
     assert other.code == 2
     assert kek_file.name in other.stderr  # names the KEK the database needs
+
+
+SIGN_IN = re.compile(r"sign in +(http://127\.0\.0\.1:(\d+))/inbox#token=(sgf_\w+_[\w-]+)")
+TOKEN = re.compile(r"token +(sgf_\w+_[\w-]+) +\(for alice, revoked at the end\)")
+
+
+async def _start_demo(database_url: str, *args: str) -> asyncio.subprocess.Process:
+    env = {**kek_env(), "PYTHONPATH": str(ROOT), "SIGNOFF_DATABASE_URL": database_url}
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "adapters.cli",
+        "demo",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+
+
+async def _interrupt(process: asyncio.subprocess.Process) -> None:
+    """Stop a demo still running as Ctrl-C does, so that it drops its logins; kill it if that
+    does not end it."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        await asyncio.wait_for(process.wait(), 30)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+
+
+async def _read_until(stream: asyncio.StreamReader, pattern: re.Pattern[str]) -> tuple[str, str]:
+    """Lines of `stream` up to the first that `pattern` finds in: all of them, and that one."""
+    seen = ""
+    while line := (await stream.readline()).decode():
+        seen += line
+        if pattern.search(line):
+            return seen, line
+    raise AssertionError(f"the demo ended before printing {pattern.pattern}:\n{seen}")
+
+
+@pytest.mark.parametrize(("kind", "status"), [("approve", "approved"), ("reject", "rejected")])
+async def test_demo_inbox_waits_for_a_person_who_decides_with_the_printed_token(
+    database_url: str, kind: str, status: str
+) -> None:
+    """`signoff demo --inbox` as a real process: it prints a sign-in link and the token, and
+    waits; whoever holds the token decides through the HTTP API, and the demo resumes the
+    agent, whose refund is paid once (approved) or never (rejected)."""
+    process = await _start_demo(database_url, "--inbox", "--wait", "3m")
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        async with asyncio.timeout(120):
+            before, link_line = await _read_until(process.stdout, SIGN_IN)
+            more, token_line = await _read_until(process.stdout, TOKEN)
+            link = SIGN_IN.search(link_line)
+            plain = TOKEN.search(token_line)
+            assert link and plain, before + more
+            base, token = link.group(1), plain.group(1)
+            assert link.group(3) == token  # the link signs in with the printed token
+            assert "waiting for a person to decide" in before
+            auth = {"Authorization": f"Bearer {token}"}
+            async with httpx.AsyncClient(base_url=base, headers=auth, timeout=30) as client:
+                listed = (await client.get("/v1/approvals")).json()["approvals"]
+                ours = [a for a in listed if a["run_id"] in before]
+                assert len(ours) == 1, listed
+                approval_id = ours[0]["approval_id"]
+                answer = await client.post(
+                    f"/v1/approvals/{approval_id}/decision",
+                    json={"decision": kind},
+                    headers={"Idempotency-Key": f"person-{uuid.uuid4().hex}"},
+                )
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["status"] == status
+            rest, stderr = await process.communicate()
+    finally:
+        await _interrupt(process)
+    stdout = before + more + rest.decode()
+    assert process.returncode == 0, stdout + stderr.decode()
+    assert re.search(rf"{status} by alice +\d+\.\d s", stdout), stdout
+    if kind == "approve":
+        assert RAN_ONCE.search(stdout), stdout
+        assert re.search(r"call-refund +refund +single_attempt +succeeded +1 +alice", stdout)
+    else:
+        assert "the refund was rejected and did not run: no payment" in stdout
+        assert not re.search(r"call-refund +refund +\w+ +succeeded", stdout), stdout
+    assert "check      VERIFIED" in stdout
+
+    token_id = token.split("_")[1]
+    async with await Database.connect(database_url, pool_size=1) as db:
+        info = await ApiTokens(db).get(token_id)
+        events = await Journal(db).read_stream(f"approval:{approval_id}")
+    assert info.revoked_at is not None  # the demo revoked its token when it ended
+    (decided,) = [e for e in events if e.type == "approval.decided"]
+    assert decided.actor == "alice" and decided.data["request_id"].startswith("person-")
+
+
+async def test_demo_inbox_nobody_deciding_in_time_exits_2_with_one_line(
+    database_url: str,
+) -> None:
+    result = await run_cli(
+        "demo", "--inbox", "--wait", "1s", database_url=database_url, env=kek_env(), within=120
+    )
+    assert result.code == 2, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert re.fullmatch(r"error: nobody decided approval apr-[0-9a-f]+ within 1 s", line), line
+    assert SIGN_IN.search(result.stdout), result.stdout
+    assert "process 2" not in result.stdout  # the agent was never resumed

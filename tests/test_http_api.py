@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from adapters.http.limits import FailureLimit
 from adapters.http.server import running
 from adapters.http.service import MAX_BODY_BYTES, open_service
 from approvals import (
@@ -49,7 +50,9 @@ async def api(database_url: str, ring: KeyRing) -> AsyncIterator[Api]:
         settings = Settings(
             database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
         )
-        service = await open_service(settings, pool_size=4)
+        # These tests present many refused tokens from one address on purpose; the limit on
+        # them has tests of its own (test_http_metrics).
+        service = await open_service(settings, pool_size=4, failure_limit=FailureLimit(1000))
         try:
             async with (
                 running(service) as (_, port),

@@ -13,6 +13,7 @@ import pytest
 
 from adapters.http.csrf import CsrfKey
 from adapters.http.inbox import CONTENT_SECURITY_POLICY
+from adapters.http.limits import FailureLimit
 from approvals import ApprovalStatus, ApprovalStore, ReviewerDirectory
 from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek, Purpose
@@ -90,6 +91,19 @@ async def test_signing_in_sets_an_httponly_strict_cookie_holding_the_token(
     assert "samesite=strict" in cookie.lower() and "path=/" in cookie.lower()
     assert "secure" not in attributes  # plain http on loopback: a browser would drop it
     assert body["csrf_token"] and body["csrf_token"] not in cookie
+
+
+async def test_signing_in_is_throttled_like_bearer_tokens(database_url: str, db: Database) -> None:
+    token = token_of(await token_for(db, unique("ann")))
+    async with served(database_url, FailureLimit(2, 60)) as inbox:
+        for _ in range(2):
+            wrong = await inbox.client.post("/inbox/session", json={"token": token[:-3] + "abc"})
+            assert wrong.status_code == 401
+        throttled = await inbox.client.post("/inbox/session", json={"token": token})
+        assert throttled.status_code == 429 and "set-cookie" not in throttled.headers
+        assert throttled.headers["retry-after"]
+        cookie = {"Cookie": f"signoff_session={token}"}
+        assert (await inbox.client.get("/inbox/session", headers=cookie)).status_code == 429
 
 
 async def test_the_cookie_is_secure_unless_the_browser_is_on_plain_http_on_loopback(

@@ -2,16 +2,18 @@
 runs once, and the ledger and a signed digest show it.
 
 Three OS processes share one database: process 1 (`python -m adapters.demo.worker start`) runs
-the agent until the refund pauses for approval; this process decides the approval through the
-store API; process 2 (`... resume`) finds the thread stored with the approval and resumes it. Every
+the agent until the refund pauses for approval; this process serves the HTTP API of `signoff
+serve` on loopback (`review`) and approves with `POST /v1/approvals/{id}/decision` as the
+reviewer of a short-lived API token, or with `--inbox` waits for a person to decide with that
+token; process 2 (`... resume`) finds the thread stored with the approval and resumes it. Every
 invocation uses a fresh run (and thread) id, so the demo runs again and again on one database.
 The refund pays into a file of the run's (`script.record_payment`), which this process counts.
 
 Each side logs in as a deployment's would: the workers with a login that has only `signoff_app`,
-the decision with one that has only `signoff_reviewer`, both made for this run and dropped after
-it (`ledger.store.logins`). Migrating, the keys, the reviewer directory and the digest stay on
-the demo's own login (the owner's jobs). A login that may not create roles runs every process
-on itself, and the demo says so.
+the service with one that has only `signoff_reviewer`, both made for this run and dropped after
+it (`ledger.store.logins`). Migrating, the keys, the reviewer directory, the API token and the
+digest stay on the demo's own login (the owner's jobs). A login that may not create roles runs
+every process on itself, and the demo says so.
 
 The key-encryption key: `SIGNOFF_KEK` / `SIGNOFF_KEK_FILE` when set (the workers inherit the
 environment); else, on the embedded server, its local KEK file, which every process finds. A
@@ -20,10 +22,11 @@ beside the embedded server's folder (`<embedded dir>/../keks/<kek id>`), but onl
 data keys yet; later runs use that file, and a database whose keys another KEK wrapped is refused
 with the KEK it needs.
 
-The reviewer side's KEK wraps the key that signs decisions: this process (the reviewer) holds it,
-the workers never do (it is taken out of their environment). It is `SIGNOFF_REVIEWER_KEK` /
-`SIGNOFF_REVIEWER_KEK_FILE` when set, else a file of the demo's (`<embedded dir>/../reviewer-keks/
-<kek id>`), made with the database's decision key and used by later runs.
+The reviewer side's KEK wraps the key that signs decisions: this process's service (the reviewer)
+holds it, the workers never do (it is taken out of their environment). It is
+`SIGNOFF_REVIEWER_KEK` / `SIGNOFF_REVIEWER_KEK_FILE` when set, else a file of the demo's
+(`<embedded dir>/../reviewer-keks/<kek id>`), made with the database's decision key and used by
+later runs.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,7 +52,7 @@ import asyncpg
 import adapters
 from adapters.cli.migrating import migrate_database
 from adapters.cli.output import safe
-from approvals import ApprovalStore, Decision, ReviewerDirectory
+from approvals import Approval, ReviewerDirectory
 from ledger import SignoffError
 from ledger.audit.digest import DigestCheck, signing_keys, take_digest, verify_digest
 from ledger.audit.queries import CallFilter, find_calls
@@ -62,13 +66,17 @@ from ledger.store.config import masked
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
+from .review import DECIDE_PATH, Review, open_review
 from .script import LEADS, REFUND_CALL, REVIEWER, recorded_payments
 
-__all__ = ["DemoFailed", "run_demo"]
+__all__ = ["INBOX_WAIT", "DemoFailed", "run_demo"]
 
 STEPS = 5
 WIDTH = 88  # step times are right-aligned to this column
 WORKER_TIMEOUT = 300.0
+INBOX_WAIT = 15 * 60.0
+"""How long `--inbox` waits for a person to decide, by default (seconds)."""
+TOKEN_SLACK = timedelta(minutes=10)  # the token outlives the wait by this much, then expires
 
 
 class DemoFailed(SignoffError):
@@ -87,6 +95,11 @@ class Screen:
         """Values from the model and the database are escaped for the terminal here."""
         if not self.quiet:
             print(safe(text), flush=True)
+
+    def notice(self, text: str) -> None:
+        """A line a person must see even with `--json` (then on stderr, so that stdout stays one
+        JSON document)."""
+        print(safe(text), flush=True, file=sys.stderr if self.quiet else sys.stdout)
 
     def step(self, text: str, seconds: float | None = None) -> None:
         self.step_no += 1
@@ -145,6 +158,24 @@ class Worker:
 
 
 @dataclass
+class Decided:
+    """How the approval was decided, and what it then was."""
+
+    via: str  # "http": the demo's POST; "inbox": a person, with the demo's token or otherwise
+    approval: Approval
+
+    def to_json(self, review: Review) -> dict[str, Any]:
+        return {
+            "endpoint": "POST " + DECIDE_PATH.format(approval_id=self.approval.approval_id),
+            "service": review.url,
+            "token_id": review.token.info.token_id,
+            "token_reviewer": review.reviewer,
+            "status": self.approval.status.value,
+            "decided_by": list(self.approval.decided_by),
+        }
+
+
+@dataclass
 class Launch:
     """How to start a worker: its environment, log level and the file the refund pays into."""
 
@@ -159,24 +190,46 @@ def run_demo(
     settings: Settings | None = None,
     log_level: str = "WARNING",
     as_json: bool = False,
+    inbox: bool = False,
+    wait: float = INBOX_WAIT,
 ) -> int:
     """Run the demo with `settings` (default: the environment's, with `database_url` over its
-    URL): their database, else the embedded server. Exit code 0 when the refund ran once and
-    the digest verified, else 1."""
+    URL): their database, else the embedded server. The demo approves over the HTTP API; with
+    `inbox` a person decides, within `wait` seconds. Exit code 0 when the refund ran once (or,
+    rejected, not at all) and the digest verified, else 1.
+
+    Raises:
+        DemoFailed: a step could not be done, or (`inbox`) nobody decided within `wait`.
+    """
     started = time.perf_counter()
     screen = Screen(as_json)
-    screen.line("Signoff demo: a support agent asks to refund an order, a support lead approves it")
-    screen.line("from another process, and a second worker process resumes the agent.")
+    if inbox:
+        screen.line("Signoff demo: a support agent asks to refund an order, you decide it in the")
+        screen.line(
+            "web inbox (or over the HTTP API), and a second worker process resumes the agent."
+        )
+    else:
+        screen.line(
+            "Signoff demo: a support agent asks to refund an order, a support lead approves"
+        )
+        screen.line("it over the HTTP API, and a second worker process resumes the agent.")
     screen.line()
     if settings is None:
         settings = Settings.from_env(database_url=database_url)
     url = settings.resolve_url()  # starts the embedded server if that is the database
     migrate_database(url, "head")  # blocking (alembic runs its own event loop): before ours
-    return asyncio.run(_demo(settings, url, screen, started, log_level, as_json))
+    wait_for = wait if inbox else None
+    return asyncio.run(_demo(settings, url, screen, started, log_level, as_json, wait_for))
 
 
 async def _demo(
-    settings: Settings, url: str, screen: Screen, started: float, log_level: str, as_json: bool
+    settings: Settings,
+    url: str,
+    screen: Screen,
+    started: float,
+    log_level: str,
+    as_json: bool,
+    inbox_wait: float | None,
 ) -> int:
     run_id = f"demo-{uuid.uuid4().hex[:8]}"
     home = settings.embedded_home if settings.embedded else None
@@ -189,9 +242,11 @@ async def _demo(
         AsyncExitStack() as stack,
     ):
         keys = await _keys(db, settings.reviewer_kek)
-        store = await _reviewer_store(stack, db, keys, logins)
-        async with store.db.connection() as conn:
-            reviewer_login = await conn.fetchval("SELECT session_user")
+        lifetime = TOKEN_SLACK + timedelta(seconds=inbox_wait or 0)
+        service_settings = _service_settings(settings, url, keys, logins)
+        review = await open_review(
+            stack, db, service_settings, reviewer=REVIEWER, lifetime=lifetime
+        )
         screen.line(f"  database  {where}")
         _show_lines(screen, "keys", keys.note.splitlines())
         _show_lines(screen, "logins", logins.lines(urlsplit(url).username or "you"))
@@ -206,7 +261,12 @@ async def _demo(
         launch = Launch(_worker_env(settings, url, keys, logins.worker), log_level, payments)
 
         first = await _worker(screen, launch, 1, "runs the agent until it pauses", "start", run_id)
-        approval_id = await _approve(screen, db, store, run_id)
+        await ReviewerDirectory(db).add(REVIEWER, [LEADS], by="signoff-demo")
+        if inbox_wait is None:
+            decided = await _approve(screen, review, run_id)
+        else:
+            decided = await _person_decides(screen, review, run_id, inbox_wait)
+        approval_id = decided.approval.approval_id
         what = "resumes the thread stored with the approval"
         second = await _worker(screen, launch, 2, what, "resume", approval_id)
         pids = {first.pid: 1, second.pid: 2}
@@ -214,13 +274,17 @@ async def _demo(
         paid_by = [int(payment["pid"]) for payment in recorded_payments(payments)]
         calls = await find_calls(db, CallFilter(run_id=run_id))
         refund = next((c for c, _ in calls if c.call_id == REFUND_CALL), None)
-        once = (
+        approved = decided.approval.status.runs_tool
+        once = approved and (
             paid_by == [second.pid]
             and refund is not None
             and refund.status is CallStatus.SUCCEEDED
             and refund.attempts == 1
         )
-        _show_once(screen, once, paid_by, pids)
+        # Rejected (with --inbox), the refund must not have run anywhere.
+        untouched = paid_by == [] and (refund is None or refund.status is not CallStatus.SUCCEEDED)
+        as_decided = once if approved else untouched
+        _show_once(screen, as_decided, approved, paid_by, pids)
 
         rows = [_call_row(call, approved_by, pids) for call, approved_by in calls]
         _show_ledger(screen, run_id, rows)
@@ -230,7 +294,7 @@ async def _demo(
         _show_digest(screen, report, check)
 
     seconds = time.perf_counter() - started
-    ok = once and report.ok and check.ok
+    ok = as_decided and report.ok and check.ok
     screen.line()
     screen.line(f"{'Done' if ok else 'FAILED'} in {seconds:.1f} s. The refund's story:")
     screen.line(f"  signoff ledger show {run_id} {REFUND_CALL}")
@@ -242,8 +306,10 @@ async def _demo(
             "run_id": run_id,
             "database": where,
             "processes": {"1": first.pid, "2": second.pid, "reviewer": os.getpid()},
-            "logins": {"1": first.login, "2": second.login, "reviewer": reviewer_login},
+            "logins": {"1": first.login, "2": second.login, "reviewer": review.login},
             "approval_id": approval_id,
+            "decided_via": decided.via,
+            "decision": decided.to_json(review),
             "refund": {"payments": len(paid_by), "paid_by": paid_by, "ran_once": once},
             "calls": rows,
             "journal": {"events": report.events, "intact": report.ok},
@@ -291,20 +357,16 @@ async def _logins(url: str) -> AsyncIterator[Logins]:
         yield logins
 
 
-async def _reviewer_store(
-    stack: AsyncExitStack, db: Database, keys: Keys, logins: Logins
-) -> ApprovalStore:
-    """The store this process decides with: on the reviewer login, with a ring that signs."""
-    decider = db
-    if logins.reviewer is not None:
-        decider = await Database.connect(logins.reviewer, pool_size=1, settings=db.settings)
-        stack.push_async_callback(decider.close)
-    ring = await KeyRing.open(
-        decider, keys.ring.kek, reviewer_kek=keys.reviewer_kek, create_missing=False
+def _service_settings(settings: Settings, url: str, keys: Keys, logins: Logins) -> Settings:
+    """The service's settings: the reviewer's login (else the demo's own), and the KEKs this
+    process holds, the reviewer side's too (it signs the decision)."""
+    kek = keys.ring.kek
+    return dataclasses.replace(
+        settings,
+        database_url=logins.reviewer or url,
+        kek=kek if isinstance(kek, LocalKek) else settings.kek,  # the demo's KEKs are local
+        reviewer_kek=keys.reviewer_kek,
     )
-    store = ApprovalStore(decider, ring)
-    stack.push_async_callback(store.close)
-    return store
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -498,21 +560,60 @@ def _show_event(screen: Screen, event: dict[str, Any]) -> None:
 # -- the reviewer, the checks and the record -----------------------------------------------------
 
 
-async def _approve(screen: Screen, db: Database, store: ApprovalStore, run_id: str) -> str:
-    """Approve the run's pending refund as a support lead, from this process, through `store`
-    (the reviewer's login). The directory, kept by the owner (`db`), says alice is a lead (the
-    first run journals `reviewer.added`; later runs change nothing)."""
-    started = time.perf_counter()
-    await ReviewerDirectory(db).add(REVIEWER, [LEADS], by="signoff-demo")
-    pending = await store.pending(run_id=run_id, reviewer=REVIEWER)
+async def _the_refund(review: Review, run_id: str) -> str:
+    """The id of the run's refund, as the token's reviewer finds it in `GET /v1/approvals`."""
+    pending = await review.pending(run_id)
     if len(pending) != 1:
         raise DemoFailed(f"expected one approval waiting for {REVIEWER}, found {len(pending)}")
-    approval = await store.decide(pending[0].approval_id, Decision.approve(), REVIEWER)
+    approval_id: str = pending[0]["approval_id"]
+    return approval_id
+
+
+async def _approve(screen: Screen, review: Review, run_id: str) -> Decided:
+    """Approve the run's pending refund as the token's reviewer (a support lead: the directory,
+    kept by the owner, says alice is one), over HTTP: `GET /v1/approvals?run_id=...` finds it,
+    `POST /v1/approvals/{id}/decision` decides it, idempotent by the run's request id."""
+    started = time.perf_counter()
+    approval_id = await _the_refund(review, run_id)
+    await review.approve(approval_id, request_id=f"{run_id}/approve")
+    approval = await review.service.store.get(approval_id)
+    seconds = time.perf_counter() - started
     screen.step(
-        f"{REVIEWER} of {LEADS} approves via ApprovalStore.decide (pid {os.getpid()})",
-        time.perf_counter() - started,
+        f"{review.reviewer} of {LEADS} approves over HTTP, as the API token's reviewer", seconds
     )
-    return approval.approval_id
+    screen.detail("service", f"{review.url} in this process (pid {os.getpid()}), reviewer login")
+    token_id = review.token.info.token_id
+    screen.detail("token", f"{token_id} for {review.reviewer}, made now, revoked at the end")
+    screen.detail("POST", f"{DECIDE_PATH.format(approval_id=approval_id)}: {approval.status}")
+    return Decided("http", approval)
+
+
+async def _person_decides(screen: Screen, review: Review, run_id: str, wait: float) -> Decided:
+    """Serve the inbox and wait up to `wait` seconds for a person to decide the run's refund."""
+    started = time.perf_counter()
+    approval_id = await _the_refund(review, run_id)
+    screen.step(f"waiting for a person to decide {approval_id} (up to {_minutes(wait)})")
+    token = review.token.token
+    screen.notice(f"      sign in   {review.inbox_link}")
+    screen.notice(f"      token     {token}  (for {review.reviewer}, revoked at the end)")
+    decide_url = review.url + DECIDE_PATH.format(approval_id=approval_id)
+    curl = (
+        f"curl -H 'Authorization: Bearer {token}' \\",
+        f"  -H 'Idempotency-Key: {run_id}/1' -H 'Content-Type: application/json' \\",
+        f"""  -d '{{"decision": "approve"}}' {decide_url}""",
+    )
+    for i, text in enumerate(curl):
+        screen.notice(f"      {'or' if i == 0 else '':<9} {text}")
+    approval = await review.wait_for_person(approval_id, wait)
+    if approval is None:
+        raise DemoFailed(f"nobody decided approval {approval_id} within {_minutes(wait)}")
+    by = ", ".join(approval.decided_by) or "?"
+    screen.done(f"{approval.status} by {by}", time.perf_counter() - started)
+    return Decided("inbox", approval)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
 def _ran_in(worker_id: str, pids: dict[int, int]) -> tuple[int | None, str]:
@@ -539,8 +640,13 @@ def _call_row(
     }
 
 
-def _show_once(screen: Screen, once: bool, paid_by: list[int], pids: dict[int, int]) -> None:
-    if once:
+def _show_once(
+    screen: Screen, as_decided: bool, approved: bool, paid_by: list[int], pids: dict[int, int]
+) -> None:
+    if as_decided and not approved:
+        screen.step("the refund was rejected and did not run: no payment")
+        return
+    if as_decided:
         screen.step(
             f"the refund ran once: 1 payment, made by process 2 (pid {paid_by[0]}); "
             "process 1 made none"

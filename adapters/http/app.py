@@ -6,8 +6,10 @@
   `WWW-Authenticate: Bearer` challenge); its OpenAPI document at `/v1/openapi.json`.
 - `/healthz` (the process answers) and `/readyz` (the database answers), unauthenticated, for
   load balancers and orchestrators; they reveal nothing else.
+- `/metrics`: the service's Prometheus metrics (`metrics`), for an auditor's token.
 - `/inbox`: the web inbox (`inbox`), a page over this same API, signed in by a cookie.
 - Request bodies above the service's limit are refused with 413 before they are read whole.
+- Each request is counted and timed by its route's template (`metrics.RequestMetrics`).
 - Each request is logged once (method, path, status, time, the caller's reviewer id); never a
   header, a token or a body.
 """
@@ -23,8 +25,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger import __version__
 from ledger.log import get_logger
 
-from . import approvals_api, audit_api, calls_api, events_api, inbox
+from . import approvals_api, audit_api, calls_api, events_api, inbox, metrics_api
 from .errors import install_error_handlers, problem
+from .metrics import RequestMetrics
 from .service import Service
 
 __all__ = ["BodyLimit", "RequestLog", "create_app"]
@@ -125,6 +128,7 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(approvals_api.router)
     app.include_router(calls_api.router)
     app.include_router(audit_api.router)
+    app.include_router(metrics_api.router)
     app.include_router(inbox.router)
 
     @app.get("/healthz", include_in_schema=False)
@@ -140,4 +144,5 @@ def create_app(service: Service) -> FastAPI:
     app.add_middleware(inbox.InboxHeaders)
     app.add_middleware(RequestLog)
     app.add_middleware(BodyLimit, max_bytes=service.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=service.metrics)
     return app

@@ -250,6 +250,7 @@ async def decide(
         raise ApiError(409, "expired", "the approval expired before a decision") from e
     except InvalidApprovalRequest as e:
         raise ApiError(422, "invalid", _reason(e)) from e
+    service.metrics.decisions.labels(decision=str(decision.kind)).inc()
     bound.info("decided", decision=str(decision.kind), status=str(approval.status))
     return approval_document(approval, args=None)
 

@@ -14,6 +14,10 @@ Whichever credential authenticates, a reviewer's groups are the reviewer directo
 token's groups claim grants no policy group (the store reads the directory again when it
 records a decision, so a group only the token names could show an approval that deciding
 then refuses). The claim decides only who is an auditor (`SIGNOFF_OIDC_AUDITOR_GROUP`).
+
+Guessing is throttled (`limits.FailureLimiter`): refused credentials spend their client
+address's budget, and an address with none left gets 429 for any credential, which is then
+not checked at all. The address is the connection's peer (no forwarded header is trusted).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from ledger.store import Database
 
 from .csrf import CSRF_HEADER, CsrfKey
 from .errors import ApiError
+from .limits import FailureLimiter, client_key, retry_after_header
+from .metrics import Metrics
 from .oidc import InvalidBearerToken, JwksUnavailable, OidcVerifier
 
 __all__ = [
@@ -125,44 +131,81 @@ def unauthenticated(message: str, *, error: str | None = "invalid_token") -> Api
 
 class Authentication:
     """The service's authenticators, tried in order; the first that accepts a credential
-    decides. `csrf` checks the CSRF token of requests authenticated by the session cookie
-    (without it, the cookie is not accepted)."""
+    decides. Refused credentials spend their address's budget in `limiter` (a limiter of its
+    own when none is given); `metrics` counts refusals and 429s. `csrf` checks the CSRF token
+    of requests authenticated by the session cookie (without it, the cookie is not accepted)."""
 
     def __init__(
-        self, authenticators: Sequence[Authenticator], csrf: CsrfKey | None = None
+        self,
+        authenticators: Sequence[Authenticator],
+        *,
+        csrf: CsrfKey | None = None,
+        limiter: FailureLimiter | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if not authenticators:
             raise ValueError("the service needs at least one authenticator")
         self.authenticators = tuple(authenticators)
         self.csrf = csrf
+        self.limiter = limiter or FailureLimiter()
+        self.metrics = metrics or Metrics()
 
     async def identify(self, request: Request) -> Identity:
         """The caller of `request`: its bearer credential, else its session cookie.
 
         Raises:
             ApiError: 401 (no credential, or one that authenticates nobody); 403 for an unsafe
-                request authenticated by the cookie without its CSRF token; 503 when it
-                cannot be checked now (no JWKS).
+                request authenticated by the cookie without its CSRF token; 429 when the
+                client's address has had too many credentials refused (this one is not
+                checked); 503 when it cannot be checked now (no JWKS).
         """
+        return await self.authenticate(request, await self._credential(request))
+
+    async def _credential(self, request: Request) -> str:
         if "authorization" in request.headers or self.csrf is None:
-            return await self.authenticate(bearer_credential(request))
+            return bearer_credential(request)
         credential = request.cookies.get(SESSION_COOKIE)
         if not credential:
-            return await self.authenticate(bearer_credential(request))  # the 401 it gives
+            return bearer_credential(request)  # the 401 it gives
         if request.method not in _SAFE_METHODS and not await self.csrf.check(
             credential, request.headers.get(CSRF_HEADER)
         ):
             raise ApiError(
                 403, "forbidden", f"a request signed in by the inbox's cookie needs {CSRF_HEADER}"
             )
-        return await self.authenticate(credential)
+        return credential
 
-    async def authenticate(self, credential: str) -> Identity:
-        """Who `credential` stands for.
+    async def authenticate(self, request: Request, credential: str) -> Identity:
+        """Who `credential`, presented by `request`'s client, stands for (signing in to the
+        inbox presents one in a body); a refusal spends the client address's budget.
 
         Raises:
-            ApiError: 401 when it authenticates nobody; 503 when it cannot be checked now.
+            ApiError: 401 when it authenticates nobody; 429 when the address has had too many
+                refused; 503 when it cannot be checked now.
         """
+        address = client_key(request.client.host if request.client else None)
+        if (wait := self.limiter.retry_after(address)) is not None:
+            self.metrics.rate_limited.inc()
+            log.info(
+                "credential not checked: too many refused",
+                client=address,
+                retry_after=round(wait, 1),
+            )
+            raise ApiError(
+                429,
+                "rate_limited",
+                "too many invalid tokens from this address; try again later",
+                headers={"Retry-After": retry_after_header(wait)},
+            )
+        try:
+            return await self._authenticate(credential)
+        except ApiError as e:
+            if e.status == 401:
+                self.limiter.failed(address)
+                self.metrics.auth_failures.inc()
+            raise
+
+    async def _authenticate(self, credential: str) -> Identity:
         for authenticator in self.authenticators:
             if authenticator.accepts(credential):
                 try:

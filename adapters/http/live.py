@@ -13,6 +13,11 @@ horizon), so one long transaction (a `pg_dump`, a session left idle in a transac
 every reader back. A notified change the journal cannot read yet is announced at once without
 a position, so reviewers see new requests and decisions live even then; its event follows
 with its position when the horizon moves.
+
+`on_delay`, when given, is told how late each approval event is when this feed first yields it
+to a stream: the seconds since its `recorded_at` (the database server's clock, as the writing
+transaction appended it). A stream's backlog (`since` in the past) is not measured: it was not
+waiting for those events.
 """
 
 from __future__ import annotations
@@ -21,15 +26,15 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from approvals import NOTIFY_CHANNEL
 from approvals.projection import STREAM_PREFIX, approval_id_of
 from ledger.errors import DatabaseUnavailable, SignoffError
-from ledger.journal import Journal
+from ledger.journal import Event, Journal
 from ledger.log import get_logger
 from ledger.store import Database
 from ledger.store.notify import Listener
@@ -81,11 +86,20 @@ class ApprovalFeed:
     cursor and shares the feed's one listening connection (opened on first use).
     """
 
-    def __init__(self, db: Database, *, poll_interval: float = 1.0, batch_size: int = 500) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        poll_interval: float = 1.0,
+        batch_size: int = 500,
+        on_delay: Callable[[float], None] | None = None,
+    ) -> None:
         self.journal = Journal(db)
         self.poll_interval = poll_interval
         self.batch_size = batch_size
         self._listener = Listener(db.url, NOTIFY_CHANNEL)
+        self._on_delay = on_delay
+        self._measured = 0  # the last position measured: each event once, by its first stream
 
     async def close(self) -> None:
         await self._listener.close()
@@ -129,6 +143,7 @@ class ApprovalFeed:
             # Subscribe before reading the start: what commits in between is read, not missed.
             after = await self.position() if since is None else since
             nudged, owed = False, _Owed()
+            live = since is None  # a resumed stream's first read is its backlog
             while True:
                 notified.event.clear()
                 hinted = [p for p in notified.take() if p.startswith(STREAM_PREFIX)]
@@ -140,6 +155,8 @@ class ApprovalFeed:
                         after = event.position
                         if event.stream_id.startswith(STREAM_PREFIX):
                             read.add(event.stream_id)
+                            if live:
+                                self._measure(event)
                             yield ApprovalChange(
                                 approval_id_of(event.stream_id),
                                 event.position,
@@ -148,6 +165,7 @@ class ApprovalFeed:
                             )
                 except DatabaseUnavailable as e:  # the cursor holds; read again shortly
                     log.warning("approval feed cannot read the journal; retrying", error=str(e))
+                live = True
                 # Committed and notified, but not readable yet: an older transaction somewhere
                 # on the server holds the journal's horizon back. Say so now; the journal's
                 # events follow, with their positions, once readable.
@@ -156,6 +174,13 @@ class ApprovalFeed:
                         yield ApprovalChange(approval_id_of(stream_id))
                 delay = owed.next_delay(nudged, bool(read), self.poll_interval)
                 nudged = await _woken(notified.event, delay)
+
+    def _measure(self, event: Event) -> None:
+        if self._on_delay is None or event.position <= self._measured:
+            return
+        self._measured = event.position
+        late = (datetime.now(UTC) - event.recorded_at).total_seconds()
+        self._on_delay(max(0.0, late))  # another machine's clock may be ahead of ours
 
 
 class _Owed:

@@ -1,7 +1,8 @@
 """What one `signoff serve` process holds: its database, the reviewer side's approval store and
-tool ledger (it resolves `outcome_unknown` calls), its authenticators and its feed of approval
-changes (one LISTEN connection for all its streams).
-Nothing here is state another replica needs: every answer comes from the database.
+tool ledger (it resolves `outcome_unknown` calls), its authenticators, its feed of approval
+changes (one LISTEN connection for all its streams), its metrics and its limit on refused
+credentials. Nothing here is state another replica needs: every answer comes from the database
+(each replica measures and limits on its own).
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from approvals import ApiTokens, ApprovalStore
 from ledger.calls.service import ToolLedger
@@ -25,7 +26,9 @@ from ledger.store.settings import Settings
 
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
 from .csrf import CsrfKey
+from .limits import DEFAULT_FAILURE_LIMIT, FailureLimit, FailureLimiter
 from .live import ApprovalFeed
+from .metrics import Metrics
 from .oidc import JwksUnavailable, OidcVerifier
 from .webhooks import Webhooks
 
@@ -64,11 +67,17 @@ class Service:
     authentication: Authentication
     feed: ApprovalFeed
     ledger: ToolLedger
+    metrics: Metrics = field(default_factory=Metrics)
     max_body_bytes: int = MAX_BODY_BYTES
     oidc: OidcVerifier | None = None
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
     webhooks: Webhooks | None = None
+
+    @property
+    def failure_limit(self) -> FailureLimit:
+        """Refused credentials one client address may present before it gets 429."""
+        return self.authentication.limiter.limit
 
     async def ready(self) -> bool:
         """Whether the database answers."""
@@ -106,6 +115,7 @@ async def open_service(
     authenticators: AuthenticatorsOf = api_tokens,
     pool_size: int = 10,
     max_body_bytes: int = MAX_BODY_BYTES,
+    failure_limit: FailureLimit = DEFAULT_FAILURE_LIMIT,
 ) -> Service:
     """Connect, check the login's role and the reviewer KEK, load the key ring.
 
@@ -114,6 +124,8 @@ async def open_service(
             default). With `settings.oidc`, an OIDC authenticator joins them; a JWKS URL is
             read once here, and when that fails the service starts anyway (its keys are read
             again on the first token, which is 503 until they can be).
+        failure_limit: how many refused credentials a client address may present in a time
+            (10 a minute by default), after which its credentials get 429 unchecked.
 
     With `settings.webhook`, the webhook task starts here; `Service.close` stops it.
 
@@ -147,13 +159,17 @@ async def open_service(
                     await verifier.refresh()
             found.append(OidcAuthenticator(verifier, db))
         store = ApprovalStore(db, ring)
+        metrics = Metrics()
         webhooks = None if settings.webhook is None else Webhooks(db, store, settings.webhook)
         service = Service(
             db=db,
             store=store,
-            authentication=Authentication(found, CsrfKey(ring)),
-            feed=ApprovalFeed(db),
+            authentication=Authentication(
+                found, csrf=CsrfKey(ring), limiter=FailureLimiter(failure_limit), metrics=metrics
+            ),
+            feed=ApprovalFeed(db, on_delay=metrics.feed_delay.observe),
             ledger=ToolLedger(db, ring),
+            metrics=metrics,
             max_body_bytes=max_body_bytes,
             oidc=verifier,
             webhooks=webhooks,

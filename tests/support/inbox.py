@@ -9,12 +9,15 @@ from dataclasses import dataclass
 
 import httpx
 
+from adapters.http.limits import FailureLimit
 from adapters.http.server import running
 from adapters.http.service import Service, open_service
 from ledger.keys import LocalKek
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 from tests.processes import TEST_KEK, TEST_REVIEWER_KEK
+
+LENIENT = FailureLimit(1000)
 
 
 @dataclass
@@ -25,14 +28,15 @@ class Served:
 
 
 @asynccontextmanager
-async def served(database_url: str) -> AsyncIterator[Served]:
+async def served(database_url: str, failure_limit: FailureLimit = LENIENT) -> AsyncIterator[Served]:
     """The service on a free loopback port, and a client of it (`sign_in` leaves its cookie
-    jar empty: the tests send the cookie they mean to)."""
+    jar empty: the tests send the cookie they mean to). Refused tokens are throttled only past
+    `failure_limit` (every test's client is 127.0.0.1)."""
     async with temporary_login(database_url, "signoff_reviewer") as url:
         settings = Settings(
             database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
         )
-        service = await open_service(settings, pool_size=4)
+        service = await open_service(settings, pool_size=4, failure_limit=failure_limit)
         try:
             async with running(service) as (_, port):
                 base_url = f"http://127.0.0.1:{port}"

@@ -135,7 +135,7 @@ async def sign_in(request: Request, body: Annotated[dict[str, Any], Body()]) -> 
         or any(c in token for c in ' ";,\\')
     ):
         raise ApiError(422, "invalid", 'signing in takes {"token": "<an API or bearer token>"}')
-    identity = await service_of(request).authentication.authenticate(token)
+    identity = await service_of(request).authentication.authenticate(request, token)
     response = JSONResponse(_session(request, identity, token))
     response.set_cookie(
         SESSION_COOKIE,
@@ -154,7 +154,7 @@ async def session(request: Request) -> JSONResponse:
     credential = request.cookies.get(SESSION_COOKIE)
     if not credential:
         raise ApiError(401, "unauthenticated", "not signed in")
-    identity = await service_of(request).authentication.authenticate(credential)
+    identity = await service_of(request).authentication.authenticate(request, credential)
     return JSONResponse(_session(request, identity, credential))
 
 
