@@ -598,6 +598,14 @@ async def harness(welt_url: str) -> AsyncIterator[WeltHarness]:
         yield h
 
 
+USING_REFUND = {"current_tool_use": {"name": "refund", "toolUseId": "call-refund-1"}}
+REFUNDED = [
+    {"tool_result": {"toolUseId": "call-refund-1", "status": "success"}},
+    {"data": "Refunded 120 EUR on order A7."},
+]
+"""What the thread shows once the refund ran: its indicator closed, then the model's words."""
+
+
 async def collect(events: AsyncIterator[Any]) -> list[dict[str, Any]]:
     return [cast(dict[str, Any], e) async for e in events]
 
@@ -606,8 +614,8 @@ async def ask(harness: WeltHarness, policy: ApprovalPolicy | None = None) -> dic
     """Start a turn from the recorded refund request; return the one question it stops with."""
     welt, _ = harness.welt(policy=policy)
     events = await collect(welt.reply(fixture("turn_refund")))
-    assert len(events) == 1 and "interrupt" in events[0], events
-    question: dict[str, Any] = events[0]["interrupt"]
+    assert len(events) == 2 and events[0] == USING_REFUND and "interrupt" in events[1], events
+    question: dict[str, Any] = events[1]["interrupt"]
     return question
 
 
@@ -638,7 +646,7 @@ async def test_an_answer_from_slack_resumes_the_agent_in_another_process(
     delivered = await worker("deliver", welt_url, answer, SLACK_USER, "default")
 
     assert [o["status"] for o in delivered["outcomes"]] == ["decided"]
-    assert delivered["events"] == [{"data": "Refunded 120 EUR on order A7."}]
+    assert delivered["events"] == REFUNDED
     approval = await harness.store.get(question["id"])
     assert (approval.status, approval.decided_by) == (ApprovalStatus.APPROVED, (REVIEWER,))
     assert approval.consumed
@@ -667,7 +675,7 @@ async def test_two_deliveries_at_once_decide_once_and_resume_once(
 
     statuses = sorted(o["status"] for r in results for o in r["outcomes"])
     assert statuses == ["decided", "repeated"]
-    assert sorted(len(r["events"]) for r in results) == [0, 1]
+    assert sorted(r["events"] for r in results) == [[], REFUNDED]
     thread = str((await harness.store.get(question["id"])).thread_id)
     assert len(await tool_runs_of(harness, thread)) == 1
 
@@ -682,7 +690,7 @@ async def test_an_answer_recorded_in_one_process_resumes_in_another(
 
     resumed = await worker("resume", welt_url, "default", question["id"])
     assert resumed["pid"] != recorded["pid"]
-    assert resumed["events"] == [{"data": "Refunded 120 EUR on order A7."}]
+    assert resumed["events"] == REFUNDED
     approval = await harness.store.get(question["id"])
     thread = str(approval.thread_id)
     assert approval.status is ApprovalStatus.RESPONDED and approval.consumed
@@ -706,7 +714,7 @@ async def test_a_refused_answer_asks_again_until_an_approver_decides(
     assert [e["interrupt"]["id"] for e in first[1:]] == [question["id"]]  # asked again
 
     second = await collect(welt.reply(payload, user_id=BOSS))
-    assert second == [{"data": "Refunded 120 EUR on order A7."}]
+    assert second == REFUNDED
     approval = await harness.store.get(question["id"])
     assert approval.decided_by == ("slack:U0B055",)
     assert len(await tool_runs_of(harness, str(approval.thread_id))) == 1
@@ -728,7 +736,7 @@ async def test_an_edit_only_approval_is_decided_elsewhere_then_continued_from_sl
     edited = {"order_id": "A7", "amount": 60}
     await harness.store.decide(question["id"], Decision.edit(edited), "finance:dana")
     done = await collect(welt.reply(payload, user_id=SLACK_USER))
-    assert done == [{"data": "Refunded 120 EUR on order A7."}]  # the script's words
+    assert done == REFUNDED  # the script's words
     approval = await harness.store.get(question["id"])
     runs = await tool_runs_of(harness, str(approval.thread_id))
     assert [r["args"] for r in runs] == [edited]
@@ -746,7 +754,8 @@ async def test_one_stop_with_two_questions_is_answered_and_resumed_at_once(
     )
     welt, _ = harness.welt(script=[both, AIMessage(content="One refunded, one not.")])
     events = await collect(welt.reply(fixture("turn_refund")))
-    ids = [e["interrupt"]["id"] for e in events]
+    assert [e["current_tool_use"]["toolUseId"] for e in events[:2]] == ["call-a", "call-b"]
+    ids = [e["interrupt"]["id"] for e in events[2:]]
     assert len(ids) == 2 and all(i.startswith("apr-") for i in ids)
     # The two questions come in either order (the calls run side by side): call-a's first.
     by_call = {(await harness.store.get(i)).call_id: i for i in ids}
@@ -755,7 +764,14 @@ async def test_one_stop_with_two_questions_is_answered_and_resumed_at_once(
 
     payload = addressed(fixture("answer_two_questions"), *ids)  # approve the first, reject
     done = await collect(welt.reply(payload, user_id=SLACK_USER))
-    assert done == [{"data": "One refunded, one not."}]
+    # The rejected call's indicator ends failed; the calls finish in either order.
+    assert sorted(
+        e["tool_result"]["toolUseId"] + ":" + e["tool_result"]["status"] for e in done[:2]
+    ) == [
+        "call-a:success",
+        "call-b:error",
+    ]
+    assert done[2:] == [{"data": "One refunded, one not."}]
     statuses = [(await harness.store.get(i)).status for i in ids]
     assert statuses == [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED]
     thread = str((await harness.store.get(ids[0])).thread_id)
@@ -780,7 +796,7 @@ async def test_a_thread_another_process_is_resuming_is_left_to_it(harness: WeltH
         await holder.close()  # as when the other process ends: the lock goes with it
     # Welt delivers again (the first process died after recording): the thread still waits.
     again = await collect(welt.reply(payload, user_id=SLACK_USER))
-    assert again == [{"data": "Refunded 120 EUR on order A7."}]
+    assert again == REFUNDED
     assert len(await tool_runs_of(harness, thread)) == 1
 
 
