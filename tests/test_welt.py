@@ -912,6 +912,11 @@ async def test_files_of_the_named_tools_and_of_the_model_are_uploaded(
     assert len(model.seen) == 2  # the model read every tool's result
 
 
+def test_files_from_takes_tool_names_not_one_string(harness: WeltHarness) -> None:
+    with pytest.raises(TypeError, match="tool names"):
+        harness.welt(files_from="create_sample_file")
+
+
 def test_an_upload_is_named_after_the_block_and_its_media_type() -> None:
     def named(kind: str, **block: Any) -> str:
         return file_name(kind, block)

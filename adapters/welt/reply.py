@@ -36,7 +36,7 @@ from .answers import AnswerOutcome, AnswerStatus, record_answers, slack_reviewer
 from .errors import UnsupportedInterrupt
 from .messages import decode_messages
 from .render import inline_code, signoff_requests
-from .stream import renderable_events
+from .stream import renderable_events, tool_names
 from .wire import DataEvent, WeltEvent, envelope_of, parse_interrupt_responses
 
 __all__ = ["STREAM_MODES", "WeltAgent", "notices", "welt_events"]
@@ -64,7 +64,7 @@ class WeltAgent:
     ) -> None:
         self.graph = graph
         self.store = store
-        self.files_from = frozenset(files_from)
+        self.files_from = tool_names(files_from)
 
     async def reply(
         self,

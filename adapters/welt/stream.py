@@ -37,7 +37,7 @@ from .messages import MEDIA_TYPES
 from .render import interrupt_events
 from .wire import FileEvent, ToolResultEvent, ToolUseEvent, WeltEvent
 
-__all__ = ["FILE_BLOCKS", "file_name", "renderable_events"]
+__all__ = ["FILE_BLOCKS", "file_name", "renderable_events", "tool_names"]
 
 log = get_logger(__name__)
 
@@ -68,7 +68,7 @@ async def renderable_events(
     Raises:
         UnsupportedInterrupt: the run paused on something that is no Signoff approval.
     """
-    named = frozenset(files_from or ())
+    named = tool_names(files_from)
     paused: list[Any] = []
     async for item in stream:
         if not (isinstance(item, tuple) and len(item) == 2):
@@ -84,6 +84,14 @@ async def renderable_events(
             paused.extend(chunk.get("__interrupt__") or ())
     for question in await interrupt_events(store, paused):
         yield question
+
+
+def tool_names(files_from: Collection[str] | None) -> frozenset[str]:
+    """`files_from` as a set of tool names; one name given as a string is refused (it would
+    be read as its letters)."""
+    if isinstance(files_from, str):
+        raise TypeError(f"files_from takes tool names, e.g. {{{files_from!r}}}, not one string")
+    return frozenset(files_from or ())
 
 
 def _message_events(message: Any, files_from: frozenset[str]) -> Iterator[WeltEvent]:
