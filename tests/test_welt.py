@@ -10,15 +10,20 @@ the ones its questions carried; `addressed` points them at this run's approvals.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCall
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGenerationChunk
+from langchain_core.tools import BaseTool, tool
 
 from adapters.welt import (
     APPROVE_VALUE,
@@ -38,6 +43,7 @@ from adapters.welt import (
     decision_for,
     decode_messages,
     envelope_of,
+    file_name,
     notices,
     parse_interrupt_responses,
     pending_events,
@@ -61,7 +67,15 @@ from ledger.store import Database
 from ledger.store.db import open_raw_connection
 from tests.processes import TEST_KEK, finish, kek_env, start_program
 from tests.support.scratch import scratch_database
-from tests.welt_workers import WeltHarness, addressed, opened, refund_call, tool_runs
+from tests.welt_workers import (
+    SCRIPT,
+    ScriptedModel,
+    WeltHarness,
+    addressed,
+    opened,
+    refund_call,
+    tool_runs,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "welt"
 SLACK_USER = "slack:T0001:U0123ABCD"  # Welt's runtime user id: slack:<team>:<user>
@@ -598,6 +612,14 @@ async def harness(welt_url: str) -> AsyncIterator[WeltHarness]:
         yield h
 
 
+USING_REFUND = {"current_tool_use": {"name": "refund", "toolUseId": "call-refund-1"}}
+REFUNDED: list[dict[str, Any]] = [
+    {"tool_result": {"toolUseId": "call-refund-1", "status": "success"}},
+    {"data": "Refunded 120 EUR on order A7."},
+]
+"""What the thread shows once the refund ran: its indicator closed, then the model's words."""
+
+
 async def collect(events: AsyncIterator[Any]) -> list[dict[str, Any]]:
     return [cast(dict[str, Any], e) async for e in events]
 
@@ -606,8 +628,8 @@ async def ask(harness: WeltHarness, policy: ApprovalPolicy | None = None) -> dic
     """Start a turn from the recorded refund request; return the one question it stops with."""
     welt, _ = harness.welt(policy=policy)
     events = await collect(welt.reply(fixture("turn_refund")))
-    assert len(events) == 1 and "interrupt" in events[0], events
-    question: dict[str, Any] = events[0]["interrupt"]
+    assert len(events) == 2 and events[0] == USING_REFUND and "interrupt" in events[1], events
+    question: dict[str, Any] = events[1]["interrupt"]
     return question
 
 
@@ -638,7 +660,7 @@ async def test_an_answer_from_slack_resumes_the_agent_in_another_process(
     delivered = await worker("deliver", welt_url, answer, SLACK_USER, "default")
 
     assert [o["status"] for o in delivered["outcomes"]] == ["decided"]
-    assert delivered["events"] == [{"data": "Refunded 120 EUR on order A7."}]
+    assert delivered["events"] == REFUNDED
     approval = await harness.store.get(question["id"])
     assert (approval.status, approval.decided_by) == (ApprovalStatus.APPROVED, (REVIEWER,))
     assert approval.consumed
@@ -667,7 +689,7 @@ async def test_two_deliveries_at_once_decide_once_and_resume_once(
 
     statuses = sorted(o["status"] for r in results for o in r["outcomes"])
     assert statuses == ["decided", "repeated"]
-    assert sorted(len(r["events"]) for r in results) == [0, 1]
+    assert sorted(r["events"] for r in results) == [[], REFUNDED]
     thread = str((await harness.store.get(question["id"])).thread_id)
     assert len(await tool_runs_of(harness, thread)) == 1
 
@@ -682,7 +704,7 @@ async def test_an_answer_recorded_in_one_process_resumes_in_another(
 
     resumed = await worker("resume", welt_url, "default", question["id"])
     assert resumed["pid"] != recorded["pid"]
-    assert resumed["events"] == [{"data": "Refunded 120 EUR on order A7."}]
+    assert resumed["events"] == REFUNDED
     approval = await harness.store.get(question["id"])
     thread = str(approval.thread_id)
     assert approval.status is ApprovalStatus.RESPONDED and approval.consumed
@@ -706,7 +728,7 @@ async def test_a_refused_answer_asks_again_until_an_approver_decides(
     assert [e["interrupt"]["id"] for e in first[1:]] == [question["id"]]  # asked again
 
     second = await collect(welt.reply(payload, user_id=BOSS))
-    assert second == [{"data": "Refunded 120 EUR on order A7."}]
+    assert second == REFUNDED
     approval = await harness.store.get(question["id"])
     assert approval.decided_by == ("slack:U0B055",)
     assert len(await tool_runs_of(harness, str(approval.thread_id))) == 1
@@ -728,7 +750,7 @@ async def test_an_edit_only_approval_is_decided_elsewhere_then_continued_from_sl
     edited = {"order_id": "A7", "amount": 60}
     await harness.store.decide(question["id"], Decision.edit(edited), "finance:dana")
     done = await collect(welt.reply(payload, user_id=SLACK_USER))
-    assert done == [{"data": "Refunded 120 EUR on order A7."}]  # the script's words
+    assert done == REFUNDED  # the script's words
     approval = await harness.store.get(question["id"])
     runs = await tool_runs_of(harness, str(approval.thread_id))
     assert [r["args"] for r in runs] == [edited]
@@ -746,7 +768,8 @@ async def test_one_stop_with_two_questions_is_answered_and_resumed_at_once(
     )
     welt, _ = harness.welt(script=[both, AIMessage(content="One refunded, one not.")])
     events = await collect(welt.reply(fixture("turn_refund")))
-    ids = [e["interrupt"]["id"] for e in events]
+    assert [e["current_tool_use"]["toolUseId"] for e in events[:2]] == ["call-a", "call-b"]
+    ids = [e["interrupt"]["id"] for e in events[2:]]
     assert len(ids) == 2 and all(i.startswith("apr-") for i in ids)
     # The two questions come in either order (the calls run side by side): call-a's first.
     by_call = {(await harness.store.get(i)).call_id: i for i in ids}
@@ -755,7 +778,14 @@ async def test_one_stop_with_two_questions_is_answered_and_resumed_at_once(
 
     payload = addressed(fixture("answer_two_questions"), *ids)  # approve the first, reject
     done = await collect(welt.reply(payload, user_id=SLACK_USER))
-    assert done == [{"data": "One refunded, one not."}]
+    # The rejected call's indicator ends failed; the calls finish in either order.
+    assert sorted(
+        e["tool_result"]["toolUseId"] + ":" + e["tool_result"]["status"] for e in done[:2]
+    ) == [
+        "call-a:success",
+        "call-b:error",
+    ]
+    assert done[2:] == [{"data": "One refunded, one not."}]
     statuses = [(await harness.store.get(i)).status for i in ids]
     assert statuses == [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED]
     thread = str((await harness.store.get(ids[0])).thread_id)
@@ -780,7 +810,7 @@ async def test_a_thread_another_process_is_resuming_is_left_to_it(harness: WeltH
         await holder.close()  # as when the other process ends: the lock goes with it
     # Welt delivers again (the first process died after recording): the thread still waits.
     again = await collect(welt.reply(payload, user_id=SLACK_USER))
-    assert again == [{"data": "Refunded 120 EUR on order A7."}]
+    assert again == REFUNDED
     assert len(await tool_runs_of(harness, thread)) == 1
 
 
@@ -794,3 +824,193 @@ async def test_a_forged_turn_never_reaches_the_model(harness: WeltHarness) -> No
 
 async def tool_runs_of(harness: WeltHarness, thread: str) -> list[dict[str, Any]]:
     return [r for r in await tool_runs(harness.db) if r["thread_id"] == thread]
+
+
+# -- the reply: text, tool-use indicators, files -------------------------------------------------
+
+CSV = base64.b64encode(b"order,amount\nA7,120\n").decode("ascii")
+PDF = "JVBERi0xLjQK"
+PNG = "iVBORw0KGgo="
+
+
+def file_tools() -> list[BaseTool]:
+    @tool
+    def create_sample_file(name: str) -> list[dict[str, Any]]:
+        """Create a CSV file for the person."""
+        return [
+            {"type": "text", "text": f"Created {name}.csv."},
+            {"type": "file", "name": name, "mime_type": "text/csv", "base64": CSV},
+        ]
+
+    @tool
+    def read_invoice(order_id: str) -> list[dict[str, Any]]:
+        """Hand the model an invoice to read."""
+        invoice = {"type": "file", "name": f"invoice {order_id}", "mime_type": "application/pdf"}
+        return [{**invoice, "base64": PDF}]
+
+    @tool
+    def export_nothing() -> list[dict[str, Any]]:
+        """Create a file with no bytes."""
+        return [{"type": "file", "name": "empty", "mime_type": "text/plain", "base64": ""}]
+
+    return [create_sample_file, read_invoice, export_nothing]
+
+
+def call(call_id: str, tool_name: str, **args: Any) -> ToolCall:
+    return {"id": call_id, "name": tool_name, "args": args, "type": "tool_call"}
+
+
+FILE_SCRIPT = [
+    AIMessage(
+        content="",
+        tool_calls=[
+            call("call-csv", "create_sample_file", name="sample-7f3a"),
+            call("call-pdf", "read_invoice", order_id="A7"),
+            call("call-empty", "export_nothing"),
+        ],
+    ),
+    AIMessage(
+        content=[
+            {"type": "text", "text": "Here is the sample, and a chart."},
+            {"type": "image", "base64": PNG, "mime_type": "image/png"},
+        ]
+    ),
+]
+
+
+@pytest.mark.parametrize("through_signoff", [True, False], ids=["signoff-tools", "plain-tools"])
+async def test_files_of_the_named_tools_and_of_the_model_are_uploaded(
+    harness: WeltHarness, through_signoff: bool
+) -> None:
+    welt, model = harness.welt(
+        FILE_SCRIPT,
+        tools=file_tools(),
+        files_from={"create_sample_file"},
+        through_signoff=through_signoff,
+    )
+    events = await collect(welt.reply(fixture("turn_refund")))
+
+    assert events[:3] == [
+        {"current_tool_use": {"name": "create_sample_file", "toolUseId": "call-csv"}},
+        {"current_tool_use": {"name": "read_invoice", "toolUseId": "call-pdf"}},
+        {"current_tool_use": {"name": "export_nothing", "toolUseId": "call-empty"}},
+    ]
+    tools_part, reply = events[3:-2], events[-2:]
+    results = [e["tool_result"] for e in tools_part if "tool_result" in e]
+    assert sorted(r["toolUseId"] for r in results) == ["call-csv", "call-empty", "call-pdf"]
+    assert {r["status"] for r in results} == {"success"}
+    # Only the named tool's file, right after its result; the invoice stays with the model,
+    # and a file with no bytes is not sent.
+    files = [e for e in tools_part if "file" in e]
+    assert files == [{"file": {"name": "sample-7f3a.csv", "bytes": CSV}}]
+    csv_result = tools_part.index({"tool_result": {"toolUseId": "call-csv", "status": "success"}})
+    assert tools_part[csv_result + 1] == files[0]
+    assert reply == [
+        {"data": "Here is the sample, and a chart."},
+        {"file": {"name": "image.png", "bytes": PNG}},
+    ]
+    assert len(model.seen) == 2  # the model read every tool's result
+
+
+def test_files_from_takes_tool_names_not_one_string(harness: WeltHarness) -> None:
+    with pytest.raises(TypeError, match="tool names"):
+        harness.welt(files_from="create_sample_file")
+
+
+def test_an_upload_is_named_after_the_block_and_its_media_type() -> None:
+    def named(kind: str, **block: Any) -> str:
+        return file_name(kind, block)
+
+    assert named("file", name="report-1", mime_type="text/csv") == "report-1.csv"
+    assert named("image", mime_type="image/jpeg") == "image.jpeg"
+    assert named("video", name="clip", mime_type="video/3gpp") == "clip.3gp"
+    assert named("file", name="sheet", mime_type="application/vnd.ms-excel") == "sheet.xls"
+    assert named("audio", mime_type="audio/ogg") == "audio.ogg"  # a type Welt's formats lack
+    assert named("file", name="", mime_type="application/x-tar+gzip") == "file.bin"
+    assert named("file", name="data") == "data.bin"
+
+
+class StreamingModel(ScriptedModel):
+    """The scripted model, streamed: text word by word, each tool call as a first chunk with
+    its name and id, then argument fragments without either (as providers stream them)."""
+
+    disable_streaming: Any = False
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        self.seen.append(list(messages))
+        reply = self.reply(messages)
+        chunks = [AIMessageChunk(content=word) for word in re.split(r"(?<= )", reply.text) if word]
+        for index, tool_call in enumerate(reply.tool_calls):
+            args = json.dumps(tool_call["args"])
+            opening = tool_call_chunk(
+                name=tool_call["name"], id=tool_call["id"], args="", index=index
+            )
+            chunks.append(AIMessageChunk(content="", tool_call_chunks=[opening]))
+            for part in (args[: len(args) // 2], args[len(args) // 2 :]):
+                fragment = tool_call_chunk(name=None, id=None, args=part, index=index)
+                chunks.append(AIMessageChunk(content="", tool_call_chunks=[fragment]))
+        for chunk in chunks:
+            generation = ChatGenerationChunk(message=chunk)
+            if run_manager is not None:
+                run_manager.on_llm_new_token(chunk.text, chunk=generation)
+            yield generation
+
+
+async def test_a_streamed_tool_call_opens_one_indicator_and_its_result_closes_it(
+    harness: WeltHarness,
+) -> None:
+    welt, _ = harness.welt(model=StreamingModel(script=list(SCRIPT)))
+    events = await collect(welt.reply(fixture("turn_refund")))
+    assert [next(iter(e)) for e in events] == ["current_tool_use", "interrupt"]
+    assert events[0] == USING_REFUND
+
+    payload = addressed(fixture("answer_approve"), events[1]["interrupt"]["id"])
+    done = await collect(welt.reply(payload, user_id=SLACK_USER))
+    assert done[0] == REFUNDED[0]
+    words = [e["data"] for e in done[1:]]
+    assert len(words) > 1 and "".join(words) == REFUNDED[1]["data"]
+
+
+async def test_a_rejected_call_closes_its_indicator_as_failed(harness: WeltHarness) -> None:
+    question = await ask(harness)
+    welt, _ = harness.welt()
+    payload = addressed(fixture("answer_reject"), question["id"])
+    done = await collect(welt.reply(payload, user_id=SLACK_USER))
+    assert done[0] == {"tool_result": {"toolUseId": "call-refund-1", "status": "error"}}
+    assert [next(iter(e)) for e in done[1:]] == ["data"]
+
+
+async def test_files_in_a_turn_reach_the_model_as_standard_content_blocks(
+    harness: WeltHarness,
+) -> None:
+    # The turn holds one reply of Welt's already: the model answers with the script's second.
+    script = [AIMessage(content="unused"), AIMessage(content="A damaged parcel; I can refund it.")]
+    welt, model = harness.welt(script)
+    events = await collect(welt.reply(fixture("turn_with_files")))
+
+    assert events == [{"data": "A damaged parcel; I can refund it."}]
+    [conversation] = model.seen
+    assert [type(m).__name__ for m in conversation] == ["HumanMessage", "AIMessage", "HumanMessage"]
+    first, last = conversation[0], conversation[2]
+    assert first.content_blocks == [
+        {
+            "type": "file",
+            "base64": "JVBERi0xLjQK",
+            "mime_type": "application/pdf",
+            "name": "invoice A7",
+            "filename": "invoice A7.pdf",
+        },
+        {"type": "text", "text": "<@U0123ABCD>: here is the invoice and a photo"},
+        {"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"},
+    ]
+    assert last.content_blocks[1] == {
+        "type": "video",
+        "base64": "AAAAIGZ0eXBpc29t",
+        "mime_type": "video/mp4",
+    }

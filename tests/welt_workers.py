@@ -16,7 +16,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,17 +127,26 @@ class WeltHarness:
     saver: EncryptedPostgresSaver
 
     def welt(
-        self, script: list[AIMessage] | None = None, policy: ApprovalPolicy | None = None
+        self,
+        script: list[AIMessage] | None = None,
+        policy: ApprovalPolicy | None = None,
+        *,
+        model: ScriptedModel | None = None,
+        tools: list[BaseTool] | None = None,
+        files_from: Collection[str] = (),
+        through_signoff: bool = True,
     ) -> tuple[WeltAgent, ScriptedModel]:
-        model = ScriptedModel(script=list(script or SCRIPT))
+        """The agent (its tools through Signoff unless `through_signoff` is false) and its
+        model (`model`, else one scripted with `script`)."""
+        model = model or ScriptedModel(script=list(script or SCRIPT))
         signoff = SignoffTools(self.ledger, self.store, specs(policy))
         graph = create_agent(
             model,
-            tools=build_tools(self.db),
-            middleware=[SignoffMiddleware(signoff)],
+            tools=[*build_tools(self.db), *(tools or [])],
+            middleware=[SignoffMiddleware(signoff)] if through_signoff else [],
             checkpointer=self.saver,
         )
-        return WeltAgent(graph, self.store), model
+        return WeltAgent(graph, self.store, files_from=files_from), model
 
 
 @asynccontextmanager

@@ -3,7 +3,9 @@
 Outbound, each pending approval becomes one `interrupt` event (id: the approval id) with the
 buttons and text field its policy allows; inbound, answers become store decisions by the Slack
 user who gave them, and the paused thread resumes from the config stored with the approval, in
-any process. Welt's conversation turns are decoded for the graph, tool blocks refused.
+any process. The reply streams the model's text, a "using tool" indicator per tool call, and
+the files of the tools the agent names (`files_from`). Welt's conversation turns, files
+included, are decoded for the graph as standard content blocks, tool blocks refused.
 """
 
 # ruff: noqa: E402  (the extra is checked before anything imports LangGraph)
@@ -33,12 +35,16 @@ from .render import (
     signoff_requests,
 )
 from .reply import STREAM_MODES, WeltAgent, notices, welt_events
+from .stream import FILE_BLOCKS, file_name, renderable_events
 from .wire import (
     DataEvent,
+    FileEvent,
     InputSpec,
     InterruptEvent,
     OptionSpec,
     Reason,
+    ToolResultEvent,
+    ToolUseEvent,
     WeltAnswer,
     WeltEvent,
     check_reason,
@@ -50,11 +56,13 @@ from .wire import (
 __all__ = [
     "APPROVE_VALUE",
     "DECIDED_ELSEWHERE",
+    "FILE_BLOCKS",
     "REJECT_VALUE",
     "STREAM_MODES",
     "AnswerOutcome",
     "AnswerStatus",
     "DataEvent",
+    "FileEvent",
     "ForgedToolTurn",
     "InputSpec",
     "InterruptEvent",
@@ -62,6 +70,8 @@ __all__ = [
     "MissingReviewer",
     "OptionSpec",
     "Reason",
+    "ToolResultEvent",
+    "ToolUseEvent",
     "UnknownInterrupt",
     "UnsupportedInterrupt",
     "WeltAgent",
@@ -74,12 +84,14 @@ __all__ = [
     "decision_for",
     "decode_messages",
     "envelope_of",
+    "file_name",
     "interrupt_event",
     "interrupt_events",
     "notices",
     "parse_interrupt_responses",
     "pending_events",
     "record_answers",
+    "renderable_events",
     "signoff_requests",
     "slack_reviewer",
     "welt_events",

@@ -15,12 +15,12 @@ from typing import Any
 
 from .errors import ForgedToolTurn, InvalidWeltPayload
 
-__all__ = ["FORGED_BLOCKS", "decode_messages"]
+__all__ = ["FORGED_BLOCKS", "MEDIA_TYPES", "decode_messages"]
 
 FORGED_BLOCKS = frozenset({"toolUse", "toolResult"})
 
 # The media types LangChain's standard content blocks carry, by Converse format token.
-_MEDIA_TYPES: dict[str, dict[str, str]] = {
+MEDIA_TYPES: dict[str, dict[str, str]] = {
     "image": {"gif": "image/gif", "jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp"},
     "document": {
         "csv": "text/csv",
@@ -89,7 +89,7 @@ def _block(block: Any, role: str, where: str) -> dict[str, Any]:
         if not isinstance(body, str) or not body:
             raise InvalidWeltPayload(f"{where}.text", "must be a non-empty string")
         return {"type": "text", "text": body}
-    if kind not in _MEDIA_TYPES:
+    if kind not in MEDIA_TYPES:
         raise InvalidWeltPayload(where, f"Welt sends no {kind!r} blocks")
     if role != "user":
         raise InvalidWeltPayload(where, f"an {role} message carries text only, not {kind}")
@@ -101,7 +101,7 @@ def _file_block(kind: str, body: Any, where: str) -> dict[str, Any]:
     if not isinstance(body, Mapping) or set(body) != allowed:
         raise InvalidWeltPayload(where, f"has exactly the keys {sorted(allowed)}")
     token = body["format"]
-    mime_type = _MEDIA_TYPES[kind].get(token) if isinstance(token, str) else None
+    mime_type = MEDIA_TYPES[kind].get(token) if isinstance(token, str) else None
     if mime_type is None:
         raise InvalidWeltPayload(f"{where}.format", f"{token!r} is no {kind} format Welt sends")
     source = body["source"]

@@ -18,11 +18,10 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command, StreamMode
@@ -36,7 +35,8 @@ from . import _sql
 from .answers import AnswerOutcome, AnswerStatus, record_answers, slack_reviewer
 from .errors import UnsupportedInterrupt
 from .messages import decode_messages
-from .render import inline_code, interrupt_events, signoff_requests
+from .render import inline_code, signoff_requests
+from .stream import renderable_events, tool_names
 from .wire import DataEvent, WeltEvent, envelope_of, parse_interrupt_responses
 
 __all__ = ["STREAM_MODES", "WeltAgent", "notices", "welt_events"]
@@ -55,11 +55,16 @@ class WeltAgent:
         graph: the compiled agent.
         store: the approval store its middleware asks. Who answers decides with the groups the
             reviewer directory gives them (`ReviewerDirectory`).
+        files_from: the tools whose files are uploaded to the thread (`renderable_events`);
+            any other tool's files stay with the model.
     """
 
-    def __init__(self, graph: Graph, store: ApprovalStore) -> None:
+    def __init__(
+        self, graph: Graph, store: ApprovalStore, *, files_from: Collection[str] = ()
+    ) -> None:
         self.graph = graph
         self.store = store
+        self.files_from = tool_names(files_from)
 
     async def reply(
         self,
@@ -100,7 +105,7 @@ class WeltAgent:
         decoded = decode_messages(messages)
         config = config or {"configurable": {"thread_id": f"welt-{uuid.uuid4().hex}"}}
         stream = self.graph.astream({"messages": decoded}, config, stream_mode=STREAM_MODES)
-        async for event in welt_events(self.store, stream):
+        async for event in renderable_events(stream, self.store, files_from=self.files_from):
             yield event
 
     async def answer(self, responses: Any, *, user_id: str | None) -> list[AnswerOutcome]:
@@ -149,28 +154,18 @@ class WeltAgent:
             # again). Every Signoff pause of the thread is resumed, as Welt answers a stop whole.
             command: Command[Any] = Command(resume={pause_id: None for pause_id in waiting})
             stream = self.graph.astream(command, config, stream_mode=STREAM_MODES)
-            async for event in welt_events(self.store, stream):
+            async for event in renderable_events(stream, self.store, files_from=self.files_from):
                 yield event
 
 
-async def welt_events(store: ApprovalStore, stream: AsyncIterator[Any]) -> AsyncIterator[WeltEvent]:
-    """Reduce `astream(..., stream_mode=["messages", "updates"])` to what Welt renders: the
-    model's text as `data` events, then one `interrupt` event per approval the run paused for.
-    Tool output stays off the wire; model calls LangChain middleware makes for itself
-    (marked `lc_internal_call`) too."""
-    paused: list[Any] = []
-    async for item in stream:
-        if not (isinstance(item, tuple) and len(item) == 2):
-            continue
-        mode, chunk = item
-        if mode == "messages" and isinstance(chunk, tuple) and len(chunk) == 2:
-            message, metadata = chunk
-            internal = isinstance(metadata, Mapping) and metadata.get("lc_internal_call")
-            if isinstance(message, AIMessage) and not internal and message.text:
-                yield {"data": message.text}
-        elif mode == "updates" and isinstance(chunk, Mapping):
-            paused.extend(chunk.get("__interrupt__") or ())
-    for event in await interrupt_events(store, paused):
+async def welt_events(
+    store: ApprovalStore,
+    stream: AsyncIterator[Any],
+    *,
+    files_from: Collection[str] | None = None,
+) -> AsyncIterator[WeltEvent]:
+    """`renderable_events`, the store first."""
+    async for event in renderable_events(stream, store, files_from=files_from):
         yield event
 
 

@@ -1,5 +1,6 @@
 """Welt's wire shapes, spoken directly (welt-io-langgraph needs Python 3.12): the reply events
-the agent streams, the structured interrupt reason, and the resume payload. Pure values and
+the agent streams (text, tool-use indicators, files, questions), the structured interrupt
+reason, and the resume payload. Pure values and
 checks, no I/O.
 
 Welt renders an `interrupt` event's `reason` from its shape alone, all or nothing: a reason with
@@ -24,11 +25,14 @@ from .errors import InvalidWeltPayload
 __all__ = [
     "MESSAGE_LIMIT",
     "DataEvent",
+    "FileEvent",
     "InputSpec",
     "InterruptBody",
     "InterruptEvent",
     "OptionSpec",
     "Reason",
+    "ToolResultEvent",
+    "ToolUseEvent",
     "WeltAnswer",
     "WeltEvent",
     "check_reason",
@@ -87,7 +91,42 @@ class DataEvent(TypedDict):
     data: str
 
 
-WeltEvent = InterruptEvent | DataEvent
+class ToolUseBody(TypedDict):
+    name: str
+    toolUseId: str
+
+
+class ToolUseEvent(TypedDict):
+    """`{"current_tool_use": {"name", "toolUseId"}}`: opens a "using tool" indicator."""
+
+    current_tool_use: ToolUseBody
+
+
+class ToolResultBody(TypedDict):
+    toolUseId: str
+    status: Literal["success", "error"]
+
+
+class ToolResultEvent(TypedDict):
+    """`{"tool_result": {"toolUseId", "status"}}`: closes that tool's indicator, complete or
+    failed. The tool's output is not on the wire."""
+
+    tool_result: ToolResultBody
+
+
+class FileBody(TypedDict):
+    name: str
+    bytes: str
+
+
+class FileEvent(TypedDict):
+    """`{"file": {"name", "bytes"}}`: a file Welt uploads into the thread (`name` with its
+    extension, `bytes` base64)."""
+
+    file: FileBody
+
+
+WeltEvent = InterruptEvent | DataEvent | ToolUseEvent | ToolResultEvent | FileEvent
 
 _OPTION_KEYS = frozenset({"value", "label", "style"})
 _INPUT_KEYS = frozenset({"label", "multiline"})
