@@ -49,6 +49,7 @@ SELECT {COLUMNS} FROM approvals
 WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR run_id = $2)
   AND ($4::timestamptz IS NULL OR (requested_at, approval_id) > ($4, $5::text))
   AND ($6::text IS NULL OR tool = $6)
+  AND ($7::text[] IS NULL OR policy->'approvers' = '[]'::jsonb OR policy->'approvers' ?| $7)
 ORDER BY requested_at, approval_id
 LIMIT $3
 """

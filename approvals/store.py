@@ -50,7 +50,7 @@ from .errors import (
     TokenBindingMismatch,
     UnknownApproval,
 )
-from .identity import reviewer_id, same_id
+from .identity import GROUP_PREFIX, reviewer_id, same_id
 from .integrity import (
     ProblemKind,
     StreamProblem,
@@ -392,8 +392,10 @@ class ApprovalStore:
         tool: str | None = None,
         after: PageCursor | None = None,
         limit: int = 100,
+        admitting: Reviewer | None = None,
     ) -> list[Approval]:
-        """Approvals oldest first (by request time, then id), after `after` when given."""
+        """Approvals oldest first (by request time, then id), after `after` when given; with
+        `admitting`, only those whose approvers admit that reviewer (by its id or groups)."""
         if run_id is not None:
             _text(run_id, "run_id")
         if tool is not None:
@@ -406,7 +408,9 @@ class ApprovalStore:
         if last is not None:
             _text(last, "a page cursor's approval id")
         async with self.db.connection() as conn:
-            rows = await conn.fetch(_sql.LIST, status, run_id, limit, at, last, tool)
+            rows = await conn.fetch(
+                _sql.LIST, status, run_id, limit, at, last, tool, _admitting_names(admitting)
+            )
         return [row_to_approval(r) for r in rows]
 
     async def pending(
@@ -419,19 +423,8 @@ class ApprovalStore:
         """What reviewers have to decide (not yet expired), oldest first; for `reviewer` (an id,
         or a `Reviewer` without groups), only what its policy lets it decide, with the groups
         the reviewer directory gives it."""
-        if reviewer is not None:
-            rid = _reviewer(reviewer).id
-            async with self.db.connection() as conn:
-                groups = await directory_groups(conn, rid)
-            reviewer = Reviewer(rid, groups or frozenset())
-        now = datetime.now(UTC)
-        found = await self.find(status=ApprovalStatus.PENDING, run_id=run_id, limit=limit)
-        return [
-            a
-            for a in found
-            if not is_expired(a.expires_at, now)
-            and (reviewer is None or reviewer.matches(a.policy.approvers))
-        ]
+        page, _ = await self.pending_page(reviewer=reviewer, run_id=run_id, limit=limit)
+        return page
 
     async def pending_page(
         self,
@@ -444,9 +437,9 @@ class ApprovalStore:
         scan: int = 2000,
     ) -> tuple[list[Approval], PageCursor | None]:
         """One page of `pending` (for `reviewer`, or everyone's when None), and the cursor of
-        the next page (None at the end). Pending requests the reviewer may not decide are
-        skipped; at most `scan` of them are read for one page, so a page may be short while a
-        cursor still says there is more."""
+        the next page (None at the end). Pending requests the reviewer may not decide are not
+        read (the query matches approvers); expired ones are skipped, at most `scan` of them
+        read for one page, so a page may be short while a cursor still says there is more."""
         if (problem := int_problem(limit, (1, 1000))) is not None:
             raise InvalidApprovalRequest(f"limit {problem}")
         who = None
@@ -460,7 +453,12 @@ class ApprovalStore:
         cursor = after
         while True:
             batch = await self.find(
-                status=ApprovalStatus.PENDING, run_id=run_id, tool=tool, after=cursor, limit=limit
+                status=ApprovalStatus.PENDING,
+                run_id=run_id,
+                tool=tool,
+                after=cursor,
+                limit=limit,
+                admitting=who,
             )
             for approval in batch:
                 scanned += 1
@@ -811,6 +809,13 @@ def _reviewer(reviewer: Reviewer | str) -> Reviewer:
             )
         return reviewer
     return Reviewer(reviewer_id(reviewer))
+
+
+def _admitting_names(reviewer: Reviewer | None) -> list[str] | None:
+    """The approver names that admit `reviewer`: its id and its groups (None: anyone's)."""
+    if reviewer is None:
+        return None
+    return [reviewer.id, *(f"{GROUP_PREFIX}{g}" for g in sorted(reviewer.groups))]
 
 
 def _due(approval: Approval) -> bool:

@@ -164,6 +164,29 @@ async def test_a_claimed_group_does_not_approve_a_group_policy(
     assert (approval.status, approval.reviews) == (ApprovalStatus.PENDING, ())
 
 
+async def test_a_reviewer_s_pending_list_is_not_crowded_out_by_approvals_for_others(
+    store: ApprovalStore, db: Database
+) -> None:
+    """More pending approvals for other reviewers than one page holds, all older: the
+    reviewer's own still come on its first page (the query matches approvers)."""
+    carol, group, run = _unique("carol"), _unique("crew"), _unique("run")
+    await ReviewerDirectory(db).add(carol, [group], by="admin")
+
+    async def ask(call: str, approvers: str) -> str:
+        policy = ApprovalPolicy(approvers=frozenset({approvers}))
+        approval = await store.request(
+            run_id=run, tool="refund", args={}, call_id=call, requested_by="agent", policy=policy
+        )
+        return approval.approval_id
+
+    for n in range(110):
+        await ask(f"other-{n}", _unique("someone"))
+    mine = {await ask("by-name", carol), await ask("by-group", f"group:{group}")}
+    assert {a.approval_id for a in await store.pending(reviewer=carol, run_id=run)} == mine
+    page, _ = await store.pending_page(reviewer=carol, run_id=run, limit=10, scan=50)
+    assert {a.approval_id for a in page} == mine
+
+
 async def test_a_reviewer_in_the_group_approves_and_a_removed_one_no_longer_can(
     store: ApprovalStore, db: Database
 ) -> None:
