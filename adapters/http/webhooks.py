@@ -225,8 +225,8 @@ class Webhooks:
             status = await self._post(delivery_id, body)
             if not 200 <= status < 300:
                 error = f"HTTP {status}"
-        except httpx.HTTPError as e:  # its message may quote the URL: only its kind is kept
-            error = type(e).__name__
+        except (httpx.HTTPError, TimeoutError) as e:  # its message may quote the URL: only
+            error = type(e).__name__  # its kind is kept
         except _Unsendable as e:
             error = str(e)
         delivered = error is None
@@ -257,8 +257,16 @@ class Webhooks:
             "X-Signoff-Delivery": str(delivery_id),
             "X-Signoff-Signature": signature_header(self.settings.secret, body, int(time.time())),
         }
-        response = await self._client.post(self.settings.url, content=body, headers=headers)
-        return response.status_code
+        # httpx times each read alone: a receiver answering a byte at a time would hold the
+        # attempt past its lease (another replica posts it again) and every delivery after it.
+        # The answer's body is never read: only its status counts.
+        async with (
+            asyncio.timeout(self.settings.timeout_seconds),
+            self._client.stream(
+                "POST", self.settings.url, content=body, headers=headers
+            ) as response,
+        ):
+            return response.status_code
 
     async def _body(self, row: asyncpg.Record) -> dict[str, Any]:
         kind, position = row["kind"], row["position"]
