@@ -443,8 +443,30 @@ async def test_deliveries_are_written_only_through_their_functions_and_audited_b
             receiver.url,
         )
         assert made == 0  # nothing else becomes a delivery, nor one event twice
+        # The URL's path is often its secret (a Slack webhook's): a reviewer's login, which
+        # people hold too, neither reads it nor learns the lease that would let it record an
+        # attempt; the service asks only for where it left off.
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await reviewer.fetch("SELECT target, leased_until FROM webhook_deliveries")
+        latest = await reviewer.fetchval("SELECT signoff_webhook_latest($1)", receiver.url)
+        assert latest == row["position"]
     finally:
         await reviewer.close()
+    async with temporary_login(database_url, "signoff_app") as worker_url:
+        worker = await asyncpg.connect(worker_url)
+        try:
+            for statement in (
+                "SELECT * FROM webhook_deliveries",
+                "SELECT * FROM audit_webhook_deliveries",
+                "SELECT signoff_webhook_latest('x')",
+                "SELECT signoff_webhook_record('{1}', 'http://x/')",
+                "SELECT * FROM signoff_webhook_claim('x', 1, 1)",
+                "SELECT signoff_webhook_attempted(1, now(), 200, NULL, true, NULL)",
+            ):
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await worker.fetch(statement)
+        finally:
+            await worker.close()
     async with temporary_login(database_url, "signoff_auditor") as auditor_url:
         auditor = await asyncpg.connect(auditor_url)
         try:

@@ -59,7 +59,7 @@ _LEASE_MARGIN_SECONDS = 30.0  # a claim outlives its attempt's timeout by this m
 _CLAIM_LIMIT = 20
 _RECORD_BATCH = 500
 
-_LATEST = "SELECT max(position) FROM webhook_deliveries WHERE target = $1"
+_LATEST = "SELECT signoff_webhook_latest($1)"
 _RECORD = "SELECT signoff_webhook_record($1::bigint[], $2)"
 _CLAIM = "SELECT * FROM signoff_webhook_claim($1, $2, $3)"
 _ATTEMPTED = "SELECT signoff_webhook_attempted($1, $2, $3, $4, $5, $6)"
