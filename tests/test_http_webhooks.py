@@ -542,3 +542,13 @@ async def test_an_attempt_ends_at_its_timeout_however_slowly_the_receiver_answer
     [row] = await delivery_rows(db, trickler)
     assert row["delivered_at"] is None and row["last_status"] is None
     assert row["last_error"] == "TimeoutError"
+
+
+async def test_a_url_that_cannot_be_posted_to_stops_the_start(reviewer_url: str) -> None:
+    """A host no request can be made to (an invalid IDNA label) is found at start, not by every
+    attempt failing unrecorded, and so never given up, for as long as the service runs."""
+    webhook = WebhookSettings("http://xn--zz.example/hooks/secret-path", SECRET)
+    with pytest.raises(ConfigurationError, match="SIGNOFF_WEBHOOK_URL") as caught:
+        async with webhook_service(reviewer_url, webhook):
+            pass
+    assert "secret-path" not in str(caught.value) and "xn--zz" not in str(caught.value)

@@ -38,7 +38,7 @@ from approvals import NOTIFY_CHANNEL, ApprovalStore, UnknownApproval
 from approvals.projection import STREAM_PREFIX, approval_id_of
 from ledger import __version__
 from ledger.calls._sql import CHANNEL as CALLS_CHANNEL
-from ledger.errors import DatabaseUnavailable
+from ledger.errors import ConfigurationError, DatabaseUnavailable
 from ledger.journal import Journal
 from ledger.log import get_logger
 from ledger.store import Database
@@ -102,9 +102,19 @@ class Webhooks:
         self._random = random.SystemRandom()
 
     async def start(self) -> None:
-        """Begin delivering (from the journal's position now, for a URL never delivered to)."""
+        """Begin delivering (from the journal's position now, for a URL never delivered to).
+
+        Raises:
+            ConfigurationError: no request can be made to the URL.
+        """
         if self._task is not None:
             return
+        try:  # what the settings let through but no request can be made to (a bad IDNA label)
+            httpx.Request("POST", self.settings.url)
+        except (httpx.InvalidURL, ValueError):
+            raise ConfigurationError(
+                "SIGNOFF_WEBHOOK_URL cannot be posted to (its host or port)"
+            ) from None
         after = await self._start_position()
         self._client = httpx.AsyncClient(
             timeout=self.settings.timeout_seconds,
