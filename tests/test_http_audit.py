@@ -282,9 +282,23 @@ async def test_an_auditor_reads_calls_page_by_page_and_a_story_without_arguments
     assert (seen, pages) == ([c.call_id for c in calls], 3)
     first_at = (await worker.get(run_id, calls[0].call_id)).started_at.isoformat()
     forged = base64.urlsafe_b64encode(json.dumps([first_at, "x\x00", "c"]).encode()).decode()
-    for cursor in ("nope", forged):
+    edge = base64.urlsafe_b64encode(json.dumps(["0001-01-01T00:00:00+14:00", "r", "c"]).encode())
+    for cursor in ("nope", forged, edge.decode()):
         bad = await api.client.get("/v1/calls", params={"cursor": cursor}, headers=api.auditor)
         assert bad.status_code == 422, bad.text
+    # Times whose UTC is outside datetime's range are refused, not a 500.
+    for name, moment in (
+        ("since", "0001-01-01T00:00:00+14:00"),
+        ("until", "9999-12-31T23:00-14:00"),
+    ):
+        bad = await api.client.get("/v1/calls", params={name: moment}, headers=api.auditor)
+        assert bad.status_code == 422, bad.text
+    local = await api.client.get(
+        "/v1/calls",
+        params={"run_id": run_id, "since": "2000-01-01T00:00:00+14:00"},
+        headers=api.auditor,
+    )
+    assert [c["call_id"] for c in local.json()["calls"]] == [c.call_id for c in calls]
 
     story = await api.client.get("/v1/calls/story", params=ids(calls[0]), headers=api.auditor)
     assert story.status_code == 200, story.text
@@ -388,6 +402,14 @@ async def test_digests_and_proofs_over_http_verify_offline(
         headers=api.auditor,
     )
     assert beyond.status_code == 404, beyond.text
+    # A size past what any journal holds (PostgreSQL's bigint) is a malformed digest, not 500.
+    for huge in ({"tree_size": 2**63}, {"last_position": 10**30}):
+        for path, body in (
+            ("/v1/ledger/proofs/inclusion", {"position": 1, "digest": first.json() | huge}),
+            ("/v1/ledger/proofs/consistency", {"old": first.json(), "new": second.json() | huge}),
+        ):
+            refused = await api.client.post(path, json=body, headers=api.auditor)
+            assert refused.status_code == 422, (path, huge, refused.text)
 
 
 async def test_the_export_pages_through_the_journal_with_hashes_that_recompute(

@@ -5,6 +5,7 @@ has only `signoff_app`, and the signatures are checked here with hashlib's HMAC.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -442,8 +443,30 @@ async def test_deliveries_are_written_only_through_their_functions_and_audited_b
             receiver.url,
         )
         assert made == 0  # nothing else becomes a delivery, nor one event twice
+        # The URL's path is often its secret (a Slack webhook's): a reviewer's login, which
+        # people hold too, neither reads it nor learns the lease that would let it record an
+        # attempt; the service asks only for where it left off.
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await reviewer.fetch("SELECT target, leased_until FROM webhook_deliveries")
+        latest = await reviewer.fetchval("SELECT signoff_webhook_latest($1)", receiver.url)
+        assert latest == row["position"]
     finally:
         await reviewer.close()
+    async with temporary_login(database_url, "signoff_app") as worker_url:
+        worker = await asyncpg.connect(worker_url)
+        try:
+            for statement in (
+                "SELECT * FROM webhook_deliveries",
+                "SELECT * FROM audit_webhook_deliveries",
+                "SELECT signoff_webhook_latest('x')",
+                "SELECT signoff_webhook_record('{1}', 'http://x/')",
+                "SELECT * FROM signoff_webhook_claim('x', 1, 1)",
+                "SELECT signoff_webhook_attempted(1, now(), 200, NULL, true, NULL)",
+            ):
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await worker.fetch(statement)
+        finally:
+            await worker.close()
     async with temporary_login(database_url, "signoff_auditor") as auditor_url:
         auditor = await asyncpg.connect(auditor_url)
         try:
@@ -458,3 +481,74 @@ async def test_deliveries_are_written_only_through_their_functions_and_audited_b
             await auditor.close()
     assert audited is not None
     assert (audited["target_host"], audited["attempts"]) == (urlsplit(receiver.url).netloc, 1)
+
+
+@pytest.fixture
+def trickler() -> Iterator[str]:
+    """A receiver that answers one byte at a time, each well within a read timeout, so that
+    its answer takes far longer than any attempt may."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):  # the client hangs up at its timeout
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n" + b"X: " + b"y" * 100:
+                if stop.wait(0.1):
+                    return
+                conn.sendall(bytes([byte]))
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hooks/signoff"
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+async def test_an_attempt_ends_at_its_timeout_however_slowly_the_receiver_answers(
+    reviewer_url: str, trickler: str, store: ApprovalStore, db: Database
+) -> None:
+    """The timeout bounds the whole attempt, not each read: a receiver that sends its answer a
+    byte at a time neither outlives the lease (another replica would post it again) nor holds
+    up every other delivery."""
+    webhook = WebhookSettings(trickler, SECRET, timeout_seconds=0.5, first_retry_seconds=30)
+    async with webhook_service(reviewer_url, webhook):
+        await ask(store, "alice")
+        started = time.monotonic()
+
+        async def attempted() -> bool:
+            rows = await delivery_rows(db, trickler)
+            return bool(rows) and rows[0]["attempts"] >= 1
+
+        while not await attempted():
+            assert time.monotonic() - started < 5, "the attempt outlived its timeout"
+            await asyncio.sleep(0.1)
+    [row] = await delivery_rows(db, trickler)
+    assert row["delivered_at"] is None and row["last_status"] is None
+    assert row["last_error"] == "TimeoutError"
+
+
+async def test_a_url_that_cannot_be_posted_to_stops_the_start(reviewer_url: str) -> None:
+    """A host no request can be made to (an invalid IDNA label) is found at start, not by every
+    attempt failing unrecorded, and so never given up, for as long as the service runs."""
+    webhook = WebhookSettings("http://xn--zz.example/hooks/secret-path", SECRET)
+    with pytest.raises(ConfigurationError, match="SIGNOFF_WEBHOOK_URL") as caught:
+        async with webhook_service(reviewer_url, webhook):
+            pass
+    assert "secret-path" not in str(caught.value) and "xn--zz" not in str(caught.value)

@@ -52,9 +52,14 @@ def _auditor(identity: Identity) -> None:
 
 def _digest(document: dict[str, Any], name: str) -> Digest:
     try:
-        return Digest.from_dict(document)
+        digest = Digest.from_dict(document)
     except MalformedDocument as e:
         raise ApiError(422, "invalid", f"{name}: {e}") from e
+    # The verifier takes any size; the journal's queries take a bigint.
+    for field, value in (("tree_size", digest.tree_size), ("last_position", digest.last_position)):
+        if value > INT8[1]:
+            raise ApiError(422, "invalid", f"{name}: `{field}` is larger than any journal's")
+    return digest
 
 
 def _mismatch(error: DigestMismatch) -> ApiError:

@@ -85,16 +85,21 @@ def _cursor_of(text: str | None) -> CallKey | None:
         when = datetime.fromisoformat(at)
         if name_problem(run_id) or name_problem(call_id) or when.tzinfo is None:
             raise ValueError("not a cursor")
-    except (ValueError, TypeError, binascii.Error) as e:
+        when = when.astimezone(UTC)  # a time whose UTC is past datetime's range overflows
+    except (ValueError, TypeError, OverflowError, binascii.Error) as e:
         raise ApiError(422, "invalid", "cursor is not one this API gave") from e
     return when, run_id, call_id
 
 
-def _utc(moment: datetime | None) -> datetime | None:
-    """A time from a query; without a zone it is UTC (as `signoff ledger calls` reads it)."""
-    if moment is None or moment.tzinfo is not None:
-        return moment
-    return moment.replace(tzinfo=UTC)
+def _utc(name: str, moment: datetime | None) -> datetime | None:
+    """A time from a query, in UTC; without a zone it is UTC (as `signoff ledger calls` reads
+    it). 422 when its UTC is outside datetime's range (year 1 at +14:00)."""
+    if moment is None:
+        return None
+    try:
+        return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).astimezone(UTC)
+    except OverflowError as e:
+        raise ApiError(422, "invalid", f"{name} is out of range") from e
 
 
 def _names(**values: str | None) -> None:
@@ -129,8 +134,8 @@ async def calls(
         run_id=run_id,
         tool=tool,
         status=status,
-        since=_utc(since),
-        until=_utc(until),
+        since=_utc("since", since),
+        until=_utc("until", until),
         approved_by=approved_by,
         limit=limit + 1,  # one more says whether another page follows
         after=_cursor_of(cursor),

@@ -38,7 +38,7 @@ from approvals import NOTIFY_CHANNEL, ApprovalStore, UnknownApproval
 from approvals.projection import STREAM_PREFIX, approval_id_of
 from ledger import __version__
 from ledger.calls._sql import CHANNEL as CALLS_CHANNEL
-from ledger.errors import DatabaseUnavailable
+from ledger.errors import ConfigurationError, DatabaseUnavailable
 from ledger.journal import Journal
 from ledger.log import get_logger
 from ledger.store import Database
@@ -59,7 +59,7 @@ _LEASE_MARGIN_SECONDS = 30.0  # a claim outlives its attempt's timeout by this m
 _CLAIM_LIMIT = 20
 _RECORD_BATCH = 500
 
-_LATEST = "SELECT max(position) FROM webhook_deliveries WHERE target = $1"
+_LATEST = "SELECT signoff_webhook_latest($1)"
 _RECORD = "SELECT signoff_webhook_record($1::bigint[], $2)"
 _CLAIM = "SELECT * FROM signoff_webhook_claim($1, $2, $3)"
 _ATTEMPTED = "SELECT signoff_webhook_attempted($1, $2, $3, $4, $5, $6)"
@@ -102,9 +102,19 @@ class Webhooks:
         self._random = random.SystemRandom()
 
     async def start(self) -> None:
-        """Begin delivering (from the journal's position now, for a URL never delivered to)."""
+        """Begin delivering (from the journal's position now, for a URL never delivered to).
+
+        Raises:
+            ConfigurationError: no request can be made to the URL.
+        """
         if self._task is not None:
             return
+        try:  # what the settings let through but no request can be made to (a bad IDNA label)
+            httpx.Request("POST", self.settings.url)
+        except (httpx.InvalidURL, ValueError):
+            raise ConfigurationError(
+                "SIGNOFF_WEBHOOK_URL cannot be posted to (its host or port)"
+            ) from None
         after = await self._start_position()
         self._client = httpx.AsyncClient(
             timeout=self.settings.timeout_seconds,
@@ -225,8 +235,8 @@ class Webhooks:
             status = await self._post(delivery_id, body)
             if not 200 <= status < 300:
                 error = f"HTTP {status}"
-        except httpx.HTTPError as e:  # its message may quote the URL: only its kind is kept
-            error = type(e).__name__
+        except (httpx.HTTPError, TimeoutError) as e:  # its message may quote the URL: only
+            error = type(e).__name__  # its kind is kept
         except _Unsendable as e:
             error = str(e)
         delivered = error is None
@@ -257,8 +267,16 @@ class Webhooks:
             "X-Signoff-Delivery": str(delivery_id),
             "X-Signoff-Signature": signature_header(self.settings.secret, body, int(time.time())),
         }
-        response = await self._client.post(self.settings.url, content=body, headers=headers)
-        return response.status_code
+        # httpx times each read alone: a receiver answering a byte at a time would hold the
+        # attempt past its lease (another replica posts it again) and every delivery after it.
+        # The answer's body is never read: only its status counts.
+        async with (
+            asyncio.timeout(self.settings.timeout_seconds),
+            self._client.stream(
+                "POST", self.settings.url, content=body, headers=headers
+            ) as response,
+        ):
+            return response.status_code
 
     async def _body(self, row: asyncpg.Record) -> dict[str, Any]:
         kind, position = row["kind"], row["position"]

@@ -5,9 +5,12 @@ Revises: 0015
 Create Date: 2026-12-01
 
 One row per journal event and target URL, unique on the two, so however many replicas of the
-service see an event, it is delivered once. The service's login (`signoff_reviewer`) never
-writes the table: it calls
+service see an event, it is delivered once. The service's login (`signoff_reviewer`) neither
+reads nor writes the table (people hold reviewers' logins too, and a URL's path is often its
+secret: Slack's incoming webhooks); it calls
 
+- `signoff_webhook_latest`: the newest journal position recorded for a target, where the
+  service goes on from when it starts;
 - `signoff_webhook_record`: a delivery for each of some journal events, which must be
   `approval.requested` or `call.outcome_unknown` events of the journal (nothing else can be
   made a delivery); an event already recorded for that target is left as it is;
@@ -19,7 +22,7 @@ writes the table: it calls
   `leased_until` fences it): delivered, or due again in `p_retry_seconds`, or (NULL) given up.
 
 The times are the database's. Auditors read `audit_webhook_deliveries`, whose target is the
-URL's host and port only: a URL's path often is its secret (Slack's incoming webhooks).
+URL's host and port only.
 """
 
 from __future__ import annotations
@@ -58,11 +61,14 @@ CREATE VIEW audit_webhook_deliveries AS
            substring(target FROM '^https?://(?:[^/?#@]*@)?([^/?#]*)') AS target_host,
            attempts, next_attempt_at, last_status, last_error, delivered_at, created_at
     FROM webhook_deliveries;
-GRANT SELECT ON webhook_deliveries TO signoff_reviewer;
 GRANT SELECT ON audit_webhook_deliveries TO signoff_auditor;
 """
 
 FUNCTIONS = f"""
+CREATE FUNCTION signoff_webhook_latest(p_target text) RETURNS bigint
+LANGUAGE sql STABLE {_DEFINER} AS $$
+    SELECT max(position) FROM webhook_deliveries WHERE target = p_target
+$$;
 CREATE FUNCTION signoff_webhook_record(p_positions bigint[], p_target text)
 RETURNS integer
 LANGUAGE plpgsql {_DEFINER} AS $$
@@ -124,11 +130,13 @@ BEGIN
     RETURN FOUND;
 END
 $$;
+REVOKE EXECUTE ON FUNCTION signoff_webhook_latest(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION signoff_webhook_record(bigint[], text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION signoff_webhook_claim(text, integer, double precision) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION signoff_webhook_attempted(
     bigint, timestamptz, integer, text, boolean, double precision) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION signoff_webhook_record(bigint[], text),
+GRANT EXECUTE ON FUNCTION signoff_webhook_latest(text),
+    signoff_webhook_record(bigint[], text),
     signoff_webhook_claim(text, integer, double precision),
     signoff_webhook_attempted(bigint, timestamptz, integer, text, boolean, double precision)
     TO signoff_reviewer;
@@ -147,6 +155,7 @@ def downgrade() -> None:
             bigint, timestamptz, integer, text, boolean, double precision);
         DROP FUNCTION signoff_webhook_claim(text, integer, double precision);
         DROP FUNCTION signoff_webhook_record(bigint[], text);
+        DROP FUNCTION signoff_webhook_latest(text);
         DROP VIEW audit_webhook_deliveries;
         DROP TABLE webhook_deliveries;
         """
