@@ -26,6 +26,7 @@ import pytest
 
 from adapters.http.service import Service, open_service
 from adapters.http.webhook_bodies import signature_header, verify_signature
+from adapters.http.webhooks import Webhooks
 from approvals import ApprovalStore
 from ledger.calls.model import CallContext, CallStatus, ToolCall
 from ledger.calls.service import ToolLedger
@@ -232,6 +233,30 @@ async def test_a_receiver_that_never_answers_well_is_given_up_after_the_last_att
     [row] = await delivery_rows(db, receiver.url)
     assert (row["attempts"], row["last_status"], row["last_error"]) == (2, 500, "HTTP 500")
     assert row["delivered_at"] is None and row["next_attempt_at"] is None
+
+
+async def test_a_body_that_cannot_be_built_counts_as_failed_attempts_and_is_given_up(
+    reviewer_url: str,
+    receiver: Receiver,
+    store: ApprovalStore,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def unbuildable(self: Webhooks, row: asyncpg.Record) -> dict[str, Any]:
+        raise ValueError("an approval this code cannot show")
+
+    monkeypatch.setattr(Webhooks, "_body", unbuildable)
+    async with webhook_service(reviewer_url, hook(receiver, max_attempts=2)):
+        approval_id = await ask(store, "alice")
+        deadline = time.monotonic() + 20
+        while True:
+            rows = [r for r in await delivery_rows(db, receiver.url) if r["attempts"] >= 2]
+            if rows or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+    assert receiver.of(for_approval(approval_id)) == []
+    [row] = rows
+    assert (row["attempts"], row["last_error"], row["next_attempt_at"]) == (2, "ValueError", None)
 
 
 async def test_a_receiver_that_answers_too_late_gets_the_delivery_again(

@@ -73,7 +73,8 @@ async def digest(request: Request, identity: Caller) -> dict[str, Any]:
     _auditor(identity)
     service = service_of(request)
     try:
-        taken = await take_digest(service.db, service.ring)
+        async with service.journal_scans:
+            taken = await take_digest(service.db, service.ring)
     except NoActiveKey as e:
         raise ApiError(503, "unavailable", "there is no active digest-signing key") from e
     return taken.to_dict()
@@ -93,8 +94,10 @@ class InclusionRequest(BaseModel):
 async def inclusion(request: Request, body: InclusionRequest, identity: Caller) -> dict[str, Any]:
     _auditor(identity)
     of = _digest(body.digest, "digest")
+    service = service_of(request)
     try:
-        proof = await prove_inclusion(service_of(request).db, body.position, of)
+        async with service.journal_scans:
+            proof = await prove_inclusion(service.db, body.position, of)
     except NotInDigest as e:
         raise ApiError(404, "not_found", str(e)) from e
     except DigestMismatch as e:
@@ -119,8 +122,10 @@ async def consistency(
 ) -> dict[str, Any]:
     _auditor(identity)
     old, new = _digest(body.old, "old"), _digest(body.new, "new")
+    service = service_of(request)
     try:
-        proof = await prove_consistency(service_of(request).db, old, new)
+        async with service.journal_scans:
+            proof = await prove_consistency(service.db, old, new)
     except DigestMismatch as e:
         raise _mismatch(e) from e
     except DigestError as e:

@@ -13,6 +13,7 @@ it is closed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ class Service:
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
     webhooks: Webhooks | None = None
+    # Digests and proofs read the whole journal: one at a time per process, so that auditors
+    # cannot take every database connection and the event loop from reviewers.
+    journal_scans: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
 
     @property
     def failure_limit(self) -> FailureLimit:

@@ -239,6 +239,8 @@ class Webhooks:
             error = type(e).__name__  # its kind is kept
         except _Unsendable as e:
             error = str(e)
+        except Exception as e:  # whatever else fails counts as an attempt, or it would loop
+            error = type(e).__name__  # unrecorded for ever; only its kind is kept
         delivered = error is None
         retry = None
         if not delivered and attempt < self.settings.max_attempts:

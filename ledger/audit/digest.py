@@ -15,6 +15,7 @@ them, and the first `tree_size` leaves never change unless somebody edits the ta
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -268,7 +269,8 @@ async def _tree(
         if position == want:
             index = len(hashes)
         hashes.append(leaf_hash(hash_))
-    return MerkleTree(hashes), index
+    # Hashing the levels is CPU work: off the event loop, which a service shares with others.
+    return await asyncio.to_thread(MerkleTree, hashes), index
 
 
 def _check_root(tree: MerkleTree, digest: Digest) -> None:
