@@ -4,9 +4,9 @@ saver is: on a pool (`encrypted_checkpointer`), on one connection (`from_conn_st
 connection in pipeline mode (`from_conn_string(pipeline=True)`).
 
 The suite's own runner (`validate`) must report full conformance, and each of its checks runs
-as a test of its own. The checks of the two capabilities LangGraph's `AsyncPostgresSaver` does
-not have either, `copy_thread` and `delete_for_runs`, are expected to raise `NotImplementedError`
-(README, "Checkpoints"): the runner reports them "not implemented" and leaves them out.
+as a test of its own. The checks of `delete_for_runs`, which the saver refuses on purpose as
+LangGraph's `AsyncPostgresSaver` does (README, "Checkpoints"), are expected to raise
+`NotImplementedError`: the runner reports that capability "not implemented" and leaves it out.
 """
 
 from __future__ import annotations
@@ -57,16 +57,11 @@ CHECKS: dict[Capability, Sequence[Check]] = {
     Capability.DELETE_FOR_RUNS: test_delete_for_runs.ALL_DELETE_FOR_RUNS_TESTS,
 }
 
-# The deliberate refusals (README, "Checkpoints"), as LangGraph's AsyncPostgresSaver has them.
+# The deliberate refusals (README, "Checkpoints").
 REFUSED = {
-    Capability.COPY_THREAD: "not offered, as by LangGraph's AsyncPostgresSaver: every row is "
-    "sealed to its thread, so a copy re-encrypts the thread through aput/aput_writes",
-    Capability.DELETE_FOR_RUNS: "not offered, as by LangGraph's AsyncPostgresSaver: run ids are "
-    "in the sealed metadata, so finding a run's rows would decrypt every checkpoint",
+    Capability.DELETE_FOR_RUNS: "refused, as by LangGraph's AsyncPostgresSaver: run ids are in "
+    "the sealed metadata, so finding a run's rows would decrypt every checkpoint",
 }
-
-# A check that passes without its capability: it accepts any error from the call.
-PASSES_WITHOUT = {test_copy_thread.test_copy_thread_nonexistent_source}
 
 KINDS = ["pool", "connection", "pipeline"]
 
@@ -76,7 +71,7 @@ def _params() -> list[Any]:
     for capability, checks in CHECKS.items():
         for check in checks:
             marks = []
-            if capability in REFUSED and check not in PASSES_WITHOUT:
+            if capability in REFUSED:
                 marks.append(
                     pytest.mark.xfail(
                         raises=NotImplementedError, strict=True, reason=REFUSED[capability]
@@ -126,8 +121,9 @@ async def test_the_suites_runner_reports_full_conformance(opener: Opener) -> Non
     assert {name: r.failures for name, r in results.items() if r.failures} == {}
     assert report.conformance_level() == "FULL" and report.passed_all_base()
     detected = {name for name, result in results.items() if result.detected}
-    assert detected == {c.value for c in BASE_CAPABILITIES} | {Capability.PRUNE.value}
-    assert all(results[c.value].passed for c in (*BASE_CAPABILITIES, Capability.PRUNE))
+    extended = (Capability.COPY_THREAD, Capability.PRUNE)
+    assert detected == {c.value for c in (*BASE_CAPABILITIES, *extended)}
+    assert all(results[c.value].passed for c in (*BASE_CAPABILITIES, *extended))
     assert sum(r.tests_passed for r in results.values()) == sum(
         len(checks) for capability, checks in CHECKS.items() if capability not in REFUSED
     )

@@ -20,7 +20,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.types import Command
 from psycopg.rows import dict_row
 
-from adapters.langgraph import EncryptedPostgresSaver, key_usage
+from adapters.langgraph import EncryptedPostgresSaver, UnsupportedCheckpoint, key_usage
 from ledger.errors import KekMissing, SchemaOutOfDate
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
@@ -40,6 +40,10 @@ async def worker(server_url: str) -> AsyncIterator[WorkerLogin]:
 
 def thread(thread_id: str | None = None) -> Any:
     return {"configurable": {"thread_id": thread_id or f"t-{uuid4().hex[:8]}"}}
+
+
+def tid(config: Any) -> str:
+    return str(config["configurable"]["thread_id"])
 
 
 async def _interrupt_and_resume(saver: EncryptedPostgresSaver) -> Any:
@@ -141,7 +145,7 @@ def test_graph_invoke_runs_synchronously_without_an_event_loop(worker: WorkerLog
             deltas.invoke({"items": []}, delta_config)
         assert deltas.get_state(delta_config).values["items"] == ["item 0", "item 1", "item 2"]
 
-        saver.delete_thread(config["configurable"]["thread_id"])
+        saver.delete_thread(tid(config))
         assert saver.get_tuple(config) is None
     assert not saver.loop.is_running()  # the loop's thread is gone with the block
 
@@ -217,3 +221,39 @@ async def test_delta_histories_are_langgraphs_and_a_stored_none_is_no_seed(
         assert expected == ("<no seed>", ["w0", "w1", "w2"])
     else:
         assert expected == (seed, ["w1", "w2"])
+
+
+async def test_copy_thread_reseals_a_thread_that_then_runs_on_by_itself(
+    worker: WorkerLogin,
+) -> None:
+    async with EncryptedPostgresSaver.from_conn_string(
+        worker.url, settings=worker.settings
+    ) as saver:
+        graph, source, copy = review_graph(saver), thread(), thread()
+        await graph.ainvoke({"messages": [HumanMessage(content="refund?")]}, source)
+        await saver.acopy_thread(tid(source), tid(copy))
+        copied = await graph.aget_state(copy)
+        assert copied.next == ("review",) and copied.interrupts  # the pending write came along
+        assert copied.values == (await graph.aget_state(source)).values
+
+        # The copy resumes on its own; the source is still waiting.
+        done = await graph.ainvoke(Command(resume="from the copy"), copy)
+        assert done["note"] == "reviewed: from the copy"
+        assert (await graph.aget_state(source)).next == ("review",)
+        history = [s.config async for s in graph.aget_state_history(source)]
+        assert len(history) == 3
+
+        # DeltaChannel state rebuilds on the copy; the sync bridge copies from another thread.
+        deltas, delta_source, delta_copy = delta_graph(saver), thread(), thread()
+        for _ in range(3):
+            await deltas.ainvoke({"items": []}, delta_source)
+        await asyncio.to_thread(saver.copy_thread, tid(delta_source), tid(delta_copy))
+        values = (await deltas.aget_state(delta_copy)).values
+        assert values["items"] == ["item 0", "item 1", "item 2"]
+
+        # A thread with plaintext rows is refused whole: nothing of it is copied.
+        plain, plain_source, plain_copy = AsyncPostgresSaver(saver.conn), thread(), thread()
+        await review_graph(plain).ainvoke({"messages": []}, plain_source)
+        with pytest.raises(UnsupportedCheckpoint, match="is not encrypted"):
+            await saver.acopy_thread(tid(plain_source), tid(plain_copy))
+        assert await saver.aget_tuple(plain_copy) is None

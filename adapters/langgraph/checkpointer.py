@@ -56,6 +56,7 @@ from ledger.store.db import Database
 from ledger.store.settings import Settings
 
 from . import _envelope as env
+from ._copy import copy_thread_rows
 from ._envelope import CheckpointSealer
 from ._loop_thread import held_on_loop_thread
 from .errors import PlaintextCheckpoint, UnsupportedCheckpoint
@@ -304,6 +305,45 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
             row = (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel)
             rows.append((*row, type_tag, sealed))
         return rows
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, channel value and pending write of a thread (all namespaces)
+        to another thread, in one transaction, re-encrypted for it: rows are sealed to their
+        thread, so a copy made in SQL would not open.
+
+        Raises:
+            DecryptionFailed, UnknownKey: a row of the source does not open.
+            UnsupportedCheckpoint: the source has rows Signoff did not encrypt (convert them
+                with `signoff checkpoints reencrypt --include-plaintext` first).
+        """
+        statements = (
+            self.UPSERT_CHECKPOINTS_SQL,
+            self.UPSERT_CHECKPOINT_BLOBS_SQL,
+            self.INSERT_CHECKPOINT_WRITES_SQL,
+        )
+        async with self._cursor() as cur:
+            if self.pipe:
+                await self.pipe.sync()  # the transaction must not take in earlier statements
+            async with cur.connection.transaction():
+                await copy_thread_rows(
+                    cur, self.sealer, str(source_thread_id), str(target_thread_id), statements
+                )
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """`acopy_thread` from sync code: from any thread but the saver's loop's, like
+        LangGraph's other sync methods."""
+        try:
+            on_own_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_own_loop = False
+        if on_own_loop:
+            raise asyncio.InvalidStateError(
+                "Synchronous calls to EncryptedPostgresSaver are only allowed from a different "
+                "thread. From the main thread, use `await checkpointer.acopy_thread(...)`."
+            )
+        asyncio.run_coroutine_threadsafe(
+            self.acopy_thread(source_thread_id, target_thread_id), self.loop
+        ).result()
 
     # -- reading -----------------------------------------------------------------------------
 
