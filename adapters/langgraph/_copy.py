@@ -61,8 +61,9 @@ async def copy_thread_rows(
     blobs = []
     for row in await cur.fetchall():
         ns, channel, version = row["checkpoint_ns"], row["channel"], row["version"]
-        parts = (env.blob_parts(t, ns, channel, version) for t in (source, target))
-        type_tag, sealed = await _reseal(sealer, row["type"], row["blob"], *parts)
+        old = env.blob_parts(source, ns, channel, version)
+        new = env.blob_parts(target, ns, channel, version)
+        type_tag, sealed = await _reseal(sealer, row["type"], row["blob"], old, new)
         blobs.append((target, ns, channel, version, type_tag, sealed))
 
     await cur.execute(_WRITES, (source,))
@@ -70,11 +71,9 @@ async def copy_thread_rows(
     for row in await cur.fetchall():
         ns, checkpoint_id, task_id = row["checkpoint_ns"], row["checkpoint_id"], row["task_id"]
         path, idx, channel = row["task_path"], row["idx"], row["channel"]
-        parts = (
-            env.write_parts(t, ns, checkpoint_id, task_id, path, idx, channel)
-            for t in (source, target)
-        )
-        type_tag, sealed = await _reseal(sealer, row["type"], row["blob"], *parts)
+        old = env.write_parts(source, ns, checkpoint_id, task_id, path, idx, channel)
+        new = env.write_parts(target, ns, checkpoint_id, task_id, path, idx, channel)
+        type_tag, sealed = await _reseal(sealer, row["type"], row["blob"], old, new)
         writes.append((target, ns, checkpoint_id, task_id, path, idx, channel, type_tag, sealed))
 
     await cur.execute(_CHECKPOINTS, (source,))
