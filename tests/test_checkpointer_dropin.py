@@ -1,6 +1,7 @@
 """`EncryptedPostgresSaver` in place of LangGraph's `AsyncPostgresSaver`: made the same ways
-(`from_conn_string`, `pipe=`), used from sync code (`graph.invoke`), and giving the same
-`DeltaChannel` histories, all on a worker's login (only `signoff_app`)."""
+(`from_conn_string`, `pipe=`), used from sync code (`graph.invoke`), giving the same
+`DeltaChannel` histories, and copying threads re-sealed, all on a worker's login (only
+`signoff_app`)."""
 
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         """`from_conn_string` for code without an event loop (LangGraph's sync
         `PostgresSaver.from_conn_string`): the saver, its connection and its key ring live on
         an event loop in a thread of their own while the `with` block runs, and its sync
-        methods (`graph.invoke`, `graph.get_state`, ...) work from any other thread.
+        methods work from any other thread (so `graph.invoke`, `graph.get_state`, ...).
 
         The key ring is opened from `settings` (default: the environment's); a ring made on
         another loop cannot be shared, since its database pool belongs to that loop. The
