@@ -5,31 +5,45 @@ what goes into the columns changes (see `_envelope` for the layout and what stay
 come from the key ring, so every worker process shares them and a rotation reaches all of them
 within the ring's refresh interval; each ciphertext names its key, so old rows keep opening until
 `signoff checkpoints reencrypt` has moved them and the old key is retired.
+
+It is made the ways LangGraph's is: on a connection or pool of your own
+(`EncryptedPostgresSaver(conn, ring, pipe=...)`), from a connection string
+(`async with EncryptedPostgresSaver.from_conn_string(url)`), or, for programs without an event
+loop, `with EncryptedPostgresSaver.from_conn_string_sync(url)`; `encrypted_checkpointer(db, ring)`
+opens a pool beside a Signoff `Database`. Without a `ring`, the key ring is opened from the
+settings (the KEK of `SIGNOFF_KEK` / `SIGNOFF_KEK_FILE`, never from the connection string).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+    suppress,
+)
 from operator import itemgetter
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
+    PendingWrite,
     get_serializable_checkpoint_metadata,
     writes_sort_key,
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncPipeline
+from psycopg.errors import UndefinedTable
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -39,9 +53,12 @@ from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store.config import normalize_url
 from ledger.store.db import Database
+from ledger.store.settings import Settings
 
 from . import _envelope as env
+from ._copy import copy_thread_rows
 from ._envelope import CheckpointSealer
+from ._loop_thread import held_on_loop_thread
 from .errors import PlaintextCheckpoint, UnsupportedCheckpoint
 
 __all__ = ["EncryptedPostgresSaver", "encrypted_checkpointer"]
@@ -59,12 +76,19 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         conn: a psycopg `AsyncConnection` or `AsyncConnectionPool` opened with
             `autocommit=True, row_factory=dict_row` (as for LangGraph's saver).
         ring: the key ring whose checkpoint keys encrypt and decrypt.
+        pipe: an `AsyncPipeline` of `conn` (a single connection, not a pool), as LangGraph's
+            saver takes it: statements are sent in pipeline mode and synced after each write.
         allow_plaintext: also read rows Signoff did not encrypt (written by a plain saver): the
             migration path, see `signoff checkpoints reencrypt --include-plaintext`.
         serde: the serializer under the encryption (LangGraph's default).
 
     Reading a row raises `DecryptionFailed` (altered or moved rows, naming the row),
     `UnknownKey` (retired or unknown key) or `PlaintextCheckpoint` (not encrypted).
+
+    The sync methods (`get_tuple`, `put`, `put_writes`, `list`, ...) are LangGraph's: they run
+    the async ones on the loop the saver was made on, from any other thread (`graph.invoke` in
+    `asyncio.to_thread`); `from_conn_string_sync` gives plain sync code a saver on a loop of
+    its own.
     """
 
     def __init__(
@@ -72,16 +96,111 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         conn: AsyncConnection[DictRow] | AsyncConnectionPool[AsyncConnection[DictRow]],
         ring: KeyRing,
         *,
+        pipe: AsyncPipeline | None = None,
         allow_plaintext: bool = False,
         serde: SerializerProtocol | None = None,
         list_page_size: int = 100,
     ) -> None:
-        super().__init__(conn, serde=serde)
+        super().__init__(conn, pipe=pipe, serde=serde)
         self.ring = ring
         self.allow_plaintext = allow_plaintext
         self.sealer = CheckpointSealer(ring, self.serde)
         self._list_page_size = list_page_size
         self._warned_plaintext = False
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        serde: SerializerProtocol | None = None,
+        ring: KeyRing | None = None,
+        settings: Settings | None = None,
+        allow_plaintext: bool = False,
+    ) -> AsyncIterator[EncryptedPostgresSaver]:
+        """A saver on one connection to `conn_string`, as LangGraph's `from_conn_string` makes
+        it (autocommit, dict rows, no prepared statements; `pipeline`: in pipeline mode), with
+        the checkpoint tables checked (`setup()`).
+
+        Args:
+            conn_string: the database's `postgresql://` URL. It carries no key: the KEK comes
+                from `ring` or `settings`.
+            pipeline: run the connection in pipeline mode (LangGraph's `pipe=`).
+            serde: the serializer under the encryption (LangGraph's default).
+            ring: the key ring to use. Without one, a ring is opened (and closed at the end) on
+                a small Signoff `Database` pool to `conn_string`, with `settings` (default: the
+                environment's, so the KEK of `SIGNOFF_KEK` / `SIGNOFF_KEK_FILE`).
+            settings: the settings that ring is opened with (only without `ring`).
+            allow_plaintext: read rows not encrypted by Signoff (migration only).
+
+        Raises:
+            SchemaOutOfDate: the checkpoint tables are missing or older than this
+                langgraph-checkpoint-postgres needs.
+            KekMissing, KekMismatch, NoActiveKey: opening the key ring failed.
+        """
+        async with AsyncExitStack() as stack:
+            if ring is None:
+                db = await Database.connect(conn_string, pool_size=2, settings=settings)
+                stack.push_async_callback(db.close)
+                ring = await KeyRing.open(db)
+            conn = await AsyncConnection.connect(
+                conn_string, autocommit=True, prepare_threshold=0, row_factory=dict_row
+            )
+            await stack.enter_async_context(conn)
+            pipe = await stack.enter_async_context(conn.pipeline()) if pipeline else None
+            saver = cls(conn, ring, pipe=pipe, serde=serde, allow_plaintext=allow_plaintext)
+            await saver.setup()
+            yield saver
+
+    @classmethod
+    @contextmanager
+    def from_conn_string_sync(
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        serde: SerializerProtocol | None = None,
+        settings: Settings | None = None,
+        allow_plaintext: bool = False,
+    ) -> Iterator[EncryptedPostgresSaver]:
+        """`from_conn_string` for code without an event loop (LangGraph's sync
+        `PostgresSaver.from_conn_string`): the saver, its connection and its key ring live on
+        an event loop in a thread of their own while the `with` block runs, and its sync
+        methods work from any other thread (so `graph.invoke`, `graph.get_state`, ...).
+
+        The key ring is opened from `settings` (default: the environment's); a ring made on
+        another loop cannot be shared, since its database pool belongs to that loop. The
+        saver's async methods run only on its own loop (`saver.loop`).
+        """
+
+        def open_saver() -> AbstractAsyncContextManager[EncryptedPostgresSaver]:
+            return cls.from_conn_string(
+                conn_string,
+                pipeline=pipeline,
+                serde=serde,
+                settings=settings,
+                allow_plaintext=allow_plaintext,
+            )
+
+        with held_on_loop_thread(open_saver, name="signoff-checkpoints") as saver:
+            yield saver
+
+    async def setup(self) -> None:
+        """Check that the checkpoint tables are at the version this langgraph-checkpoint-postgres
+        needs. Unlike LangGraph's `setup()` it creates nothing: Signoff's migration made the
+        tables, so a worker login (which may not create tables) can call it too.
+
+        Raises:
+            SchemaOutOfDate: the tables are missing or older (`signoff db upgrade`).
+        """
+        row: DictRow | None = None
+        with suppress(UndefinedTable):  # no tables at all: refused below like old ones
+            async with self._cursor() as cur:
+                await cur.execute("SELECT max(v) AS v FROM checkpoint_migrations")
+                row = await cur.fetchone()
+        _require_tables(row["v"] if row is not None else None)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -187,6 +306,45 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
             rows.append((*row, type_tag, sealed))
         return rows
 
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, channel value and pending write of a thread (all namespaces)
+        to another thread, in one transaction, re-encrypted for it: rows are sealed to their
+        thread, so a copy made in SQL would not open.
+
+        Raises:
+            DecryptionFailed, UnknownKey: a row of the source does not open.
+            UnsupportedCheckpoint: the source has rows Signoff did not encrypt (convert them
+                with `signoff checkpoints reencrypt --include-plaintext` first).
+        """
+        statements = (
+            self.UPSERT_CHECKPOINTS_SQL,
+            self.UPSERT_CHECKPOINT_BLOBS_SQL,
+            self.INSERT_CHECKPOINT_WRITES_SQL,
+        )
+        async with self._cursor() as cur:
+            if self.pipe:
+                await self.pipe.sync()  # the transaction must not take in earlier statements
+            async with cur.connection.transaction():
+                await copy_thread_rows(
+                    cur, self.sealer, str(source_thread_id), str(target_thread_id), statements
+                )
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """`acopy_thread` from sync code: from any thread but the saver's loop's, like
+        LangGraph's other sync methods."""
+        try:
+            on_own_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_own_loop = False
+        if on_own_loop:
+            raise asyncio.InvalidStateError(
+                "Synchronous calls to EncryptedPostgresSaver are only allowed from a different "
+                "thread. From the main thread, use `await checkpointer.acopy_thread(...)`."
+            )
+        asyncio.run_coroutine_threadsafe(
+            self.acopy_thread(source_thread_id, target_thread_id), self.loop
+        ).result()
+
     # -- reading -----------------------------------------------------------------------------
 
     async def alist(
@@ -230,15 +388,41 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> dict[str, DeltaChannelHistory]:
-        """`DeltaChannel` history by walking parent checkpoints through `aget_tuple`.
+        """`DeltaChannel` history by walking parent checkpoints through `aget_tuple`, with the
+        results of LangGraph's Postgres fast path: each channel's writes, oldest first, back to
+        the nearest ancestor holding a value for it (its `seed`).
 
-        LangGraph's Postgres fast path reads inline values from clear JSONB and decodes blobs
-        without their row identity, so it cannot work on sealed rows.
+        That fast path reads inline values from clear JSONB and decodes blobs without their row
+        identity, so it cannot work on sealed rows. Like it, a stored `None` is no seed (in its
+        JSONB a null reads as no value): the walk goes on past it.
         """
-        history = await BaseCheckpointSaver.aget_delta_channel_history(
-            self, config=config, channels=channels
-        )
-        return dict(history)
+        if not channels:
+            return {}
+        remaining = set(channels)
+        collected: dict[str, list[PendingWrite]] = {ch: [] for ch in channels}
+        seeds: dict[str, Any] = {}
+        target = await self.aget_tuple(config)
+        cursor = target.parent_config if target is not None else None
+        while cursor is not None and remaining:
+            ancestor = await self.aget_tuple(cursor)
+            if ancestor is None:
+                break
+            for write in reversed(ancestor.pending_writes or []):
+                if write[1] in remaining:
+                    collected[write[1]].append(write)
+            values = ancestor.checkpoint["channel_values"]
+            for ch in list(remaining):
+                if values.get(ch) is not None:
+                    seeds[ch] = values[ch]
+                    remaining.discard(ch)
+            cursor = ancestor.parent_config
+        history: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry: DeltaChannelHistory = {"writes": collected[ch][::-1]}
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            history[ch] = entry
+        return history
 
     async def _load_checkpoint_tuple(self, value: DictRow) -> CheckpointTuple:
         await self.ring.fresh()
@@ -395,9 +579,14 @@ async def encrypted_checkpointer(
 async def _checkpoint_tables_ready(db: Database) -> None:
     """LangGraph's `setup()` would create what is missing, which needs the schema's owner: the
     migration has made the tables, and a newer saver than it knows is refused instead."""
-    needed = len(AsyncPostgresSaver.MIGRATIONS) - 1
     async with db.connection() as conn:
         done = await conn.fetchval("SELECT max(v) FROM checkpoint_migrations")
+    _require_tables(done)
+
+
+def _require_tables(done: int | None) -> None:
+    """Refuse checkpoint tables older than this langgraph-checkpoint-postgres's (None: none)."""
+    needed = len(AsyncPostgresSaver.MIGRATIONS) - 1
     if done is None or done < needed:
         raise SchemaOutOfDate(
             f"checkpoint tables at {done}", f"LangGraph's checkpoint tables at {needed}"
