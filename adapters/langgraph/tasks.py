@@ -1,0 +1,153 @@
+"""`tool_task` and `fan_out`: one tool call per `Send`, through Signoff.
+
+```python
+graph.add_node("rate", tool_task(shipping_rate, signoff, into="rates"))
+graph.add_conditional_edges("plan", fan_out("rate", "items"), ["rate"])
+```
+
+`fan_out` sends each mapping of the state key `items` to `rate`; each `rate` task runs
+`shipping_rate` with that mapping as its arguments, asks for approval when its spec says so
+(pausing only its own task), and writes `{"rates": [message]}`: the call's `ToolMessage`, in a
+list, so LangGraph's list reducers (`operator.add`, `add_messages`) collect the tasks' writes.
+
+The call id makes a re-run safe. LangGraph runs a `Send` task again from the top after an
+interrupt, after a crash, or when a run is replayed from an earlier checkpoint; a call the
+ledger finished is then replayed, never run again. The id is the argument's `call_id` field
+when it has one (removed from the tool's arguments), else derived from the arguments:
+`<tool>:<keyed digest of the arguments>`, so the same arguments in one run are one call (give
+explicit ids to run them twice). The digest is an HMAC under the ring's value-MAC key, so
+the id does not reveal guessable arguments; after a key rotation, the id a call was recorded
+under is still found (every live key is tried).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from langgraph.types import Send, interrupt
+from pydantic import ValidationError
+
+from ledger.canonical import canonical_json
+from ledger.errors import UnknownCall
+from ledger.keys import Purpose
+
+from .errors import InvalidSend
+from .tools import SignoffTools, is_content_blocks, run_id_of
+
+__all__ = ["CALL_ID", "SignoffToolTask", "fan_out", "tool_task"]
+
+CALL_ID = "call_id"
+_TAG = b"signoff.send.v1|"
+
+
+class SignoffToolTask:
+    """A `Send` target running one call of `tool` (see the module's docstring)."""
+
+    def __init__(
+        self, tool: BaseTool, signoff: SignoffTools, *, into: str, id_key: str | None = CALL_ID
+    ) -> None:
+        self.tool = tool
+        self.signoff = signoff
+        self.into = into
+        self.id_key = id_key
+
+    async def __call__(self, arg: Any, config: RunnableConfig) -> dict[str, Any]:
+        if not isinstance(arg, Mapping):
+            raise InvalidSend(
+                f"{self.tool.name}: a Send argument is a mapping of arguments, "
+                f"not {type(arg).__name__}"
+            )
+        args = dict(arg)
+        explicit = args.pop(self.id_key, None) if self.id_key else None
+        if explicit is not None and not isinstance(explicit, str):
+            raise InvalidSend(f"{self.tool.name}: {self.id_key!r} is text, not {explicit!r}")
+        call_id = explicit or await self.derived_id(args, config)
+        call = {"id": call_id, "name": self.tool.name, "args": args}
+        approval = await self.signoff.pending_approval(call, config)
+        while approval is not None and not approval.status.final:
+            # One approval per task: every resume position of this task is its own.
+            value = interrupt(self.signoff.approval_request(approval, call))
+            approval = await self.signoff.apply_resume(approval, value, call, config)
+        message = await self.signoff.run(
+            call, self.tool, config, self._execute(call), approval=approval
+        )
+        return {self.into: [message]}
+
+    async def derived_id(self, args: dict[str, Any], config: RunnableConfig) -> str:
+        """`<tool>:<HMAC of the arguments>`: under the key the ledger recorded the call with
+        if it did (a rotation since), else under the active key."""
+        ring = self.signoff.ledger.ring
+        await ring.fresh()
+        message = _TAG + canonical_json(args).encode()
+        ids = [
+            f"{self.tool.name}:{(await ring.value_mac_fresh(message, key_id))[:32]}"
+            for key_id in ring.live_key_ids(Purpose.VALUE_MAC)
+        ]
+        run_id = run_id_of(config)
+        for call_id in ids[1:]:  # written before the active key was
+            try:
+                await self.signoff.ledger.get(run_id, call_id)
+                return call_id
+            except UnknownCall:
+                continue
+        return ids[0]
+
+    def _execute(self, call: Mapping[str, Any]) -> Callable[[dict[str, Any], RunnableConfig], Any]:
+        tool = self.tool
+
+        async def execute(args: dict[str, Any], tool_config: RunnableConfig) -> ToolMessage:
+            try:
+                output = await tool.ainvoke(args, tool_config)
+            except ValidationError as e:
+                return _error(call, f"the arguments do not fit {tool.name}: {e}")
+            except ToolException as e:
+                return _error(call, str(e))
+            if isinstance(output, ToolMessage):
+                return output
+            content = (
+                output
+                if isinstance(output, str) or is_content_blocks(output)
+                else json.dumps(output, default=str)
+            )
+            return ToolMessage(content=content, tool_call_id=call["id"], name=tool.name)
+
+        return execute
+
+
+def tool_task(
+    tool: BaseTool, signoff: SignoffTools, *, into: str, id_key: str | None = CALL_ID
+) -> SignoffToolTask:
+    """A `Send` target that runs `tool` with the `Send` argument through Signoff and returns
+    `{into: [ToolMessage]}`. `id_key` names the argument field holding an explicit call id
+    (None: always derive it)."""
+    return SignoffToolTask(tool, signoff, into=into, id_key=id_key)
+
+
+def fan_out(
+    target: str, over: str | Callable[[Any], Iterable[Mapping[str, Any]]]
+) -> Callable[[Any], list[Send]]:
+    """A conditional-edge path: one `Send(target, item)` per mapping in the state key `over`
+    (or in `over(state)`)."""
+
+    def path(state: Any) -> list[Send]:
+        if callable(over):
+            items = over(state)
+        else:
+            items = state[over] if isinstance(state, Mapping) else getattr(state, over)
+        sends = []
+        for item in items or ():
+            if not isinstance(item, Mapping):
+                raise TypeError(f"fan_out sends mappings, not {type(item).__name__}")
+            sends.append(Send(target, dict(item)))
+        return sends
+
+    return path
+
+
+def _error(call: Mapping[str, Any], reason: str) -> ToolMessage:
+    return ToolMessage(content=reason, tool_call_id=call["id"], name=call["name"], status="error")
