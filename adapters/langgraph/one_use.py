@@ -42,7 +42,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
@@ -60,7 +60,12 @@ __all__ = ["PAUSE_TOOL", "ask", "ask_sync", "one_use", "step", "step_sync"]
 
 PAUSE_TOOL = "signoff.pause"
 T = TypeVar("T")
-Node = Callable[[Any, RunnableConfig], Awaitable[Any]]
+
+
+class Node(Protocol):
+    """What `one_use` returns: a node LangGraph calls with its config."""
+
+    def __call__(self, state: Any, config: RunnableConfig) -> Awaitable[Any]: ...
 
 
 @dataclass

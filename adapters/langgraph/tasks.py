@@ -56,7 +56,9 @@ class SignoffToolTask:
         self.into = into
         self.id_key = id_key
 
-    async def __call__(self, arg: Any, config: RunnableConfig) -> dict[str, Any]:
+    async def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """`state` is the `Send` argument."""
+        arg = state
         if not isinstance(arg, Mapping):
             raise InvalidSend(
                 f"{self.tool.name}: a Send argument is a mapping of arguments, "
@@ -146,6 +148,9 @@ def fan_out(
             sends.append(Send(target, dict(item)))
         return sends
 
+    # LangGraph names a branch after its function: one name per target, so a node can fan
+    # out to several.
+    path.__name__ = path.__qualname__ = f"fan_out_{target}"
     return path
 
 
