@@ -81,7 +81,9 @@ class _TaskRun:
         self, name: str, fn: Callable[..., Any], args: Mapping[str, Any] | None
     ) -> CallOutcome:
         spec = self.signoff.spec(name)
-        call: dict[str, Any] = {"id": f"{self.task}/{name}", "name": name, "args": dict(args or {})}
+        # The step's call id (not who consumes its approval: the runtime builds that).
+        call_id = "/".join((self.task, name))
+        call: dict[str, Any] = {"id": call_id, "name": name, "args": dict(args or {})}
         approval = await self._decided(call) if spec.approval is not None else None
         run_id = run_id_of(self.config)
         tool_call = ToolCall(run_id, call["id"], name, call["args"])
