@@ -9,6 +9,7 @@ re-ran a node and how often the work inside it ran.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import operator
 import os
@@ -70,7 +71,10 @@ class Runs:
         return [r["pid"] for r in map(json.loads, lines) if r["what"] == what]
 
 
-def build_tools(runs: Runs) -> tuple[BaseTool, BaseTool]:
+def build_tools(runs: Runs, sleep: float = 0.0) -> tuple[BaseTool, BaseTool]:
+    """`lookup_order` and `refund`; a refund announces "effect refund" on stdout and sleeps
+    `sleep` seconds after recording its run (a window to kill its process in)."""
+
     @tool
     async def lookup_order(order_id: str) -> str:
         """Look up an order."""
@@ -81,6 +85,9 @@ def build_tools(runs: Runs) -> tuple[BaseTool, BaseTool]:
     async def refund(order_id: str, amount: int) -> str:
         """Refund money on an order."""
         runs.add(f"refund {order_id}")
+        if sleep:
+            print("effect refund", flush=True)
+            await asyncio.sleep(sleep)
         return f"refunded {amount} EUR on {order_id}"
 
     return lookup_order, refund
@@ -95,9 +102,11 @@ class FanState(TypedDict, total=False):
     results: Annotated[list[AnyMessage], add_messages]
 
 
-def fan_out_graph(runs: Runs, signoff: SignoffTools, saver: BaseCheckpointSaver[Any]) -> Graph:
+def fan_out_graph(
+    runs: Runs, signoff: SignoffTools, saver: BaseCheckpointSaver[Any], sleep: float = 0.0
+) -> Graph:
     """plan -> a `lookup` task per order and a `refund` task per refund -> end."""
-    lookup_order, refund = build_tools(runs)
+    lookup_order, refund = build_tools(runs, sleep)
     tasks = {
         "lookup": tool_task(lookup_order, signoff, into="results"),
         "refund": tool_task(refund, signoff, into="results"),
@@ -191,8 +200,14 @@ def two_questions_graph(
     return graph.compile(checkpointer=saver)
 
 
-def build(name: str, runs: Runs, signoff: SignoffTools, saver: BaseCheckpointSaver[Any]) -> Graph:
+def build(
+    name: str,
+    runs: Runs,
+    signoff: SignoffTools,
+    saver: BaseCheckpointSaver[Any],
+    sleep: float = 0.0,
+) -> Graph:
     """The graph called `name`: "fan-out", "settle-async", "settle-sync"."""
     if name == "fan-out":
-        return fan_out_graph(runs, signoff, saver)
+        return fan_out_graph(runs, signoff, saver, sleep)
     return settle_graph(name.removeprefix("settle-"), runs, signoff, saver)

@@ -1,6 +1,8 @@
-"""`python -m tests.seed_workers URL GRAPH THREAD RUNS_FILE`: resume a paused thread of a graph
-of `tests.seed_graphs` in this process, with nothing (the store has the decision), and print
-`{"pid", "values"}` as JSON. The KEK comes from SIGNOFF_KEK; URL is a worker's login."""
+"""`python -m tests.seed_workers URL GRAPH THREAD RUNS_FILE [SLEEP LEASE]`: resume a paused
+thread of a graph of `tests.seed_graphs` in this process, with nothing (the store has the
+decision), and print `{"pid", "values", "paused"}` as JSON. SLEEP: refunds sleep that long
+(announcing "effect refund" first); LEASE: the ledger's lease. The KEK comes from SIGNOFF_KEK;
+URL is a worker's login."""
 
 from __future__ import annotations
 
@@ -28,9 +30,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-async def resume(url: str, graph_name: str, thread_id: str, runs_file: str) -> dict[str, Any]:
-    async with open_harness(url) as harness:
-        graph = build(graph_name, Runs(Path(runs_file)), harness.signoff(SPECS), harness.saver)
+async def resume(
+    url: str, graph_name: str, thread_id: str, runs_file: str, sleep: float, lease: float
+) -> dict[str, Any]:
+    async with open_harness(url, lease_seconds=lease) as harness:
+        runs = Runs(Path(runs_file))
+        graph = build(graph_name, runs, harness.signoff(SPECS), harness.saver, sleep)
         out = await graph.ainvoke(Command(resume="continue"), thread(thread_id))
         values = {k: _plain(v) for k, v in out.items() if k != "__interrupt__"}
         return {"pid": os.getpid(), "values": values, "paused": "__interrupt__" in out}
@@ -38,8 +43,10 @@ async def resume(url: str, graph_name: str, thread_id: str, runs_file: str) -> d
 
 def main() -> None:
     configure_logging("WARNING")
-    url, graph_name, thread_id, runs_file = sys.argv[1:]
-    print(json.dumps(asyncio.run(resume(url, graph_name, thread_id, runs_file))), flush=True)
+    url, graph_name, thread_id, runs_file, *timing = sys.argv[1:]
+    sleep, lease = (float(t) for t in timing) if timing else (0.0, 30.0)
+    result = asyncio.run(resume(url, graph_name, thread_id, runs_file, sleep, lease))
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

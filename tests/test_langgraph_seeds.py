@@ -7,8 +7,10 @@ What runs is counted in a side-effect file (`tests.seed_graphs.Runs`): entries i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -149,6 +151,37 @@ async def test_a_fan_out_resumed_in_another_process_runs_each_call_once(
     }
     assert (counts["enter lookup"], counts["enter refund"]) == (4, 3), "LangGraph ran them again"
     assert await calls_of(owner.db, thread_id) == ledger
+
+
+async def test_a_send_whose_process_died_mid_call_is_not_run_again(
+    owner: Harness, worker: Harness, worker_url: str, tmp_path: Path
+) -> None:
+    runs = Runs(tmp_path / "runs.jsonl")
+    thread_id = new_thread("fan-crash")
+    graph = fan_out_graph(runs, worker.signoff(SPECS), worker.saver)
+    out = await graph.ainvoke({"orders": ORDERS, "refunds": REFUNDS}, thread(thread_id))
+    [pause] = out["__interrupt__"]
+    await owner.store.decide(pause.value["approval_id"], Decision.approve(), "alice")
+
+    # A worker resumes; the refund records its run, then sleeps: kill the worker there.
+    victim = await start_program(
+        "tests.seed_workers",
+        *(worker_url, "fan-out", thread_id, str(runs.path), "60", "1"),
+        env=kek_env(),
+    )
+    assert victim.stdout is not None
+    assert (await asyncio.wait_for(victim.stdout.readline(), 30)).strip() == b"effect refund"
+    victim.send_signal(signal.SIGKILL)
+    await victim.wait()
+
+    # LangGraph runs the refund task again in the next process; the ledger says the write may
+    # have happened, so the tool does not run again and the task reports an unknown outcome.
+    resumed = await resume_elsewhere(worker_url, "fan-out", thread_id, runs)
+    [refunded] = [m for m in resumed["values"]["results"] if "refund" in m["content"]]
+    assert refunded["status"] == "error" and "is unknown" in refunded["content"]
+    assert runs.pids("refund A7") == [victim.pid]
+    assert (await calls_of(owner.db, thread_id))["refund-A7"]["status"] == "outcome_unknown"
+    assert (runs.counts()["lookup_order A7"], runs.counts()["lookup_order B2"]) == (1, 1)
 
 
 async def test_a_rejected_send_reaches_its_state_key_as_an_error_message(
