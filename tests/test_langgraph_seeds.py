@@ -25,7 +25,7 @@ from langgraph.types import Command
 
 from adapters.langgraph import OutsideOneUse, fan_out, step, tool_task
 from approvals import ApprovalStatus, Decision
-from ledger.keys import LocalKek
+from ledger.keys import LocalKek, Purpose
 from ledger.store.logins import temporary_login
 from tests.support.scratch import scratch_database
 
@@ -151,6 +151,27 @@ async def test_a_fan_out_resumed_in_another_process_runs_each_call_once(
     }
     assert (counts["enter lookup"], counts["enter refund"]) == (4, 3), "LangGraph ran them again"
     assert await calls_of(owner.db, thread_id) == ledger
+
+
+async def test_a_derived_call_id_survives_a_key_rotation(
+    owner: Harness, worker: Harness, tmp_path: Path
+) -> None:
+    runs = Runs(tmp_path / "runs.jsonl")
+    thread_id = new_thread("fan-rotate")
+    graph = fan_out_graph(runs, worker.signoff(SPECS), worker.saver)
+    out = await graph.ainvoke({"orders": ORDERS, "refunds": []}, thread(thread_id))
+    recorded = await calls_of(owner.db, thread_id)
+    assert len(recorded) == 2
+
+    # The value-MAC key the ids were derived under becomes decrypt-only; a replay of the
+    # fan-out derives new ids under the new key, but finds the calls under the old ones.
+    await owner.ring.rotate(Purpose.VALUE_MAC)
+    await worker.ring.refresh()
+    again = await graph.ainvoke(None, await checkpoint_before(graph, thread(thread_id), "lookup"))
+    assert [m.content for m in again["results"]] == [m.content for m in out["results"]]
+    assert runs.counts()["enter lookup"] == 4
+    assert (runs.counts()["lookup_order A7"], runs.counts()["lookup_order B2"]) == (1, 1)
+    assert await calls_of(owner.db, thread_id) == recorded
 
 
 async def test_a_send_whose_process_died_mid_call_is_not_run_again(
