@@ -174,6 +174,25 @@ async def test_a_derived_call_id_survives_a_key_rotation(
     assert await calls_of(owner.db, thread_id) == recorded
 
 
+async def test_a_paused_send_keeps_its_approval_across_a_key_rotation(
+    owner: Harness, worker: Harness, tmp_path: Path
+) -> None:
+    runs = Runs(tmp_path / "runs.jsonl")
+    thread_id = new_thread("fan-rotate-paused")
+    graph = fan_out_graph(runs, worker.signoff(SPECS), worker.saver)
+    derived = [{"order_id": "B2", "amount": 30}]  # no call_id: derived
+    out = await graph.ainvoke({"orders": [], "refunds": derived}, thread(thread_id))
+    [pause] = out["__interrupt__"]
+    await owner.ring.rotate(Purpose.VALUE_MAC)
+    await worker.ring.refresh()
+    await owner.store.decide(pause.value["approval_id"], Decision.approve(), "alice")
+
+    out = await graph.ainvoke(Command(resume="continue"), thread(thread_id))
+    assert [m.content for m in out["results"]] == ["refunded 30 EUR on B2"]
+    assert len(await owner.store.find(run_id=thread_id)) == 1, "not asked again"
+    assert list(await calls_of(owner.db, thread_id)) == [pause.value["tool_call_id"]]
+
+
 async def test_a_send_whose_process_died_mid_call_is_not_run_again(
     owner: Harness, worker: Harness, worker_url: str, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ when it has one (removed from the tool's arguments), else derived from the argum
 `<tool>:<keyed digest of the arguments>`, so the same arguments in one run are one call (give
 explicit ids to run them twice). The digest is an HMAC under the ring's value-MAC key, so
 the id does not reveal guessable arguments; after a key rotation, the id a call was recorded
-under is still found (every live key is tried).
+or asked about under is still found (every live key is tried).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ __all__ = ["CALL_ID", "SignoffToolTask", "fan_out", "tool_task"]
 
 CALL_ID = "call_id"
 _TAG = b"signoff.send.v1|"
+_ASKED = 10_000  # approvals of one tool in one run looked through for an older id
 
 
 class SignoffToolTask:
@@ -81,8 +82,9 @@ class SignoffToolTask:
         return {self.into: [message]}
 
     async def derived_id(self, args: dict[str, Any], config: RunnableConfig) -> str:
-        """`<tool>:<HMAC of the arguments>`: under the key the ledger recorded the call with
-        if it did (a rotation since), else under the active key."""
+        """`<tool>:<HMAC of the arguments>`: under the key the ledger recorded the call with, or
+        the store asked for its approval with, if either did (a rotation since), else under the
+        active key."""
         ring = self.signoff.ledger.ring
         await ring.fresh()
         message = _TAG + canonical_json(args).encode()
@@ -90,13 +92,22 @@ class SignoffToolTask:
             f"{self.tool.name}:{(await ring.value_mac_fresh(message, key_id))[:32]}"
             for key_id in ring.live_key_ids(Purpose.VALUE_MAC)
         ]
-        run_id = run_id_of(config)
-        for call_id in ids[1:]:  # written before the active key was
+        run_id, older = run_id_of(config), ids[1:]  # older: the ids under decrypt-only keys
+        for call_id in older:
             try:
                 await self.signoff.ledger.get(run_id, call_id)
                 return call_id
             except UnknownCall:
                 continue
+        if older and self.signoff.spec(self.tool.name).approval is not None:
+            # Asked about, not yet run: keep the id the reviewers were asked about.
+            approvals = await self.signoff.approvals.find(
+                run_id=run_id, tool=self.tool.name, limit=_ASKED
+            )
+            asked = {a.call_id for a in approvals}
+            for call_id in older:
+                if call_id in asked:
+                    return call_id
         return ids[0]
 
     def _execute(self, call: Mapping[str, Any]) -> Callable[[dict[str, Any], RunnableConfig], Any]:
