@@ -142,10 +142,15 @@ class SettleState(TypedDict, total=False):
 
 
 def settle_graph(
-    kind: str, runs: Runs, signoff: SignoffTools, saver: BaseCheckpointSaver[Any]
+    kind: str,
+    runs: Runs,
+    signoff: SignoffTools,
+    saver: BaseCheckpointSaver[Any],
+    sleep: float = 0.0,
 ) -> Graph:
-    """One `one_use` node, `settle`: draft (a step), ask for the refund, then pay (a step).
-    `kind` is "async" (an async node taking `config`) or "sync" (a sync node without)."""
+    """One `one_use` node, `settle`: draft (a step), ask for the refund, then pay (a step;
+    like a refund it announces and sleeps `sleep` seconds after recording its run). `kind` is
+    "async" (an async node taking `config`) or "sync" (a sync node without)."""
 
     def draft(args: dict[str, Any]) -> str:
         runs.add("draft")
@@ -153,6 +158,9 @@ def settle_graph(
 
     async def pay(args: dict[str, Any]) -> str:
         runs.add("pay")
+        if sleep:
+            print("effect pay", flush=True)
+            await asyncio.sleep(sleep)
         return f"paid {args['amount']} EUR on {args['order_id']}"
 
     async def settle_async(state: SettleState, config: RunnableConfig) -> dict[str, Any]:
@@ -163,7 +171,7 @@ def settle_graph(
         if answer.status is not CallStatus.SUCCEEDED:
             return {"notes": [drafted.result, f"skipped: {answer.status}"]}
         paid = await step("pay", pay, answer.result)
-        return {"notes": [drafted.result, paid.result]}
+        return {"notes": [drafted.result, paid.result or f"not paid: {paid.status}"]}
 
     def settle_sync(state: SettleState) -> dict[str, Any]:
         runs.add("enter settle")
@@ -172,7 +180,7 @@ def settle_graph(
         if answer.status is not CallStatus.SUCCEEDED:
             return {"notes": [drafted.result, f"skipped: {answer.status}"]}
         paid = step_sync("pay", pay, answer.result)
-        return {"notes": [drafted.result, paid.result]}
+        return {"notes": [drafted.result, paid.result or f"not paid: {paid.status}"]}
 
     node = settle_async if kind == "async" else settle_sync
     graph = StateGraph(SettleState)
@@ -210,4 +218,4 @@ def build(
     """The graph called `name`: "fan-out", "settle-async", "settle-sync"."""
     if name == "fan-out":
         return fan_out_graph(runs, signoff, saver, sleep)
-    return settle_graph(name.removeprefix("settle-"), runs, signoff, saver)
+    return settle_graph(name.removeprefix("settle-"), runs, signoff, saver, sleep)

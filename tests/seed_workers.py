@@ -1,8 +1,8 @@
 """`python -m tests.seed_workers URL GRAPH THREAD RUNS_FILE [SLEEP LEASE]`: resume a paused
 thread of a graph of `tests.seed_graphs` in this process, with nothing (the store has the
-decision), and print `{"pid", "values", "paused"}` as JSON. SLEEP: refunds sleep that long
-(announcing "effect refund" first); LEASE: the ledger's lease. The KEK comes from SIGNOFF_KEK;
-URL is a worker's login."""
+decision), and print `{"pid", "values", "paused"}` as JSON. SLEEP: refunds and payments sleep
+that long (announcing "effect refund" or "effect pay" first); LEASE: the ledger's lease. The
+KEK comes from SIGNOFF_KEK; URL is a worker's login."""
 
 from __future__ import annotations
 

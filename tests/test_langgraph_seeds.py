@@ -326,6 +326,52 @@ async def test_a_one_use_node_resumed_in_another_process_does_each_step_once(
     assert len(await owner.store.find(run_id=thread_id)) == 1
 
 
+async def test_a_one_use_node_whose_process_died_mid_step_does_not_run_it_again(
+    owner: Harness, worker: Harness, worker_url: str, tmp_path: Path
+) -> None:
+    runs = Runs(tmp_path / "runs.jsonl")
+    thread_id = new_thread("settle-crash")
+    graph = settle_graph("async", runs, worker.signoff(SPECS), worker.saver)
+    [pause] = (await graph.ainvoke({"order_id": "A7"}, thread(thread_id)))["__interrupt__"]
+    await owner.store.decide(pause.value["approval_id"], Decision.approve(), "alice")
+
+    victim = await start_program(
+        "tests.seed_workers",
+        *(worker_url, "settle-async", thread_id, str(runs.path), "60", "1"),
+        env=kek_env(),
+    )
+    assert victim.stdout is not None
+    assert (await asyncio.wait_for(victim.stdout.readline(), 30)).strip() == b"effect pay"
+    victim.send_signal(signal.SIGKILL)
+    await victim.wait()
+
+    # The next process re-runs the node from the top: the draft is replayed, the approval is
+    # not asked for again, and the payment, which may have happened, is not made again.
+    resumed = await resume_elsewhere(worker_url, "settle-async", thread_id, runs)
+    assert resumed["values"]["notes"] == ["draft for A7", "not paid: outcome_unknown"]
+    counts = runs.counts()
+    assert (counts["enter settle"], counts["draft"], counts["pay"]) == (3, 1, 1)
+    statuses = {v["tool"]: v["status"] for v in (await calls_of(owner.db, thread_id)).values()}
+    assert statuses["pay"] == "outcome_unknown"
+    assert len(await owner.store.find(run_id=thread_id)) == 1
+
+
+async def test_an_edited_answer_reaches_the_next_step(owner: Harness, tmp_path: Path) -> None:
+    runs = Runs(tmp_path / "runs.jsonl")
+    config: RunnableConfig = {
+        "configurable": {"thread_id": new_thread("edit"), "signoff_reviewer": "alice"}
+    }
+    graph = settle_graph("async", runs, owner.signoff(SPECS), owner.saver)
+    await graph.ainvoke({"order_id": "A7"}, config)
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "refund", "args": {"order_id": "A7", "amount": 60}},
+    }
+    out = await graph.ainvoke(Command(resume=edit), config)
+    assert out["notes"] == ["draft for A7", "paid 60 EUR on A7"]
+    assert runs.counts() == {"enter settle": 2, "draft": 1, "pay": 1}
+
+
 async def test_each_answer_goes_to_its_own_question_when_a_node_asks_twice(
     owner: Harness, tmp_path: Path
 ) -> None:
