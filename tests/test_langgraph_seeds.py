@@ -23,7 +23,7 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
-from adapters.langgraph import OutsideOneUse, fan_out, step, tool_task
+from adapters.langgraph import InvalidSend, OutsideOneUse, fan_out, step, tool_task
 from approvals import ApprovalStatus, Decision
 from ledger.keys import LocalKek, Purpose
 from ledger.store.logins import temporary_login
@@ -394,6 +394,12 @@ async def test_each_answer_goes_to_its_own_question_when_a_node_asks_twice(
     assert (await owner.store.get(first.value["approval_id"])).status is ApprovalStatus.APPROVED
     assert (await owner.store.get(second.value["approval_id"])).status is ApprovalStatus.REJECTED
     assert runs.counts() == {"enter offer": 3}
+
+
+async def test_fan_out_sends_only_mappings(worker: Harness, tmp_path: Path) -> None:
+    graph = fan_out_graph(Runs(tmp_path / "runs.jsonl"), worker.signoff(SPECS), worker.saver)
+    with pytest.raises(InvalidSend, match="mappings, not str"):
+        await graph.ainvoke({"orders": ["A7"], "refunds": []}, thread(new_thread("bad")))
 
 
 async def test_a_step_outside_a_one_use_node_is_refused_before_it_runs(tmp_path: Path) -> None:

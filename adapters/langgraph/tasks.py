@@ -145,7 +145,11 @@ def fan_out(
     target: str, over: str | Callable[[Any], Iterable[Mapping[str, Any]]]
 ) -> Callable[[Any], list[Send]]:
     """A conditional-edge path: one `Send(target, item)` per mapping in the state key `over`
-    (or in `over(state)`)."""
+    (or in `over(state)`).
+
+    Raises (when LangGraph takes the edge):
+        InvalidSend: an item is not a mapping.
+    """
 
     def path(state: Any) -> list[Send]:
         if callable(over):
@@ -155,7 +159,7 @@ def fan_out(
         sends = []
         for item in items or ():
             if not isinstance(item, Mapping):
-                raise TypeError(f"fan_out sends mappings, not {type(item).__name__}")
+                raise InvalidSend(f"fan_out sends mappings, not {type(item).__name__}")
             sends.append(Send(target, dict(item)))
         return sends
 
