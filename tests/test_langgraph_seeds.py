@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from adapters.langgraph import InvalidSend, OutsideOneUse, fan_out, step, tool_task
+from adapters.langgraph.tools import tool_message
 from approvals import ApprovalStatus, Decision
+from ledger.calls.model import CallOutcome, CallStatus
 from ledger.keys import LocalKek, Purpose
 from ledger.store.logins import temporary_login
 from tests.support.scratch import scratch_database
@@ -37,6 +39,7 @@ from .seed_graphs import (
     SPECS,
     FanState,
     Runs,
+    build_tools,
     fan_out_graph,
     settle_graph,
     two_questions_graph,
@@ -266,6 +269,42 @@ async def test_content_blocks_stay_content_blocks(worker: Harness) -> None:
     assert [m.content for m in out["results"]] == [blocks], "not a JSON string"
     replayed = await app.ainvoke(None, await checkpoint_before(app, config, "invoice"))
     assert [m.content for m in replayed["results"]] == [blocks]
+    # A list that is not content blocks is still JSON text.
+    numbers = CallOutcome(CallStatus.SUCCEEDED, "c1", result=[1, 2])
+    assert tool_message(numbers, {"name": "count", "id": "c1"}).content == "[1, 2]"
+
+
+async def test_a_models_tool_calls_sent_one_by_one_run_under_the_models_ids(
+    worker: Harness, tmp_path: Path
+) -> None:
+    runs = Runs(tmp_path / "runs.jsonl")
+    lookup_order, _ = build_tools(runs)
+    message = AIMessage(
+        content="",
+        tool_calls=[
+            {"id": "m-1", "name": "lookup_order", "args": {"order_id": "A7"}},
+            {"id": "m-2", "name": "lookup_order", "args": {"order_id": "A7"}},
+        ],
+    )
+
+    def each_call(state: FanState) -> list[dict[str, Any]]:
+        return [dict(c) for c in message.tool_calls]
+
+    graph = StateGraph(FanState)
+    graph.add_node("plan", lambda state: {})
+    graph.add_node("lookup", tool_task(lookup_order, worker.signoff(SPECS), into="results"))
+    graph.add_edge(START, "plan")
+    graph.add_conditional_edges("plan", fan_out("lookup", each_call), ["lookup"])
+    graph.add_edge("lookup", END)
+    app = graph.compile(checkpointer=worker.saver)
+    thread_id = new_thread("model-calls")
+
+    out = await app.ainvoke({}, thread(thread_id))
+    assert sorted(m.tool_call_id for m in out["results"]) == ["m-1", "m-2"]
+    assert runs.counts() == {"lookup_order A7": 2}, "two calls of the model, the same arguments"
+    await app.ainvoke(None, await checkpoint_before(app, thread(thread_id), "lookup"))
+    assert runs.counts() == {"lookup_order A7": 2}
+    assert sorted(await calls_of(worker.db, thread_id)) == ["m-1", "m-2"]
 
 
 # -- one_use -------------------------------------------------------------------------------

@@ -39,8 +39,9 @@ class InvalidResume(SignoffError, ValueError):
 
 
 class InvalidSend(SignoffError, ValueError):
-    """A `Send` argument a tool task cannot run (not a mapping, or an explicit call id that is
-    not text), or an item `fan_out` cannot send (not a mapping)."""
+    """A `Send` argument a tool task cannot run (not a mapping, an explicit call id that is
+    not text, a model's tool call of another tool or without an id), or an item `fan_out`
+    cannot send (not a mapping)."""
 
 
 class OutsideOneUse(SignoffError, RuntimeError):

@@ -10,6 +10,9 @@ graph.add_conditional_edges("plan", fan_out("rate", "items"), ["rate"])
 (pausing only its own task), and writes `{"rates": [message]}`: the call's `ToolMessage`, in a
 list, so LangGraph's list reducers (`operator.add`, `add_messages`) collect the tasks' writes.
 
+A `Send` argument that is a model's tool call (`{"type": "tool_call", "name", "args", "id"}`,
+as an `AIMessage` holds them) runs as that call, under the model's id.
+
 The call id makes a re-run safe. LangGraph runs a `Send` task again from the top after an
 interrupt, after a crash, or when a run is replayed from an earlier checkpoint; a call the
 ledger finished is then replayed, never run again. The id is the argument's `call_id` field
@@ -65,12 +68,16 @@ class SignoffToolTask:
                 f"{self.tool.name}: a Send argument is a mapping of arguments, "
                 f"not {type(arg).__name__}"
             )
+        if arg.get("type") == "tool_call":  # a model's tool call, sent as it is
+            return await self._run_call(_model_call(arg, self.tool.name), config)
         args = dict(arg)
         explicit = args.pop(self.id_key, None) if self.id_key else None
         if explicit is not None and not isinstance(explicit, str):
             raise InvalidSend(f"{self.tool.name}: {self.id_key!r} is text, not {explicit!r}")
         call_id = explicit or await self.derived_id(args, config)
-        call = {"id": call_id, "name": self.tool.name, "args": args}
+        return await self._run_call({"id": call_id, "name": self.tool.name, "args": args}, config)
+
+    async def _run_call(self, call: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         approval = await self.signoff.pending_approval(call, config)
         while approval is not None and not approval.status.final:
             # One approval per task: every resume position of this task is its own.
@@ -167,6 +174,18 @@ def fan_out(
     # out to several.
     path.__name__ = path.__qualname__ = f"fan_out_{target}"
     return path
+
+
+def _model_call(arg: Mapping[str, Any], tool: str) -> dict[str, Any]:
+    """A tool call a model asked for (`{"type": "tool_call", "name", "args", "id"}`) as this
+    task's call: its id is the model's."""
+    if arg.get("name") != tool:
+        raise InvalidSend(f"a call to {str(arg.get('name'))[:100]!r} was sent to {tool!r}")
+    if not isinstance(arg.get("id"), str) or not arg["id"]:
+        raise InvalidSend(f"the call to {tool!r} has no id")
+    if not isinstance(arg.get("args"), Mapping):
+        raise InvalidSend(f"the arguments of the call to {tool!r} are not a mapping")
+    return {"id": arg["id"], "name": tool, "args": dict(arg["args"])}
 
 
 def _error(call: Mapping[str, Any], reason: str) -> ToolMessage:
