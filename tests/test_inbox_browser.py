@@ -30,12 +30,12 @@ from approvals import (
 from ledger.calls.model import CallContext, CallStatus, ToolCall
 from ledger.calls.service import ToolLedger
 from ledger.journal import Journal
-from ledger.keys import KeyRing, LocalKek
+from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, kek_env, start_program
+from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, start_program
 from .support.http import token_for, unique
 from .support.inbox import Served, served, token_of
 from .support.scratch import scratch_database
@@ -423,3 +423,27 @@ async def test_a_reviewer_resolves_an_outcome_unknown_call_and_an_auditor_reads_
         "call.resolved",
     ]
     assert watched.problems == [] and audit.problems == []
+
+
+async def test_signing_out_after_the_signing_key_rotated_ends_the_session(
+    browser: Browser, inbox: Served, db: Database
+) -> None:
+    # The page's CSRF token is stale once the decision-signing key rotates: signing out must
+    # fetch a new one, or say it did not sign out; never leave the cookie behind a "Signed out".
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, unique("ann"))))
+    owner = await KeyRing.open(
+        db, LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK), create_missing=False
+    )
+    await owner.rotate(Purpose.DECISION_SIGNING)
+    csrf = inbox.service.authentication.csrf
+    assert csrf is not None
+    await csrf.ring.refresh()  # as the service does every SIGNOFF_KEY_REFRESH_SECONDS
+    await page.click("#sign-out")
+    await page.locator("#sign-in-error").filter(has_text="Signed out.").wait_for()
+    assert await page.context.cookies() == []
+    await page.reload()
+    await page.wait_for_selector("#sign-in:not([hidden])")
+    assert await page.locator("#inbox").is_hidden()
+    assert watched.problems == []

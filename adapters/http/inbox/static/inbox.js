@@ -160,8 +160,11 @@
     showText(byId("sign-in-error"), message || "");
   }
 
+  // Only the service can drop the HttpOnly cookie: say "Signed out" only once it has.
   async function signOut() {
-    await request("POST", "/inbox/session/end");
+    const answer = await send("POST", "/inbox/session/end");
+    if (!state.session) return; // send signed the page out already (a 401)
+    if (!answer.ok) return setStatus("Not signed out: " + messageOf(answer));
     signedOut("Signed out.");
   }
 
