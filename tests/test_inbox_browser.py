@@ -447,3 +447,25 @@ async def test_signing_out_after_the_signing_key_rotated_ends_the_session(
     await page.wait_for_selector("#sign-in:not([hidden])")
     assert await page.locator("#inbox").is_hidden()
     assert watched.problems == []
+
+
+async def test_a_sign_in_link_does_not_replace_the_session_of_a_signed_in_browser(
+    browser: Browser, inbox: Served, db: Database
+) -> None:
+    # Anyone can send a link with a token of theirs: opening it must not silently sign a
+    # browser that is signed in as its reviewer in as someone else (login CSRF).
+    reviewer, other = unique("ann"), unique("mallory")
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    token = token_of(await token_for(db, reviewer))
+    await sign_in(watched, token)
+    link = "/inbox#token=" + token_of(await token_for(db, other))
+    opened = Watched(await page.context.new_page())  # a link opened in a new tab
+    # ... and one pasted into the tab on the inbox (only the fragment changes: no new load).
+    for tab in (opened, watched):
+        await tab.page.goto(link)
+        await tab.page.locator("#status").filter(has_text="signed in already").wait_for()
+        assert "#" not in tab.page.url
+        assert await tab.page.locator("#who-name").text_content() == reviewer
+        assert [c["value"] for c in await page.context.cookies()] == [token]
+        assert tab.problems == []

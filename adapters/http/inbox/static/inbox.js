@@ -505,17 +505,33 @@
     byId("sign-out").addEventListener("click", signOut);
     byId("story-form").addEventListener("submit", showStory);
     setInterval(tick, 1000);
-    // A sign-in link carries the token in the fragment (never sent to a server): read it
-    // once and take it out of the address bar and the history at once.
+    // A link pasted into a tab already on the inbox changes only the fragment: no new load.
+    window.addEventListener("hashchange", () => {
+      if (/^#token=/.test(location.hash)) openSession();
+    });
+    await openSession();
+  }
+
+  // A sign-in link carries the token in the fragment (never sent to a server): read it once
+  // and take it out of the address bar at once. Anyone can send such a link, so it never
+  // replaces the session of a browser signed in already (login CSRF).
+  async function openSession() {
     const link = /^#token=([^&]+)/.exec(location.hash);
-    if (link) {
-      history.replaceState(null, "", location.pathname + location.search);
-      await signIn(decodeURIComponent(link[1]));
+    if (link) history.replaceState(null, "", location.pathname + location.search);
+    const session = await request("GET", "/inbox/session");
+    if (session.ok) {
+      if (!state.session) signedIn(session.data);
+      if (link) setStatus("You are signed in already: sign out first to use that sign-in link.");
       return;
     }
-    const session = await request("GET", "/inbox/session");
-    if (session.ok) signedIn(session.data);
-    else signedOut("");
+    if (!link) return signedOut("");
+    let token = null;
+    try {
+      token = decodeURIComponent(link[1]);
+    } catch (_) {
+      return signedOut("That sign-in link is garbled.");
+    }
+    await signIn(token);
   }
 
   start();
