@@ -262,3 +262,14 @@ async def test_revealing_shows_the_arguments_to_who_may_see_them_and_records_who
     unknown = await inbox.client.post("/v1/approvals/apr-none/reveal", headers=session.unsafe())
     assert unknown.status_code == 404
     assert len(await journal.read_stream(f"reveal:{approval_id}")) == 2
+
+
+async def test_a_refusal_before_any_route_carries_the_inbox_headers_too(inbox: Served) -> None:
+    too_large = await inbox.client.post(
+        "/inbox/session",
+        content=b"{" + b" " * (inbox.service.max_body_bytes + 1) + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert too_large.status_code == 413
+    assert_secured(too_large.headers)
+    assert too_large.headers["cache-control"] == "no-store"

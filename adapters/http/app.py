@@ -141,8 +141,8 @@ def create_app(service: Service) -> FastAPI:
             return JSONResponse({"status": "ready"})
         return problem(503, "unavailable", "the database does not answer")
 
-    app.add_middleware(inbox.InboxHeaders)
     app.add_middleware(RequestLog)
     app.add_middleware(BodyLimit, max_bytes=service.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=service.metrics)
+    app.add_middleware(inbox.InboxHeaders)  # the last added is outermost: BodyLimit's 413 too
     return app
