@@ -273,3 +273,15 @@ async def test_a_refusal_before_any_route_carries_the_inbox_headers_too(inbox: S
     assert too_large.status_code == 413
     assert_secured(too_large.headers)
     assert too_large.headers["cache-control"] == "no-store"
+
+
+async def test_a_token_too_long_for_a_cookie_is_refused_before_a_cookie_is_set(
+    inbox: Served,
+) -> None:
+    # A browser drops a cookie past 4096 bytes without a word: the page would seem signed in.
+    longest = 4096 - len("signoff_session=")
+    for length in (longest + 1, 6000):
+        token = "a." + "b" * (length - 4) + ".c"
+        refused = await inbox.client.post("/inbox/session", json={"token": token})
+        assert refused.status_code == 422 and "set-cookie" not in refused.headers
+        assert "cookie" in refused.json()["message"]

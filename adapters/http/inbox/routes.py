@@ -35,7 +35,9 @@ _SECURITY = (
     (b"referrer-policy", b"no-referrer"),
 )
 _CACHE = {"Cache-Control": "no-cache"}  # the page and its files: ask again, a deploy changes them
-_MAX_TOKEN = 8192  # an OIDC token with many claims fits; a cookie holds about 4 KiB anyway
+# A browser keeps no cookie whose name and value pass 4096 bytes: it would drop a longer one
+# without a word, and the page would be signed out at its first request.
+_MAX_TOKEN = 4096 - len(SESSION_COOKIE) - 1
 
 _STATIC = files(__package__) / "static"
 _FILES = {
@@ -129,12 +131,19 @@ async def sign_in(request: Request, body: Annotated[dict[str, Any], Body()]) -> 
     token = body.get("token")
     if (
         not isinstance(token, str)
-        or not 1 <= len(token) <= _MAX_TOKEN
+        or not token
         or not token.isascii()
         or not token.isprintable()
         or any(c in token for c in ' ";,\\')
     ):
         raise ApiError(422, "invalid", 'signing in takes {"token": "<an API or bearer token>"}')
+    if len(token) > _MAX_TOKEN:
+        raise ApiError(
+            422,
+            "invalid",
+            f"a token of more than {_MAX_TOKEN} characters does not fit in a browser's cookie; "
+            "use it as a bearer token with the API",
+        )
     identity = await service_of(request).authentication.authenticate(request, token)
     response = JSONResponse(_session(request, identity, token))
     response.set_cookie(
