@@ -114,6 +114,22 @@ async def test_the_cookie_is_secure_unless_the_browser_is_on_plain_http_on_loopb
         session = await sign_in(inbox.client, token, **headers)
         attributes = {a.strip().lower() for a in session.set_cookie.split(";")[1:]}
         assert "secure" in attributes, (headers, session.set_cookie)
+        # `__Host-`: a browser keeps it only Secure, for Path=/ and from this host itself.
+        assert session.set_cookie.startswith(f"__Host-signoff_session={token};")
+        assert "path=/" in attributes and not any(a.startswith("domain") for a in attributes)
+
+
+async def test_a_request_over_https_reads_only_the_host_cookie(inbox: Served, db: Database) -> None:
+    """A sibling subdomain can plant a plain `signoff_session` cookie (a session of its
+    choosing); a request that is not plain loopback http never reads that name."""
+    token = token_of(await token_for(db, unique("ann")))
+    remote = {"Host": "signoff.example.com"}
+    planted = {**remote, "Cookie": f"signoff_session={token}"}
+    assert (await inbox.client.get("/inbox/session", headers=planted)).status_code == 401
+    assert (await inbox.client.get("/v1/approvals", headers=planted)).status_code == 401
+    kept = {**remote, "Cookie": f"__Host-signoff_session={token}"}
+    assert (await inbox.client.get("/inbox/session", headers=kept)).status_code == 200
+    assert (await inbox.client.get("/v1/approvals", headers=kept)).status_code == 200
 
 
 async def test_the_cookie_authenticates_the_api_and_unsafe_requests_need_the_csrf_token(

@@ -1,7 +1,7 @@
 """Who is calling: bearer credentials turned into an `approvals.Identity`.
 
 Every request to the API carries `Authorization: Bearer <credential>`, or, from the web inbox,
-the session cookie (`SESSION_COOKIE`, which holds the credential itself) when there is no
+the session cookie (`cookies.session_cookie`, which holds the credential itself) when there is no
 `Authorization` header; an unsafe request (not GET, HEAD or OPTIONS) authenticated by the cookie
 must carry `X-CSRF-Token` (`csrf.CsrfKey`), else it is 403. An `Authenticator` says
 whether a credential is its kind (`accepts`) and who it stands for (`authenticate`); the first
@@ -33,6 +33,7 @@ from approvals.reviewers import directory_groups
 from ledger.log import get_logger
 from ledger.store import Database
 
+from .cookies import session_cookie
 from .csrf import CSRF_HEADER, CsrfKey
 from .errors import ApiError
 from .limits import FailureLimiter, client_key, retry_after_header
@@ -40,7 +41,6 @@ from .metrics import Metrics
 from .oidc import InvalidBearerToken, JwksUnavailable, OidcVerifier
 
 __all__ = [
-    "SESSION_COOKIE",
     "ApiTokenAuthenticator",
     "Authentication",
     "Authenticator",
@@ -51,7 +51,6 @@ __all__ = [
 log = get_logger(__name__)
 
 _CHALLENGE = 'Bearer realm="signoff"'
-SESSION_COOKIE = "signoff_session"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -164,7 +163,7 @@ class Authentication:
     async def _credential(self, request: Request) -> str:
         if "authorization" in request.headers or self.csrf is None:
             return bearer_credential(request)
-        credential = request.cookies.get(SESSION_COOKIE)
+        credential = request.cookies.get(session_cookie(request))
         if not credential:
             return bearer_credential(request)  # the 401 it gives
         if request.method not in _SAFE_METHODS and not await self.csrf.check(

@@ -10,12 +10,14 @@ this package (`static/`), served by the same process; nothing is built or downlo
   answer carries the CSRF token (`csrf.CsrfKey`) that the page sends as `X-CSRF-Token` with
   every unsafe request. `GET /inbox/session` says who is signed in and gives the CSRF token
   again (after a reload); `POST /inbox/session/end` (or `DELETE /inbox/session`) signs out.
-- The cookie is `Secure` unless the request is plain http between a browser and the service
-  on one machine (`plain_loopback`): a browser keeps no Secure cookie sent over plain http.
+- The cookie is `__Host-signoff_session`, Secure, unless the request is plain http between a
+  browser and the service on one machine (`cookies.plain_loopback`): there it is
+  `signoff_session`, without Secure, for browsers that keep no Secure cookie over plain http.
 """
 
 from __future__ import annotations
 
-from .routes import CONTENT_SECURITY_POLICY, InboxHeaders, plain_loopback, router
+from ..cookies import plain_loopback
+from .routes import CONTENT_SECURITY_POLICY, InboxHeaders, router
 
 __all__ = ["CONTENT_SECURITY_POLICY", "InboxHeaders", "plain_loopback", "router"]

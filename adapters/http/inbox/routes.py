@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from importlib.resources import files
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
@@ -12,14 +11,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from approvals import Identity
 from ledger.log import get_logger
-from ledger.store.config import is_loopback
 
 from ..approvals_api import service_of
-from ..auth import SESSION_COOKIE
+from ..cookies import HOST_SESSION_COOKIE, plain_loopback, session_cookie
 from ..csrf import CSRF_HEADER
 from ..errors import ApiError
 
-__all__ = ["CONTENT_SECURITY_POLICY", "InboxHeaders", "plain_loopback", "router"]
+__all__ = ["CONTENT_SECURITY_POLICY", "InboxHeaders", "router"]
 
 log = get_logger(__name__)
 
@@ -37,7 +35,7 @@ _SECURITY = (
 _CACHE = {"Cache-Control": "no-cache"}  # the page and its files: ask again, a deploy changes them
 # A browser keeps no cookie whose name and value pass 4096 bytes: it would drop a longer one
 # without a word, and the page would be signed out at its first request.
-_MAX_TOKEN = 4096 - len(SESSION_COOKIE) - 1
+_MAX_TOKEN = 4096 - len(HOST_SESSION_COOKIE) - 1
 
 _STATIC = files(__package__) / "static"
 _FILES = {
@@ -77,20 +75,6 @@ class InboxHeaders:
 
 def _file(name: str) -> bytes:
     return (_STATIC / name).read_bytes()
-
-
-def plain_loopback(request: Request) -> bool:
-    """Whether `request` came over plain http from this machine to a loopback name: the
-    connection's scheme and peer, the Host the browser asked for and, when a browser sent
-    one, its Origin. The service trusts no forwarded headers, so behind a proxy on the same
-    machine the Host (the proxy must pass it on) or the Origin says https."""
-    if request.url.scheme != "http" or request.client is None:
-        return False
-    origin = request.headers.get("origin")
-    if origin is not None and not origin.startswith("http://"):
-        return False
-    host = urlsplit("//" + request.headers.get("host", "")).hostname or ""
-    return is_loopback(request.client.host) and is_loopback(host)
 
 
 @router.get("/inbox")
@@ -147,7 +131,7 @@ async def sign_in(request: Request, body: Annotated[dict[str, Any], Body()]) -> 
     identity = await service_of(request).authentication.authenticate(request, token)
     response = JSONResponse(_session(request, identity, token))
     response.set_cookie(
-        SESSION_COOKIE,
+        session_cookie(request),
         token,
         httponly=True,
         secure=not plain_loopback(request),
@@ -160,7 +144,7 @@ async def sign_in(request: Request, body: Annotated[dict[str, Any], Body()]) -> 
 
 @router.get("/inbox/session")
 async def session(request: Request) -> JSONResponse:
-    credential = request.cookies.get(SESSION_COOKIE)
+    credential = request.cookies.get(session_cookie(request))
     if not credential:
         raise ApiError(401, "unauthenticated", "not signed in")
     identity = await service_of(request).authentication.authenticate(request, credential)
@@ -170,7 +154,7 @@ async def session(request: Request) -> JSONResponse:
 @router.post("/inbox/session/end")
 @router.delete("/inbox/session")
 async def sign_out(request: Request) -> JSONResponse:
-    credential = request.cookies.get(SESSION_COOKIE)
+    credential = request.cookies.get(session_cookie(request))
     csrf = service_of(request).authentication.csrf
     if credential and (
         csrf is None or not await csrf.check(credential, request.headers.get(CSRF_HEADER))
@@ -178,7 +162,7 @@ async def sign_out(request: Request) -> JSONResponse:
         raise ApiError(403, "forbidden", f"signing out needs {CSRF_HEADER}")
     response = JSONResponse({"signed_out": True})
     response.delete_cookie(
-        SESSION_COOKIE,
+        session_cookie(request),
         httponly=True,
         secure=not plain_loopback(request),
         samesite="strict",
