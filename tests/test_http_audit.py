@@ -16,6 +16,8 @@ import pytest
 
 from adapters.http.server import running
 from adapters.http.service import open_service
+from approvals import ApprovalPolicy, ApprovalStore, Decision, ReviewerDirectory
+from approvals.gate import approval_gate
 from ledger.audit.digest import signing_keys
 from ledger.audit.verifier import (
     ConsistencyProof,
@@ -221,6 +223,45 @@ async def test_a_reviewer_resolves_an_outcome_unknown_call_and_it_never_runs_aga
     late = await api.client.post("/v1/calls/resolve", json=body, headers=someone_else)
     assert late.status_code == 409 and api.reviewer_id in late.json()["message"]
     assert len(await journal.read_stream(call_stream(call.run_id, call.call_id))) == 3
+
+
+async def test_a_reviewer_sees_and_settles_only_calls_whose_approval_admits_it(
+    api: Api, worker: ToolLedger, store: ApprovalStore, db: Database, journal: Journal
+) -> None:
+    group, member = unique("leads"), unique("mia")
+    await ReviewerDirectory(db).add(member, [group], by="admin")
+    call = refund(unique("run/http"))
+    approval = await store.request(
+        run_id=call.run_id,
+        tool=call.tool,
+        args=call.args,
+        call_id=call.call_id,
+        requested_by="agent",
+        policy=ApprovalPolicy(approvers=frozenset({f"group:{group}"})),
+    )
+    await store.decide(approval.approval_id, Decision.approve(), member)
+    consumer = ApprovalStore(worker.db, worker.ring)
+    gate = approval_gate(consumer, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
+    outcome = await worker.execute(call, Refunds(fails=True), gate=gate)
+    await consumer.close()
+    assert outcome.status is CallStatus.OUTCOME_UNKNOWN
+    queue = f"/v1/calls?status=outcome_unknown&run_id={call.run_id}"
+
+    # api.reviewer is in no group of the policy: the call is not its to see or settle.
+    assert (await api.client.get(queue, headers=api.reviewer)).json()["calls"] == []
+    refused = await api.client.post(
+        "/v1/calls/resolve", json=resolution(call), headers=api.reviewer
+    )
+    assert refused.status_code == 403, refused.text
+    stream = call_stream(call.run_id, call.call_id)
+    assert [e.type for e in await journal.read_stream(stream)][-1] == "call.outcome_unknown"
+
+    insider = await token_for(db, member)
+    assert [
+        c["call_id"] for c in (await api.client.get(queue, headers=insider)).json()["calls"]
+    ] == [call.call_id]
+    settled = await api.client.post("/v1/calls/resolve", json=resolution(call), headers=insider)
+    assert settled.status_code == 200 and settled.json()["resolved_by"] == member
 
 
 async def test_resolving_is_refused_to_auditors_and_for_calls_whose_outcome_is_known(

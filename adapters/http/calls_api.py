@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from approvals import Identity
+from approvals import Identity, UnknownApproval
 from ledger.audit.queries import CallFilter, CallKey, call_story, call_summary, find_calls
 from ledger.calls.model import CallRecord, CallStatus
 from ledger.errors import CallStateError, InvalidToolCall, UnknownCall
@@ -29,8 +29,16 @@ from ledger.journal import Event
 from ledger.limits import name_problem
 from ledger.log import get_logger
 
-from .approvals_api import IDEMPOTENCY_HEADER, MAX_PAGE, MAX_REQUEST_ID, Caller, service_of
+from .approvals_api import (
+    IDEMPOTENCY_HEADER,
+    MAX_PAGE,
+    MAX_REQUEST_ID,
+    Caller,
+    may_see,
+    service_of,
+)
 from .errors import ApiError
+from .service import Service
 
 __all__ = ["router", "story_document"]
 
@@ -140,13 +148,30 @@ async def calls(
         limit=limit + 1,  # one more says whether another page follows
         after=_cursor_of(cursor),
     )
-    found = [call for call, _ in await find_calls(service_of(request).db, where)]
+    service = service_of(request)
+    found = [call for call, _ in await find_calls(service.db, where)]
     page = found[:limit]
     more = len(found) > limit
+    # A reviewer's page leaves out the calls it may not resolve: it may be short while a
+    # cursor still says there is more.
+    shown = [c for c in page if await _may_resolve(service, identity, c)]
     return {
-        "calls": [call_summary(c) for c in page],
+        "calls": [call_summary(c) for c in shown],
         "next_cursor": _cursor_text(page[-1]) if more else None,
     }
+
+
+async def _may_resolve(service: Service, identity: Identity, call: CallRecord) -> bool:
+    """Whether `identity` may see and settle `call`: an auditor sees every call (and settles
+    none); a reviewer a call that no approval allowed, or one whose approval's policy admits
+    it, as the reviewers who could have decided it are the ones who know whether it ran."""
+    if not identity.may_decide or call.approval_id is None:
+        return True
+    try:
+        approval = await service.store.get(call.approval_id)
+    except UnknownApproval:
+        return False
+    return may_see(identity, approval)
 
 
 @router.get("/story", summary="One call's record and events (auditors; no arguments)")
@@ -225,6 +250,10 @@ async def resolve(
         request_id=idempotency_key or body.request_id,
     )
     try:
+        if not await _may_resolve(service, identity, await service.ledger.get(run_id, call_id)):
+            raise ApiError(
+                403, "forbidden", "the policy of the approval that allowed this call admits you not"
+            )
         record = await service.ledger.resolve(
             run_id,
             call_id,
