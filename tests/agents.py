@@ -242,7 +242,10 @@ def build_agent(
     """The agent of `kind`: model -> tools (through Signoff) -> model, until no tool calls."""
     if kind is Kind.AGENT:
         return create_agent(
-            model, tools=list(tools), middleware=[SignoffMiddleware(signoff)], checkpointer=saver
+            model,
+            tools=list(tools),
+            middleware=[SignoffMiddleware(signoff, shape="per_call")],
+            checkpointer=saver,
         )
 
     async def call_model(state: AgentState, config: RunnableConfig) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
 
 from adapters.langgraph import resume_config
+from adapters.langgraph.middleware import EDIT_NOTICE
 from adapters.runtime import DecisionConflict
 from approvals import ApprovalAlreadyDecided, ApprovalStatus, Decision, DecisionNotAllowed
 from ledger.keys import LocalKek
@@ -153,7 +154,12 @@ async def test_parallel_calls_of_one_message_each_run_once(harness: Harness, kin
         ("par-3", {"order_id": "B2", "amount": 30}),
     ]
     assert all(set(r) == REQUEST_KEYS and r["type"] == "tool_approval" for r in requests)
-    assert all(r["description"] == "Refund money to a customer" for r in requests)
+    if kind is Kind.GRAPH:
+        assert all(r["description"] == "Refund money to a customer" for r in requests)
+    else:  # HumanInTheLoopMiddleware's description: the spec's text, then tool and arguments
+        assert [r["description"] for r in requests] == [
+            f"Refund money to a customer\n\nTool: refund\nArgs: {r['args']}" for r in requests
+        ]
     if kind is Kind.GRAPH:  # every approval of the message deferred into one pause
         assert len(interrupts) == 1
         assert interrupts[0].value == {"type": "tool_approvals", "requests": requests}
@@ -232,6 +238,11 @@ async def test_a_reviewers_decision_reaches_the_model_as_hitl_middleware_would_g
 
     seen = model.seen[-1][-1]  # what the model read before its last reply
     assert isinstance(seen, ToolMessage)
+    if decision == "edit" and kind is Kind.AGENT:  # told, as HumanInTheLoopMiddleware tells it
+        content = (
+            f"{EDIT_NOTICE} Executed instead: refund with arguments "
+            f'{{"amount": 60, "order_id": "A7"}}.\n\nTool response:\n{content}'
+        )
     assert (seen.tool_call_id, seen.content, seen.status) == ("refund-1", content, status)
     assert await refunds(harness, thread_id) == refunded
     call = (await calls_of(harness.db, thread_id))["refund-1"]
