@@ -14,13 +14,31 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 
-from adapters.langgraph import SignoffMiddleware, SignoffTools
+from adapters.langgraph import SignoffMiddleware, SignoffTools, ToolSpec
 from adapters.langgraph.middleware import EDIT_NOTICE
-from approvals import ApprovalStatus
+from approvals import ApprovalPolicy, ApprovalStatus, Decision
 from ledger.keys import LocalKek
 from tests.support.scratch import scratch_database
 
-from .agents import Harness, calls, open_harness, thread
+from .agents import (
+    SCRIPTS as AGENT_SCRIPTS,
+)
+from .agents import (
+    SPECS,
+    Effects,
+    Harness,
+    Kind,
+    ScriptedModel,
+    build_agent,
+    calls,
+    create_effects_table,
+    effects_of,
+    open_harness,
+    thread,
+)
+from .agents import (
+    build_tools as agent_tools,
+)
 from .hitl_workers import EFFECTS_TABLE, SCRIPTS, build_tools
 from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
 
@@ -41,6 +59,7 @@ async def harness(hitl_url: str) -> AsyncIterator[Harness]:
     async with open_harness(hitl_url, LocalKek(TEST_KEK)) as opened:
         async with opened.db.connection() as conn:
             await conn.execute(EFFECTS_TABLE)
+        await create_effects_table(opened.db)
         yield opened
 
 
@@ -345,3 +364,31 @@ def test_sync_invoke_without_a_loop_of_its_own_says_what_to_do(
     agent = create_agent(model, tools=build_tools(hitl_url), middleware=[middleware])
     with pytest.raises(RuntimeError, match="from_conn_string_sync"):
         agent.invoke({"messages": [HumanMessage(content="go")]}, thread(new_thread("noloop")))
+
+
+async def test_the_tool_node_asks_again_after_a_refusal_and_decides_in_the_store_only(
+    harness: Harness,
+) -> None:
+    from langgraph.types import Command
+
+    lookup, _ = SPECS
+    refund = ToolSpec("refund", approval=ApprovalPolicy(approvers=frozenset({"alice"})))
+    signoff = SignoffTools(harness.ledger, harness.store, [lookup, refund])
+    model = ScriptedModel(script=AGENT_SCRIPTS["refund"])
+    graph = build_agent(Kind.GRAPH, model, agent_tools(Effects(harness.db)), signoff, harness.saver)
+    config = thread(new_thread("node-store"))
+    await graph.ainvoke({"messages": [HumanMessage(content="refund A7")]}, config)
+
+    out = await graph.ainvoke(Command(resume={"type": "approve"}), config)
+    [pause] = out["__interrupt__"]
+    assert "store only" in pause.value["refused"]
+    [request] = pause.value["requests"]
+    assert (await harness.store.get(request["approval_id"])).reviews == ()
+
+    await harness.store.decide(request["approval_id"], Decision.approve(), "alice")
+    out = await graph.ainvoke(Command(resume="continue"), config)
+    assert "__interrupt__" not in out
+    thread_id = config["configurable"]["thread_id"]
+    assert [e["args"] for e in await effects_of(harness.db, thread_id, "refund")] == [
+        {"order_id": "A7", "amount": 120}
+    ]
