@@ -228,31 +228,37 @@ async def test_two_calls_of_one_message_approve_one_and_reject_the_other(
 
 
 @MODES
+@pytest.mark.parametrize("shape", ["batched", "per_call"])
 async def test_a_refused_answer_pauses_again_and_a_valid_one_goes_through_in_another_process(
-    harness: Harness, hitl_url: str, mode: str
+    harness: Harness, hitl_url: str, mode: str, shape: str
 ) -> None:
-    thread_id = new_thread("refused")
-    await step(hitl_url, mode, "batched", "sql", thread_id)
+    thread_id = new_thread(f"refused-{shape}")
+    first = await step(hitl_url, mode, shape, "sql", thread_id)
     edit = {"type": "edit", "edited_action": {"name": "execute_sql", "args": {"query": "x"}}}
 
+    def answer(paused: dict[str, Any], *decisions: Any) -> Any:
+        if shape == "batched":
+            return {"decisions": list(decisions)}
+        [pause] = paused["interrupts"]
+        [decision] = decisions
+        return {pause["id"]: decision}
+
     # execute_sql allows no edits: refused, nothing written, a new interrupt says why.
-    refused = await step(hitl_url, mode, "batched", "sql", thread_id, {"decisions": [edit]})
+    refused = await step(hitl_url, mode, shape, "sql", thread_id, answer(first, edit))
     [pause] = refused["interrupts"]
     assert "edit" in pause["value"]["refused"]
-    assert pause["value"]["action_requests"][0]["status"] == "pending"
     [approval] = await harness.store.find(run_id=thread_id)
     assert approval.status is ApprovalStatus.PENDING and approval.reviews == ()
 
-    # A count that does not match is refused the same way.
-    wrong = await step(
-        hitl_url, mode, "batched", "sql", thread_id, {"decisions": [{"type": "approve"}] * 2}
-    )
-    assert "2 decisions for 1 action requests" in wrong["interrupts"][0]["value"]["refused"]
+    if shape == "batched":  # a count that does not match is refused the same way
+        approve2 = answer(refused, {"type": "approve"}, {"type": "approve"})
+        wrong = await step(hitl_url, mode, shape, "sql", thread_id, approve2)
+        assert "2 decisions for 1 action requests" in wrong["interrupts"][0]["value"]["refused"]
+        refused = wrong
 
-    # A third process answers validly: the call runs once.
-    done = await step(
-        hitl_url, mode, "batched", "sql", thread_id, {"decisions": [{"type": "approve"}]}
-    )
+    # Another process answers validly: the call runs once.
+    approve = answer(refused, {"type": "approve"})
+    done = await step(hitl_url, mode, shape, "sql", thread_id, approve)
     assert done["interrupts"] == []
     assert tool_results(done) == {"s-1": ("success", "3 rows affected")}
     assert await effects(harness, thread_id) == [("execute_sql", SQL_ARGS)]
@@ -391,4 +397,37 @@ async def test_the_tool_node_asks_again_after_a_refusal_and_decides_in_the_store
     thread_id = config["configurable"]["thread_id"]
     assert [e["args"] for e in await effects_of(harness.db, thread_id, "refund")] == [
         {"order_id": "A7", "amount": 120}
+    ]
+
+
+async def test_an_entrys_description_replaces_the_prefix_tool_and_arguments(
+    harness: Harness, hitl_url: str
+) -> None:
+    from adapters.demo.model import ScriptedChatModel
+
+    def about_sql(tool_call: Any, state: Any, runtime: Any) -> str:
+        return f"Run {tool_call['args']['query']!r}? ({len(state['messages'])} messages so far)"
+
+    middleware = SignoffMiddleware(
+        SignoffTools(harness.ledger, harness.store),
+        interrupt_on={
+            "write_file": {"allowed_decisions": ["approve"], "description": "Check the path"},
+            "execute_sql": {"allowed_decisions": ["approve", "reject"], "description": about_sql},
+        },
+    )
+    model = ScriptedChatModel(script=SCRIPTS["two"])
+    agent = create_agent(
+        model, tools=build_tools(hitl_url), middleware=[middleware], checkpointer=harness.saver
+    )
+    out = await agent.ainvoke(
+        {"messages": [HumanMessage(content="go")]}, thread(new_thread("described"))
+    )
+    [pause] = out["__interrupt__"]
+    assert [r["description"] for r in pause.value["action_requests"]] == [
+        "Check the path",
+        f"Run {SQL_ARGS['query']!r}? (2 messages so far)",
+    ]
+    assert [c["allowed_decisions"] for c in pause.value["review_configs"]] == [
+        ["approve"],
+        ["approve", "reject"],
     ]
