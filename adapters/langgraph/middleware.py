@@ -271,6 +271,14 @@ class SignoffMiddleware(AgentMiddleware):
                 "database lives on a loop of its own: open them with "
                 "SignoffTools.from_conn_string_sync(url, ...), or use agent.ainvoke"
             )
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:  # waiting here would stop the very loop that must do the work
+            raise RuntimeError(
+                "agent.invoke on the loop of the signoff's database: use agent.ainvoke there"
+            )
         context = contextvars.copy_context()
         done: Future[T] = Future()
 
