@@ -41,6 +41,7 @@ from adapters.langgraph import (
     get_idempotency_key,
     signoff_tool_node,
 )
+from adapters.langgraph.middleware import Shape
 from approvals import ApprovalPolicy, ApprovalStore
 from ledger.calls.model import Effect
 from ledger.calls.service import ToolLedger
@@ -242,7 +243,7 @@ def build_agent(
 ) -> Graph:
     """The agent of `kind`: model -> tools (through Signoff) -> model, until no tool calls."""
     if kind is not Kind.GRAPH:
-        shape = "per_call" if kind is Kind.AGENT else "batched"
+        shape: Shape = "per_call" if kind is Kind.AGENT else "batched"
         return create_agent(
             model,
             tools=list(tools),

@@ -28,6 +28,7 @@ from langgraph.types import Command
 
 from adapters.demo.model import ScriptedChatModel
 from adapters.langgraph import EncryptedPostgresSaver, SignoffMiddleware, SignoffTools, ToolSpec
+from adapters.langgraph.middleware import Shape
 from approvals import ApprovalPolicy
 from ledger.log import configure_logging
 
@@ -100,7 +101,7 @@ def documented_agent(
     tools: Sequence[BaseTool],
     saver: BaseCheckpointSaver[Any],
     signoff: SignoffTools,
-    shape: str,
+    shape: Shape,
     store_only: bool | None,
 ) -> Graph:
     """LangChain's example; only the import and the middleware's constructor differ (it was
@@ -117,7 +118,7 @@ def documented_agent(
                     "read_data": False,  # safe: no approval
                 },
                 description_prefix="Tool execution pending approval",
-                shape=shape,  # type: ignore[arg-type]
+                shape=shape,
                 store_only=store_only,
             ),
         ],
