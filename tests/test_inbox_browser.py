@@ -38,6 +38,7 @@ from ledger.store.settings import Settings
 from .processes import TEST_KEK, kek_env, start_program
 from .support.http import token_for, unique
 from .support.inbox import Served, served, token_of
+from .support.scratch import scratch_database
 
 GUARD = 60_000  # ms a step may wait before it fails instead of hanging; nothing here is timed
 
@@ -54,6 +55,31 @@ pytestmark = pytest.mark.skipif(
     chromium() is None,
     reason="no Chromium binary (apt-get install -y chromium gives /usr/bin/chromium)",
 )
+
+
+# A database of this module's own: "nothing to decide" is about the reviewer, and the session's
+# database holds other tests' approvals that anyone may decide.
+@pytest.fixture(scope="module")
+async def database_url(server_url: str) -> AsyncIterator[str]:
+    async with scratch_database(server_url, prefix="signoff_test") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = await Database.connect(database_url)
+    yield database
+    await database.close()
+
+
+@pytest.fixture(scope="module")
+def journal(db: Database) -> Journal:
+    return Journal(db)
+
+
+@pytest.fixture(scope="module")
+async def ring(db: Database) -> KeyRing:
+    return await KeyRing.open(db, LocalKek(TEST_KEK))
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ from dex import AsyncClient, AsyncWorker, BlobCacheConfig, open_blob_cache
 from langchain_core.messages import AIMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, StateGraph
+from langgraph.types import Command
 
 from adapters.demo.model import ScriptedChatModel
 from adapters.langgraph import SignoffTools, ToolSpec, encrypted_checkpointer
@@ -334,6 +335,33 @@ async def the_agent_paused_at_the_refund(ns: Namespace, given: Given) -> None:
     assert given.refunds == []  # nothing refunded before a support lead approves
 
 
+async def the_fan_out_and_the_one_use_node_ran_once(ns: Namespace, given: Given) -> None:
+    [paused] = ns["state"]["__interrupt__"]
+    assert (paused.value["name"], paused.value["args"]) == (
+        "refund",
+        {"order_id": "A-1042", "amount": 120},
+    )
+    signoff, config = ns["signoff"], ns["config"]
+    async with given.db.connection() as conn:
+        ran = await conn.fetch("SELECT tool, status FROM tool_calls WHERE run_id = 'orders-1'")
+    assert sorted((r["tool"], r["status"]) for r in ran) == [
+        ("check", "succeeded"),
+        ("lookup_order", "succeeded"),
+        ("lookup_order", "succeeded"),
+        ("signoff.pause", "succeeded"),
+    ]
+    assert given.refunds == []
+    await signoff.approvals.decide(paused.value["approval_id"], Decision.approve(), "alice")
+    async with encrypted_checkpointer(given.db, given.ring) as saver:  # resumed anew
+        done = (
+            await ns["graph"]
+            .compile(checkpointer=saver)
+            .ainvoke(Command(resume="continue"), config)
+        )
+    assert done["notes"] == ["2 orders found", "refunded 120 EUR on A-1042"]
+    assert given.refunds == [{"order_id": "A-1042", "amount": 120}]
+
+
 async def the_drop_in_asked_once_and_ran_the_refund(ns: Namespace, given: Given) -> None:
     value = ns["pause"].value
     [request] = value["action_requests"]
@@ -411,6 +439,9 @@ CASES: dict[str, Case] = {
     "Approvals #1": Case(("db",), the_quorum_approved_and_the_approval_is_used),
     "LangGraph agents #1": Case(("db", "ring", "model", "tools"), the_agent_paused_at_the_refund),
     "LangGraph agents #2": Case(
+        ("db", "ring", "tools", "signoff"), the_fan_out_and_the_one_use_node_ran_once
+    ),
+    "LangGraph agents #3": Case(
         ("db", "ring", "model", "tools", "signoff"), the_drop_in_asked_once_and_ran_the_refund
     ),
     "Checkpoints #1": Case(("builder", "inputs"), the_checkpoints_are_stored_encrypted),

@@ -1,5 +1,5 @@
-"""LangGraph adapter: the create_agent middleware, a tool node for custom graphs, and encrypted
-checkpoints, all on one Signoff store."""
+"""LangGraph adapter: the create_agent middleware, a tool node and `Send` tool tasks for custom
+graphs, `one_use` for your own nodes, and encrypted checkpoints, all on one Signoff store."""
 
 # ruff: noqa: E402  (the extra is checked before anything imports LangGraph)
 
@@ -9,9 +9,17 @@ require_extra("adapters.langgraph", "langgraph", LANGGRAPH)
 
 from ._envelope import CheckpointSealer
 from .checkpointer import EncryptedPostgresSaver, encrypted_checkpointer
-from .errors import InvalidResume, PlaintextCheckpoint, UnsupportedCheckpoint
+from .errors import (
+    InvalidResume,
+    InvalidSend,
+    OutsideOneUse,
+    PlaintextCheckpoint,
+    UnsupportedCheckpoint,
+)
 from .middleware import SignoffMiddleware
+from .one_use import ask, ask_sync, one_use, step, step_sync
 from .reencrypt import KeyUsage, ReencryptReport, TableCounts, key_usage, reencrypt_checkpoints
+from .tasks import SignoffToolTask, fan_out, tool_task
 from .tool_node import SignoffToolNode, signoff_tool_node
 from .tools import SignoffTools, ToolSpec, effect_of, get_idempotency_key, resume_config
 
@@ -19,20 +27,30 @@ __all__ = [
     "CheckpointSealer",
     "EncryptedPostgresSaver",
     "InvalidResume",
+    "InvalidSend",
     "KeyUsage",
+    "OutsideOneUse",
     "PlaintextCheckpoint",
     "ReencryptReport",
     "SignoffMiddleware",
     "SignoffToolNode",
+    "SignoffToolTask",
     "SignoffTools",
     "TableCounts",
     "ToolSpec",
     "UnsupportedCheckpoint",
+    "ask",
+    "ask_sync",
     "effect_of",
     "encrypted_checkpointer",
+    "fan_out",
     "get_idempotency_key",
     "key_usage",
+    "one_use",
     "reencrypt_checkpoints",
     "resume_config",
     "signoff_tool_node",
+    "step",
+    "step_sync",
+    "tool_task",
 ]

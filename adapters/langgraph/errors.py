@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from ledger.errors import SignoffError
 
-__all__ = ["InvalidResume", "PlaintextCheckpoint", "UnsupportedCheckpoint"]
+__all__ = [
+    "InvalidResume",
+    "InvalidSend",
+    "OutsideOneUse",
+    "PlaintextCheckpoint",
+    "UnsupportedCheckpoint",
+]
 
 
 class PlaintextCheckpoint(SignoffError):
@@ -30,3 +36,14 @@ class UnsupportedCheckpoint(SignoffError):
 
 class InvalidResume(SignoffError, ValueError):
     """A resume value is neither a decision, a signed token, nor "continue"."""
+
+
+class InvalidSend(SignoffError, ValueError):
+    """A `Send` argument a tool task cannot run (not a mapping, an explicit call id that is
+    not text, a model's tool call of another tool or without an id), or an item `fan_out`
+    cannot send (not a mapping)."""
+
+
+class OutsideOneUse(SignoffError, RuntimeError):
+    """A step or an approval was asked for outside a node wrapped in `one_use` (where nothing
+    would keep it from running again when LangGraph re-runs the node)."""

@@ -431,7 +431,9 @@ def tool_message(outcome: CallOutcome, tool_call: Mapping[str, Any]) -> ToolMess
     status = outcome.status
     if status in (CallStatus.SUCCEEDED, CallStatus.RESPONDED):
         result = outcome.result
-        content = result if isinstance(result, str) else json.dumps(result)
+        content = (
+            result if isinstance(result, str) or is_content_blocks(result) else json.dumps(result)
+        )
         return ToolMessage(content=content, name=name, tool_call_id=call_id, status="success")
     if status is CallStatus.DENIED:
         content = f"A reviewer rejected the call to `{name}`: {outcome.error}. It did not run."
@@ -443,3 +445,12 @@ def tool_message(outcome: CallOutcome, tool_call: Mapping[str, Any]) -> ToolMess
     else:
         content = f"The call to `{name}` failed: {outcome.error}"
     return ToolMessage(content=content, name=name, tool_call_id=call_id, status="error")
+
+
+def is_content_blocks(result: Any) -> bool:
+    """Whether a result is content blocks (text, or `{"type": ...}` blocks such as files and
+    images), which a `ToolMessage` carries as they are: the model reads a file as a file."""
+    return isinstance(result, list) and all(
+        isinstance(b, str) or (isinstance(b, dict) and isinstance(b.get("type"), str))
+        for b in result
+    )
