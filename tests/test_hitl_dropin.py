@@ -139,7 +139,7 @@ ONE_CALL: dict[str, tuple[dict[str, Any], tuple[str, str], list[tuple[str, dict[
     ("shape", "decision"),
     [*(("batched", d) for d in ONE_CALL), ("per_call", "approve"), ("per_call", "edit")],
 )
-async def test_the_documented_example_paused_here_and_decided_in_another_process(
+async def test_the_documented_example_paused_in_one_process_and_decided_in_another(
     harness: Harness, hitl_url: str, mode: str, shape: str, decision: str
 ) -> None:
     answer, told, ran = ONE_CALL[decision]

@@ -5,15 +5,16 @@ call passes through it.
 
 - `shape="batched"` (default, as HumanInTheLoopMiddleware): after each model message, one
   interrupt lists every call of it that needs approval (`action_requests`, `review_configs`,
-  plus each call's `approval_id` and `tool_call_id`); resume with `{"decisions": [...]}`, one
-  per action request, in order.
+  plus each call's `approval_id`, `tool_call_id` and `status`); resume with `{"decisions":
+  [...]}`, one per action request, in order.
 - `shape="per_call"`: each call pauses on its own interrupt (`{"type": "tool_approval", ...}`
   plus `approval_id`), answered with one decision.
 
 Either way the answer is recorded in the store, and the call then runs through the ledger once
-per run. An answer the policy refuses (a decision it does not allow, a count that does not
-match, an edit of another tool) writes nothing: the agent pauses again on a new interrupt whose
-value carries `refused` (the reason), and the next answer is taken, in any process. With
+per run. An answer that is refused (a decision the policy does not allow, a count that does not
+match, an edit of another tool) records nothing (in a batch, the other calls' answers are
+taken): the agent pauses again on a new interrupt listing the same calls, whose value carries
+`refused` (the reason), and the next answer is taken, in any process. With
 `store_only` (the default for a policy that names approvers) a resume value never decides: the
 store does, and the graph continues with nothing.
 """
