@@ -431,3 +431,31 @@ async def test_an_entrys_description_replaces_the_prefix_tool_and_arguments(
         ["approve"],
         ["approve", "reject"],
     ]
+
+
+async def test_a_batch_with_one_refused_answer_takes_the_others_and_asks_about_all_again(
+    harness: Harness, hitl_url: str
+) -> None:
+    from langgraph.types import Command
+
+    thread_id = new_thread("partial")
+    agent, _ = agent_with(harness, hitl_url, SCRIPTS["two"])
+    config = thread(thread_id)
+    await agent.ainvoke({"messages": [HumanMessage(content="go")]}, config)
+    # execute_sql allows approve only here: the reject is refused, the approve taken.
+    approve, reject = {"type": "approve"}, {"type": "reject", "message": "no"}
+    out = await agent.ainvoke(Command(resume={"decisions": [approve, reject]}), config)
+    [pause] = out["__interrupt__"]
+    assert pause.value["refused"].startswith("action 2 (execute_sql): ")
+    assert [r["status"] for r in pause.value["action_requests"]] == ["approved", "pending"]
+
+    # The same calls, answered in full: the replayed first answer and the new one agree.
+    out = await agent.ainvoke(Command(resume={"decisions": [approve, approve]}), config)
+    assert "__interrupt__" not in out
+    assert sorted(tool for tool, _ in await effects(harness, thread_id)) == [
+        "execute_sql",
+        "read_data",
+        "write_file",
+    ]
+    approvals = await harness.store.find(run_id=thread_id)
+    assert sorted(len(a.reviews) for a in approvals) == [1, 1], "each decided once"
