@@ -41,6 +41,7 @@ from adapters.langgraph import (
     get_idempotency_key,
     signoff_tool_node,
 )
+from adapters.langgraph.middleware import Shape
 from approvals import ApprovalPolicy, ApprovalStore
 from ledger.calls.model import Effect
 from ledger.calls.service import ToolLedger
@@ -51,9 +52,10 @@ Graph = CompiledStateGraph[Any, Any, Any, Any]
 
 
 class Kind(StrEnum):
-    """The two ways to put Signoff into a LangGraph agent."""
+    """The ways to put Signoff into a LangGraph agent."""
 
-    AGENT = "create_agent"  # create_agent(..., middleware=[SignoffMiddleware(...)])
+    AGENT = "create_agent"  # create_agent(..., middleware=[SignoffMiddleware(..., "per_call")])
+    BATCHED = "create_agent_batched"  # the same with the default, batched shape
     GRAPH = "tool_node"  # a StateGraph whose tool node is signoff_tool_node(...)
 
 
@@ -240,9 +242,13 @@ def build_agent(
     saver: BaseCheckpointSaver[Any],
 ) -> Graph:
     """The agent of `kind`: model -> tools (through Signoff) -> model, until no tool calls."""
-    if kind is Kind.AGENT:
+    if kind is not Kind.GRAPH:
+        shape: Shape = "per_call" if kind is Kind.AGENT else "batched"
         return create_agent(
-            model, tools=list(tools), middleware=[SignoffMiddleware(signoff)], checkpointer=saver
+            model,
+            tools=list(tools),
+            middleware=[SignoffMiddleware(signoff, shape=shape)],
+            checkpointer=saver,
         )
 
     async def call_model(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
@@ -314,11 +320,15 @@ async def before_tools(graph: Graph, config: RunnableConfig) -> RunnableConfig:
 
 def requests_of(interrupts: Sequence[Interrupt]) -> list[dict[str, Any]]:
     """The approval requests the agent paused for, whichever kind paused: one interrupt per
-    call (create_agent) or one interrupt for all calls of a message (the tool node)."""
+    call (create_agent, per call) or one interrupt for all calls of a message (batched, the
+    tool node)."""
     found: list[dict[str, Any]] = []
     for pause in interrupts:
         value = pause.value
-        found += value["requests"] if value.get("type") == "tool_approvals" else [value]
+        if "action_requests" in value:  # the middleware's batched shape
+            found += value["action_requests"]
+        else:
+            found += value["requests"] if value.get("type") == "tool_approvals" else [value]
     return found
 
 
@@ -327,7 +337,10 @@ def answer(interrupts: Sequence[Interrupt], by_call: Mapping[str, Any]) -> Comma
     resume: dict[str, Any] = {}
     for pause in interrupts:
         value = pause.value
-        if value.get("type") == "tool_approvals":
+        if "action_requests" in value:  # one decision per action request, in order
+            decisions = [by_call[r["tool_call_id"]] for r in value["action_requests"]]
+            resume[pause.id] = {"decisions": decisions}
+        elif value.get("type") == "tool_approvals":
             resume[pause.id] = {
                 r["tool_call_id"]: by_call[r["tool_call_id"]] for r in value["requests"]
             }

@@ -19,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Interrupt
 
 from adapters.langgraph import resume_config
+from adapters.langgraph.middleware import EDIT_NOTICE
 from adapters.runtime import DecisionConflict
 from approvals import ApprovalAlreadyDecided, ApprovalStatus, Decision, DecisionNotAllowed
 from ledger.keys import LocalKek
@@ -55,6 +56,7 @@ REQUEST_KEYS = {
     "approval_id",
     "allowed_decisions",
 }
+BATCHED_KEYS = {"name", "args", "description", "tool_call_id", "approval_id", "status"}
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +154,31 @@ async def test_parallel_calls_of_one_message_each_run_once(harness: Harness, kin
         ("par-2", {"order_id": "A7", "amount": 120}),
         ("par-3", {"order_id": "B2", "amount": 30}),
     ]
-    assert all(set(r) == REQUEST_KEYS and r["type"] == "tool_approval" for r in requests)
-    assert all(r["description"] == "Refund money to a customer" for r in requests)
+    if kind is Kind.BATCHED:  # HumanInTheLoopMiddleware's action requests, plus our ids
+        assert all(set(r) == BATCHED_KEYS and r["status"] == "pending" for r in requests)
+    else:
+        assert all(set(r) == REQUEST_KEYS and r["type"] == "tool_approval" for r in requests)
+    if kind is Kind.GRAPH:
+        assert all(r["description"] == "Refund money to a customer" for r in requests)
+    else:  # HumanInTheLoopMiddleware's description: the spec's text, then tool and arguments
+        assert [r["description"] for r in requests] == [
+            f"Refund money to a customer\n\nTool: refund\nArgs: {r['args']}" for r in requests
+        ]
     if kind is Kind.GRAPH:  # every approval of the message deferred into one pause
         assert len(interrupts) == 1
         assert interrupts[0].value == {"type": "tool_approvals", "requests": requests}
+    elif kind is Kind.BATCHED:  # one pause for the message, after the model
+        assert len(interrupts) == 1
+        assert interrupts[0].value == {
+            "action_requests": requests,
+            "review_configs": [
+                {
+                    "action_name": "refund",
+                    "allowed_decisions": ["approve", "reject", "edit", "respond"],
+                }
+            ]
+            * 2,
+        }
     else:  # create_agent runs each call as its own task: one pause per call
         assert len(interrupts) == 2
     assert await refunds(harness, thread_id) == []
@@ -232,6 +254,11 @@ async def test_a_reviewers_decision_reaches_the_model_as_hitl_middleware_would_g
 
     seen = model.seen[-1][-1]  # what the model read before its last reply
     assert isinstance(seen, ToolMessage)
+    if decision == "edit" and kind is not Kind.GRAPH:  # told, as HumanInTheLoopMiddleware tells it
+        content = (
+            f"{EDIT_NOTICE} Executed instead: refund with arguments "
+            f'{{"amount": 60, "order_id": "A7"}}.\n\nTool response:\n{content}'
+        )
     assert (seen.tool_call_id, seen.content, seen.status) == ("refund-1", content, status)
     assert await refunds(harness, thread_id) == refunded
     call = (await calls_of(harness.db, thread_id))["refund-1"]
@@ -375,7 +402,8 @@ async def test_an_approval_decided_in_another_process_resumes_the_thread_in_a_th
     # The thread's config is stored with the approval: enough to see the pause from anywhere.
     assert resume_config(approval) == {"configurable": {"thread_id": thread_id}}
     seen_from_approval = await graph.aget_state(resume_config(approval))
-    assert seen_from_approval.next == ("tools",) and seen_from_approval.interrupts
+    paused_at = "SignoffMiddleware.after_model" if kind is Kind.BATCHED else "tools"
+    assert seen_from_approval.next == (paused_at,) and seen_from_approval.interrupts
 
     decided = await run_cli(
         "approvals",

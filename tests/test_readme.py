@@ -318,8 +318,11 @@ async def the_quorum_approved_and_the_approval_is_used(ns: Namespace, given: Giv
 
 async def the_agent_paused_at_the_refund(ns: Namespace, given: Given) -> None:
     [paused] = ns["state"]["__interrupt__"]
-    request = paused.value
-    assert (request["type"], request["name"]) == ("tool_approval", "refund")
+    [request] = paused.value["action_requests"]  # the batched shape: one per gated call
+    assert request["name"] == "refund"
+    assert paused.value["review_configs"] == [
+        {"action_name": "refund", "allowed_decisions": ["approve", "reject", "edit", "respond"]}
+    ]
     approval = await ns["signoff"].approvals.get(request["approval_id"])
     assert (approval.status, approval.run_id, approval.tool) == (
         ApprovalStatus.PENDING,
@@ -357,6 +360,20 @@ async def the_fan_out_and_the_one_use_node_ran_once(ns: Namespace, given: Given)
         )
     assert done["notes"] == ["2 orders found", "refunded 120 EUR on A-1042"]
     assert given.refunds == [{"order_id": "A-1042", "amount": 120}]
+
+
+async def the_drop_in_asked_once_and_ran_the_refund(ns: Namespace, given: Given) -> None:
+    value = ns["pause"].value
+    [request] = value["action_requests"]
+    assert (request["name"], request["args"]) == ("refund", {"order_id": "A-1042", "amount": 120})
+    assert request["description"].startswith("Tool execution pending approval\n\nTool: refund")
+    assert value["review_configs"] == [
+        {"action_name": "refund", "allowed_decisions": ["approve", "reject"]}
+    ]
+    assert ns["done"].interrupts == ()
+    assert given.refunds == [{"order_id": "A-1042", "amount": 120}]
+    approval = await ns["signoff"].approvals.get(request["approval_id"])
+    assert approval.status is ApprovalStatus.APPROVED and approval.consumed
 
 
 async def the_checkpoints_are_stored_encrypted(ns: Namespace, given: Given) -> None:
@@ -423,6 +440,9 @@ CASES: dict[str, Case] = {
     "LangGraph agents #1": Case(("db", "ring", "model", "tools"), the_agent_paused_at_the_refund),
     "LangGraph agents #2": Case(
         ("db", "ring", "tools", "signoff"), the_fan_out_and_the_one_use_node_ran_once
+    ),
+    "LangGraph agents #3": Case(
+        ("db", "ring", "model", "tools", "signoff"), the_drop_in_asked_once_and_ran_the_refund
     ),
     "Checkpoints #1": Case(("builder", "inputs"), the_checkpoints_are_stored_encrypted),
     "Dex #1": Case(

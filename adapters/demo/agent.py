@@ -127,6 +127,6 @@ def build_agent(
         SupportModel(),
         tools=support_tools(payments),
         system_prompt="You are a support agent. Refunds need a support lead's approval.",
-        middleware=[SignoffMiddleware(signoff)],
+        middleware=[SignoffMiddleware(signoff, shape="per_call")],
         checkpointer=checkpointer,
     )

@@ -4,7 +4,9 @@ It runs the calls of the last model message in parallel. Calls that need approva
 about together, in one pause: the interrupt value is `{"type": "tool_approvals", "requests":
 [...]}` (each request HumanInTheLoopMiddleware's per-call shape plus the approval id). Resume
 with nothing (store-decided), or a mapping from tool call id (or approval id) to a decision or
-signed token; a single decision or token answers a single pending call.
+signed token; a single decision or token answers a single call. An answer that is refused
+writes nothing: the node pauses again, the value carrying `refused` (why). With `store_only`
+(by default for a policy that names approvers) only the store decides.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from pydantic import ValidationError
 
 from approvals import Approval
 
-from .errors import InvalidResume
 from .tools import SignoffTools, call_id_of, turn_of
 
 __all__ = ["SignoffToolNode", "signoff_tool_node"]
@@ -35,12 +36,18 @@ class SignoffToolNode:
     to `node.tools`."""
 
     def __init__(
-        self, tools: Sequence[BaseTool], signoff: SignoffTools, messages_key: str = "messages"
+        self,
+        tools: Sequence[BaseTool],
+        signoff: SignoffTools,
+        messages_key: str = "messages",
+        *,
+        store_only: bool | None = None,
     ) -> None:
         self.tools = list(tools)
         self.by_name = {t.name: t for t in self.tools}
         self.signoff = signoff
         self.messages_key = messages_key
+        self.store_only = store_only
 
     async def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = list(
@@ -77,20 +84,30 @@ class SignoffToolNode:
         )
         approvals = {c["id"]: a for c, a in zip(calls, asked, strict=True) if a is not None}
         by_id = {c["id"]: c for c in calls}
-        while pending := {i: a for i, a in approvals.items() if not a.status.final}:
-            value = interrupt(
-                {
-                    "type": "tool_approvals",
-                    "requests": [
-                        self.signoff.approval_request(a, by_id[i]) for i, a in pending.items()
-                    ],
-                }
-            )
-            for call_id, approval in pending.items():
-                answer = _answer_for(value, call_id, approval, len(pending))
-                approvals[call_id] = await self.signoff.apply_resume(
-                    approval, answer, by_id[call_id], config
-                )
+        refused: str | None = None
+        # Every call asked about stays in every request, so a replayed answer meets the same
+        # requests in every run.
+        while any(not a.status.final for a in approvals.values()):
+            value: dict[str, Any] = {
+                "type": "tool_approvals",
+                "requests": [
+                    self.signoff.approval_request(a, by_id[i]) for i, a in approvals.items()
+                ],
+            }
+            if refused is not None:
+                value["refused"] = refused
+            answers = interrupt(value)
+            reasons: list[str] = []
+            for call_id, approval in approvals.items():
+                answer, reason = _answer_for(answers, call_id, approval, len(approvals))
+                if reason is None:
+                    approval, reason = await self.signoff.resolve(
+                        approval, answer, by_id[call_id], config, store_only=self.store_only
+                    )
+                approvals[call_id] = approval
+                if reason is not None:
+                    reasons.append(f"{call_id}: {reason}")
+            refused = "; ".join(reasons) or None
         return approvals
 
     async def _one(
@@ -122,26 +139,30 @@ class SignoffToolNode:
 
 
 def signoff_tool_node(
-    tools: Sequence[BaseTool], signoff: SignoffTools, messages_key: str = "messages"
+    tools: Sequence[BaseTool],
+    signoff: SignoffTools,
+    messages_key: str = "messages",
+    *,
+    store_only: bool | None = None,
 ) -> SignoffToolNode:
-    return SignoffToolNode(tools, signoff, messages_key)
+    return SignoffToolNode(tools, signoff, messages_key, store_only=store_only)
 
 
 def _error(call: Mapping[str, Any], reason: str) -> ToolMessage:
     return ToolMessage(content=reason, tool_call_id=call["id"], name=call["name"], status="error")
 
 
-def _answer_for(value: Any, call_id: str, approval: Approval, pending: int) -> Any:
-    """This call's part of a resume value."""
+def _answer_for(value: Any, call_id: str, approval: Approval, count: int) -> tuple[Any, str | None]:
+    """This call's part of a resume value, or why it has none that can be read."""
     if value is None or value == "continue":
-        return None
+        return None, None
     if isinstance(value, Mapping) and (call_id in value or approval.approval_id in value):
-        return value.get(call_id, value.get(approval.approval_id))
+        return value.get(call_id, value.get(approval.approval_id)), None
     if isinstance(value, Mapping) and "type" not in value and "decisions" not in value:
-        return None  # answers for other calls only: read the store for this one
-    if pending == 1:
-        return value
-    raise InvalidResume(
+        return None, None  # answers for other calls only: read the store for this one
+    if count == 1:
+        return value, None
+    return None, (
         "several calls wait for approval: resume with a mapping from tool call id to its "
         "decision or token, or with nothing"
     )

@@ -14,8 +14,10 @@ same arguments it replays).
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,16 +27,29 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from adapters.runtime import ToolSpec, ask, decide_once
+from adapters.runtime import DecisionConflict, ToolSpec, ask, decide_once
 from adapters.runtime import run as run_call
 from adapters.runtime.documents import description_of
 from adapters.runtime.hitl import decidable, hitl_decision, one_decision
-from approvals import Approval, ApprovalStore
+from approvals import (
+    Approval,
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    ApprovalPolicy,
+    ApprovalStore,
+    DecisionNotAllowed,
+    InvalidApprovalRequest,
+)
+from approvals.errors import TokenError, UnknownReviewer
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
 from ledger.errors import UnknownCall
+from ledger.keys import KeyRing
 from ledger.log import get_logger
+from ledger.store.db import Database
+from ledger.store.settings import Settings
 
+from ._loop_thread import held_on_loop_thread
 from .errors import InvalidResume
 
 __all__ = [
@@ -144,6 +159,10 @@ class SignoffTools:
     specs: Sequence[ToolSpec] = ()
     default: ToolSpec = field(default_factory=lambda: ToolSpec("*"))
     requested_by: str = "agent"
+    loop: asyncio.AbstractEventLoop | None = None
+    """The event loop the ledger's and the store's database pool belong to, when it runs in a
+    thread of its own (`from_conn_string_sync` sets it): sync code (`agent.invoke`) runs the
+    middleware's work there."""
     _by_name: dict[str, ToolSpec] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -152,21 +171,119 @@ class SignoffTools:
             raise ValueError(f"tool names must be unique: {names}")
         self._by_name = {s.name: s for s in self.specs}
 
+    @classmethod
+    @contextmanager
+    def from_conn_string_sync(
+        cls,
+        conn_string: str,
+        *,
+        specs: Sequence[ToolSpec] = (),
+        default: ToolSpec | None = None,
+        requested_by: str = "agent",
+        settings: Settings | None = None,
+        pool_size: int = 4,
+    ) -> Iterator[SignoffTools]:
+        """For code without an event loop (`agent.invoke`): the database pool, key ring, store
+        and ledger live on an event loop in a thread of their own while the `with` block runs
+        (`loop` names it), as `EncryptedPostgresSaver.from_conn_string_sync` does for the
+        checkpoints. The KEK comes from `settings` (default: the environment's)."""
+
+        @asynccontextmanager
+        async def open_tools() -> AsyncIterator[SignoffTools]:
+            async with AsyncExitStack() as stack:
+                db = await Database.connect(conn_string, pool_size=pool_size, settings=settings)
+                stack.push_async_callback(db.close)
+                ring = await KeyRing.open(db)
+                store = ApprovalStore(db, ring)
+                stack.push_async_callback(store.close)
+                ledger = ToolLedger(db, ring)
+                stack.push_async_callback(ledger.close)
+                yield cls(
+                    ledger,
+                    store,
+                    specs,
+                    default or ToolSpec("*"),
+                    requested_by,
+                    loop=asyncio.get_running_loop(),
+                )
+
+        with held_on_loop_thread(open_tools, name="signoff-tools") as tools:
+            yield tools
+
     def spec(self, name: str) -> ToolSpec:
         """The spec of the tool of that name (the default, named so, for any other)."""
         return self._by_name.get(name) or replace(self.default, name=name)
 
-    def approval_request(self, approval: Approval, tool_call: Mapping[str, Any]) -> dict[str, Any]:
-        """The interrupt value: HumanInTheLoopMiddleware's per-call request plus our ids."""
-        return {
+    def approval_request(
+        self,
+        approval: Approval,
+        tool_call: Mapping[str, Any],
+        *,
+        description: str | None = None,
+        refused: str | None = None,
+    ) -> dict[str, Any]:
+        """The interrupt value: HumanInTheLoopMiddleware's per-call request plus our ids; when
+        the last answer was refused, `refused` says why (answer again)."""
+        request = {
             "type": "tool_approval",
             "tool_call_id": tool_call["id"],
             "name": tool_call["name"],
             "args": tool_call["args"],
-            "description": self.spec(tool_call["name"]).description or description_of(approval),
+            "description": (
+                self.spec(tool_call["name"]).description or description_of(approval)
+                if description is None
+                else description
+            ),
             "approval_id": approval.approval_id,
             "allowed_decisions": sorted(str(d) for d in decidable(approval.policy)),
         }
+        if refused is not None:
+            request["refused"] = refused
+        return request
+
+    @staticmethod
+    def decides_in_store(policy: ApprovalPolicy, store_only: bool | None) -> bool:
+        """Whether only the store decides approvals under `policy`: as `store_only` says, by
+        default whenever the policy names approvers (a resume value cannot say who decided)."""
+        return bool(policy.approvers) if store_only is None else store_only
+
+    async def resolve(
+        self,
+        approval: Approval,
+        value: Any,
+        tool_call: Mapping[str, Any],
+        config: RunnableConfig,
+        *,
+        store_only: bool | None = None,
+    ) -> tuple[Approval, str | None]:
+        """`apply_resume`, with a refused answer reported rather than raised: the approval as
+        the store has it and why the answer was refused (None: taken). A refusal writes
+        nothing, so the same answer is refused again when LangGraph replays it, and the caller
+        asks again with a new `interrupt()` whose answer can go through.
+
+        An answer that differs from a decision the store already holds (`DecisionConflict`)
+        is no refusal: the recorded decision stands and the call goes on with it."""
+        try:
+            if self.decides_in_store(approval.policy, store_only) and _is_decision(value):
+                raise InvalidResume(
+                    f"approval {approval.approval_id} ({tool_call['name']}) is decided in "
+                    "Signoff's store only (`signoff approvals decide`, the HTTP service): a "
+                    "resume value cannot decide it; resume with nothing once it is decided"
+                )
+            return await self.apply_resume(approval, value, tool_call, config), None
+        except DecisionConflict as e:
+            log.warning(
+                "resume answer differs from the recorded decision; the recorded one stands",
+                approval_id=approval.approval_id,
+                recorded=e.recorded,
+                attempted=e.attempted,
+            )
+            return await self.approvals.get(approval.approval_id), None
+        except _REFUSALS as e:
+            log.info(
+                "resume answer refused", approval_id=approval.approval_id, error=type(e).__name__
+            )
+            return await self.approvals.get(approval.approval_id), str(e)
 
     async def pending_approval(
         self, tool_call: Mapping[str, Any], config: RunnableConfig
@@ -288,6 +405,24 @@ class SignoffTools:
         approval_id = None if approval is None else approval.approval_id
         outcome = await run_call(self.ledger, self.approvals, spec, call, fn, approval_id)
         return tool_message(outcome, tool_call)
+
+
+# What an answer can be refused for: its shape, the policy, the token, the reviewer. Each depends
+# on the answer and the policy only, so a replayed answer is refused again.
+_REFUSALS = (
+    InvalidApprovalRequest,
+    InvalidResume,
+    DecisionNotAllowed,
+    TokenError,
+    ApprovalExpired,
+    ApprovalAlreadyDecided,
+    UnknownReviewer,
+)
+
+
+def _is_decision(value: Any) -> bool:
+    """A resume value that would record a decision (not nothing, not a signed token)."""
+    return isinstance(value, dict) and ("decisions" in value or "type" in value)
 
 
 def tool_message(outcome: CallOutcome, tool_call: Mapping[str, Any]) -> ToolMessage:

@@ -88,7 +88,9 @@ def edited_args(action: Any, tool: str, name_key: str) -> dict[str, Any]:
         raise InvalidApprovalRequest(f"an edited action is {{{name_key!r}, 'args'}} and no more")
     if action[name_key] != tool:
         raise InvalidApprovalRequest(
-            f"the edited action is for {str(action[name_key])[:100]!r}; this call is {tool!r}"
+            f"the edited action is for {str(action[name_key])[:100]!r}; this call is {tool!r}, "
+            "and an edit cannot switch tools (the approval is bound to this one): reject the "
+            "call instead"
         )
     args = action["args"]
     if not isinstance(args, dict):

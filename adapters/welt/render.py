@@ -85,8 +85,8 @@ def approval_event(
 
 def signoff_requests(interrupt_id: str, value: Any) -> list[Mapping[str, Any]]:
     """The approval requests in one LangGraph interrupt value: create_agent's middleware asks
-    one per interrupt (`tool_approval`), the tool node all of a message at once
-    (`tool_approvals`).
+    one per interrupt (`tool_approval`) or all of a message at once (`action_requests`, the
+    batched shape), the tool node all of a message at once (`tool_approvals`).
 
     Raises:
         UnsupportedInterrupt: the value is no Signoff approval request.
@@ -94,6 +94,8 @@ def signoff_requests(interrupt_id: str, value: Any) -> list[Mapping[str, Any]]:
     if isinstance(value, Mapping):
         if value.get("type") == "tool_approvals" and isinstance(value.get("requests"), list):
             requests = value["requests"]
+        elif isinstance(value.get("action_requests"), list):
+            requests = value["action_requests"]
         else:
             requests = [value]
         if requests and all(
