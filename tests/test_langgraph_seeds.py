@@ -20,10 +20,17 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 
-from adapters.langgraph import InvalidSend, OutsideOneUse, fan_out, step, tool_task
+from adapters.langgraph import (
+    InvalidSend,
+    OutsideOneUse,
+    fan_out,
+    signoff_tool_node,
+    step,
+    tool_task,
+)
 from adapters.langgraph.tools import tool_message
 from approvals import ApprovalStatus, Decision
 from ledger.calls.model import CallOutcome, CallStatus
@@ -269,6 +276,16 @@ async def test_content_blocks_stay_content_blocks(worker: Harness) -> None:
     assert [m.content for m in out["results"]] == [blocks], "not a JSON string"
     replayed = await app.ainvoke(None, await checkpoint_before(app, config, "invoice"))
     assert [m.content for m in replayed["results"]] == [blocks]
+    # The tool node hands them on as they are too.
+    node = StateGraph(MessagesState)
+    node.add_node("tools", signoff_tool_node([invoice], worker.signoff(SPECS)))
+    node.add_edge(START, "tools")
+    node.add_edge("tools", END)
+    asked = AIMessage("", tool_calls=[{"name": "invoice", "args": {"order_id": "A7"}, "id": "i1"}])
+    answered = await node.compile(checkpointer=worker.saver).ainvoke(
+        {"messages": [asked]}, thread(new_thread("blocks-node"))
+    )
+    assert answered["messages"][-1].content == blocks, "not a JSON string"
     # A list that is not content blocks is still JSON text.
     numbers = CallOutcome(CallStatus.SUCCEEDED, "c1", result=[1, 2])
     assert tool_message(numbers, {"name": "count", "id": "c1"}).content == "[1, 2]"

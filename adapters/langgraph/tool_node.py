@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from approvals import Approval
 
-from .tools import SignoffTools, call_id_of, turn_of
+from .tools import SignoffTools, call_id_of, is_content_blocks, turn_of
 
 __all__ = ["SignoffToolNode", "signoff_tool_node"]
 
@@ -132,7 +132,8 @@ class SignoffToolNode:
                 return _error(call, f"the arguments do not fit {call['name']}: {e}")
             except ToolException as e:
                 return _error(call, str(e))
-            content = output if isinstance(output, str) else json.dumps(output, default=str)
+            blocks = isinstance(output, str) or is_content_blocks(output)  # files stay files
+            content = output if blocks else json.dumps(output, default=str)
             return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 
         return await self.signoff.run(call, tool, config, execute, approval=approval, turn_id=turn)
