@@ -32,8 +32,9 @@ from adapters.langgraph import (
     tool_task,
 )
 from adapters.langgraph.tools import tool_message
-from approvals import ApprovalStatus, Decision
-from ledger.calls.model import CallOutcome, CallStatus
+from adapters.runtime import ToolSpec
+from approvals import ApprovalPolicy, ApprovalStatus, Decision
+from ledger.calls.model import CallOutcome, CallStatus, Effect
 from ledger.keys import LocalKek, Purpose
 from ledger.store.logins import temporary_login
 from tests.support.scratch import scratch_database
@@ -463,3 +464,58 @@ async def test_a_step_outside_a_one_use_node_is_refused_before_it_runs(tmp_path:
     with pytest.raises(OutsideOneUse, match="one_use"):
         await step("draft", lambda: runs.add("draft"))
     assert runs.counts() == {}
+
+
+# -- store-only: a resume value never decides an approval whose policy names approvers -------
+
+GUARDED = (
+    ToolSpec("lookup_order", effect=Effect.READ),
+    ToolSpec("refund", approval=ApprovalPolicy(approvers=frozenset({"alice"}))),
+    ToolSpec("discount", approval=ApprovalPolicy(approvers=frozenset({"alice"}))),
+)
+
+
+async def test_a_send_under_named_approvers_is_not_decided_by_a_resume_value(
+    owner: Harness, tmp_path: Path
+) -> None:
+    # The config names the reviewer; the caller chose it, so only the store may decide.
+    runs = Runs(tmp_path / "runs.jsonl")
+    config: RunnableConfig = {
+        "configurable": {"thread_id": new_thread("fan-only"), "signoff_reviewer": "alice"}
+    }
+    graph = fan_out_graph(runs, owner.signoff(GUARDED), owner.saver)
+    out = await graph.ainvoke({"orders": [], "refunds": REFUNDS}, config)
+    [pause] = out["__interrupt__"]
+
+    out = await graph.ainvoke(Command(resume={"type": "approve"}), config)
+    [again] = out["__interrupt__"]
+    assert "decided in Signoff's store only" in again.value["refused"]
+    assert (await owner.store.get(pause.value["approval_id"])).status is ApprovalStatus.PENDING
+    assert "refund A7" not in runs.counts()
+
+    await owner.store.decide(pause.value["approval_id"], Decision.approve(), "alice")
+    out = await graph.ainvoke(Command(resume="continue"), config)
+    assert runs.counts()["refund A7"] == 1
+
+
+async def test_a_one_use_ask_under_named_approvers_is_not_decided_by_a_resume_value(
+    owner: Harness, tmp_path: Path
+) -> None:
+    runs = Runs(tmp_path / "runs.jsonl")
+    config: RunnableConfig = {
+        "configurable": {"thread_id": new_thread("two-only"), "signoff_reviewer": "alice"}
+    }
+    graph = two_questions_graph(runs, owner.signoff(GUARDED), owner.saver)
+    out = await graph.ainvoke({"order_id": "A7"}, config)
+    [first] = out["__interrupt__"]
+
+    out = await graph.ainvoke(Command(resume={"type": "approve"}), config)
+    [again] = out["__interrupt__"]
+    assert again.value["name"] == "refund"
+    assert "decided in Signoff's store only" in again.value["refused"]
+    assert (await owner.store.get(first.value["approval_id"])).status is ApprovalStatus.PENDING
+
+    await owner.store.decide(first.value["approval_id"], Decision.approve(), "alice")
+    out = await graph.ainvoke(Command(resume="continue"), config)
+    [second] = out["__interrupt__"]
+    assert second.value["name"] == "discount" and "refused" not in second.value

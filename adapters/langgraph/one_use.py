@@ -76,6 +76,7 @@ class _TaskRun:
     config: RunnableConfig
     task: str
     loop: asyncio.AbstractEventLoop
+    store_only: bool | None = None
 
     async def step(
         self, name: str, fn: Callable[..., Any], args: Mapping[str, Any] | None
@@ -119,6 +120,7 @@ class _TaskRun:
         approval = await self.signoff.pending_approval(call, self.config)
         placeholder = {"type": "tool_approval", "tool_call_id": call["id"], "name": call["name"]}
         pause = 0
+        refused: str | None = None
         while True:
             marker = f"{call['id']}#pause-{pause}"
             if not await self._recorded(marker):
@@ -126,11 +128,16 @@ class _TaskRun:
                     return approval
                 await self._record(marker, approval)
             request = (
-                placeholder if approval is None else self.signoff.approval_request(approval, call)
+                placeholder
+                if approval is None
+                else self.signoff.approval_request(approval, call, refused=refused)
             )
             value = interrupt(request)
             if approval is not None and not approval.status.final:
-                approval = await self.signoff.apply_resume(approval, value, call, self.config)
+                # A refused answer records nothing: the next pause asks again.
+                approval, refused = await self.signoff.resolve(
+                    approval, value, call, self.config, store_only=self.store_only
+                )
             pause += 1  # an answer given to this approval before: its place is taken
 
     async def _recorded(self, marker: str) -> bool:
@@ -249,14 +256,18 @@ def ask_sync(name: str, args: Mapping[str, Any]) -> CallOutcome:
     return run.blocking(lambda: ask(name, args))
 
 
-def one_use(node: Callable[..., Any], signoff: SignoffTools) -> Node:
+def one_use(
+    node: Callable[..., Any], signoff: SignoffTools, *, store_only: bool | None = None
+) -> Node:
     """Wrap your node (sync or async, with or without a `config` parameter) so its `step`s and
-    `ask`s run once per visit, whatever LangGraph re-runs."""
+    `ask`s run once per visit, whatever LangGraph re-runs. `store_only`: whether only the store
+    decides its approvals (a decision in a resume value is refused and asked again); None: for
+    the steps whose policy names approvers, as for `SignoffMiddleware`."""
     takes_config = "config" in inspect.signature(node).parameters
     is_async = inspect.iscoroutinefunction(node)
 
     async def wrapped(state: Any, config: RunnableConfig) -> Any:
-        run = _TaskRun(signoff, config, _task_of(config), asyncio.get_running_loop())
+        run = _TaskRun(signoff, config, _task_of(config), asyncio.get_running_loop(), store_only)
         token = _current.set(run)
         try:
             call = (

@@ -53,12 +53,19 @@ class SignoffToolTask:
     """A `Send` target running one call of `tool` (see the module's docstring)."""
 
     def __init__(
-        self, tool: BaseTool, signoff: SignoffTools, *, into: str, id_key: str | None = CALL_ID
+        self,
+        tool: BaseTool,
+        signoff: SignoffTools,
+        *,
+        into: str,
+        id_key: str | None = CALL_ID,
+        store_only: bool | None = None,
     ) -> None:
         self.tool = tool
         self.signoff = signoff
         self.into = into
         self.id_key = id_key
+        self.store_only = store_only
 
     async def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """`state` is the `Send` argument."""
@@ -79,10 +86,14 @@ class SignoffToolTask:
 
     async def _run_call(self, call: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         approval = await self.signoff.pending_approval(call, config)
+        refused: str | None = None
         while approval is not None and not approval.status.final:
-            # One approval per task: every resume position of this task is its own.
-            value = interrupt(self.signoff.approval_request(approval, call))
-            approval = await self.signoff.apply_resume(approval, value, call, config)
+            # One approval per task: every resume position of this task is its own. A refused
+            # answer records nothing (a replay is refused again) and is asked about anew.
+            value = interrupt(self.signoff.approval_request(approval, call, refused=refused))
+            approval, refused = await self.signoff.resolve(
+                approval, value, call, config, store_only=self.store_only
+            )
         message = await self.signoff.run(
             call, self.tool, config, self._execute(call), approval=approval
         )
@@ -140,12 +151,19 @@ class SignoffToolTask:
 
 
 def tool_task(
-    tool: BaseTool, signoff: SignoffTools, *, into: str, id_key: str | None = CALL_ID
+    tool: BaseTool,
+    signoff: SignoffTools,
+    *,
+    into: str,
+    id_key: str | None = CALL_ID,
+    store_only: bool | None = None,
 ) -> SignoffToolTask:
     """A `Send` target that runs `tool` with the `Send` argument through Signoff and returns
     `{into: [ToolMessage]}`. `id_key` names the argument field holding an explicit call id
-    (None: always derive it)."""
-    return SignoffToolTask(tool, signoff, into=into, id_key=id_key)
+    (None: always derive it). `store_only`: whether only the store decides (a decision in a
+    resume value is refused and asked again); None: when the tool's policy names approvers,
+    as for `SignoffMiddleware`."""
+    return SignoffToolTask(tool, signoff, into=into, id_key=id_key, store_only=store_only)
 
 
 def fan_out(
