@@ -17,9 +17,8 @@ Which tools' files go to the thread is the agent's choice: a tool that hands the
 to read keeps it to the model unless it is named. A named tool returns its file as a content
 block, `{"type": "file", "name": ..., "mime_type": ..., "base64": ...}`; the upload is named
 after the block's `name` (else its kind) plus the extension of its media type: `report-1a2b.csv`,
-`image.png`. Tools run through `SignoffTools` reach the graph with a list result as its JSON
-text, so a named tool's message that is the JSON of a list of content blocks is read as those
-blocks.
+`image.png`. A named tool's message whose text is the JSON of a list of content blocks (a tool
+that returns its blocks serialized) is read as those blocks.
 """
 
 from __future__ import annotations
