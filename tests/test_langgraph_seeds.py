@@ -519,3 +519,26 @@ async def test_a_one_use_ask_under_named_approvers_is_not_decided_by_a_resume_va
     out = await graph.ainvoke(Command(resume="continue"), config)
     [second] = out["__interrupt__"]
     assert second.value["name"] == "discount" and "refused" not in second.value
+
+
+async def test_a_derived_call_id_is_the_same_in_a_process_that_has_not_seen_a_rotation(
+    owner: Harness, worker: Harness, tmp_path: Path
+) -> None:
+    # The owner rotates and runs the fan-out under the new key; the worker's cache is within
+    # its refresh interval, so it still takes the old key for the active one.
+    runs = Runs(tmp_path / "runs.jsonl")
+    thread_id = new_thread("fan-stale")
+    await worker.ring.refresh()
+    interval, worker.ring.refresh_seconds = worker.ring.refresh_seconds, 3600.0
+    try:
+        await owner.ring.rotate(Purpose.VALUE_MAC)
+        mine = fan_out_graph(runs, owner.signoff(SPECS), owner.saver)
+        await mine.ainvoke({"orders": ORDERS, "refunds": []}, thread(thread_id))
+        recorded = await calls_of(owner.db, thread_id)
+
+        theirs = fan_out_graph(runs, worker.signoff(SPECS), worker.saver)
+        await theirs.ainvoke(None, await checkpoint_before(theirs, thread(thread_id), "lookup"))
+    finally:
+        worker.ring.refresh_seconds = interval
+    assert (runs.counts()["lookup_order A7"], runs.counts()["lookup_order B2"]) == (1, 1)
+    assert await calls_of(owner.db, thread_id) == recorded

@@ -104,7 +104,9 @@ class SignoffToolTask:
         the store asked for its approval with, if either did (a rotation since), else under the
         active key."""
         ring = self.signoff.ledger.ring
-        await ring.fresh()
+        # Not just `fresh()`: within its refresh interval after a rotation, this process would
+        # derive another id than one that has seen the new key, and run the call again.
+        await ring.fresh_active(Purpose.VALUE_MAC)
         message = _TAG + canonical_json(args).encode()
         ids = [
             f"{self.tool.name}:{(await ring.value_mac_fresh(message, key_id))[:32]}"

@@ -104,6 +104,7 @@ SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_
        sealed
 FROM data_keys ORDER BY created_at, key_id
 """
+_SELECT_ACTIVE = "SELECT key_id FROM data_keys WHERE purpose = $1 AND state = 'active'"
 # Every write to data_keys: the SECURITY DEFINER functions of migration 0008.
 _CREATE = "SELECT signoff_key_create($1, $2, $3, $4, $5)"
 _ROTATE = "SELECT signoff_key_rotate($1, $2, $3, $4, $5)"  # returns the demoted key's id
@@ -260,6 +261,17 @@ class KeyRing:
         elif self.nonces.runs_low(self._sealing_keys()):
             async with self._lock, self.db.connection() as conn:
                 await self._reserve(conn)
+
+    async def fresh_active(self, purpose: Purpose) -> None:
+        """`fresh`, and a refresh now if the database's active key of `purpose` is not the
+        cached one (rotated moments ago by another process): for values every process must
+        derive alike at once, such as ids. One small query; keys are unwrapped only on a
+        change."""
+        await self.fresh()
+        async with self.db.connection() as conn:
+            active = await conn.fetchval(_SELECT_ACTIVE, str(purpose))
+        if active != self._active.get(purpose):
+            await self.refresh()
 
     async def refresh(self) -> None:
         """Reload every key from the database now (and reserve nonces, as `fresh` does)."""
