@@ -351,6 +351,12 @@ def test_interrupt_on_entries_are_checked_when_the_middleware_is_made(harness: H
         )
     with pytest.raises(ValueError, match="shape"):
         SignoffMiddleware(signoff, shape="sideways")  # type: ignore[arg-type]
+    # HumanInTheLoopMiddleware's keyword for the shape, so its per-call examples run as written.
+    assert SignoffMiddleware(signoff, interrupt_mode="per_call").shape == "per_call"
+    assert SignoffMiddleware(signoff, shape="per_call").shape == "per_call"
+    assert SignoffMiddleware(signoff).shape == "batched"
+    with pytest.raises(ValueError, match="give one"):
+        SignoffMiddleware(signoff, interrupt_mode="per_call", shape="batched")
     made = SignoffMiddleware(signoff, interrupt_on={"t": {"allowed_decisions": ["approve"]}})
     policy = made.signoff.spec("t").approval
     assert policy is not None and {str(k) for k in policy.allowed} == {"approve"}

@@ -3,12 +3,12 @@
 decisions). List it first in `middleware=[...]`: it must be the outermost tool wrapper, so every
 call passes through it.
 
-- `shape="batched"` (default, as HumanInTheLoopMiddleware): after each model message, one
-  interrupt lists every call of it that needs approval (`action_requests`, `review_configs`,
-  plus each call's `approval_id`, `tool_call_id` and `status`); resume with `{"decisions":
-  [...]}`, one per action request, in order.
-- `shape="per_call"`: each call pauses on its own interrupt (`{"type": "tool_approval", ...}`
-  plus `approval_id`), answered with one decision.
+- `interrupt_mode="batched"` (default, as HumanInTheLoopMiddleware; `shape=` is the same):
+  after each model message, one interrupt lists every call of it that needs approval
+  (`action_requests`, `review_configs`, plus each call's `approval_id`, `tool_call_id` and
+  `status`); resume with `{"decisions": [...]}`, one per action request, in order.
+- `interrupt_mode="per_call"`: each call pauses on its own interrupt (`{"type":
+  "tool_approval", ...}` plus `approval_id`), answered with one decision.
 
 Either way the answer is recorded in the store, and the call then runs through the ledger once
 per run. An answer that is refused (a decision the policy does not allow, a count that does not
@@ -80,7 +80,9 @@ class SignoffMiddleware(AgentMiddleware):
         description_prefix: the first line of each request's description, followed by the
             tool and its arguments as HumanInTheLoopMiddleware writes them; a spec's
             description takes its place, and an entry's `description` replaces it all.
-        shape: `"batched"` (one interrupt per model message) or `"per_call"`.
+        interrupt_mode: `"batched"` (one interrupt per model message) or `"per_call"`, as
+            HumanInTheLoopMiddleware names it.
+        shape: the same as `interrupt_mode` (give one of them).
         store_only: whether only the store decides (a decision in a resume value is refused);
             None: for the tools whose policy names approvers.
         edit_notice: told to the model before an edited call's result; None: nothing.
@@ -92,13 +94,17 @@ class SignoffMiddleware(AgentMiddleware):
         *,
         interrupt_on: Mapping[str, bool | Mapping[str, Any]] | None = None,
         description_prefix: str = "Tool execution requires approval",
-        shape: Shape = "batched",
+        interrupt_mode: Shape | None = None,
+        shape: Shape | None = None,
         store_only: bool | None = None,
         edit_notice: str | None = EDIT_NOTICE,
     ) -> None:
         super().__init__()
+        if interrupt_mode is not None and shape is not None and interrupt_mode != shape:
+            raise ValueError(f"interrupt_mode={interrupt_mode!r} and shape={shape!r}: give one")
+        shape = interrupt_mode or shape or "batched"
         if shape not in ("batched", "per_call"):
-            raise ValueError(f"shape is 'batched' or 'per_call', not {shape!r}")
+            raise ValueError(f"interrupt_mode (shape) is 'batched' or 'per_call', not {shape!r}")
         self.signoff, self.describers = _with_interrupt_on(signoff, interrupt_on or {})
         self.description_prefix = description_prefix
         self.shape: Shape = shape
