@@ -35,6 +35,7 @@ from adapters.langgraph.tools import tool_message
 from adapters.runtime import ToolSpec
 from approvals import ApprovalPolicy, ApprovalStatus, Decision
 from ledger.calls.model import CallOutcome, CallStatus, Effect
+from ledger.errors import InvalidToolCall
 from ledger.keys import LocalKek, Purpose
 from ledger.store.logins import temporary_login
 from tests.support.scratch import scratch_database
@@ -463,6 +464,9 @@ async def test_a_step_outside_a_one_use_node_is_refused_before_it_runs(tmp_path:
     runs = Runs(tmp_path / "runs.jsonl")
     with pytest.raises(OutsideOneUse, match="one_use"):
         await step("draft", lambda: runs.add("draft"))
+    # A name like a pause record's would replay a pause that was never asked.
+    with pytest.raises(InvalidToolCall, match="without '#'"):
+        await step("draft#pause-0", lambda: runs.add("draft"))
     assert runs.counts() == {}
 
 

@@ -51,7 +51,7 @@ from langgraph.types import interrupt
 from adapters.runtime import run as run_call
 from approvals import Approval
 from ledger.calls.model import CallContext, CallOutcome, Effect, ToolCall, ToolPolicy
-from ledger.errors import UnknownCall
+from ledger.errors import InvalidToolCall, UnknownCall
 
 from .errors import OutsideOneUse
 from .tools import SignoffTools, run_id_of
@@ -81,6 +81,7 @@ class _TaskRun:
     async def step(
         self, name: str, fn: Callable[..., Any], args: Mapping[str, Any] | None
     ) -> CallOutcome:
+        _check_name(name)
         spec = self.signoff.spec(name)
         # The step's call id (not who consumes its approval: the runtime builds that).
         call_id = "/".join((self.task, name))
@@ -215,6 +216,13 @@ def _approved_args(args: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
+def _check_name(name: str) -> None:
+    """A step's name is part of its call id; `#` is kept for the pause records beside it
+    (`<call id>#pause-<n>`), which a step named like one would otherwise replay."""
+    if not isinstance(name, str) or not name or "#" in name:
+        raise InvalidToolCall(f"a step's name is text without '#': {name!r}")
+
+
 async def step(
     name: str, fn: Callable[..., Any], args: Mapping[str, Any] | None = None
 ) -> CallOutcome:
@@ -223,8 +231,10 @@ async def step(
 
     Raises:
         OutsideOneUse: not inside a `one_use` node.
-        InvalidToolCall: a name used before in this node visit with other arguments.
+        InvalidToolCall: a name with `#`, or used before in this node visit with other
+            arguments.
     """
+    _check_name(name)
     return await _task_run("step()").step(name, fn, args)
 
 
