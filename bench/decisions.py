@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from approvals import ApprovalPolicy, ApprovalStore, Decision, Reviewer
+from approvals import ApprovalPolicy, ApprovalStore, Decision, ReviewerDirectory
 from approvals.integrity import approval_problems, sign_review
 from approvals.model import DecisionKind, Review
 from approvals.projection import stream_of
@@ -58,9 +58,9 @@ async def main(seconds: float) -> list[dict[str, object]]:
             requested_by="agent",
             policy=LEADS,
         )
-        await store.decide(
-            approval.approval_id, Decision.approve(), Reviewer("lead", frozenset({"leads"}))
-        )
+        # A reviewer's groups are the reviewer directory's, never the caller's.
+        await ReviewerDirectory(db).add("lead", ["leads"], by="bench")
+        await store.decide(approval.approval_id, Decision.approve(), "lead")
         await store.consume(approval.approval_id, "bench-run/c1")
         events = await Journal(db).read_stream(stream_of(approval.approval_id))
         assert await approval_problems(worker, events) == []

@@ -49,14 +49,19 @@ Decide = Callable[[int, str, str], Awaitable[None]]
 async def main(seconds: float) -> dict[str, object]:
     kek, reviewer_kek = LocalKek(os.urandom(32)), LocalKek(os.urandom(32))
     async with bench_database() as url, AsyncExitStack() as stack:
-        owner = await Database.connect(url, pool_size=2)
+        # Settings of its own for each side: the environment's KEKs are not this run's.
+        owner_settings = Settings(database_url=url, kek=kek, reviewer_kek=reviewer_kek)
+        owner = await Database.connect(url, pool_size=2, settings=owner_settings)
         stack.push_async_callback(owner.close)
         await KeyRing.open(owner, kek, reviewer_kek=reviewer_kek)  # makes every key
         worker_url = await stack.enter_async_context(temporary_login(url, "signoff_app"))
         reviewer_url = await stack.enter_async_context(temporary_login(url, "signoff_reviewer"))
 
         # The agents' side: their own database pool and a ring that only verifies.
-        agents_db = await Database.connect(worker_url, pool_size=REVIEWERS + 2)
+        agents_settings = Settings(database_url=worker_url, kek=kek, reviewer_kek=None)
+        agents_db = await Database.connect(
+            worker_url, pool_size=REVIEWERS + 2, settings=agents_settings
+        )
         stack.push_async_callback(agents_db.close)
         agents = ApprovalStore(agents_db, await KeyRing.open(agents_db, kek, create_missing=False))
         stack.push_async_callback(agents.close)

@@ -1,0 +1,32 @@
+"""Every benchmark still runs: each `python -m bench.NAME`, briefly, on the session's server,
+prints its JSON figures as its last line. (Speed is never asserted here; the figures are the
+benchmarks' own business.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .processes import finish, start_program
+
+BRIEF = {
+    "approvals": ("--seconds", "0.5", "--baseline-seconds", "0.2"),
+    "checkpoints": ("--seconds", "0.1", "--rounds", "1"),
+    "decisions": ("--seconds", "0.1"),
+    "http_approvals": ("--seconds", "0.5"),
+    "journal_append": ("--seconds", "0.2"),
+    "tool_ledger": ("--seconds", "0.2"),
+    "verify": ("--events", "200", "--rounds", "1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BRIEF))
+async def test_the_benchmark_runs_and_prints_its_figures(name: str, server_url: str) -> None:
+    process = await start_program(
+        f"bench.{name}", *BRIEF[name], env={"SIGNOFF_DATABASE_URL": server_url}
+    )
+    last = (await finish(process, within=300)).strip().splitlines()[-1]
+    figures = json.loads(last)
+    assert figures["benchmark"] == name
+    assert isinstance(figures.get("ours"), int | float) and figures["ours"] > 0
