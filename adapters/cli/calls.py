@@ -10,10 +10,16 @@ import io
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any
 
 from ledger.audit.export import export_events
-from ledger.audit.queries import CallFilter, CallStory, call_story, call_summary, find_calls
+from ledger.audit.queries import (
+    CallFilter,
+    CallStory,
+    call_story,
+    call_summary,
+    find_calls,
+    story_summary,
+)
 from ledger.calls.model import CallStatus
 from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing
@@ -187,33 +193,12 @@ async def _calls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _events(story_events: list[Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "position": e.position,
-            "version": e.version,
-            "type": e.type,
-            "actor": e.actor,
-            "recorded_at": e.recorded_at.isoformat(),
-            "data": e.data,
-        }
-        for e in story_events
-    ]
-
-
 async def _show(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
         ring = await KeyRing.open(db, create_missing=False) if args.reveal else None
         revealer = (args.by or getpass.getuser()) if args.reveal else None
         story = await call_story(db, args.run_id, args.call_id, reveal_by=revealer, ring=ring)
-    data: dict[str, Any] = {
-        "call": call_summary(story.call),
-        "events": _events(story.events),
-        "approval_events": _events(story.approval_events),
-    }
-    if args.reveal:
-        data |= {"args": story.args, "result": story.result}
-    emit(args, _story_text(story, args.reveal), data)
+    emit(args, _story_text(story, args.reveal), story_summary(story, revealed=args.reveal))
     return 0
 
 

@@ -44,7 +44,15 @@ from .errors import ApiError
 from .service import Service
 from .shapes import approval_document, decision_from_body
 
-__all__ = ["IDEMPOTENCY_HEADER", "Caller", "may_see", "request_id_of", "router", "service_of"]
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "Caller",
+    "IdempotencyKey",
+    "may_see",
+    "request_id_of",
+    "router",
+    "service_of",
+]
 
 log = get_logger(__name__)
 
@@ -69,6 +77,16 @@ Caller = Annotated[Identity, Depends(identity_of)]
 
 MAX_REQUEST_ID = 200
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+# The client's request id as a header, which every endpoint that records something takes.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        max_length=MAX_REQUEST_ID,
+        description="The client's request id (else `request_id` in the body)",
+    ),
+]
 
 _BODY_DESCRIPTION = """A decision in any of three shapes (`adapters.http.shapes`):
 ours, `{"decision": "approve"|"reject"|"edit"|"respond", "args"?, "reason"?, "message"?}`;
@@ -194,14 +212,7 @@ async def decide(
     approval_id: str,
     body: Annotated[dict[str, Any], Body(description=_BODY_DESCRIPTION)],
     identity: Caller,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias=IDEMPOTENCY_HEADER,
-            max_length=MAX_REQUEST_ID,
-            description="The client's request id (else `request_id` in the body)",
-        ),
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     service = service_of(request)
     request_id, body = request_id_of(idempotency_key, body)

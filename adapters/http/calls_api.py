@@ -18,14 +18,20 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from approvals import Identity, UnknownApproval
-from ledger.audit.queries import CallFilter, CallKey, call_story, call_summary, find_calls
+from ledger.audit.queries import (
+    CallFilter,
+    CallKey,
+    call_story,
+    call_summary,
+    find_calls,
+    story_summary,
+)
 from ledger.calls.model import CallRecord, CallStatus
 from ledger.errors import CallStateError, InvalidToolCall, UnknownCall
-from ledger.journal import Event
 from ledger.limits import name_problem
 from ledger.log import get_logger
 
@@ -34,13 +40,14 @@ from .approvals_api import (
     MAX_PAGE,
     MAX_REQUEST_ID,
     Caller,
+    IdempotencyKey,
     may_see,
     service_of,
 )
 from .errors import ApiError
 from .service import Service
 
-__all__ = ["router", "story_document"]
+__all__ = ["router"]
 
 log = get_logger(__name__)
 
@@ -48,31 +55,6 @@ router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
 _ID = 200  # the longest run or call id the ledger takes
 Id = Annotated[str, Query(min_length=1, max_length=_ID)]
-
-
-def _events(events: list[Event]) -> list[dict[str, Any]]:
-    return [
-        {
-            "position": e.position,
-            "version": e.version,
-            "type": e.type,
-            "actor": e.actor,
-            "recorded_at": e.recorded_at.isoformat(),
-            "data": e.data,
-        }
-        for e in events
-    ]
-
-
-def story_document(
-    call: CallRecord, events: list[Event], approval_events: list[Event]
-) -> dict[str, Any]:
-    """A call's story as `signoff ledger show --json` shows it (without `--reveal`)."""
-    return {
-        "call": call_summary(call),
-        "events": _events(events),
-        "approval_events": _events(approval_events),
-    }
 
 
 def _auditor(identity: Identity, what: str) -> None:
@@ -182,7 +164,7 @@ async def story(request: Request, identity: Caller, run_id: Id, call_id: Id) -> 
         found = await call_story(service_of(request).db, run_id, call_id)
     except UnknownCall as e:
         raise ApiError(404, "not_found", f"no call {call_id} in run {run_id}") from e
-    return story_document(found.call, found.events, found.approval_events)
+    return story_summary(found)
 
 
 class CallRef(BaseModel):
@@ -207,8 +189,7 @@ async def reveal(request: Request, body: CallRef, identity: Caller) -> dict[str,
     except UnknownCall as e:
         raise ApiError(404, "not_found", f"no call {body.call_id} in run {body.run_id}") from e
     log.info("call revealed", run_id=body.run_id, call_id=body.call_id, by=identity.reviewer)
-    document = story_document(found.call, found.events, found.approval_events)
-    return document | {"args": found.args, "result": found.result}
+    return story_summary(found, revealed=True)
 
 
 class Resolution(CallRef):
@@ -228,14 +209,7 @@ async def resolve(
     response: Response,
     body: Resolution,
     identity: Caller,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias=IDEMPOTENCY_HEADER,
-            max_length=MAX_REQUEST_ID,
-            description="The client's request id (else `request_id` in the body); logged",
-        ),
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     if not identity.may_decide:
         raise ApiError(403, "forbidden", "an auditor's token reads and never resolves")

@@ -31,6 +31,7 @@ __all__ = [
     "call_summary",
     "find_calls",
     "record_reveal",
+    "story_summary",
 ]
 
 # `approved_by` is an array of whole reviewer names: `= ANY` matches one name exactly.
@@ -103,6 +104,30 @@ class CallStory:
     approval_events: list[Event]
     args: dict[str, Any] | None = None
     result: Any = None
+
+
+def story_summary(story: CallStory, *, revealed: bool = False) -> dict[str, Any]:
+    """A call's story as auditors are shown it, in every client: the call, its events and its
+    approval's; with `revealed` (the story was read with `reveal_by`), its arguments and result."""
+    shown: dict[str, Any] = {
+        "call": call_summary(story.call),
+        "events": [_event_summary(e) for e in story.events],
+        "approval_events": [_event_summary(e) for e in story.approval_events],
+    }
+    if revealed:
+        shown |= {"args": story.args, "result": story.result}
+    return shown
+
+
+def _event_summary(event: Event) -> dict[str, Any]:
+    return {
+        "position": event.position,
+        "version": event.version,
+        "type": event.type,
+        "actor": event.actor,
+        "recorded_at": event.recorded_at.isoformat(),
+        "data": event.data,
+    }
 
 
 async def find_calls(db: Database, where: CallFilter) -> list[tuple[CallRecord, tuple[str, ...]]]:
