@@ -29,6 +29,7 @@ from ..journal import Event
 from ..keys import KeyRing, Purpose
 from ..keys.public import published_keys
 from ..store import Database
+from .signing import with_checkpoint
 from .merkle import MerkleTree, RootBuilder, leaf_hash
 from .verifier import (
     ConsistencyProof,
@@ -149,7 +150,8 @@ async def take_digest(
     key_id = ring.active_key_id(Purpose.DIGEST_SIGNING)
     # The same cache, no await between: `sign` uses this very key.
     _, signature = ring.sign(digest_message(builder.size, root, last_position, taken_at, key_id))
-    return Digest(builder.size, root, last_position, taken_at, key_id, signature)
+    digest = Digest(builder.size, root, last_position, taken_at, key_id, signature)
+    return with_checkpoint(digest, ring, db.settings.log_origin)
 
 
 async def verify_digest(

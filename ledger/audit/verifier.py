@@ -1,6 +1,7 @@
 """Check Signoff's signed digests and proofs with nothing but the public keys: no database.
 
-    python -m ledger.audit.verifier digest DIGEST --public-keys KEYS
+    python -m ledger.audit.verifier digest DIGEST --public-keys KEYS [--witness-key VKEY ...
+        --witnesses N]
     python -m ledger.audit.verifier inclusion DIGEST PROOF --public-keys KEYS
     python -m ledger.audit.verifier consistency OLD NEW PROOF --public-keys KEYS
 
@@ -8,7 +9,8 @@ KEYS is the output of `signoff keys export-public`. Exit 0: valid; 1: invalid (t
 printed); 2: usage error (bad arguments, unreadable files, malformed KEYS).
 
 This module defines the documents it checks, so an auditor needs to trust only it,
-`ledger/canonical.py` and `ledger/audit/merkle.py` (stdlib and `cryptography` otherwise).
+`ledger/canonical.py`, `ledger/audit/merkle.py` and `ledger/audit/checkpoint.py` (stdlib and
+`cryptography` otherwise).
 
 The journal's Merkle tree (RFC 6962 hashing, `ledger.audit.merkle`) has one leaf per event, in the
 journal's global order (transaction id, position) below the horizon, the order `Journal.read_all`
@@ -20,6 +22,11 @@ the last leaf; 0 when empty), `taken_at`, `key_id`, `algorithm` ("Ed25519") and 
 (base64). The signature is over the message: the tag `signoff.digest.v1` followed by five fields,
 each a 4-byte big-endian length and its UTF-8 text: tree size (decimal), root (64 lowercase hex
 digits), last position (decimal), taken-at (`YYYY-MM-DDTHH:MM:SS.ffffffZ`) and the key id.
+A digest may also carry `checkpoint`: the same tree head as a C2SP checkpoint (signed note text,
+`ledger.audit.checkpoint`) signed by the same key under the log's origin name, plus any witness
+cosignatures. The digest's own signature does not cover it, so cosignatures can be appended;
+`check_digest` checks that it names the same tree and carries the key's valid signature, and
+`check_witnesses` counts its valid cosignatures by trusted witnesses.
 
 Exported event (JSON object; `ledger.audit.digest.export_event` makes it, for `ledger export` too):
 position, txid, stream_id, version, type, actor, recorded_at (canonical text), data (the
@@ -50,6 +57,16 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..canonical import chain_hash, event_bytes, format_time
+from .checkpoint import (
+    ED25519,
+    Checkpoint,
+    MalformedNote,
+    SignedNote,
+    VerifierKey,
+    parse_keys,
+    signed_by,
+    valid_cosigners,
+)
 from .merkle import HASH_SIZE, leaf_hash, verify_consistency, verify_inclusion
 
 __all__ = [
@@ -63,6 +80,8 @@ __all__ = [
     "check_consistency",
     "check_digest",
     "check_inclusion",
+    "check_witnesses",
+    "digest_checkpoint",
     "digest_message",
     "load_public_keys",
     "main",
@@ -107,6 +126,9 @@ class Digest:
     taken_at: datetime
     key_id: str
     signature: bytes
+    checkpoint: str | None = None
+    """The signed note of the same tree head (C2SP tlog-checkpoint), when the log has an
+    origin; cosignatures are appended to it."""
 
     def message(self) -> bytes:
         return digest_message(
@@ -114,7 +136,7 @@ class Digest:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "signoff_digest": 1,
             "tree_size": self.tree_size,
             "root": self.root.hex(),
@@ -124,6 +146,9 @@ class Digest:
             "algorithm": "Ed25519",
             "signature": base64.b64encode(self.signature).decode(),
         }
+        if self.checkpoint is not None:
+            doc["checkpoint"] = self.checkpoint
+        return doc
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -140,6 +165,7 @@ class Digest:
             _time(doc, "taken_at"),
             _text(doc, "key_id"),
             _base64(doc, "signature"),
+            None if doc.get("checkpoint") is None else _text(doc, "checkpoint"),
         )
 
     @classmethod
@@ -325,6 +351,57 @@ def check_digest(digest: Digest, public_keys: Mapping[str, bytes]) -> None:
             f"the digest's signature does not verify under key {digest.key_id}: the digest "
             "was altered or not signed by that key"
         ) from e
+    if digest.checkpoint is not None:
+        note, checkpoint = digest_checkpoint(digest)
+        if (checkpoint.tree_size, checkpoint.root) != (digest.tree_size, digest.root):
+            raise Invalid(
+                f"the checkpoint is of {checkpoint.tree_size} events with root "
+                f"{checkpoint.root.hex()}, the digest of {digest.tree_size} with root "
+                f"{digest.root.hex()}"
+            )
+        if not signed_by(note, VerifierKey(checkpoint.origin, ED25519, raw)):
+            raise Invalid(
+                f"the checkpoint carries no valid signature of key {digest.key_id} under the "
+                f"name {checkpoint.origin!r}: it was altered or not signed by that key"
+            )
+
+
+def digest_checkpoint(digest: Digest) -> tuple[SignedNote, Checkpoint]:
+    """The digest's checkpoint note, parsed (signatures not checked).
+
+    Raises:
+        MalformedDocument: the digest has none, or it is not a checkpoint note.
+    """
+    if digest.checkpoint is None:
+        raise MalformedDocument(
+            "the digest carries no checkpoint (the log takes checkpoints when it has an origin: "
+            "SIGNOFF_LOG_ORIGIN)"
+        )
+    try:
+        note = SignedNote.parse(digest.checkpoint)
+        return note, Checkpoint.parse(note.text)
+    except MalformedNote as e:
+        raise MalformedDocument(f"checkpoint: {e}") from e
+
+
+def check_witnesses(
+    digest: Digest, witness_keys: Sequence[VerifierKey], required: int
+) -> list[VerifierKey]:
+    """The witnesses among `witness_keys` whose cosignature on the digest's checkpoint
+    verifies, when there are at least `required` of them. Unknown and invalid signature lines
+    are ignored (signed-note), not counted; the log's own signature is `check_digest`'s.
+
+    Raises:
+        Invalid: fewer than `required` valid cosignatures, or no checkpoint.
+    """
+    note, _ = digest_checkpoint(digest)
+    valid = valid_cosigners(note, witness_keys)
+    if len(valid) < required:
+        names = ", ".join(k.name for k in valid) or "none"
+        raise Invalid(
+            f"{len(valid)} valid witness cosignature(s) of {required} required (valid: {names})"
+        )
+    return valid
 
 
 def check_inclusion(
@@ -489,13 +566,21 @@ def _run(args: argparse.Namespace) -> str:
     except MalformedDocument as e:
         raise _UsageError(f"{args.public_keys}: {e}") from e
     if args.command == "digest":
+        witness_keys, required = _witness_options(args)
         digest = _document(Digest.from_json, args.digest)
         check_digest(digest, keys)
-        return (
+        shown = (
             f"valid: digest of {digest.tree_size} events (last position "
             f"{digest.last_position}), root {digest.root.hex()}, signed by {digest.key_id} at "
             f"{format_time(digest.taken_at)}"
         )
+        if required:
+            try:
+                valid = check_witnesses(digest, witness_keys, required)
+            except MalformedDocument as e:
+                raise Invalid(f"{args.digest}: {e}") from e
+            shown += f"; cosigned by {len(valid)} of {required} required witnesses"
+        return shown
     if args.command == "inclusion":
         digest = _document(Digest.from_json, args.digest)
         proof = _document(InclusionProof.from_json, args.proof)
@@ -517,6 +602,20 @@ def _run(args: argparse.Namespace) -> str:
     )
 
 
+def _witness_options(args: argparse.Namespace) -> tuple[list[VerifierKey], int]:
+    """The witness keys and how many must have cosigned (default: all of them)."""
+    try:
+        keys = parse_keys(args.witness_key)
+    except MalformedNote as e:
+        raise _UsageError(f"--witness-key: {e}") from e
+    required = len(keys) if args.witnesses is None else args.witnesses
+    if required > len(keys):
+        raise _UsageError(
+            f"--witnesses {required}: only {len(keys)} --witness-key given, so it cannot be met"
+        )
+    return keys, required
+
+
 def _document(parse: Callable[[str], _T], path: Path) -> _T:
     try:
         return parse(_read(path))
@@ -533,6 +632,19 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     digest = commands.add_parser("digest", help="check a digest's signature")
     digest.add_argument("digest", type=Path, metavar="DIGEST")
+    digest.add_argument(
+        "--witness-key",
+        action="append",
+        default=[],
+        metavar="VKEY",
+        help="a trusted witness's vkey (repeatable)",
+    )
+    digest.add_argument(
+        "--witnesses",
+        type=_count_argument,
+        metavar="N",
+        help="how many of the --witness-key witnesses must have cosigned (default: all)",
+    )
     inclusion = commands.add_parser("inclusion", help="check an event's inclusion proof")
     inclusion.add_argument("digest", type=Path, metavar="DIGEST")
     inclusion.add_argument("proof", type=Path, metavar="PROOF")
@@ -550,6 +662,12 @@ def _parser() -> argparse.ArgumentParser:
         )
         command.add_argument("--json", action="store_true", help="print JSON for machines")
     return parser
+
+
+def _count_argument(text: str) -> int:
+    if not text.isdecimal():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (0 or more)")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@
 | `SIGNOFF_EMBEDDED_DIR`, `XDG_DATA_HOME`       | `embedded_home`                               |
 | `SIGNOFF_OIDC_*`                              | `oidc` (None: no OIDC bearer tokens)          |
 | `SIGNOFF_WEBHOOK_*`                           | `webhook` (None: the service posts nothing)   |
+| `SIGNOFF_LOG_ORIGIN`                          | `log_origin` (None: digests carry no checkpoint)|
 
 Everything else takes these values: `Database.from_settings(settings)` keeps them, and the key
 ring takes its KEK and refresh interval from its database's settings. With no URL configured the
@@ -22,6 +23,10 @@ default: a process holds it only when told to.
 `oidc` (`OidcSettings`) says which OIDC / JWT bearer tokens the HTTP service accepts: its issuer,
 audience and JWKS, and which claims name the reviewer and their groups. They are kept as plain
 strings: the HTTP adapter builds its verifier from them.
+
+`log_origin` names the journal as a transparency log: the origin line of its C2SP checkpoints
+and the key name they are signed under (`example.com/signoff/prod`; no spaces, no '+'). It must
+be unique to the deployment and never change, since witnesses track a log by it.
 
 `webhook` (`WebhookSettings`) is where the HTTP service posts its notifications (a new approval
 request, a call whose outcome is unknown), the secret that signs them and their format.
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ..audit.checkpoint import MalformedNote, check_key_name
 from ..errors import ConfigurationError
 from ..keys.kek import LocalKek
 from .config import is_loopback, normalize_url
@@ -115,6 +121,7 @@ class Settings:
     embedded_home: Path = field(default_factory=lambda: embedded_home_from_env({}))
     oidc: OidcSettings | None = None
     webhook: WebhookSettings | None = None
+    log_origin: str | None = None
 
     def __post_init__(self) -> None:
         if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
@@ -123,6 +130,11 @@ class Settings:
             raise ConfigurationError(
                 f"key_refresh_seconds is {self.key_refresh_seconds}: expected 0 or more"
             )
+        if self.log_origin is not None:
+            try:
+                check_key_name(self.log_origin)
+            except MalformedNote as e:
+                raise ConfigurationError(f"log_origin: {e}") from e
 
     @classmethod
     def from_env(
@@ -141,6 +153,7 @@ class Settings:
             embedded_home=embedded_home_from_env(environ),
             oidc=OidcSettings.from_env(environ),
             webhook=WebhookSettings.from_env(environ),
+            log_origin=_origin(environ.get("SIGNOFF_LOG_ORIGIN")),
         )
 
     @property
@@ -181,6 +194,15 @@ def _kek(environ: Mapping[str, str], name: str = "SIGNOFF_KEK") -> LocalKek | No
     if path := environ.get(f"{name}_FILE"):
         return LocalKek.from_file(Path(path), variable=f"{name}_FILE")
     return None
+
+
+def _origin(text: str | None) -> str | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return check_key_name(text.strip())
+    except MalformedNote as e:
+        raise ConfigurationError(f"SIGNOFF_LOG_ORIGIN: {e}") from e
 
 
 def _refresh(text: str | None) -> float:
