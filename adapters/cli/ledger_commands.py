@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from approvals.checks import verify_all
+from ledger.audit.checkpoint import MalformedNote, VerifierKey, parse_keys
 from ledger.audit.digest import (
     Digest,
     DigestCheck,
@@ -22,13 +23,18 @@ from ledger.audit.digest import (
     verify_digest,
 )
 from ledger.audit.integrity import LedgerReport, StreamCheckReport
-from ledger.audit.verifier import MalformedDocument, load_public_keys
+from ledger.audit.verifier import (
+    Invalid,
+    MalformedDocument,
+    check_witnesses,
+    load_public_keys,
+)
 from ledger.keys import KeyRing
 from ledger.store import Database
 
-from . import calls
-from .arguments import position
-from .context import open_database
+from . import calls, witness
+from .arguments import position, positive_int
+from .context import open_database, settings_of
 from .output import add_json_flag, emit, safe
 from .progress import Progress, progress_bar, shows_progress
 
@@ -37,6 +43,8 @@ examples:
   signoff ledger verify                                  chains, order, projections (exit 1 if not)
   signoff ledger verify --digest digest.json             and the database still matches it
   signoff ledger verify --digest digest.json --public-keys keys.json     without the KEK
+  signoff ledger verify --digest cosigned.json --witness-key "$W1" --witness-key "$W2" \
+      --witnesses 2                                      and two witnesses cosigned it
 """
 # The public keys then come from the very database the digest checks: recorded in its journal
 # and checked against data_keys and the private keys, but pinned copies are what an auditor trusts.
@@ -49,6 +57,7 @@ _DIGEST_EXAMPLES = """\
 examples:
   signoff ledger digest --out digest-$(date +%F).json    keep it outside the database
   signoff ledger digest | tee digest.json
+  signoff ledger digest --out digest.json --checkpoint checkpoint.txt    and its C2SP checkpoint
 """
 
 
@@ -74,6 +83,20 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="check the digest's signature with these keys (`keys export-public`) instead of "
         "the key ring, which needs the KEK",
     )
+    verify.add_argument(
+        "--witness-key",
+        action="append",
+        default=[],
+        metavar="VKEY",
+        help="a trusted witness's vkey (`ledger witness init` printed it); repeatable",
+    )
+    verify.add_argument(
+        "--witnesses",
+        type=positive_int,
+        metavar="N",
+        help="how many --witness-key witnesses must have cosigned the digest's checkpoint "
+        "(default: all of them)",
+    )
     add_json_flag(verify)
     verify.set_defaults(run=_verify)
 
@@ -81,6 +104,12 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "digest", help="sign the Merkle root of the journal so far", epilog=_DIGEST_EXAMPLES
     )
     digest.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
+    digest.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="FILE",
+        help="also write its C2SP checkpoint (signed note) here; needs SIGNOFF_LOG_ORIGIN",
+    )
     add_json_flag(digest)
     digest.set_defaults(run=lambda a: asyncio.run(_digest(a)))
 
@@ -104,10 +133,13 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_json_flag(consistency)
     consistency.set_defaults(run=lambda a: asyncio.run(_consistency(a)))
 
+    witness.register_vkey(commands)
+    witness.register(commands)
     calls.register(commands)
 
 
 def _verify(args: argparse.Namespace) -> int:
+    witnessed = _check_witnesses(args)  # offline: its usage errors before the database
     report, check = asyncio.run(_verify_ledger(args))
     problems = report.problems
     chains, order = report.chains, report.order
@@ -161,8 +193,43 @@ def _verify(args: argparse.Namespace) -> int:
             "key_id": digest.key_id,
             "problems": list(check.problems),
         }
+    if witnessed is not None:
+        ok, line, valid, required = witnessed
+        text += f"\n{'witnesses: ' if ok else 'witnesses INSUFFICIENT: '}{safe(line)}"
+        data["ok"] = data["ok"] and ok
+        data["witnesses"] = {"ok": ok, "valid": valid, "required": required, "message": line}
     emit(args, text, data)
     return 0 if data["ok"] else 1
+
+
+def _check_witnesses(args: argparse.Namespace) -> tuple[bool, str, list[str], int] | None:
+    """With --witness-key: whether enough of them cosigned the digest's checkpoint, a line
+    saying so, the valid witnesses' names and how many were required."""
+    if not args.witness_key and args.witnesses is None:
+        return None
+    if not args.digest:
+        raise DigestError("--witness-key checks a digest's cosignatures: give --digest FILE too")
+    try:
+        keys: list[VerifierKey] = parse_keys(args.witness_key)
+    except MalformedNote as e:
+        raise DigestError(f"--witness-key: {e}") from e
+    required = len(keys) if args.witnesses is None else args.witnesses
+    if required > len(keys):
+        raise DigestError(
+            f"--witnesses {required}: only {len(keys)} --witness-key given, so it cannot be met"
+        )
+    digest = _read_digest(args.digest)
+    try:
+        valid = check_witnesses(digest, keys, required)
+    except MalformedDocument as e:
+        return False, f"{args.digest}: {e}", [], required
+    except Invalid as e:
+        return False, str(e), [], required
+    names = [k.name for k in valid]
+    line = (
+        f"{len(valid)} valid cosignature(s) of {required} required ({', '.join(names) or 'none'})"
+    )
+    return True, line, names, required
 
 
 def _brief(problem: str, limit: int = 200) -> str:
@@ -199,11 +266,18 @@ async def _journal_size(args: argparse.Namespace, db: Database) -> int | None:
 
 
 async def _digest(args: argparse.Namespace) -> int:
+    if args.checkpoint is not None and settings_of(args).log_origin is None:
+        raise DigestError(
+            "--checkpoint: the log has no origin; set SIGNOFF_LOG_ORIGIN (its checkpoints' "
+            "origin line and key name, e.g. example.com/signoff/prod)"
+        )
     async with open_database(args) as db:
         ring = await KeyRing.open(db)
         advance: Progress
         with progress_bar(args, "hashing", total=await _journal_size(args, db)) as advance:
             digest = await take_digest(db, ring, progress=advance)
+    if args.checkpoint is not None and digest.checkpoint is not None:
+        _write(args.checkpoint, digest.checkpoint)
     if args.out is None:
         print(digest.to_json(), end="")
         return 0

@@ -1,7 +1,8 @@
 """`/v1/ledger`: signed digests of the journal, the proofs behind them and its export (auditors).
 
 The documents are those of `ledger.audit.verifier`, which checks them offline with only the
-public keys (`signoff keys export-public`): a digest as `signoff ledger digest` writes it, the
+public keys (`signoff keys export-public`): a digest as `signoff ledger digest` writes it (with
+its C2SP checkpoint when the log has an origin; `/checkpoint` returns just that note), the
 proofs as `ledger prove` and `ledger consistency` do, exported events as `ledger export` does.
 A proof is of a digest the caller holds, so the digest goes in the request body (a proof asks
 nothing of the digest but its tree; the verifier checks its signature).
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from approvals import Identity
@@ -78,6 +80,27 @@ async def digest(request: Request, identity: Caller) -> dict[str, Any]:
     except NoActiveKey as e:
         raise ApiError(503, "unavailable", "there is no active digest-signing key") from e
     return taken.to_dict()
+
+
+@router.get(
+    "/checkpoint",
+    summary="A fresh C2SP checkpoint of the journal (signed note, text/plain)",
+    response_class=PlainTextResponse,
+)
+async def checkpoint(request: Request, identity: Caller) -> PlainTextResponse:
+    _auditor(identity)
+    service = service_of(request)
+    if service.db.settings.log_origin is None:
+        raise ApiError(
+            503, "unavailable", "the log has no origin (SIGNOFF_LOG_ORIGIN): no checkpoints"
+        )
+    try:
+        async with service.journal_scans:
+            taken = await take_digest(service.db, service.ring)
+    except NoActiveKey as e:
+        raise ApiError(503, "unavailable", "there is no active digest-signing key") from e
+    assert taken.checkpoint is not None  # the origin is set
+    return PlainTextResponse(taken.checkpoint, media_type="text/plain; charset=utf-8")
 
 
 class InclusionRequest(BaseModel):

@@ -29,8 +29,8 @@ from ..journal import Event
 from ..keys import KeyRing, Purpose
 from ..keys.public import published_keys
 from ..store import Database
-from .signing import with_checkpoint
 from .merkle import MerkleTree, RootBuilder, leaf_hash
+from .signing import with_checkpoint
 from .verifier import (
     ConsistencyProof,
     Digest,
