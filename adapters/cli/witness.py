@@ -34,8 +34,8 @@ from ledger.audit.witness import (
     load_key,
     load_state,
     locked,
-    parse_checkpoint,
     save_state,
+    signed_checkpoint,
 )
 from ledger.keys import KeyRing
 
@@ -185,7 +185,7 @@ async def _cosign(args: argparse.Namespace) -> int:
         with locked(args.state):  # check and update as one step against other cosigners
             state = load_state(args.state)
             if args.from_database and state is not None:
-                proof = await _proof_from_database(args, state, note_text)
+                proof = await _proof_from_database(args, state, note_text, log_keys)
             cosigned = cosign_checkpoint(key, state, note_text, log_keys, proof, int(time.time()))
             save_state(args.state, cosigned.state)
     except WitnessRefused as e:
@@ -218,11 +218,12 @@ async def _cosign(args: argparse.Namespace) -> int:
 
 
 async def _proof_from_database(
-    args: argparse.Namespace, state: WitnessState, note_text: str
+    args: argparse.Namespace, state: WitnessState, note_text: str, log_keys: list[VerifierKey]
 ) -> ConsistencyProof | None:
     """The proof from the state's tree to the checkpoint's, as the database computes it (an
-    untrusted helper: the witness checks it against the roots it holds)."""
-    _, checkpoint = parse_checkpoint(note_text)
+    untrusted helper: the witness checks it against the roots it holds), asked only once the
+    log's signature verifies."""
+    _, checkpoint = signed_checkpoint(note_text, log_keys)
     if checkpoint.tree_size <= state.tree_size:
         return None  # nothing to prove; the size checks decide
     # prove_consistency reads only the trees' sizes and roots of the digests it is given.

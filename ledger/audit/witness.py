@@ -53,6 +53,7 @@ __all__ = [
     "load_state",
     "locked",
     "save_state",
+    "signed_checkpoint",
 ]
 
 _STATE_MARKER = "signoff_witness_state"
@@ -222,13 +223,21 @@ def locked(path: Path) -> Iterator[None]:
 # -- the checks ----------------------------------------------------------------------------------
 
 
-def parse_checkpoint(note_text: str) -> tuple[SignedNote, Checkpoint]:
-    """Raises: WitnessRefused: not a checkpoint note."""
+def signed_checkpoint(
+    note_text: str, log_keys: Sequence[VerifierKey]
+) -> tuple[SignedNote, Checkpoint]:
+    """The checkpoint of `note_text`, once the log's signature on it verifies (check 1).
+
+    Raises:
+        WitnessRefused: not a checkpoint note, or not signed by one of `log_keys`.
+    """
     try:
         note = SignedNote.parse(note_text)
-        return note, Checkpoint.parse(note.text)
+        checkpoint = Checkpoint.parse(note.text)
     except MalformedNote as e:
         raise WitnessRefused(f"not a checkpoint: {e}") from e
+    _check_log_signature(note, checkpoint, log_keys)
+    return note, checkpoint
 
 
 def cosign_checkpoint(
@@ -247,8 +256,7 @@ def cosign_checkpoint(
     Raises:
         WitnessRefused: a check failed; nothing was signed.
     """
-    note, checkpoint = parse_checkpoint(note_text)
-    _check_log_signature(note, checkpoint, log_keys)
+    note, checkpoint = signed_checkpoint(note_text, log_keys)
     old_size, old_root = (0, EMPTY_ROOT) if state is None else (state.tree_size, state.root)
     if state is not None and state.origin != checkpoint.origin:
         raise WitnessRefused(
