@@ -207,6 +207,7 @@ def test_lines_of_unknown_keys_are_ignored_and_a_name_or_id_alone_does_not_match
         "te\x07xt\n\n\u2014 a AAAAAAAA\n",
         "text\n\n\u2014 a AAAAAAAA",
         "text\n\n\u2014 a AAAA\n",
+        "text\n\n\u2014 a AAAAAAAA\u2028\u2014 b AAAAAAAA\n",
     ],
 )
 def test_malformed_notes_are_refused(note: str) -> None:

@@ -236,7 +236,8 @@ class SignedNote:
         split = note.rfind("\n\n")
         if split < 0:
             raise MalformedNote("the note has no blank line before its signatures")
-        text, lines = note[: split + 1], note[split + 2 :].splitlines()
+        # Only U+000A ends a line: splitlines() would also split at U+2028 or U+0085.
+        text, lines = note[: split + 1], note[split + 2 :].split("\n")[:-1]
         if not lines:
             raise MalformedNote("the note has no signature")
         if len(lines) > MAX_SIGNATURES:
