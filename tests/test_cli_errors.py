@@ -79,6 +79,27 @@ COMMANDS: dict[str, Command] = {
     "ledger show": Command(("run-x", "call-x", "--reveal", "--by", "tester")),
     "ledger export": Command(fails_on=DATABASE),
     "ledger resolve": Command(("run-x", "call-x", "--succeeded", "--by", "tester")),
+    # The log's origin is set in `environment`; the keys come from the journal, under the KEK.
+    "ledger vkey": Command(),
+    # A witness keeps its own key and state files; it asks the database nothing unless told to
+    # (`--from-database`, after its files check out): tested in test_witness.
+    "ledger witness init": Command(
+        ("--key", "{tmp}/witness.key", "--name", "w.example/x"), fails_on=frozenset()
+    ),
+    "ledger witness vkey": Command(("--key", "{tmp}/witness.key"), fails_on=frozenset()),
+    "ledger witness cosign": Command(
+        (
+            "--key",
+            "{tmp}/w.key",
+            "--state",
+            "{tmp}/w.state",
+            "--log-key",
+            "l+0+AA",
+            "--digest",
+            "{digest}",
+        ),
+        fails_on=frozenset(),
+    ),
     "approvals list": Command(fails_on=DATABASE),
     "approvals show": Command(("00000000-0000-0000-0000-000000000000", "--reveal")),
     "approvals decide": Command(
@@ -165,10 +186,12 @@ async def _downgrade(url: str, revision: str) -> None:
 
 @pytest.fixture
 def environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """Only the command line names the database; the KEK is the test's unless changed."""
+    """Only the command line names the database; the KEK is the test's unless changed; the log
+    has an origin (so `ledger vkey` gets as far as the database)."""
     for name in ("SIGNOFF_DATABASE_URL", "DATABASE_URL", "SIGNOFF_KEK_FILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SIGNOFF_KEK", base64.b64encode(TEST_KEK).decode())
+    monkeypatch.setenv("SIGNOFF_LOG_ORIGIN", "example.com/signoff/cli-errors")
     yield monkeypatch
 
 

@@ -79,7 +79,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         epilog=_WITNESS_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    actions = witness.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = witness.add_subparsers(
+        dest="action", required=True, metavar="ACTION", help="what the witness does"
+    )
 
     init = actions.add_parser("init", help="make a witness key file; print its vkey")
     init.add_argument("--key", type=Path, required=True, metavar="FILE", help="a new file")
@@ -90,7 +92,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     init.set_defaults(run=_init)
 
     vkey = actions.add_parser("vkey", help="print the vkey of a witness key file")
-    vkey.add_argument("--key", type=Path, required=True, metavar="FILE")
+    vkey.add_argument(
+        "--key", type=Path, required=True, metavar="FILE", help="the witness key file"
+    )
     add_json_flag(vkey)
     vkey.set_defaults(run=_witness_vkey)
 
