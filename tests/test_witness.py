@@ -239,3 +239,18 @@ async def test_concurrent_cosigners_never_roll_the_state_back(log: Log) -> None:
     assert all(r.code == 0 for r in results[:3]), [r.stderr for r in results]
     assert json.loads(state.read_text())["tree_size"] == Digest.from_json(new.read_text()).tree_size
     assert os.listdir(log.folder).count("racer.state") == 1
+
+
+async def test_a_database_that_cannot_be_reached_leaves_the_state_as_it_was(log: Log) -> None:
+    vkey = await log_vkey(log)
+    key, _ = await witness(log, "offline")
+    state = log.folder / "offline.state"
+    base = ("ledger", "witness", "cosign", "--key", key, "--state", state, "--log-key", vkey)
+    await log.ok(*base, "--digest", await log.digest("offline-1.json"))
+    before = state.read_bytes()
+    later = await log.digest("offline-2.json")
+    down = "postgresql://postgres@127.0.0.1:1/signoff_down"
+    result = await log.cli(*base, "--digest", later, "--from-database", url=down)
+    assert result.code == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "cannot connect" in result.stderr
+    assert state.read_bytes() == before
