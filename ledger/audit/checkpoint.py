@@ -69,7 +69,7 @@ _COSIGNATURE_HEADER = "cosignature/v1\n"
 _TIMESTAMP = struct.Struct(">Q")
 _SIGNATURE_SIZE = 64
 _KEY_SIZE = 32
-# C0 controls but the newline, and DEL-free: signed-note forbids ASCII control characters.
+# C0 controls but the newline: what signed-note forbids ("below U+0020").
 _CONTROL = re.compile("[\x00-\x09\x0b-\x1f]")
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 
@@ -229,7 +229,7 @@ class SignedNote:
         """Raises: MalformedNote: not a signed note."""
         if len(note) > MAX_NOTE_CHARS:
             raise MalformedNote(f"the note is longer than {MAX_NOTE_CHARS} characters")
-        if _CONTROL.search(note) or "\x7f" in note:
+        if _CONTROL.search(note):
             raise MalformedNote("the note holds control characters other than newline")
         if not note.endswith("\n"):
             raise MalformedNote("the note does not end in a newline")
