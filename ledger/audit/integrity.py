@@ -6,8 +6,10 @@
 2. the global order (`check_global_order`): every event's `txid` is the transaction that inserted
    it and not in the future, so `read_all`, exports and digests reach every event `read_stream`
    returns;
-3. every projection against a rebuild from its streams (`check_projection`);
-4. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams.
+3. the stored Merkle tree (`check_stored_tree`): every tile and the root recomputed from the
+   events, so an edited stored hash is named;
+4. every projection against a rebuild from its streams (`check_projection`);
+5. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams.
 
 The lists of projections and stream checks are the caller's (`approvals.checks` holds the ones
 Signoff keeps), since the ledger knows no approvals.
@@ -24,6 +26,7 @@ from ..journal import Event, Journal, Projection, VerifyReport
 from ..journal.journal import _COLUMNS
 from ..journal.projection import ProjectionCheck, check_projection
 from ..store import Database
+from .tree import TreeCheck, check_stored_tree
 
 __all__ = [
     "LedgerReport",
@@ -111,6 +114,7 @@ class LedgerReport:
     order: OrderReport
     projections: tuple[ProjectionCheck, ...]
     stream_checks: tuple[StreamCheckReport, ...]
+    tree: TreeCheck | None = None  # the stored Merkle tree against the events
 
     @property
     def problems(self) -> list[str]:
@@ -126,6 +130,7 @@ class LedgerReport:
         ]
         found += [f"projection {p.table}: {x}" for p in self.projections for x in p.problems]
         found += [f"{c.name}: {problem}" for c in self.stream_checks for problem in c.problems]
+        found += list(self.tree.problems if self.tree is not None else ())
         return found
 
     @property
@@ -191,6 +196,7 @@ async def verify_ledger(
     try:
         chains = await Journal(db).verify(progress=progress)
         order = await check_global_order(db)
+        tree = await check_stored_tree(db)
         checked = tuple([await check_projection(db, p) for p in projections])
         streams = tuple([await _run_stream_check(db, c) for c in stream_checks])
     except PermissionDenied as e:
@@ -198,7 +204,7 @@ async def verify_ledger(
             f"verifying the ledger reads the events and projection tables, and this login may "
             f"not ({e}): use a login granted signoff_app"
         ) from e
-    return LedgerReport(chains, order, checked, streams)
+    return LedgerReport(chains, order, checked, streams, tree)
 
 
 async def _run_stream_check(db: Database, check: StreamCheck) -> StreamCheckReport:

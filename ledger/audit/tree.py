@@ -20,8 +20,16 @@ import asyncpg
 
 from ..errors import DigestMismatch
 from ..store import Database
-from .merkle import leaf_hash
-from .tiles import TILE_WIDTH, TileAppender, TileKey, TileReader, entries_at
+from .merkle import HASH_SIZE, leaf_hash
+from .tiles import (
+    TILE_WIDTH,
+    TileAppender,
+    TileKey,
+    TileReader,
+    entries_at,
+    tile_path,
+    tiles_of,
+)
 
 __all__ = [
     "Integration",
@@ -29,6 +37,7 @@ __all__ = [
     "TreeState",
     "TreeView",
     "check_stored_tree",
+    "export_tiles",
     "integrate",
     "may_integrate",
     "open_view",
@@ -342,3 +351,28 @@ async def _compare(
                 f"{mine[at : at + 32].hex()}"
             )
     return len(recomputed)
+
+
+async def export_tiles(
+    conn: asyncpg.Connection, size: int, write: Callable[[str, bytes], None]
+) -> int:
+    """Hand `write(path, hashes)` every tile of the tree of `size` leaves at its tlog-tiles
+    path (partial tiles `.p/<W>`), in `conn`'s snapshot; return how many."""
+    view = await open_view(conn, size)
+    if view.size < size:
+        raise DigestMismatch(f"the journal holds {view.size} events, the digest covers {size}")
+    count = 0
+    batch: list[tuple[int, int, int]] = []
+    for tile in [*tiles_of(size), None]:
+        if tile is not None:
+            batch.append(tile)
+        if batch and (tile is None or len(batch) == _COMPARE_EVERY):
+            found = await view.fetch({(level, index) for level, index, _ in batch})
+            for level, index, width in batch:
+                hashes = found.get((level, index), b"")
+                if len(hashes) < width * HASH_SIZE:
+                    raise DigestMismatch(f"the stored tree lacks tile {level}/{index}")
+                write(tile_path(level, index, width), hashes[: width * HASH_SIZE])
+                count += 1
+            batch = []
+    return count

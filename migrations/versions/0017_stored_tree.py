@@ -35,9 +35,10 @@ Higher levels and the root are the caller's arithmetic over those leaves: `signo
 verify` recomputes every tile and the root from the events and names any that differ.
 
 Who may integrate: the roles that take digests, the owner (CLI) and `signoff_reviewer`
-(`signoff serve`, whose auditors' `GET /v1/ledger/digest` signs one). Workers (`signoff_app`)
-neither read nor write the tree; no role but the owner writes its tables directly. Auditors and
-key administrators read it.
+(`signoff serve`, whose auditors' `GET /v1/ledger/digest` signs one). No role but the owner
+writes the tables directly, so workers (`signoff_app`) can neither integrate nor edit a stored
+hash; they, auditors and key administrators may read the tree (`ledger verify` runs as a
+worker's login and compares it with the events).
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ $$;
 GRANTS = f"""
 REVOKE ALL ON tree_tiles, tree_state FROM PUBLIC;
 GRANT SELECT ON tree_tiles, tree_state
-    TO signoff_reviewer, signoff_auditor, signoff_key_admin;
+    TO signoff_app, signoff_reviewer, signoff_auditor, signoff_key_admin;
 REVOKE EXECUTE ON FUNCTION {_INTEGRATE} FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION {_INTEGRATE} TO signoff_reviewer;
 """
