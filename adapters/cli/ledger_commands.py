@@ -236,8 +236,10 @@ async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, Digest
             keys = await recorded_signing_keys(await KeyRing.open(db, create_missing=False))
             print(_TRUSTING_THE_DATABASE, file=sys.stderr)  # a refusal above says it all
         total = await _journal_size(args, db)
+        if since is not None and total is not None:
+            total = max(total - since.last_position, 0)
         with progress_bar(args, "verifying chains", total=total) as advance:
-            report = await verify_all(db, progress=advance)
+            report = await verify_all(db, since=since, progress=advance)
         if digest is None or keys is None:
             return report, None
         total = digest.tree_size - (since.tree_size if since is not None else 0)
