@@ -105,12 +105,16 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     integrate.set_defaults(run=lambda a: asyncio.run(_integrate(a)))
 
     tiles = commands.add_parser("tiles", help="the stored Merkle tree as C2SP tlog-tiles")
-    tile_commands = tiles.add_subparsers(dest="tiles_command", required=True, metavar="COMMAND")
+    tile_commands = tiles.add_subparsers(
+        dest="tiles_command", required=True, metavar="COMMAND", help="what to do"
+    )
     export = tile_commands.add_parser(
         "export",
         help="write the tiles (tile/<L>/<N>, partial .p/<W>) and the signed digest.json to DIR",
     )
-    export.add_argument("directory", type=Path, metavar="DIR")
+    export.add_argument(
+        "directory", type=Path, metavar="DIR", help="where to write (made when missing)"
+    )
     export.add_argument(
         "--digest",
         type=Path,
