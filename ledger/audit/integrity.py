@@ -63,7 +63,7 @@ ORDER BY position
 _TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
 _AFTER_IN_ORDER = (
     f"SELECT {_COLUMNS} FROM events WHERE (txid, position) > ($1::text::xid8, $2) "
-    "ORDER BY txid, position"
+    "ORDER BY events.txid, events.position"
 )
 _PREVIOUS = """
 SELECT p.stream_id, p.version, p.hash

@@ -55,20 +55,21 @@ SELECT t.level, t.index, t.hashes
 FROM unnest($1::int[], $2::bigint[]) AS wanted(level, index)
 JOIN tree_tiles t ON t.level = wanted.level AND t.index = wanted.index
 """
-# Leaves after a boundary, below the horizon $3, at most $4 of them.
+# Leaves after a boundary, below the horizon $3, at most $4 of them. (Ordered by the xid8
+# column itself: an output column named `txid` holding its text would sort as text.)
 _AFTER = """
-SELECT txid::text, position, hash FROM events
-WHERE (txid, position) > ($1::text::xid8, $2) AND txid < $3::text::xid8
-ORDER BY txid, position
+SELECT e.txid::text AS txid_text, e.position, e.hash FROM events e
+WHERE (e.txid, e.position) > ($1::text::xid8, $2) AND e.txid < $3::text::xid8
+ORDER BY e.txid, e.position
 LIMIT $4
 """
 _EVENT_PLACE = "SELECT txid::text FROM events WHERE position = $1"
 # The level-0 tile whose first leaf is the last one at or before the event, then the event's
 # offset in it: two index lookups and at most 255 rows.
 _TILE_OF = """
-SELECT index, first_txid::text, first_position FROM tree_tiles
-WHERE level = 0 AND (first_txid, first_position) <= ($1::text::xid8, $2)
-ORDER BY first_txid DESC, first_position DESC
+SELECT t.index, t.first_txid::text AS first_txid_text, t.first_position FROM tree_tiles t
+WHERE t.level = 0 AND (t.first_txid, t.first_position) <= ($1::text::xid8, $2)
+ORDER BY t.first_txid DESC, t.first_position DESC
 LIMIT 1
 """
 _OFFSET_IN_TILE = """
@@ -229,7 +230,7 @@ class TreeView:
         if row is None:
             return None
         offset = await self.conn.fetchval(
-            _OFFSET_IN_TILE, row["first_txid"], row["first_position"], txid, position
+            _OFFSET_IN_TILE, row["first_txid_text"], row["first_position"], txid, position
         )
         index = int(row["index"]) * TILE_WIDTH + int(offset)
         return index if index < self.size else None
