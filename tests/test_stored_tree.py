@@ -249,6 +249,42 @@ async def test_integrators_in_several_processes_while_writers_append(
     assert await stored_tiles(tree_db) == tiles_from_scratch(await leaves(journal))
 
 
+async def test_an_integrator_killed_mid_batch_leaves_a_tree_the_next_one_finishes(
+    tree_url: str, tree_db: Database
+) -> None:
+    journal = Journal(tree_db)
+    await append(journal, 3000, per_append=100)
+    await settle(tree_db)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _INTEGRATOR.replace("batch_size=37", "batch_size=7"),
+        tree_url,
+        "1000",
+        "wait",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        for _ in range(600):  # until it has committed a few batches, then mid-way
+            async with tree_db.connection() as conn:
+                if (await read_state(conn)).size >= 70:
+                    break
+            await asyncio.sleep(0.01)
+    finally:
+        process.kill()
+        await process.wait()
+    async with tree_db.connection() as conn:
+        killed_at = (await read_state(conn)).size
+    assert 0 < killed_at < 3000
+    assert (await check_stored_tree(tree_db)).ok, "each batch committed whole"
+    rest = await integrate(tree_db)
+    assert killed_at + rest.integrated == rest.tree_size == 3000
+    assert await stored_tiles(tree_db) == tiles_from_scratch(await leaves(journal))
+
+
 async def test_ledger_verify_names_an_edited_tile_hash_and_state_root(
     tree_url: str, tree_db: Database
 ) -> None:

@@ -78,8 +78,9 @@ class Service:
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
     webhooks: Webhooks | None = None
-    # Digests and proofs read the whole journal: one at a time per process, so that auditors
-    # cannot take every database connection and the event loop from reviewers.
+    # Digests, proofs and the tree's integration: one at a time per process, so that auditors
+    # cannot take every database connection and the event loop from reviewers (a digest reads
+    # the events since the last integration, which after a long pause may be many).
     journal_scans: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     integrator: asyncio.Task[None] | None = None
 
