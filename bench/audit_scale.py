@@ -5,7 +5,8 @@ Prints one JSON object per figure as it is measured (`figure`, `events`, `value`
 `growth`: the value over the same figure at the previous size), then a summary as its last
 line: `ours` = the integration rate (events/s), `baseline` = the append rate of 8 writers
 through `Journal.append` on the same server, `ratio` = ours / baseline, and
-`digest_after_new_ms`, a digest after 1,000 new events on the largest journal (target < 50).
+`digest_after_new_ms`, a digest after 1,000 new events on the largest journal (target < 50),
+and `verify_digest_since_new_ms`, that digest checked since the one before the new events.
 
 The big journals are written fast, as the table owner, with one INSERT ... SELECT over
 generate_series per 100,000 events: each event is version 1 of a stream of its own, so its
@@ -171,6 +172,13 @@ async def measure(
         after = await take_digest(db, ring)
         after_new = time.perf_counter() - started
         figures.show("digest_after_new_ms", after.tree_size, after_new * 1000, "ms")
+        if previous is not None:  # `verify --digest --since-digest` of the 1,000 new events
+            started = time.perf_counter()
+            since_check = await verify_digest(db, after, signing_keys(ring), since=previous)
+            if not since_check.ok:
+                raise RuntimeError(f"verify_digest since: {since_check.problems}")
+            since_ms = (time.perf_counter() - started) * 1000
+            figures.show("verify_digest_since_new_ms", after.tree_size, since_ms, "ms")
         append_rate = await fill(journal, append_events)
         started = time.perf_counter()
         appended = await integrate(db)
