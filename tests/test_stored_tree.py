@@ -201,6 +201,28 @@ async def test_only_the_owner_and_reviewers_integrate_and_nobody_edits_a_hash(
     assert (await check_stored_tree(tree_db)).ok
 
 
+async def test_a_worker_digest_hashes_past_the_stored_tree_without_writing_it(
+    tree_url: str, tree_db: Database
+) -> None:
+    ring = await KeyRing.open(tree_db, LocalKek(TEST_KEK))
+    journal = Journal(tree_db)
+    await append(journal, 300)
+    await settle(tree_db)
+    await integrate(tree_db)
+    await append(journal, 40)
+    await settle(tree_db)
+    async with (
+        temporary_login(tree_url, "signoff_app") as url,
+        await Database.connect(url) as worker,
+    ):
+        digest = await take_digest(worker, await KeyRing.open(worker, LocalKek(TEST_KEK)))
+    async with tree_db.connection() as conn:
+        assert (await read_state(conn)).size == 306  # 300 and the key ring's 6
+    assert digest.tree_size == 346
+    assert digest.root == MerkleTree(await leaves(journal)).root()
+    assert (await verify_digest(tree_db, digest, signing_keys(ring))).ok
+
+
 _INTEGRATOR = """
 import asyncio, json, sys
 from ledger.audit.tree import integrate

@@ -48,6 +48,7 @@ _LOCK_KEY = 0x5349474E_54524545 - (1 << 63)  # "SIGNTREE": one integrator at a t
 _FUNCTION = (
     "signoff_tree_integrate(bigint, bigint, text, bigint, bytea, integer[], bigint[], bytea[])"
 )
+_INTEGRATE = "SELECT signoff_tree_integrate($1, $2, $3, $4, $5, $6, $7, $8)"
 _HORIZON = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, now()"
 _STATE = "SELECT tree_size, last_txid::text, last_position, root FROM tree_state"
 _TILES = """
@@ -167,7 +168,7 @@ async def integrate(
             changed = sorted(appender.tiles().items())
             last_txid, last_position, _ = rows[-1]
             written = await conn.fetchval(
-                f"SELECT {_FUNCTION.split('(')[0]}($1, $2, $3, $4, $5, $6, $7, $8)",
+                _INTEGRATE,
                 state.size,
                 appender.size,
                 last_txid,
