@@ -143,7 +143,8 @@ BEGIN
         RAISE EXCEPTION 'a tile given changes hashes already integrated' USING ERRCODE = '22023';
     END IF;
     -- The new leaves' hashes, as the level-0 tiles given hold them.
-    SELECT substring(string_agg(t, ''::bytea ORDER BY i) FROM ((p_old_size % 256) * 32 + 1)::integer)
+    SELECT substring(string_agg(t, ''::bytea ORDER BY i)
+                     FROM ((p_old_size % 256) * 32 + 1)::integer)
         INTO given
         FROM unnest(p_levels, p_indexes, p_tiles) AS x(l, i, t)
         WHERE l = 0 AND i >= p_old_size / 256;
