@@ -11,6 +11,7 @@ the stored tiles plus the rest appended in memory (`TreeView`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -163,8 +164,7 @@ async def integrate(
             if not rows:
                 return Integration(total, state.size)
             appender = TileAppender(state.size, await fetch_tiles(conn, edge_keys(state.size)))
-            for _, _, hash_ in rows:
-                appender.append(leaf_hash(hash_))
+            await _append_all(appender, [hash_ for _, _, hash_ in rows])
             changed = sorted(appender.tiles().items())
             last_txid, last_position, _ = rows[-1]
             written = await conn.fetchval(
@@ -184,6 +184,23 @@ async def integrate(
                 progress(len(rows))
         if len(rows) < batch_size and written:
             return Integration(total, appender.size)
+
+
+_IN_A_THREAD = 5000  # leaves: more is hashing that would hold up the event loop
+
+
+async def _append_all(appender: TileAppender, hashes: list[bytes]) -> None:
+    """Append the leaves of these chain hashes; a big batch off the event loop, which a
+    service shares with its reviewers."""
+
+    def run() -> None:
+        for hash_ in hashes:
+            appender.append(leaf_hash(hash_))
+
+    if len(hashes) > _IN_A_THREAD:
+        await asyncio.to_thread(run)
+    else:
+        run()
 
 
 @dataclass
@@ -256,9 +273,8 @@ async def open_view(
     while size is None or appender.size < size:
         want = INTEGRATE_BATCH if size is None else min(INTEGRATE_BATCH, size - appender.size)
         rows = await conn.fetch(_AFTER, txid, position, horizon, want)
-        for _, pos, hash_ in rows:
-            appender.append(leaf_hash(hash_))
-            view.tail.append(pos)
+        await _append_all(appender, [hash_ for _, _, hash_ in rows])
+        view.tail.extend(pos for _, pos, _ in rows)
         if progress is not None and rows:
             progress(len(rows))
         if rows:
