@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ledger.audit.integrity import LedgerReport, StreamCheck, StreamChecker, verify_ledger
+from ledger.audit.verifier import Digest
 from ledger.calls.projection import CALLS
 from ledger.calls.resolution import resolution_problem
 from ledger.journal import Event, Projection
@@ -72,8 +73,12 @@ STREAM_CHECKS: tuple[StreamCheck, ...] = (
 
 
 async def verify_all(
-    db: Database, *, progress: Callable[[int], None] | None = None
+    db: Database,
+    *,
+    since: Digest | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> LedgerReport:
-    """Everything an auditor relies on: hash chains, the global order, `PROJECTIONS` against a
-    rebuild and `STREAM_CHECKS`, in that order."""
-    return await verify_ledger(db, PROJECTIONS, STREAM_CHECKS, progress=progress)
+    """Everything an auditor relies on: hash chains, the global order, the stored Merkle tree,
+    `PROJECTIONS` against a rebuild and `STREAM_CHECKS`, in that order; the chains and the
+    tree only after `since`, a verified digest, when given."""
+    return await verify_ledger(db, PROJECTIONS, STREAM_CHECKS, since=since, progress=progress)

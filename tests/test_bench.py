@@ -12,6 +12,7 @@ from .processes import finish, start_program
 
 BRIEF = {
     "approvals": ("--seconds", "0.5", "--baseline-seconds", "0.2"),
+    "audit_scale": ("--sizes", "2000,6000", "--new", "100", "--append-events", "1600", "--check"),
     "checkpoints": ("--seconds", "0.1", "--rounds", "1"),
     "decisions": ("--seconds", "0.1"),
     "http_approvals": ("--seconds", "0.5"),

@@ -73,6 +73,8 @@ COMMANDS: dict[str, Command] = {
     "keys new-kek": Command(("--out", "{tmp}/kek"), fails_on=frozenset()),
     "ledger verify": Command(("--digest", "{digest}")),
     "ledger digest": Command(),
+    "ledger integrate": Command(fails_on=DATABASE),
+    "ledger tiles export": Command(("{tmp}/tiles",)),
     "ledger prove": Command(("1", "--digest", "{digest}"), fails_on=DATABASE),
     "ledger consistency": Command(("{digest}", "{digest}"), fails_on=DATABASE),
     "ledger calls": Command(fails_on=DATABASE),

@@ -23,6 +23,7 @@ from ledger.audit.digest import (
     verify_digest,
 )
 from ledger.audit.integrity import LedgerReport, StreamCheckReport
+from ledger.audit.tree import export_tiles, integrate
 from ledger.audit.verifier import (
     Invalid,
     MalformedDocument,
@@ -45,6 +46,8 @@ examples:
   signoff ledger verify --digest digest.json --public-keys keys.json     without the KEK
   signoff ledger verify --digest cosigned.json --witness-key "$W1" --witness-key "$W2" \
       --witnesses 2                                      and two witnesses cosigned it
+  signoff ledger verify --digest new.json --since-digest old.json   only the events after old.json
+  signoff ledger verify --digest new.json --full                     every event again
 """
 # The public keys then come from the very database the digest checks: recorded in its journal
 # and checked against data_keys and the private keys, but pinned copies are what an auditor trusts.
@@ -97,8 +100,52 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="how many --witness-key witnesses must have cosigned the digest's checkpoint "
         "(default: all of them)",
     )
+    verify.add_argument(
+        "--since-digest",
+        type=Path,
+        metavar="FILE",
+        help="an earlier digest you verified: check --digest from there on, reading only the "
+        "events after it (the stored tree must hold the earlier digest's root)",
+    )
+    verify.add_argument(
+        "--full",
+        action="store_true",
+        help="recheck --digest against every event, even with --since-digest",
+    )
     add_json_flag(verify)
     verify.set_defaults(run=_verify)
+
+    integrate = commands.add_parser(
+        "integrate",
+        help="add the journal's new events to the stored Merkle tree (digests do it too)",
+    )
+    integrate.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for another integrator instead of leaving the work to it",
+    )
+    add_json_flag(integrate)
+    integrate.set_defaults(run=lambda a: asyncio.run(_integrate(a)))
+
+    tiles = commands.add_parser("tiles", help="the stored Merkle tree as C2SP tlog-tiles")
+    tile_commands = tiles.add_subparsers(
+        dest="tiles_command", required=True, metavar="COMMAND", help="what to do"
+    )
+    export = tile_commands.add_parser(
+        "export",
+        help="write the tiles (tile/<L>/<N>, partial .p/<W>) and the signed digest.json to DIR",
+    )
+    export.add_argument(
+        "directory", type=Path, metavar="DIR", help="where to write (made when missing)"
+    )
+    export.add_argument(
+        "--digest",
+        type=Path,
+        metavar="FILE",
+        help="export the tree of this digest (default: take a new one, which needs the KEK)",
+    )
+    add_json_flag(export)
+    export.set_defaults(run=lambda a: asyncio.run(_export_tiles(a)))
 
     digest = commands.add_parser(
         "digest", help="sign the Merkle root of the journal so far", epilog=_DIGEST_EXAMPLES
@@ -155,6 +202,14 @@ def _verify(args: argparse.Namespace) -> int:
                 "  stream checks: "
                 + (", ".join(_stream_check(c) for c in report.stream_checks) or "none registered"),
             ]
+            + (
+                [
+                    f"  stored Merkle tree: {report.tree.tree_size} leaves, {report.tree.tiles} "
+                    "tiles recomputed from the events"
+                ]
+                if report.tree is not None
+                else []
+            )
         )
     else:
         text = "\n".join(
@@ -174,6 +229,7 @@ def _verify(args: argparse.Namespace) -> int:
         },
         "projections": [asdict(p) for p in report.projections],
         "stream_checks": [asdict(c) for c in report.stream_checks],
+        "tree": None if report.tree is None else asdict(report.tree),
         "problems": problems,
     }
     if check is not None:
@@ -241,19 +297,26 @@ def _brief(problem: str, limit: int = 200) -> str:
 async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, DigestCheck | None]:
     if args.public_keys and not args.digest:
         raise DigestError("--public-keys checks a digest's signature: give --digest FILE too")
+    if (args.since_digest or args.full) and not args.digest:
+        raise DigestError("--since-digest and --full say how to check a digest: give --digest")
     digest = _read_digest(args.digest) if args.digest else None
+    since = _read_digest(args.since_digest) if args.since_digest and not args.full else None
     keys = _read_keys(args.public_keys) if args.public_keys else None
     async with open_database(args) as db:
         if digest is not None and keys is None:  # the KEK's errors before the long part
             keys = await recorded_signing_keys(await KeyRing.open(db, create_missing=False))
             print(_TRUSTING_THE_DATABASE, file=sys.stderr)  # a refusal above says it all
         total = await _journal_size(args, db)
+        if since is not None and total is not None:
+            total = max(total - since.last_position, 0)
         with progress_bar(args, "verifying chains", total=total) as advance:
-            report = await verify_all(db, progress=advance)
+            report = await verify_all(db, since=since, progress=advance)
         if digest is None or keys is None:
             return report, None
-        with progress_bar(args, "checking digest", total=digest.tree_size) as advance:
-            return report, await verify_digest(db, digest, keys, progress=advance)
+        total = digest.tree_size - (since.tree_size if since is not None else 0)
+        with progress_bar(args, "checking digest", total=total) as advance:
+            check = await verify_digest(db, digest, keys, since=since, progress=advance)
+        return report, check
 
 
 async def _journal_size(args: argparse.Namespace, db: Database) -> int | None:
@@ -287,6 +350,53 @@ async def _digest(args: argparse.Namespace) -> int:
         f"{digest.root.hex()}, signed by {digest.key_id}: written to {safe(args.out)}"
     )
     emit(args, text, {**digest.to_dict(), "out": str(args.out)})
+    return 0
+
+
+async def _integrate(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        done = await integrate(db, wait=args.wait)
+    if done.skipped:
+        text = f"another integrator is at work; the stored tree holds {done.tree_size} leaves"
+    else:
+        text = f"integrated {done.integrated} events: the stored tree holds {done.tree_size} leaves"
+    emit(
+        args,
+        text,
+        {"integrated": done.integrated, "tree_size": done.tree_size, "skipped": done.skipped},
+    )
+    return 0
+
+
+async def _export_tiles(args: argparse.Namespace) -> int:
+    directory: Path = args.directory
+    async with open_database(args) as db:
+        if args.digest is not None:
+            digest = _read_digest(args.digest)
+        else:
+            digest = await take_digest(db, await KeyRing.open(db))
+
+        def write(path: str, hashes: bytes) -> None:
+            target = directory / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(hashes)
+
+        try:
+            async with (
+                db.connection() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                count = await export_tiles(conn, digest.tree_size, write)
+            _write(directory / "digest.json", digest.to_json())
+        except OSError as e:
+            raise DigestError(f"cannot write to {directory}: {e}") from e
+        except DigestMismatch as e:
+            return _mismatch(e)
+    text = (
+        f"{count} tiles of the {digest.tree_size}-event tree and digest.json written to "
+        f"{safe(directory)}"
+    )
+    emit(args, text, {"tiles": count, "tree_size": digest.tree_size, "out": str(directory)})
     return 0
 
 

@@ -19,9 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from approvals import ApiTokens, ApprovalStore
+from ledger.audit.tree import integrate
 from ledger.calls.service import ToolLedger
 from ledger.errors import ConfigurationError
 from ledger.keys import KeyRing
+from ledger.log import get_logger
 from ledger.store import Database
 from ledger.store.settings import Settings
 
@@ -32,6 +34,8 @@ from .live import ApprovalFeed
 from .metrics import Metrics
 from .oidc import JwksUnavailable, OidcVerifier
 from .webhooks import Webhooks
+
+log = get_logger(__name__)
 
 __all__ = [
     "KEEPALIVE_SECONDS",
@@ -74,9 +78,11 @@ class Service:
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
     webhooks: Webhooks | None = None
-    # Digests and proofs read the whole journal: one at a time per process, so that auditors
-    # cannot take every database connection and the event loop from reviewers.
+    # Digests, proofs and the tree's integration: one at a time per process, so that auditors
+    # cannot take every database connection and the event loop from reviewers (a digest reads
+    # the events since the last integration, which after a long pause may be many).
     journal_scans: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
+    integrator: asyncio.Task[None] | None = None
 
     @property
     def failure_limit(self) -> FailureLimit:
@@ -97,6 +103,10 @@ class Service:
         return self.store.ring
 
     async def close(self) -> None:
+        if self.integrator is not None:
+            self.integrator.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.integrator
         if self.webhooks is not None:
             await self.webhooks.close()
         await self.feed.close()
@@ -187,4 +197,22 @@ async def open_service(
         except BaseException:
             await service.close()
             raise
+    if settings.tree_integrate_seconds > 0:
+        service.integrator = asyncio.create_task(
+            _integrate_every(service, settings.tree_integrate_seconds)
+        )
     return service
+
+
+async def _integrate_every(service: Service, seconds: float) -> None:
+    """Keep the stored Merkle tree close to the journal, so that a digest has little to do; a
+    failure is logged and the next round tries again."""
+    while True:
+        try:
+            async with service.journal_scans:
+                done = await integrate(service.db)
+            if done.integrated:
+                log.info("merkle tree integrated", events=done.integrated, size=done.tree_size)
+        except Exception as e:  # the database away for a while: the next round retries
+            log.warning("merkle tree integration failed", error_type=type(e).__name__)
+        await asyncio.sleep(seconds)

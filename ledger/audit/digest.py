@@ -15,7 +15,6 @@ them, and the first `tree_size` leaves never change unless somebody edits the ta
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -29,8 +28,18 @@ from ..journal import Event
 from ..keys import KeyRing, Purpose
 from ..keys.public import published_keys
 from ..store import Database
-from .merkle import MerkleTree, RootBuilder, leaf_hash
+from .merkle import (
+    EMPTY_ROOT,
+    RootBuilder,
+    consistency_path,
+    inclusion_path,
+    leaf_hash,
+    verify_consistency,
+    verify_inclusion,
+)
 from .signing import with_checkpoint
+from .tiles import TileReader
+from .tree import TreeView, integrate, may_integrate, open_view
 from .verifier import (
     ConsistencyProof,
     Digest,
@@ -73,6 +82,13 @@ SELECT position, txid::text::bigint, stream_id, version, type, data::text, actor
 FROM events WHERE position = $1
 """  # the columns of `Event`, in its order
 _HASH_OF = "SELECT hash FROM events WHERE stream_id = $1 AND version = $2"
+_TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
+_LEAVES_AFTER = """
+SELECT position, hash FROM events
+WHERE (txid, position) > ($1::text::xid8, $2) AND txid < $3::text::xid8
+ORDER BY txid, position
+LIMIT $4
+"""
 _PREFETCH = 10_000
 
 
@@ -140,17 +156,26 @@ async def take_digest(
     """Sign the Merkle root of every event the journal's global order has reached;
     `progress(n)`, when given, is called as events are hashed (n more).
 
+    The stored tree is integrated first when this login may (the owner, `signoff_reviewer`);
+    otherwise, or while another integrator holds it, the events past it are hashed in memory.
+    Either way the cost is the events since the last integration and O(log n) stored hashes.
+
     Raises:
         NoActiveKey: there is no active digest-signing key.
     """
     await ring.fresh()
+    async with db.connection() as conn:
+        allowed = await may_integrate(conn)
+    if allowed:
+        await integrate(db, progress=progress)
     async with _snapshot(db) as conn:
-        builder, last_position, taken_at = await _root(conn, None, progress)
-    root = builder.root()
+        view = await open_view(conn, progress=progress)
+        root = await view.read(lambda reader: reader.root())
     key_id = ring.active_key_id(Purpose.DIGEST_SIGNING)
+    size, last_position, taken_at = view.size, view.last_position, view.taken_at
     # The same cache, no await between: `sign` uses this very key.
-    _, signature = ring.sign(digest_message(builder.size, root, last_position, taken_at, key_id))
-    digest = Digest(builder.size, root, last_position, taken_at, key_id, signature)
+    _, signature = ring.sign(digest_message(size, root, last_position, taken_at, key_id))
+    digest = Digest(size, root, last_position, taken_at, key_id, signature)
     return with_checkpoint(digest, ring, db.settings.log_origin)
 
 
@@ -159,18 +184,43 @@ async def verify_digest(
     digest: Digest,
     public_keys: Mapping[str, bytes],
     *,
+    since: Digest | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> DigestCheck:
     """Check the digest's signature and that the database still holds its first `tree_size`
-    events with the same stored hashes (hence the same root). Altered content behind an
-    unchanged hash is `Journal.verify`'s to find; `signoff ledger verify --digest` runs both."""
+    events with the same stored hashes (hence the same root), recomputed from the events, and
+    that the stored tree agrees. Altered content behind an unchanged hash is
+    `Journal.verify`'s to find; `signoff ledger verify --digest` runs both.
+
+    With `since`, an earlier digest verified before: only the events after it are read. Its
+    tree's compact range comes from the stored tree and must fold to its signed root, so the
+    stored hashes are trusted no further than that signature; the new events are then
+    recomputed on top of it. Edits before `since` are for a full check to find.
+    """
     problems: list[str] = []
-    try:
-        check_digest(digest, public_keys)
-    except Invalid as e:
-        problems.append(str(e))
+    for name, checked in (("", digest), ("the earlier digest: ", since)):
+        if checked is None:
+            continue
+        try:
+            check_digest(checked, public_keys)
+        except Invalid as e:
+            problems.append(f"{name}{e}")
+    if since is not None and since.tree_size > digest.tree_size:
+        problems.append(
+            f"the earlier digest covers {since.tree_size} events, more than {digest.tree_size}"
+        )
+        return DigestCheck(digest, 0, tuple(problems))
     async with _snapshot(db) as conn:
-        builder, last_position, _ = await _root(conn, digest.tree_size, progress)
+        if since is None:
+            builder, last_position, _ = await _root(conn, digest.tree_size, progress)
+        else:
+            resumed = await _resume(conn, since, problems)
+            if resumed is None:
+                return DigestCheck(digest, 0, tuple(problems))
+            builder = resumed
+            last_position = await _extend(conn, builder, since, digest.tree_size, progress)
+        stored = await open_view(conn, digest.tree_size)
+        stored_root = await _stored_root(stored)
     if builder.size < digest.tree_size:
         problems.append(
             f"the journal holds {builder.size} events, the digest covers {digest.tree_size}: "
@@ -187,39 +237,121 @@ async def verify_digest(
             f"event {digest.tree_size} is at position {last_position}, the digest says "
             f"{digest.last_position}"
         )
+    elif stored_root != digest.root:
+        problems.append(
+            f"the stored tree's root of {digest.tree_size} leaves is "
+            f"{stored_root.hex() if stored_root else 'missing'}, the events hash to the "
+            "digest's: the stored tree was changed (`signoff ledger verify` names the tile)"
+        )
     return DigestCheck(digest, builder.size, tuple(problems))
 
 
+async def _stored_root(view: TreeView) -> bytes | None:
+    try:
+        return await view.read(lambda reader: reader.root())
+    except DigestMismatch:
+        return None
+
+
+async def _resume(
+    conn: asyncpg.Connection, since: Digest, problems: list[str]
+) -> RootBuilder | None:
+    """A root builder at the earlier digest's tree, from the stored compact range checked
+    against its signed root; None (and a problem) when the stored tree does not give it."""
+    view = await open_view(conn, since.tree_size)
+    try:
+        nodes = await view.read(lambda reader: reader.compact_range())
+    except DigestMismatch as e:
+        nodes = []
+        problems.append(f"the earlier digest's tree: {e}")
+    builder = RootBuilder.resume(since.tree_size, nodes) if nodes or not since.tree_size else None
+    if builder is None or view.size < since.tree_size or builder.root() != since.root:
+        problems.append(
+            f"the stored tree does not hold the earlier digest's tree of {since.tree_size} "
+            "events: the journal or the stored tree changed before it (check with --full)"
+        )
+        return None
+    return builder
+
+
+async def _extend(
+    conn: asyncpg.Connection,
+    builder: RootBuilder,
+    since: Digest,
+    size: int,
+    progress: Callable[[int], None] | None,
+) -> int:
+    """Append to `builder` the leaves after the earlier digest's last event, up to `size`;
+    return the last one's position."""
+    horizon, _ = await conn.fetchrow(_HORIZON)
+    txid = "0"
+    if since.tree_size:
+        txid = await conn.fetchval(_TXID_OF, since.last_position) or "0"
+    last = since.last_position
+    async for position, hash_ in conn.cursor(
+        _LEAVES_AFTER,
+        txid,
+        since.last_position,
+        horizon,
+        size - since.tree_size,
+        prefetch=_PREFETCH,
+    ):
+        builder.append(leaf_hash(hash_))
+        last = position
+        if progress is not None and builder.size % _PREFETCH == 0:
+            progress(_PREFETCH)
+    return last
+
+
 async def prove_inclusion(db: Database, position: int, digest: Digest) -> InclusionProof:
-    """The proof that the event at `position` is a leaf of the digest's tree, with the event.
+    """The proof that the event at `position` is a leaf of the digest's tree, with the event:
+    O(log n) stored hashes.
 
     Raises:
         NotInDigest: the digest does not cover that position.
         DigestMismatch: the database no longer matches the digest, so no proof exists.
     """
     async with _snapshot(db) as conn:
-        tree, index = await _tree(conn, digest.tree_size, want=position)
+        view = await open_view(conn, digest.tree_size)
+        index = await view.index_of(position) if view.size == digest.tree_size else None
         row = await conn.fetchrow(_EVENT, position) if index is not None else None
+        if view.size < digest.tree_size:
+            raise DigestMismatch(
+                f"the journal holds {view.size} events, the digest covers {digest.tree_size}"
+            )
         if index is None or row is None:
             raise NotInDigest(position, digest.tree_size)
         event = Event(*row)
         prev_hash: bytes | None = GENESIS_HASH
         if event.version > 1:
             prev_hash = await conn.fetchval(_HASH_OF, event.stream_id, event.version - 1)
-    _check_root(tree, digest)
+        found = index
+
+        def read(reader: TileReader) -> tuple[bytes, bytes, list[bytes]]:
+            path = inclusion_path(found, reader.size, reader.subtree)
+            return reader.root(), reader.leaf(found), path
+
+        root, leaf, path = await view.read(read)
+    _check_root(root, digest)
+    if leaf != leaf_hash(event.hash) or not verify_inclusion(
+        leaf_hash(event.hash), index, digest.tree_size, path, digest.root
+    ):
+        raise DigestMismatch(
+            f"the stored tree's leaf {index} is not the hash of the event at position "
+            f"{position}: the stored tree or the event was changed"
+        )
     if prev_hash is None:
         raise DigestMismatch(
             f"version {event.version - 1} of stream {event.stream_id!r}, before the event at "
             f"position {position}, is missing"
         )
-    path = tuple(tree.inclusion_proof(index))
     return InclusionProof(
-        digest.tree_size, digest.root, index, path, export_event(event, prev_hash)
+        digest.tree_size, digest.root, index, tuple(path), export_event(event, prev_hash)
     )
 
 
 async def prove_consistency(db: Database, old: Digest, new: Digest) -> ConsistencyProof:
-    """The proof that the tree of `new` extends the tree of `old`.
+    """The proof that the tree of `new` extends the tree of `old`: O(log n) stored hashes.
 
     Raises:
         DigestError: `old` covers more events than `new`.
@@ -231,22 +363,32 @@ async def prove_consistency(db: Database, old: Digest, new: Digest) -> Consisten
             f"{new.tree_size}: give the older digest first"
         )
     async with _snapshot(db) as conn:
-        tree, _ = await _tree(conn, new.tree_size)
-    _check_root(tree, new)
-    if tree.root(old.tree_size) != old.root:
+        view = await open_view(conn, new.tree_size)
+        if view.size < new.tree_size:
+            raise DigestMismatch(f"the journal holds {view.size} events, the digest covers more")
+
+        def read(reader: TileReader) -> tuple[bytes, bytes, list[bytes]]:
+            old_root = reader.subtree(0, old.tree_size) if old.tree_size else EMPTY_ROOT
+            proof = consistency_path(old.tree_size, reader.size, reader.subtree)
+            return reader.root(), old_root, proof
+
+        root, old_root, proof = await view.read(read)
+    _check_root(root, new)
+    if old_root != old.root:
         raise DigestMismatch(
-            f"the first {old.tree_size} events hash to {tree.root(old.tree_size).hex()}, the "
-            f"old digest says {old.root.hex()}"
+            f"the first {old.tree_size} events hash to {old_root.hex()}, the old digest says "
+            f"{old.root.hex()}"
         )
-    proof = tuple(tree.consistency_proof(old.tree_size))
-    return ConsistencyProof(old.tree_size, old.root, new.tree_size, new.root, proof)
+    if not verify_consistency(old.tree_size, new.tree_size, old.root, new.root, proof):
+        raise DigestMismatch("the stored tree gives no valid consistency proof: it was changed")
+    return ConsistencyProof(old.tree_size, old.root, new.tree_size, new.root, tuple(proof))
 
 
 async def _root(
     conn: asyncpg.Connection, size: int | None, progress: Callable[[int], None] | None = None
 ) -> tuple[RootBuilder, int, datetime]:
-    """The root of the first `size` leaves (None: all), the last one's position (0 if none) and
-    the snapshot's time; memory stays O(log n) however long the journal."""
+    """The root of the first `size` leaves (None: all) recomputed from the events, the last
+    one's position (0 if none) and the snapshot's time; memory stays O(log n)."""
     horizon, taken_at = await conn.fetchrow(_HORIZON)
     builder = RootBuilder()
     last_position = 0
@@ -260,27 +402,10 @@ async def _root(
     return builder, last_position, taken_at
 
 
-async def _tree(
-    conn: asyncpg.Connection, size: int, *, want: int | None = None
-) -> tuple[MerkleTree, int | None]:
-    """The tree of the first `size` leaves, and the leaf index of position `want` among them."""
-    horizon, _ = await conn.fetchrow(_HORIZON)
-    hashes: list[bytes] = []
-    index: int | None = None
-    async for position, hash_ in conn.cursor(_LEAVES, horizon, size, prefetch=_PREFETCH):
-        if position == want:
-            index = len(hashes)
-        hashes.append(leaf_hash(hash_))
-    # Hashing the levels is CPU work: off the event loop, which a service shares with others.
-    return await asyncio.to_thread(MerkleTree, hashes), index
-
-
-def _check_root(tree: MerkleTree, digest: Digest) -> None:
-    if tree.size < digest.tree_size:
-        raise DigestMismatch(f"the journal holds {tree.size} events, the digest covers more")
-    if tree.root() != digest.root:
+def _check_root(root: bytes, digest: Digest) -> None:
+    if root != digest.root:
         raise DigestMismatch(
-            f"the first {digest.tree_size} events hash to {tree.root().hex()}, the digest says "
+            f"the first {digest.tree_size} events hash to {root.hex()}, the digest says "
             f"{digest.root.hex()}"
         )
 

@@ -6,8 +6,10 @@
 2. the global order (`check_global_order`): every event's `txid` is the transaction that inserted
    it and not in the future, so `read_all`, exports and digests reach every event `read_stream`
    returns;
-3. every projection against a rebuild from its streams (`check_projection`);
-4. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams.
+3. the stored Merkle tree (`check_stored_tree`): every tile and the root recomputed from the
+   events, so an edited stored hash is named;
+4. every projection against a rebuild from its streams (`check_projection`);
+5. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams.
 
 The lists of projections and stream checks are the caller's (`approvals.checks` holds the ones
 Signoff keeps), since the ledger knows no approvals.
@@ -19,11 +21,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError, KekMissing, PermissionDenied
-from ..journal import Event, Journal, Projection, VerifyReport
+import asyncpg
+
+from ..canonical import GENESIS_HASH, chain_hash
+from ..errors import ConfigurationError, InvalidEvent, KekMissing, PermissionDenied
+from ..journal import BadEvent, Event, Journal, Projection, VerifyReport
 from ..journal.journal import _COLUMNS
 from ..journal.projection import ProjectionCheck, check_projection
 from ..store import Database
+from .tree import TreeCheck, check_stored_tree
+from .verifier import Digest
 
 __all__ = [
     "LedgerReport",
@@ -32,6 +39,7 @@ __all__ = [
     "StreamCheck",
     "StreamChecker",
     "check_global_order",
+    "verify_chains_after",
     "verify_ledger",
 ]
 
@@ -51,6 +59,16 @@ FROM events
 WHERE txid::text::bigint % 4294967296 <> xmin::text::bigint
    OR txid >= pg_snapshot_xmax(pg_current_snapshot())
 ORDER BY position
+"""
+_TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
+_AFTER_IN_ORDER = (
+    f"SELECT {_COLUMNS} FROM events WHERE (txid, position) > ($1::text::xid8, $2) "
+    "ORDER BY events.txid, events.position"
+)
+_PREVIOUS = """
+SELECT p.stream_id, p.version, p.hash
+FROM unnest($1::text[], $2::int[]) AS wanted(stream_id, version)
+JOIN events p ON p.stream_id = wanted.stream_id AND p.version = wanted.version
 """
 _STREAMS = (
     f"SELECT {_COLUMNS} FROM events WHERE starts_with(stream_id, $1) ORDER BY stream_id, version"
@@ -111,6 +129,7 @@ class LedgerReport:
     order: OrderReport
     projections: tuple[ProjectionCheck, ...]
     stream_checks: tuple[StreamCheckReport, ...]
+    tree: TreeCheck | None = None  # the stored Merkle tree against the events
 
     @property
     def problems(self) -> list[str]:
@@ -126,6 +145,7 @@ class LedgerReport:
         ]
         found += [f"projection {p.table}: {x}" for p in self.projections for x in p.problems]
         found += [f"{c.name}: {problem}" for c in self.stream_checks for problem in c.problems]
+        found += list(self.tree.problems if self.tree is not None else ())
         return found
 
     @property
@@ -173,15 +193,85 @@ def _order_problem(row: Mapping[str, Any], xmax: int) -> str:
     )
 
 
+async def verify_chains_after(
+    db: Database, position: int, *, progress: Callable[[int], None] | None = None
+) -> VerifyReport:
+    """Recompute the chain hash of every event after the one at `position` in the global order
+    (all of them, in flight too), each from the stored hash of its stream's previous event:
+    what `Journal.verify` checks, for the events a verified digest does not cover."""
+    bad: list[BadEvent] = []
+    events, streams = 0, set[str]()
+    async with db.transaction() as conn:
+        txid = await conn.fetchval(_TXID_OF, position)
+        if txid is None:
+            raise InvalidEvent(
+                f"no event is at position {position}: the digest is not this journal's"
+            )
+        batch: list[Event] = []
+        async for row in conn.cursor(_AFTER_IN_ORDER, txid, position, prefetch=5000):
+            batch.append(Event(*row))
+            if len(batch) == 5000:
+                bad += await _chain_batch(conn, batch)
+                events += len(batch)
+                streams.update(e.stream_id for e in batch)
+                if progress is not None:
+                    progress(len(batch))
+                batch = []
+        bad += await _chain_batch(conn, batch)
+        events += len(batch)
+        streams.update(e.stream_id for e in batch)
+        if progress is not None and batch:
+            progress(len(batch))
+    return VerifyReport(events, len(streams), tuple(bad))
+
+
+async def _chain_batch(conn: asyncpg.Connection, batch: list[Event]) -> list[BadEvent]:
+    wanted = [e for e in batch if e.version > 1]
+    rows = await conn.fetch(
+        _PREVIOUS, [e.stream_id for e in wanted], [e.version - 1 for e in wanted]
+    )
+    previous = {(r["stream_id"], r["version"]): bytes(r["hash"]) for r in rows}
+    bad = []
+    for event in batch:
+        before = (
+            GENESIS_HASH
+            if event.version == 1
+            else previous.get((event.stream_id, event.version - 1))
+        )
+        if before is None:
+            problem: str | None = (
+                f"version {event.version - 1} is missing before version {event.version}"
+            )
+        else:
+            problem = _chain_problem(event, before)
+        if problem is not None:
+            bad.append(BadEvent(event.stream_id, event.version, event.position, problem))
+    return bad
+
+
+def _chain_problem(event: Event, previous_hash: bytes) -> str | None:
+    expected = chain_hash(previous_hash, event.canonical_bytes())
+    if expected != event.hash:
+        return f"hash differs: stored {event.hash.hex()}, recomputed {expected.hex()}"
+    return None
+
+
 async def verify_ledger(
     db: Database,
     projections: Sequence[Projection[Any]],
     stream_checks: Sequence[StreamCheck] = (),
     *,
+    since: Digest | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> LedgerReport:
-    """Check the hash chains, the global order, each of `projections` against a rebuild and
-    each of `stream_checks`, in that order (`progress(n)`: n more events' chains checked).
+    """Check the hash chains, the global order, the stored Merkle tree, each of `projections`
+    against a rebuild and each of `stream_checks`, in that order (`progress(n)`: n more
+    events' chains checked).
+
+    With `since`, a digest verified before (its signature and root are the caller's to have
+    checked), the chains and the stored tree are checked only after its last event: what it
+    covers was verified then. The global order, projections and stream checks still run in
+    full (they are the tables' state now).
 
     Raises:
         ConfigurationError: the login may not read the `events` table (with its `xmin`) and
@@ -189,7 +279,14 @@ async def verify_ledger(
             transaction ids this checks.
     """
     try:
-        chains = await Journal(db).verify(progress=progress)
+        if since is None or since.tree_size == 0:
+            chains = await Journal(db).verify(progress=progress)
+            tree = await check_stored_tree(db)
+        else:
+            chains = await verify_chains_after(db, since.last_position, progress=progress)
+            tree = await check_stored_tree(
+                db, since=(since.tree_size, since.root, since.last_position)
+            )
         order = await check_global_order(db)
         checked = tuple([await check_projection(db, p) for p in projections])
         streams = tuple([await _run_stream_check(db, c) for c in stream_checks])
@@ -198,7 +295,7 @@ async def verify_ledger(
             f"verifying the ledger reads the events and projection tables, and this login may "
             f"not ({e}): use a login granted signoff_app"
         ) from e
-    return LedgerReport(chains, order, checked, streams)
+    return LedgerReport(chains, order, checked, streams, tree)
 
 
 async def _run_stream_check(db: Database, check: StreamCheck) -> StreamCheckReport:

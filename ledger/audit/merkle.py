@@ -16,13 +16,16 @@ right edge) and never build a tree.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
     "MerkleTree",
     "RootBuilder",
+    "Subtree",
+    "consistency_path",
+    "inclusion_path",
     "leaf_hash",
     "node_hash",
     "root_from_inclusion_proof",
@@ -93,20 +96,7 @@ class MerkleTree:
         size = self.size if size is None else size
         self._check_size(size)
         self._check_index(index, size)
-        path: list[bytes] = []
-        start, end = 0, size
-        # The RFC's recursion, unrolled: it descends from the root, so siblings come out
-        # root-first and are reversed at the end (the path lists the leaf's sibling first).
-        while end - start > 1:
-            k = _split(end - start)
-            if index < start + k:
-                path.append(self._subtree(start + k, end))
-                end = start + k
-            else:
-                path.append(self._subtree(start, start + k))
-                start += k
-        path.reverse()
-        return path
+        return inclusion_path(index, size, self._subtree)
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """PROOF(old_size, D[0:new_size]): proves the first tree is a prefix of the second.
@@ -117,23 +107,7 @@ class MerkleTree:
         self._check_size(new_size)
         if not 0 <= old_size <= new_size:
             raise ValueError(f"old size {old_size} must be between 0 and {new_size}")
-        if old_size in (0, new_size):
-            return []
-        proof: list[bytes] = []
-        start, end, m, complete = 0, new_size, old_size, True
-        # SUBPROOF(m, D[start:end], complete), unrolled the same way as the audit path.
-        while m != end - start:
-            k = _split(end - start)
-            if m <= k:
-                proof.append(self._subtree(start + k, end))
-                end = start + k
-            else:
-                proof.append(self._subtree(start, start + k))
-                start, m, complete = start + k, m - k, False
-        if not complete:
-            proof.append(self._subtree(start, end))
-        proof.reverse()
-        return proof
+        return consistency_path(old_size, new_size, self._subtree)
 
     def _subtree(self, start: int, end: int) -> bytes:
         """MTH(D[start:end]) for 0 <= start < end <= size."""
@@ -154,6 +128,51 @@ class MerkleTree:
     def _check_index(index: int, size: int) -> None:
         if not 0 <= index < size:
             raise ValueError(f"leaf index {index} is not below the tree size {size}")
+
+
+Subtree = Callable[[int, int], bytes]
+"""MTH(D[start:end]) of one tree, for `start < end`; `end` is a power-of-two step from `start`
+or the tree's size, as the proofs below ask."""
+
+
+def inclusion_path(index: int, size: int, subtree: Subtree) -> list[bytes]:
+    """PATH(index, D[0:size]) (RFC 9162 §2.1.3.1), the subtree hashes coming from `subtree`."""
+    path: list[bytes] = []
+    start, end = 0, size
+    # The RFC's recursion, unrolled: it descends from the root, so siblings come out
+    # root-first and are reversed at the end (the path lists the leaf's sibling first).
+    while end - start > 1:
+        k = _split(end - start)
+        if index < start + k:
+            path.append(subtree(start + k, end))
+            end = start + k
+        else:
+            path.append(subtree(start, start + k))
+            start += k
+    path.reverse()
+    return path
+
+
+def consistency_path(old_size: int, new_size: int, subtree: Subtree) -> list[bytes]:
+    """PROOF(old_size, D[0:new_size]) (RFC 9162 §2.1.4.1); empty when `old_size` is 0 or
+    `new_size`."""
+    if old_size in (0, new_size):
+        return []
+    proof: list[bytes] = []
+    start, end, m, complete = 0, new_size, old_size, True
+    # SUBPROOF(m, D[start:end], complete), unrolled the same way as the audit path.
+    while m != end - start:
+        k = _split(end - start)
+        if m <= k:
+            proof.append(subtree(start + k, end))
+            end = start + k
+        else:
+            proof.append(subtree(start, start + k))
+            start, m, complete = start + k, m - k, False
+    if not complete:
+        proof.append(subtree(start, end))
+    proof.reverse()
+    return proof
 
 
 def _next_level(level: bytes) -> bytes:
@@ -179,6 +198,22 @@ class RootBuilder:
     def __init__(self) -> None:
         self.size = 0
         self._stack: list[tuple[int, bytes]] = []  # (leaf count, hash), counts strictly falling
+
+    @classmethod
+    def resume(cls, size: int, nodes: Sequence[bytes]) -> RootBuilder:
+        """A builder that has seen `size` leaves, from their compact range: the roots of the
+        perfect subtrees of `size`'s binary digits, largest (leftmost) first."""
+        counts = [1 << bit for bit in reversed(range(size.bit_length())) if size >> bit & 1]
+        if len(counts) != len(nodes):
+            raise ValueError(f"a tree of {size} leaves has {len(counts)} compact-range nodes")
+        builder = cls()
+        builder.size = size
+        builder._stack = list(zip(counts, nodes, strict=True))
+        return builder
+
+    def compact_range(self) -> list[bytes]:
+        """The roots of the perfect subtrees the leaves so far fill, largest first."""
+        return [node for _, node in self._stack]
 
     def append(self, leaf: bytes) -> None:
         """Add the next leaf hash (already `leaf_hash`-ed)."""

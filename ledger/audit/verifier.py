@@ -4,12 +4,14 @@
         --witnesses N]
     python -m ledger.audit.verifier inclusion DIGEST PROOF --public-keys KEYS
     python -m ledger.audit.verifier consistency OLD NEW PROOF --public-keys KEYS
+    python -m ledger.audit.verifier tiles DIR --public-keys KEYS [--inclusion PROOF] [--old OLD]
 
 KEYS is the output of `signoff keys export-public`. Exit 0: valid; 1: invalid (the reason is
 printed); 2: usage error (bad arguments, unreadable files, malformed KEYS).
 
 This module defines the documents it checks, so an auditor needs to trust only it,
-`ledger/canonical.py`, `ledger/audit/merkle.py` and `ledger/audit/checkpoint.py` (stdlib and
+`ledger/canonical.py`, `ledger/audit/merkle.py`, `ledger/audit/checkpoint.py` and
+`ledger/audit/tiles.py` (stdlib and
 `cryptography` otherwise).
 
 The journal's Merkle tree (RFC 6962 hashing, `ledger.audit.merkle`) has one leaf per event, in the
@@ -33,6 +35,11 @@ position, txid, stream_id, version, type, actor, recorded_at (canonical text), d
 canonical JSON text, verbatim), hash and prev_hash (hex). Only stream id, version, type, actor,
 recorded_at and data are hashed; position and txid are the database's bookkeeping and are not
 covered by any hash.
+
+Tiles (`signoff ledger tiles export DIR`): the tree in the C2SP tlog-tiles layout of
+`ledger.audit.tiles` (`tile/<L>/<N>`, partial tiles `.p/<W>`, raw 32-byte hashes) and the signed
+`digest.json`; `tiles` checks that every full tile's root is its entry a level up and that they
+hash to the digest's root, then proofs against them, with no database.
 
 Inclusion proof (`signoff_inclusion_proof: 1`): tree_size, root, leaf_index, audit_path (hex,
 the leaf's sibling first) and the exported event. Consistency proof
@@ -67,7 +74,16 @@ from .checkpoint import (
     signed_by,
     valid_cosigners,
 )
-from .merkle import HASH_SIZE, leaf_hash, verify_consistency, verify_inclusion
+from .merkle import (
+    EMPTY_ROOT,
+    HASH_SIZE,
+    consistency_path,
+    inclusion_path,
+    leaf_hash,
+    verify_consistency,
+    verify_inclusion,
+)
+from .tiles import TILE_BYTES, TILE_WIDTH, TileReader, tile_path, tile_root, tiles_of
 
 __all__ = [
     "DIGEST_TAG",
@@ -80,11 +96,15 @@ __all__ = [
     "check_consistency",
     "check_digest",
     "check_inclusion",
+    "check_tiles",
     "check_witnesses",
+    "consistency_from_tiles",
     "digest_checkpoint",
     "digest_message",
+    "inclusion_from_tiles",
     "load_public_keys",
     "main",
+    "read_tile_directory",
 ]
 
 DIGEST_TAG = b"signoff.digest.v1"
@@ -466,6 +486,102 @@ def check_consistency(
         )
 
 
+def read_tile_directory(directory: Path, size: int) -> dict[tuple[int, int], bytes]:
+    """Every tile of the tree of `size` leaves from a tlog-tiles directory
+    (`signoff ledger tiles export`), by (level, index).
+
+    Raises:
+        Invalid: a tile is missing or not of its width.
+    """
+    tiles: dict[tuple[int, int], bytes] = {}
+    for level, index, width in tiles_of(size):
+        path = directory / tile_path(level, index, width)
+        try:
+            hashes = path.read_bytes()
+        except OSError as e:
+            raise Invalid(f"tile {tile_path(level, index, width)} cannot be read: {e}") from e
+        if len(hashes) != width * HASH_SIZE:
+            raise Invalid(f"tile {tile_path(level, index, width)} is not {width} hashes")
+        tiles[(level, index)] = hashes
+    return tiles
+
+
+def check_tiles(
+    digest: Digest, tiles: Mapping[tuple[int, int], bytes], public_keys: Mapping[str, bytes]
+) -> None:
+    """Check the digest, that every full tile's root is its entry one level up, and that the
+    tiles hash to the digest's root: then every hash in them is the digest's tree's.
+
+    Raises:
+        Invalid: what failed first.
+    """
+    check_digest(digest, public_keys)
+    for (level, index), hashes in sorted(tiles.items()):
+        if len(hashes) != TILE_BYTES:
+            continue
+        above = tiles.get((level + 1, index // TILE_WIDTH), b"")
+        at = (index % TILE_WIDTH) * HASH_SIZE
+        if above[at : at + HASH_SIZE] != tile_root(hashes):
+            raise Invalid(
+                f"tile {tile_path(level, index)}: its root is not entry {index % TILE_WIDTH} "
+                f"of tile {level + 1}/{index // TILE_WIDTH}: the tiles were altered"
+            )
+    try:
+        root = TileReader(digest.tree_size, tiles).root()
+    except LookupError as e:
+        raise Invalid(f"the tiles lack hashes of the digest's tree: {e}") from e
+    if root != digest.root:
+        raise Invalid(
+            f"the tiles hash to root {root.hex()}, the digest says {digest.root.hex()}: the "
+            "tiles or the digest were altered"
+        )
+
+
+def inclusion_from_tiles(
+    digest: Digest, tiles: Mapping[tuple[int, int], bytes], proof: InclusionProof
+) -> None:
+    """Check an inclusion proof's event against the tiles: its leaf is the tiles' leaf at its
+    index, and the audit path the tiles give leads to the digest's root (`check_tiles` first).
+
+    Raises:
+        Invalid: it does not.
+    """
+    reader = TileReader(digest.tree_size, tiles)
+    index = proof.leaf_index
+    if index >= digest.tree_size or reader.leaf(index) != leaf_hash(proof.event.hash):
+        raise Invalid(f"leaf {index} of the tiles is not the event's hash")
+    path = inclusion_path(index, digest.tree_size, reader.subtree)
+    if not verify_inclusion(
+        leaf_hash(proof.event.hash), index, digest.tree_size, path, digest.root
+    ):
+        raise Invalid(f"the tiles' audit path of leaf {index} does not lead to the root")
+    if tuple(path) != proof.audit_path:
+        raise Invalid(f"the proof's audit path of leaf {index} is not the tiles'")
+
+
+def consistency_from_tiles(
+    old: Digest, new: Digest, tiles: Mapping[tuple[int, int], bytes]
+) -> None:
+    """Check that the older digest's root is the root of the tiles' first `old.tree_size`
+    leaves and that the consistency proof the tiles give verifies.
+
+    Raises:
+        Invalid: it does not.
+    """
+    if old.tree_size > new.tree_size:
+        raise Invalid(f"the old digest covers {old.tree_size} events, more than {new.tree_size}")
+    reader = TileReader(new.tree_size, tiles)
+    old_root = reader.subtree(0, old.tree_size) if old.tree_size else EMPTY_ROOT
+    proof = consistency_path(old.tree_size, new.tree_size, reader.subtree)
+    if old_root != old.root or not verify_consistency(
+        old.tree_size, new.tree_size, old.root, new.root, proof
+    ):
+        raise Invalid(
+            f"the tiles' first {old.tree_size} leaves do not hash to the old digest's root "
+            f"{old.root.hex()}: history was rewritten"
+        )
+
+
 # -- parsing helpers -----------------------------------------------------------------------------
 
 
@@ -592,6 +708,8 @@ def _run(args: argparse.Namespace) -> str:
             f"{proof.leaf_index} of the {digest.tree_size}-event journal signed by "
             f"{digest.key_id} at {format_time(digest.taken_at)}"
         )
+    if args.command == "tiles":
+        return _tiles(args, keys)
     old = _document(Digest.from_json, args.old)
     new = _document(Digest.from_json, args.new)
     consistency = _document(ConsistencyProof.from_json, args.proof)
@@ -614,6 +732,28 @@ def _witness_options(args: argparse.Namespace) -> tuple[list[VerifierKey], int]:
             f"--witnesses {required}: only {len(keys)} --witness-key given, so it cannot be met"
         )
     return keys, required
+
+
+def _tiles(args: argparse.Namespace, keys: Mapping[str, bytes]) -> str:
+    directory: Path = args.directory
+    digest = _document(Digest.from_json, args.digest or directory / "digest.json")
+    tiles = read_tile_directory(directory, digest.tree_size)
+    check_tiles(digest, tiles, keys)
+    shown = [
+        f"valid: {len(tiles)} tiles of {directory} hash to the root {digest.root.hex()} of the "
+        f"{digest.tree_size}-event digest signed by {digest.key_id}"
+    ]
+    for path in args.inclusion:
+        proof = _document(InclusionProof.from_json, path)
+        check_inclusion(digest, proof, keys)
+        inclusion_from_tiles(digest, tiles, proof)
+        shown.append(f"valid: {path}: leaf {proof.leaf_index} is in the tiles")
+    if args.old is not None:
+        old = _document(Digest.from_json, args.old)
+        check_digest(old, keys)
+        consistency_from_tiles(old, digest, tiles)
+        shown.append(f"valid: the tiles extend the {old.tree_size}-event digest {args.old}")
+    return "\n".join(shown)
 
 
 def _document(parse: Callable[[str], _T], path: Path) -> _T:
@@ -652,7 +792,25 @@ def _parser() -> argparse.ArgumentParser:
     consistency.add_argument("old", type=Path, metavar="OLD")
     consistency.add_argument("new", type=Path, metavar="NEW")
     consistency.add_argument("proof", type=Path, metavar="PROOF")
-    for command in (digest, inclusion, consistency):
+    tiles = commands.add_parser(
+        "tiles", help="check an exported tile directory (`signoff ledger tiles export`)"
+    )
+    tiles.add_argument("directory", type=Path, metavar="DIR")
+    tiles.add_argument(
+        "--digest", type=Path, metavar="DIGEST", help="the digest to check (DIR/digest.json)"
+    )
+    tiles.add_argument(
+        "--inclusion",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PROOF",
+        help="also check this inclusion proof's event against the tiles (repeatable)",
+    )
+    tiles.add_argument(
+        "--old", type=Path, metavar="DIGEST", help="also check the tiles extend this digest"
+    )
+    for command in (digest, inclusion, consistency, tiles):
         command.add_argument(
             "--public-keys",
             type=Path,

@@ -73,6 +73,7 @@ OIDC_ALGORITHMS = (
 )
 """The signature algorithms an OIDC token may use: asymmetric only. `none` and the HMACs (HS*)
 are never among them: with a published key, an HMAC "signature" is one anybody can make."""
+_TREE_INTEGRATE_DEFAULT = 30.0
 _OIDC_DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 _OIDC_LEEWAY_DEFAULT = 30.0
 _OIDC_LEEWAY_MAX = 300.0  # clocks are kept in step; more leeway only stretches a stolen token
@@ -122,10 +123,17 @@ class Settings:
     oidc: OidcSettings | None = None
     webhook: WebhookSettings | None = None
     log_origin: str | None = None
+    tree_integrate_seconds: float = _TREE_INTEGRATE_DEFAULT
+    """How often `signoff serve` integrates new events into the stored Merkle tree (0: never;
+    digests still do)."""
 
     def __post_init__(self) -> None:
         if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
             object.__setattr__(self, "database_url", normalize_url(self.database_url))
+        if not math.isfinite(self.tree_integrate_seconds) or self.tree_integrate_seconds < 0:
+            raise ConfigurationError(
+                f"tree_integrate_seconds is {self.tree_integrate_seconds}: expected 0 or more"
+            )
         if not math.isfinite(self.key_refresh_seconds) or self.key_refresh_seconds < 0:
             raise ConfigurationError(
                 f"key_refresh_seconds is {self.key_refresh_seconds}: expected 0 or more"
@@ -154,6 +162,7 @@ class Settings:
             oidc=OidcSettings.from_env(environ),
             webhook=WebhookSettings.from_env(environ),
             log_origin=_origin(environ.get("SIGNOFF_LOG_ORIGIN")),
+            tree_integrate_seconds=_seconds(environ, "SIGNOFF_TREE_INTEGRATE_SECONDS"),
         )
 
     @property
@@ -203,6 +212,19 @@ def _origin(text: str | None) -> str | None:
         return check_key_name(text.strip())
     except MalformedNote as e:
         raise ConfigurationError(f"SIGNOFF_LOG_ORIGIN: {e}") from e
+
+
+def _seconds(environ: Mapping[str, str], name: str) -> float:
+    text = environ.get(name)
+    if text is None or not text.strip():
+        return _TREE_INTEGRATE_DEFAULT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigurationError(f"{name} is {text!r}: expected a number of seconds, 0 or more")
+    return seconds
 
 
 def _refresh(text: str | None) -> float:
