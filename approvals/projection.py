@@ -101,7 +101,7 @@ class ApprovalProjection(Projection[Approval]):
     stream_prefix = STREAM_PREFIX
     columns = COLUMNS
     write_function = "signoff_commit_approval"
-    # The columns of `to_row` but the version, which the function sets (migration 0019);
+    # The columns of `to_row` but the version, which the function sets (migration 0018);
     # `policy`, `reviews` and `thread_config` are JSON text for its jsonb parameters.
     row_parameters = (
         "approval_id",

@@ -1,7 +1,7 @@
 """A tool call's steps cost what they did before decisions were signed: same checks, less work.
 
-Revision ID: 0019
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-01
 
 Measured with the server's instruction counts (callgrind on a single-user backend, the
@@ -36,8 +36,8 @@ from importlib import import_module
 
 from migrations.sqlscript import execute_script
 
-revision: str = "0019"
-down_revision: str | None = "0016"
+revision: str = "0018"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
