@@ -36,7 +36,6 @@ approval_id, run_id, thread_id, tool, kind, call_id, args_digest, binding, reque
 policy::text AS policy, status, reviews::text AS reviews, decided_by, decided_at, expires_at,
 consumed_by, consumed_at, thread_config::text AS thread_config, requested_at, version
 """
-_JSONB = ("policy", "reviews", "thread_config")
 
 
 def stream_of(approval_id: str) -> str:
@@ -102,7 +101,29 @@ class ApprovalProjection(Projection[Approval]):
     stream_prefix = STREAM_PREFIX
     columns = COLUMNS
     write_function = "signoff_commit_approval"
-    json_columns = _JSONB
+    # The columns of `to_row` but the version, which the function sets (migration 0018);
+    # `policy`, `reviews` and `thread_config` are JSON text for its jsonb parameters.
+    row_parameters = (
+        "approval_id",
+        "run_id",
+        "thread_id",
+        "tool",
+        "kind",
+        "call_id",
+        "args_digest",
+        "binding",
+        "requested_by",
+        "policy",
+        "status",
+        "reviews",
+        "decided_by",
+        "decided_at",
+        "expires_at",
+        "consumed_by",
+        "consumed_at",
+        "thread_config",
+        "requested_at",
+    )
 
     def stream_of(self, record: Approval) -> str:
         return stream_of(record.approval_id)

@@ -32,7 +32,9 @@ from adapters.welt import (
     slack_reviewer,
 )
 from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
+from approvals.projection import ApprovalProjection
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy, call_stream
+from ledger.calls.projection import CallProjection
 from ledger.calls.service import ToolLedger
 from ledger.errors import (
     EventNotPermitted,
@@ -52,6 +54,24 @@ from .agents import EFFECTS_TABLE, Harness, Kind, answer_all, effects_of, reques
 from .checkpoint_workers import review_graph
 from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
 from .welt_workers import addressed
+
+_ROWS = {
+    "signoff_commit_call": ("tool_calls", CallProjection.row_parameters),
+    "signoff_commit_approval": ("approvals", ApprovalProjection.row_parameters),
+}
+
+
+def with_row(statement: str) -> str:
+    """A commit function's call written with its row as one jsonb parameter, `$1::jsonb` (a
+    forged row is easiest to write as a whole one), as the call of its typed parameters."""
+    function = statement.removeprefix("SELECT ").split("(", 1)[0]
+    table, columns = _ROWS[function]
+    fields = ", ".join(f"r.{column}" for column in columns)
+    return (
+        statement.replace("$1::jsonb", fields, 1)
+        + f" FROM jsonb_populate_record(NULL::{table}, $1::jsonb) AS r"
+    )
+
 
 WELT_FIXTURES = Path(__file__).parent / "fixtures" / "welt"
 
@@ -338,8 +358,10 @@ async def test_a_worker_cannot_move_a_row_past_its_events(worker: Side) -> None:
         }
         with pytest.raises(asyncpg.PostgresError) as refused:
             await conn.fetchval(
-                "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
-                " ARRAY['approval.consumed'], ARRAY['{}'::json], ARRAY['x'], NULL)",
+                with_row(
+                    "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
+                    " ARRAY['approval.consumed'], ARRAY['{}'::json], ARRAY['x'], NULL)"
+                ),
                 json.dumps(forged),
                 f"approval:{approval.approval_id}",
             )
@@ -354,8 +376,10 @@ async def test_rows_out_of_step_are_refused_as_typed_errors(worker: Side) -> Non
     with pytest.raises(RowOutOfStep):
         async with worker.db.connection() as conn:
             await conn.fetchval(
-                "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 1, $2, 0,"
-                " ARRAY['call.started'], ARRAY['{}'::json], ARRAY['w'], NULL)",
+                with_row(
+                    "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 1, $2, 0,"
+                    " ARRAY['call.started'], ARRAY['{}'::json], ARRAY['w'], NULL)"
+                ),
                 json.dumps(row),
                 stream,
             )
@@ -497,8 +521,10 @@ async def test_a_temporary_table_does_not_shadow_the_rights(worker: Side) -> Non
         forged["reviews"] = [{"reviewer": "mallory", "decision": "approve", "at": "2026-01-01"}]
         with pytest.raises(asyncpg.PostgresError) as refused:
             await conn.fetchval(
-                "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
-                " ARRAY['approval.decided'], ARRAY['{}'::json], ARRAY['mallory'], NULL)",
+                with_row(
+                    "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
+                    " ARRAY['approval.decided'], ARRAY['{}'::json], ARRAY['mallory'], NULL)"
+                ),
                 json.dumps(forged),
                 f"approval:{approval.approval_id}",
             )
@@ -529,8 +555,10 @@ async def test_a_finished_call_cannot_be_started_again_through_the_functions(
         again = row | {"status": "running", "effect": "read"}
         for types in (["call.started"], ["call.retried"]):
             written = await conn.fetchval(
-                "SELECT signoff_commit_call(false, $1::jsonb, NULL, NULL, 1, $2, $3, $4,"
-                " ARRAY['{}'::json], ARRAY['w'], NULL)",
+                with_row(
+                    "SELECT signoff_commit_call(false, $1::jsonb, NULL, NULL, 1, $2, $3, $4,"
+                    " ARRAY['{}'::json], ARRAY['w'], NULL)"
+                ),
                 json.dumps(again),
                 stream,
                 row["version"],
@@ -575,8 +603,10 @@ async def test_a_consumption_cannot_be_undone_nor_a_grant_claimed_without_one(
         undone = row | {"consumed_at": None, "consumed_by": None}
         with pytest.raises(asyncpg.PostgresError) as refused:
             await conn.fetchval(
-                "SELECT signoff_commit_approval(false, $1::jsonb, $2, $3,"
-                " ARRAY['approval.consumed'], ARRAY['{}'::json], ARRAY['x'], NULL)",
+                with_row(
+                    "SELECT signoff_commit_approval(false, $1::jsonb, $2, $3,"
+                    " ARRAY['approval.consumed'], ARRAY['{}'::json], ARRAY['x'], NULL)"
+                ),
                 json.dumps(undone),
                 stream,
                 consumed.version,
@@ -591,8 +621,10 @@ async def test_a_consumption_cannot_be_undone_nor_a_grant_claimed_without_one(
         claimed["reviews"] = [{"reviewer": "boss", "decision": "approve", "at": "2026-01-01"}]
         with pytest.raises(asyncpg.PostgresError) as refused:  # `grant` must be a signed grant
             await conn.fetchval(
-                "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
-                " ARRAY['approval.decided'], ARRAY[$3::json], ARRAY['boss'], NULL)",
+                with_row(
+                    "SELECT signoff_commit_approval(false, $1::jsonb, $2, 1,"
+                    " ARRAY['approval.decided'], ARRAY[$3::json], ARRAY['boss'], NULL)"
+                ),
                 json.dumps(claimed),
                 f"approval:{other.approval_id}",
                 json.dumps({"grant": None}),
@@ -631,8 +663,10 @@ async def test_a_call_names_no_approval_nor_reviewer_that_did_not_allow_it(
             data = {k: row[k] for k in ("run_id", "call_id", "approval_id", "approved_by")}
             with pytest.raises(asyncpg.PostgresError) as refused:
                 await conn.fetchval(
-                    "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 60, $2, 0,"
-                    " ARRAY['call.started'], ARRAY[$3::json], ARRAY['w'], NULL)",
+                    with_row(
+                        "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 60, $2, 0,"
+                        " ARRAY['call.started'], ARRAY[$3::json], ARRAY['w'], NULL)"
+                    ),
                     json.dumps(row),
                     call_stream(forged_run, row["call_id"]),
                     json.dumps(data),

@@ -32,6 +32,27 @@ class CallProjection(Projection[CallRecord]):
     stream_prefix = "call:"
     columns = sql.COLUMNS
     write_function = "signoff_commit_call"
+    # The columns of `to_row` but the version, which the function sets (migration 0018).
+    row_parameters = (
+        "run_id",
+        "call_id",
+        "tool",
+        "effect",
+        "once_per_run",
+        "request_digest",
+        "args_digest",
+        "idempotency_key",
+        "approval_id",
+        "status",
+        "attempts",
+        "worker_id",
+        "result_digest",
+        "resolved_by",
+        "started_at",
+        "finished_at",
+        "approved_by",
+        "approval_stream",
+    )
     extras = ("args_sealed", "result_sealed", "lease_seconds")
 
     def stream_of(self, record: CallRecord) -> str:
