@@ -44,6 +44,7 @@ import hashlib
 import json
 import re
 import struct
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -238,7 +239,7 @@ def _plain(value: Any) -> bool | None:
                     return None
                 if not key.isascii() and max(key) > "\uffff":
                     return False
-            children = item.values()
+            children: Iterable[Any] = item.values()
         else:
             children = item
         for child in children:
