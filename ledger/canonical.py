@@ -62,6 +62,7 @@ __all__ = [
     "event_json",
     "format_time",
     "jcs_json",
+    "jcs_read_back",
     "json_digest",
     "sha256_hex",
 ]
@@ -113,6 +114,23 @@ def jcs_json(value: Any) -> str:
     numbers: list[str] = []
     text = _dumps(_jcs_value(value, numbers), sort_keys=False)
     return _PLACEHOLDER.sub(lambda m: numbers[int(m.group(1))], text) if numbers else text
+
+
+def jcs_read_back(value: Any) -> Any:
+    """`value` as `json.loads(jcs_json(value))` gives it back: each float that RFC 8785 writes
+    without a fraction or an exponent (1.0, -0.0, 1e20: integral, below 1e21) is that integer.
+
+    Whatever is computed over event data (a MAC inside it, a signature over part of it) and
+    checked later against the data read back from the journal is computed over this form."""
+    if _plain(value):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    if isinstance(value, dict):
+        return {k: jcs_read_back(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jcs_read_back(v) for v in value]
+    return value
 
 
 def event_json(value: Any, tag_version: int) -> str:
