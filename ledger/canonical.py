@@ -111,9 +111,7 @@ def jcs_json(value: Any) -> str:
     problem = json_problem(value)
     if plain is None or problem is not None:
         raise InvalidJson(problem or "not a JSON value")
-    numbers: list[str] = []
-    text = _dumps(_jcs_value(value, numbers), sort_keys=False)
-    return _PLACEHOLDER.sub(lambda m: numbers[int(m.group(1))], text) if numbers else text
+    return _jcs_text(value)
 
 
 def jcs_read_back(value: Any) -> Any:
@@ -271,6 +269,14 @@ def _plain(value: Any) -> bool | None:
             elif isinstance(child, float):
                 return False
     return True
+
+
+def _jcs_text(value: Any) -> str:
+    """The JCS text of `value`, which passed `json_problem`, written the long way: floats in
+    ECMAScript's form, keys in UTF-16 order (the fast path's result for any other value)."""
+    numbers: list[str] = []
+    text = _dumps(_jcs_value(value, numbers), sort_keys=False)
+    return _PLACEHOLDER.sub(lambda m: numbers[int(m.group(1))], text) if numbers else text
 
 
 def _utf16(key: str) -> bytes:
