@@ -123,7 +123,10 @@ def jcs_read_back(value: Any) -> Any:
     if _plain(value):
         return value
     if isinstance(value, float):
-        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+        # 1e20 is written 100000000000000000000, 123456789012345678901.0 as ...680000: digits
+        # that JSON reads as an integer, which need not be the double's exact value.
+        text = es_number(value)
+        return value if "." in text or "e" in text else int(text)
     if isinstance(value, dict):
         return {k: jcs_read_back(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
