@@ -13,7 +13,8 @@ Which form an event is in: `events.tag_version` (smallint). Added without a defa
 existing row reads NULL, which means 1, with no rewrite of the table (instant however large);
 then its DEFAULT is set to 2, which only rows inserted from then on take, so the append
 functions' INSERT needs no change. A CHECK (NOT VALID: the old rows are not scanned) keeps new
-rows at 2. Readers use `coalesce(tag_version, 1)`.
+rows at 2. Readers use `coalesce(tag_version, 1)`, and so does the auditors' view
+`audit_events`, which gets the column (as `tag_version`, 1 or 2).
 
 Why a verifier may trust the column: the tag version picks the tag that starts the canonical
 bytes, and the chain hash covers them. Flip an event's recorded version and `ledger verify` (and
@@ -58,9 +59,19 @@ COLUMN = """
 ALTER TABLE events ADD COLUMN tag_version smallint;
 ALTER TABLE events ALTER COLUMN tag_version SET DEFAULT 2;
 ALTER TABLE events ADD CONSTRAINT events_tag_version_check CHECK (tag_version = 2) NOT VALID;
+-- Auditors recompute hashes from the view too. CREATE OR REPLACE adds the column at the end and
+-- keeps the grants.
+CREATE OR REPLACE VIEW audit_events AS
+    SELECT position, stream_id, version, type, data, actor, recorded_at, hash,
+           coalesce(tag_version, 1)::smallint AS tag_version
+    FROM events;
 """
 
 DROP_COLUMN = """
+DROP VIEW audit_events;
+CREATE VIEW audit_events AS
+    SELECT position, stream_id, version, type, data, actor, recorded_at, hash FROM events;
+GRANT SELECT ON audit_events TO signoff_auditor;
 ALTER TABLE events DROP CONSTRAINT events_tag_version_check;
 ALTER TABLE events DROP COLUMN tag_version;
 """
