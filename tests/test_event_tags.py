@@ -102,6 +102,26 @@ async def test_events_from_before_tag_version_2_still_verify_beside_new_ones(
 
     result = await run_cli("ledger", "verify", database_url=url)
     assert result.code == 0, result.stdout + result.stderr
+    # An auditor recomputes every chain from the view alone.
+    async with temporary_login(url, "signoff_auditor") as auditor:
+        conn = await asyncpg.connect(auditor)
+        try:
+            rows = await conn.fetch(_AUDIT_EVENTS)
+        finally:
+            await conn.close()
+    assert sorted(r["tag_version"] for r in rows) == [1, 1, 1, 2, 2]
+    previous: dict[str, bytes] = {}
+    for r in rows:
+        fields = [r["stream_id"], r["version"], r["type"], r["actor"], r["recorded_at"], r["data"]]
+        raw = event_bytes(*fields, tag_version=r["tag_version"])
+        previous[r["stream_id"]] = chain_hash(previous.get(r["stream_id"], bytes(32)), raw)
+        assert previous[r["stream_id"]] == r["hash"]
+
+
+_AUDIT_EVENTS = """
+SELECT stream_id, version, type, data::text AS data, actor, recorded_at, hash, tag_version
+FROM audit_events ORDER BY stream_id, version
+"""
 
 
 async def tamper(url: str, sql: str, *args: Any) -> None:
