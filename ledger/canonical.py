@@ -75,9 +75,10 @@ GENESIS_HASH = bytes(32)
 _LENGTH = struct.Struct(">I")
 _CONTAINERS = (dict, list, tuple)
 _LEAVES = frozenset({str, int, bool, type(None)})  # float is not: it takes the slow path
-# A float's place in the slow path's text: NUL is refused in every string (`ledger.limits`),
-# so `"\u0000<n>"` is nothing but a placeholder. Only an escape can put a backslash right after
-# a quote that opens a string, and the one escape of NUL is `\u0000`.
+# A float's place in the slow path's text: the string NUL + <n>, which json.dumps writes as
+# `"\u0000<n>"`. Only an escape puts a backslash right after a quote that opens a string, and
+# NUL's is `\u0000`. NUL is refused in every string (`ledger.limits`), and a value's own NUL is
+# found: as one placeholder too many, or as `\u0000` left in the text (`json_text_ok`).
 _PLACEHOLDER = re.compile(r'"\\u0000(\d+)"')
 
 
@@ -104,14 +105,21 @@ def jcs_json(value: Any) -> str:
     Raises:
         InvalidJson: as `canonical_json`: what is accepted is the same.
     """
+    # As in `canonical_json`, the cheap checks first and the full walk only to say what is
+    # wrong: `_plain` checks the containers, the encoder the leaves, `json_text_ok` the text.
     plain = _plain(value)
-    if plain:
-        # No floats and no key beyond U+FFFF: Python's sorted text is the JCS text.
-        return canonical_json(value)
-    problem = json_problem(value)
-    if plain is None or problem is not None:
-        raise InvalidJson(problem or "not a JSON value")
-    return _jcs_text(value)
+    text: str | None = None
+    try:
+        if plain:
+            # No floats and no key beyond U+FFFF: Python's sorted text is the JCS text.
+            text = _dumps(value, sort_keys=True)
+        elif plain is not None:
+            text = _jcs_text(value)
+    except (TypeError, ValueError) as e:  # InvalidJson (NaN, infinity) is a ValueError
+        raise InvalidJson(json_problem(value) or str(e)) from e
+    if text is None or not json_text_ok(text):
+        raise InvalidJson(json_problem(value) or "not a JSON value")
+    return text
 
 
 def jcs_read_back(value: Any) -> Any:
@@ -120,17 +128,21 @@ def jcs_read_back(value: Any) -> Any:
 
     Whatever is computed over event data (a MAC inside it, a signature over part of it) and
     checked later against the data read back from the journal is computed over this form."""
-    if _plain(value):
+    if _plain(value) is not False:  # nothing to change, or not JSON (which is refused later)
         return value
+    return _read_back(value)
+
+
+def _read_back(value: Any) -> Any:
     if isinstance(value, float):
         # 1e20 is written 100000000000000000000, 123456789012345678901.0 as ...680000: digits
         # that JSON reads as an integer, which need not be the double's exact value.
         text = es_number(value)
         return value if "." in text or "e" in text else int(text)
     if isinstance(value, dict):
-        return {k: jcs_read_back(v) for k, v in value.items()}
+        return {k: _read_back(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [jcs_read_back(v) for v in value]
+        return [_read_back(v) for v in value]
     return value
 
 
@@ -243,9 +255,12 @@ def _dumps(value: Any, *, sort_keys: bool) -> str:
 def _plain(value: Any) -> bool | None:
     """True when `value` holds no float and no key beyond U+FFFF, so `json.dumps` writes its
     JCS text; False when it does; None when its containers are not JSON (`containers_ok`).
-    One walk over the containers, like `containers_ok`, that also looks at the leaves' types."""
+    One walk over the containers, like `containers_ok`, that also looks at the leaves' types;
+    it goes on after a float, so False too means the containers are fine (nested at most
+    MAX_JSON_DEPTH deep, string keys)."""
     if not isinstance(value, _CONTAINERS):
         return not isinstance(value, float)
+    plain = True
     stack = [(value, 0)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -257,7 +272,7 @@ def _plain(value: Any) -> bool | None:
                 if type(key) is not str and not isinstance(key, str):
                     return None
                 if not key.isascii() and max(key) > "\uffff":
-                    return False
+                    plain = False
             children: Iterable[Any] = item.values()
         else:
             children = item
@@ -266,20 +281,31 @@ def _plain(value: Any) -> bool | None:
             if kind in _LEAVES:
                 continue
             if kind is float:
-                return False
-            if isinstance(child, _CONTAINERS):
+                plain = False
+            elif isinstance(child, _CONTAINERS):
                 push((child, depth + 1))
             elif isinstance(child, float):
-                return False
-    return True
+                plain = False
+    return plain
 
 
-def _jcs_text(value: Any) -> str:
-    """The JCS text of `value`, which passed `json_problem`, written the long way: floats in
-    ECMAScript's form, keys in UTF-16 order (the fast path's result for any other value)."""
+def _jcs_text(value: Any) -> str | None:
+    """The JCS text of `value`, whose containers `_plain` checked, written the long way: floats
+    in ECMAScript's form, keys in UTF-16 order (for any other value, the fast path's result).
+    None when a string of the value holds what looks like a placeholder (it holds a NUL, which
+    is refused).
+
+    Raises:
+        TypeError, ValueError: a leaf is not JSON (as `json.dumps` raises them).
+    """
     numbers: list[str] = []
     text = _dumps(_jcs_value(value, numbers), sort_keys=False)
-    return _PLACEHOLDER.sub(lambda m: numbers[int(m.group(1))], text) if numbers else text
+    if not numbers:
+        return text
+    found = [m.start() for m in _PLACEHOLDER.finditer(text)]
+    if len(found) != len(numbers):
+        return None
+    return _PLACEHOLDER.sub(lambda m: numbers[int(m.group(1))], text)
 
 
 def _utf16(key: str) -> bytes:
@@ -288,8 +314,8 @@ def _utf16(key: str) -> bytes:
 
 def _jcs_value(value: Any, numbers: list[str]) -> Any:
     """`value` with each float replaced by a placeholder for its ECMAScript text (appended to
-    `numbers`) and each object's keys in UTF-16 order. `value` passed `json_problem`, so it
-    nests at most MAX_JSON_DEPTH deep and the recursion is bounded."""
+    `numbers`) and each object's keys in UTF-16 order. `_plain` checked that `value` nests at
+    most MAX_JSON_DEPTH deep, so the recursion is bounded."""
     if isinstance(value, float):
         numbers.append(es_number(value))
         return f"\x00{len(numbers) - 1}"

@@ -315,6 +315,8 @@ def nested(depth: int) -> Any:
         {"x": float("nan")},
         {"x": [1.5, float("inf")]},
         {"x": 1.5, "y": "a\x00b"},
+        {"x": 1.5, "y": "\x000"},  # what the slow path writes in a float's place
+        {"x": [1.5, 2.5], "y": ["\x001", "\x000"]},
         {"x": 1.5, "\x00": 1},
         {"x": "\ud800", "\U0001f602": 1},
         {1: 1.5},
