@@ -21,11 +21,12 @@ Two canonical JSON forms:
   so JCS, leaves out) Signoff keeps every digit rather than refuse or round them.
 
 The journal stores the exact text in a `json` column (which keeps its input verbatim), so
-verification hashes the stored bytes and never encodes again. Only values that read back as
-they were given are accepted (`ledger.limits`, the same rules for both forms): string keys, no
-NUL or lone surrogate in any string, finite numbers, integers of at most 4300 digits, at most 64
-nested arrays and objects. In version 1 `1` and `1.0` are different texts; in version 2 (as in
-JSON itself) they are the same number, and `1.0` reads back as the integer `1`.
+verification hashes the stored bytes and never encodes again. Both forms accept the same values
+(`ledger.limits`): string keys, no NUL or lone surrogate in any string, finite numbers, integers
+of at most 4300 digits, at most 64 nested arrays and objects. In version 1 each reads back as it
+was given, `1` and `1.0` different texts; in version 2 (as in JSON itself) they are the same
+number, and `1.0` reads back as the integer `1` (`jcs_read_back`), so a MAC or signature carried
+in event data is computed over the data as it reads back.
 
 An event's canonical bytes are its tag, `signoff.event.v1` or `signoff.event.v2`
 (`EVENT_TAGS`, by the tag version recorded in `events.tag_version`), followed by six fields,
@@ -54,7 +55,6 @@ from .limits import MAX_JSON_DEPTH, containers_ok, json_problem, json_text_ok
 __all__ = [
     "EVENT_TAGS",
     "GENESIS_HASH",
-    "TAG_VERSION",
     "canonical_json",
     "chain_hash",
     "es_number",
@@ -69,8 +69,6 @@ __all__ = [
 
 EVENT_TAGS = {1: b"signoff.event.v1", 2: b"signoff.event.v2"}
 """The tag that starts an event's canonical bytes, by tag version."""
-TAG_VERSION = 2
-"""The tag version of the events appended now (`jcs_json` data)."""
 GENESIS_HASH = bytes(32)
 _LENGTH = struct.Struct(">I")
 _CONTAINERS = (dict, list, tuple)
