@@ -420,3 +420,13 @@ def test_ledger_canonical_computes_the_event_vectors() -> None:
 
 def datetime_of(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def test_read_back_is_what_json_reads_from_the_jcs_text() -> None:
+    value = {"a": [1.0, -0.0, 1e20, 1e21, 0.5, 123456789012345678901.0], "b": (2.0,), "c": "1.0"}
+    back = jcs_read_back(value)
+    assert back == {"a": [1, 0, 10**20, 1e21, 0.5, 123456789012345680000], "b": [2], "c": "1.0"}
+    assert [type(x) for x in back["a"]] == [int, int, int, float, float, int]
+    assert canonical_json(back) == canonical_json(json.loads(jcs_json(value)))
+    plain = {"n": 1, "s": "x"}
+    assert jcs_read_back(plain) is plain  # nothing to change: the value itself
