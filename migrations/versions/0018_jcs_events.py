@@ -22,7 +22,10 @@ the offline verifier, for an export) hashes other bytes than the database did, a
 event; the column is never taken on its word. Only event bytes change: the other canonical JSON
 (digests of arguments and results, MACs, resume tokens, signed statements) is computed and
 checked by Signoff alone, and each already names the key or tag it belongs to, so it keeps
-Python's form (`ledger.canonical.canonical_json`).
+Python's form (`ledger.canonical.canonical_json`). One thing follows for those carried inside
+event data (an approval event's MAC, a grant's signature): RFC 8785 writes `1.0` as `1`, which
+reads back as an integer, so they are computed over the data as it reads back
+(`jcs_read_back`), which is what their checks see; those of older events verify as before.
 
 How the functions change: the append functions (`signoff_append`, `signoff_write_events`, and
 any other that hashes events) are read from the catalog, not pasted here, so this revision
