@@ -10,7 +10,7 @@ Two canonical JSON forms:
   the key or format they belong to, so they keep this form.
 - `jcs_json`: RFC 8785, the JSON Canonicalization Scheme, which any auditor can reproduce with a
   JCS library in another language. The data of events of tag version 2 (every event appended
-  since schema revision 0018). It differs from `canonical_json` in two places only: numbers
+  since schema revision 0019). It differs from `canonical_json` in two places only: numbers
   that are floats are written as ECMAScript writes them (`1e-7`, `1e+21`, `1`, `-0.0` as `0`,
   `0.000001`, `123456789012345680000`), and object keys are sorted by their UTF-16 code units,
   not their code points (which differ only for keys with characters beyond U+FFFF). Strings

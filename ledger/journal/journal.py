@@ -55,7 +55,7 @@ _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _APPEND = "SELECT signoff_append($1, $2, $3, $4, $5, $6)"
 _HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
 # The columns of `Event`, in its order. A NULL tag version is an event from before schema
-# revision 0018: tag version 1.
+# revision 0019: tag version 1.
 _COLUMNS = (
     "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash,"
     " coalesce(tag_version, 1)"

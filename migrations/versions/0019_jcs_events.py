@@ -1,7 +1,7 @@
 """Events in RFC 8785 (JCS) canonical JSON, under the tag `signoff.event.v2`.
 
-Revision ID: 0018
-Revises: 0016
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-01
 
 Until now an event's data was Python's sorted JSON text (tag `signoff.event.v1`), which another
@@ -9,11 +9,13 @@ language reproduces only by copying Python's number formatting. From this revisi
 sends RFC 8785 text (`ledger.canonical.jcs_json`) and the append functions hash it under the tag
 `signoff.event.v2`; events written before keep their text, their tag and their hashes.
 
-Which form an event is in: `events.tag_version` (smallint). Added without a default, so every
-existing row reads NULL, which means 1, with no rewrite of the table (instant however large);
-then its DEFAULT is set to 2, which only rows inserted from then on take, so the append
-functions' INSERT needs no change. A CHECK (NOT VALID: the old rows are not scanned) keeps new
-rows at 2. Readers use `coalesce(tag_version, 1)`, and so does the auditors' view
+Which form an event is in: `events.tag_version`, of the domain `signoff_tag_version` (a
+smallint). Added without a default, so every existing row reads NULL, which means 1, with no
+rewrite of the table (instant however large); then its DEFAULT is set to 2, which only rows
+inserted from then on take, so the append functions' INSERT needs no change. The domain's check
+(added after the column, NOT VALID: the old rows are not scanned) keeps new rows at 2; a domain
+rather than a table CHECK for the reason of 0018 (its check is parsed once per session, not once
+per insert). Readers use `coalesce(tag_version, 1)`, and so does the auditors' view
 `audit_events`, which gets the column (as `tag_version`, 1 or 2).
 
 Why a verifier may trust the column: the tag version picks the tag that starts the canonical
@@ -50,8 +52,8 @@ from sqlalchemy import text
 
 from migrations.sqlscript import execute_script
 
-revision: str = "0018"
-down_revision: str | None = "0016"
+revision: str = "0019"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -59,9 +61,11 @@ OLD_TAG = "signoff.event.v1"
 NEW_TAG = "signoff.event.v2"
 
 COLUMN = """
-ALTER TABLE events ADD COLUMN tag_version smallint;
+CREATE DOMAIN signoff_tag_version AS smallint;
+ALTER TABLE events ADD COLUMN tag_version signoff_tag_version;
 ALTER TABLE events ALTER COLUMN tag_version SET DEFAULT 2;
-ALTER TABLE events ADD CONSTRAINT events_tag_version_check CHECK (tag_version = 2) NOT VALID;
+ALTER DOMAIN signoff_tag_version ADD CONSTRAINT signoff_tag_version_check CHECK (VALUE = 2)
+    NOT VALID;
 -- Auditors recompute hashes from the view too. CREATE OR REPLACE adds the column at the end and
 -- keeps the grants.
 CREATE OR REPLACE VIEW audit_events AS
@@ -75,8 +79,8 @@ DROP VIEW audit_events;
 CREATE VIEW audit_events AS
     SELECT position, stream_id, version, type, data, actor, recorded_at, hash FROM events;
 GRANT SELECT ON audit_events TO signoff_auditor;
-ALTER TABLE events DROP CONSTRAINT events_tag_version_check;
 ALTER TABLE events DROP COLUMN tag_version;
+DROP DOMAIN signoff_tag_version;
 """
 
 # Functions only (prokind 'f'), with the quoted tag in their body.
@@ -128,7 +132,7 @@ def downgrade() -> None:
     if newer:
         raise RuntimeError(
             f"{newer} events are of tag version 2 ({NEW_TAG}), which the revision before "
-            "cannot verify; the journal cannot go back below revision 0018"
+            "cannot verify; the journal cannot go back below revision 0019"
         )
     _retag(NEW_TAG, OLD_TAG)
     execute_script(DROP_COLUMN)
