@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncpg
 
-from ledger.canonical import canonical_json
+from ledger.canonical import canonical_json, jcs_json
 from ledger.errors import DatabaseUnavailable
 from ledger.journal import Journal, NewEvent
 from ledger.journal.projection import Fact, fold, verify_projection
@@ -235,7 +235,7 @@ class ApprovalStore:
         granted_by = who.id
         async with self.db.connection() as conn:  # the row and its `grant:<id>` event, at once
             await conn.execute(
-                _sql.GRANT, grant_id, run_id, tool, granted_by, now, until, canonical_json(data)
+                _sql.GRANT, grant_id, run_id, tool, granted_by, now, until, jcs_json(data)
             )
         return grant_id
 

@@ -231,7 +231,9 @@ async def test_export_is_incremental_and_each_event_rechecks(
             exported["actor"],
             datetime.fromisoformat(exported["recorded_at"]),
             exported["data"],
+            tag_version=exported["tag_version"],
         )
+        assert exported["tag_version"] == 2  # every event the code of today appends
         assert chain_hash(bytes.fromhex(exported["prev_hash"]), canonical).hex() == exported["hash"]
     middle = lines[len(lines) // 2]["position"]
     rest = await run_cli("ledger", "export", "--after", str(middle), database_url=audit_url)

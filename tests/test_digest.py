@@ -455,7 +455,13 @@ async def test_rewritten_hashes_pass_the_chain_check_but_not_the_digest(
         for event in stream[1:]:
             data = '{"amount":9999,"n":1}' if event is target else event.data_json
             canonical = event_bytes(
-                event.stream_id, event.version, event.type, event.actor, event.recorded_at, data
+                event.stream_id,
+                event.version,
+                event.type,
+                event.actor,
+                event.recorded_at,
+                data,
+                tag_version=event.tag_version,
             )
             previous = chain_hash(previous, canonical)
             statements.append(

@@ -21,7 +21,7 @@ from approvals.checks import PROJECTIONS, verify_all
 from ledger.audit.integrity import StreamCheck, StreamChecker, check_global_order, verify_ledger
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
-from ledger.canonical import canonical_json, chain_hash, event_bytes
+from ledger.canonical import chain_hash, event_bytes, jcs_json
 from ledger.errors import AppendInSavepoint
 from ledger.journal import Event, Journal, NewEvent, Projection
 from ledger.keys import KeyRing, LocalKek
@@ -71,8 +71,9 @@ async def forge_event(db: Database, stream: str, txid: int) -> int:
     """Append a correctly chained event to `stream` by a direct INSERT with a chosen `txid`;
     return its position."""
     head = (await Journal(db).read_stream(stream))[-1]
-    version, data, at = head.version + 1, canonical_json({"n": 2}), datetime.now(UTC)
-    digest = chain_hash(head.hash, event_bytes(stream, version, "noted", "auditor", at, data))
+    version, data, at = head.version + 1, jcs_json({"n": 2}), datetime.now(UTC)
+    canonical = event_bytes(stream, version, "noted", "auditor", at, data, tag_version=2)
+    digest = chain_hash(head.hash, canonical)
     async with db.connection() as conn:
         position: int = await conn.fetchval(
             "INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)"

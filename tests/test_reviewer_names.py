@@ -196,7 +196,7 @@ async def _old_append(db: Database, stream: str, events: list[NewEvent]) -> None
     now = datetime.now(UTC)
     payloads = [canonical_json(e.data) for e in events]
     canonical = [
-        event_bytes(stream, i, e.type, e.actor, now, payload)
+        event_bytes(stream, i, e.type, e.actor, now, payload, tag_version=1)
         for i, (e, payload) in enumerate(zip(events, payloads, strict=True), start=1)
     ]
     async with db.connection() as conn:

@@ -25,6 +25,7 @@ import asyncpg
 from ..canonical import GENESIS_HASH, format_time
 from ..errors import DigestError, DigestMismatch, NotInDigest
 from ..journal import Event
+from ..journal.journal import _COLUMNS
 from ..keys import KeyRing, Purpose
 from ..keys.public import published_keys
 from ..store import Database
@@ -76,11 +77,7 @@ WHERE txid < $1::text::xid8
 ORDER BY txid, position
 LIMIT $2
 """
-_EVENT = """
-SELECT position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at,
-       hash
-FROM events WHERE position = $1
-"""  # the columns of `Event`, in its order
+_EVENT = f"SELECT {_COLUMNS} FROM events WHERE position = $1"  # the columns of `Event`
 _HASH_OF = "SELECT hash FROM events WHERE stream_id = $1 AND version = $2"
 _TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
 _LEAVES_AFTER = """
@@ -119,6 +116,7 @@ def export_event(event: Event, prev_hash: bytes) -> ExportedEvent:
         data=event.data_json,
         hash=bytes(event.hash),
         prev_hash=bytes(prev_hash),
+        tag_version=event.tag_version,
     )
 
 

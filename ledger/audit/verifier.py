@@ -32,9 +32,11 @@ cosignatures. The digest's own signature does not cover it, so cosignatures can 
 
 Exported event (JSON object; `ledger.audit.digest.export_event` makes it, for `ledger export` too):
 position, txid, stream_id, version, type, actor, recorded_at (canonical text), data (the
-canonical JSON text, verbatim), hash and prev_hash (hex). Only stream id, version, type, actor,
-recorded_at and data are hashed; position and txid are the database's bookkeeping and are not
-covered by any hash.
+canonical JSON text, verbatim), hash and prev_hash (hex), and tag_version (1 or 2: which tag
+starts the canonical bytes, `ledger.canonical.EVENT_TAGS`; a document without it is from before
+tag version 2 and means 1). Only stream id, version, type, actor, recorded_at and data are
+hashed, under the tag of tag_version, so an altered tag_version does not verify; position and
+txid are the database's bookkeeping and are not covered by any hash.
 
 Tiles (`signoff ledger tiles export DIR`): the tree in the C2SP tlog-tiles layout of
 `ledger.audit.tiles` (`tile/<L>/<N>`, partial tiles `.p/<W>`, raw 32-byte hashes) and the signed
@@ -63,7 +65,7 @@ from typing import Any, TypeVar
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..canonical import chain_hash, event_bytes, format_time
+from ..canonical import EVENT_TAGS, chain_hash, event_bytes, format_time
 from .checkpoint import (
     ED25519,
     Checkpoint,
@@ -208,6 +210,7 @@ class ExportedEvent:
     data: str
     hash: bytes
     prev_hash: bytes
+    tag_version: int
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -221,6 +224,7 @@ class ExportedEvent:
             "data": self.data,
             "hash": self.hash.hex(),
             "prev_hash": self.prev_hash.hex(),
+            "tag_version": self.tag_version,
         }
 
     @classmethod
@@ -239,12 +243,19 @@ class ExportedEvent:
             _text(doc, "data"),
             _hash(doc, "hash"),
             _hash(doc, "prev_hash"),
+            _tag_version(doc),
         )
 
     def canonical_bytes(self) -> bytes:
         recorded_at = datetime.strptime(self.recorded_at, _TIME_FORMAT).replace(tzinfo=UTC)
         return event_bytes(
-            self.stream_id, self.version, self.type, self.actor, recorded_at, self.data
+            self.stream_id,
+            self.version,
+            self.type,
+            self.actor,
+            recorded_at,
+            self.data,
+            tag_version=self.tag_version,
         )
 
     def recomputed_hash(self) -> bytes:
@@ -609,6 +620,16 @@ def _count(doc: dict[str, Any], name: str) -> int:
     value: int = _field(doc, name, int)
     if value < 0:
         raise MalformedDocument(f"`{name}` is negative")
+    return value
+
+
+def _tag_version(doc: dict[str, Any]) -> int:
+    if "tag_version" not in doc:
+        return 1  # exported before tag version 2 existed
+    value = _count(doc, "tag_version")
+    if value not in EVENT_TAGS:
+        known = ", ".join(map(str, EVENT_TAGS))
+        raise MalformedDocument(f"`tag_version` {value} is unknown (known: {known})")
     return value
 
 

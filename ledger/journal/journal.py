@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncpg
 
-from ..canonical import GENESIS_HASH, canonical_json, chain_hash, event_bytes
+from ..canonical import GENESIS_HASH, chain_hash, event_bytes, jcs_json
 from ..errors import InvalidEvent
 from ..limits import INT4, INT8, int_problem
 from ..store import Database
@@ -54,8 +54,11 @@ _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 _APPEND = "SELECT signoff_append($1, $2, $3, $4, $5, $6)"
 _HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
+# The columns of `Event`, in its order. A NULL tag version is an event from before schema
+# revision 0019: tag version 1.
 _COLUMNS = (
-    "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash"
+    "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash,"
+    " coalesce(tag_version, 1)"
 )
 _READ_STREAM = f"""
 SELECT {_COLUMNS} FROM events WHERE stream_id = $1 AND version > $2 ORDER BY version
@@ -87,7 +90,8 @@ class NewEvent:
 
 @dataclass(frozen=True)
 class Event:
-    """An event as recorded in the journal."""
+    """An event as recorded in the journal. `tag_version` says which canonical form its data
+    text and bytes are in (`ledger.canonical`: 1, Python's sorted JSON; 2, RFC 8785)."""
 
     position: int
     txid: int
@@ -98,6 +102,7 @@ class Event:
     actor: str
     recorded_at: datetime
     hash: bytes
+    tag_version: int
 
     @cached_property
     def data(self) -> dict[str, Any]:
@@ -105,8 +110,15 @@ class Event:
         return value
 
     def canonical_bytes(self) -> bytes:
+        """Raises: InvalidEvent: an unknown tag version."""
         return event_bytes(
-            self.stream_id, self.version, self.type, self.actor, self.recorded_at, self.data_json
+            self.stream_id,
+            self.version,
+            self.type,
+            self.actor,
+            self.recorded_at,
+            self.data_json,
+            tag_version=self.tag_version,
         )
 
 
@@ -276,7 +288,10 @@ class Journal:
 def _check(event: Event, previous_hash: bytes, previous_version: int) -> str | None:
     if event.version != previous_version + 1:
         return f"version {previous_version + 1} is missing before version {event.version}"
-    expected = chain_hash(previous_hash, event.canonical_bytes())
+    try:
+        expected = chain_hash(previous_hash, event.canonical_bytes())
+    except InvalidEvent as e:  # a tag version no code knows: altered, or from newer code
+        return str(e)
     if expected != event.hash:
         return f"hash differs: stored {event.hash.hex()}, recomputed {expected.hex()}"
     return None
@@ -288,7 +303,8 @@ def append_arguments(
     """The first five arguments of `signoff_append` (all but the notify channel), in order;
     for the journal package's own statements (`Journal.append`, `projection.commit`), run through
     `Database.connection()`, where a stale version is `VersionConflict` too. The database sets
-    each event's time and transaction id and computes its canonical bytes and hash.
+    each event's time and transaction id and computes its canonical bytes and hash; the data
+    text is RFC 8785 (`jcs_json`), what the database's tag version 2 says it is.
 
     Raises:
         InvalidEvent: malformed input.
@@ -322,7 +338,7 @@ def _payload(event: NewEvent) -> str:
             f"event {event.type!r}: data must be a JSON object, not {type(event.data).__name__}"
         )
     try:
-        text = canonical_json(event.data)
+        text = jcs_json(event.data)
         size = len(text.encode("utf-8"))
     except (TypeError, ValueError) as e:  # UnicodeEncodeError is a ValueError
         raise InvalidEvent(f"event {event.type!r}: data is not JSON: {e}") from e

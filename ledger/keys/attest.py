@@ -27,10 +27,10 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..canonical import canonical_json, json_digest
+from ..canonical import canonical_json, jcs_read_back, json_digest
 from ..errors import PublicKeyMismatch, UnknownKey
 from .ring import KeyRing, Purpose
 
@@ -80,6 +80,8 @@ def sign_statement(ring: KeyRing, statement: Statement) -> dict[str, str]:
     Raises:
         ReviewerKekMissing: the ring has no reviewer KEK (an agent worker's).
     """
+    # Over the payload as the journal reads it back, where statements are checked.
+    statement = replace(statement, payload=jcs_read_back(dict(statement.payload)))
     key_id = ring.active_key_id(Purpose.DECISION_SIGNING)
     _, signature = ring.sign(statement.message(key_id), Purpose.DECISION_SIGNING)
     return {"key_id": key_id, "signature": base64.b64encode(signature).decode()}
@@ -134,7 +136,10 @@ def mac_record(
     actor: str,
     data: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """`data` with its MAC (the event's binding, place, type, actor and data)."""
+    """`data` with its MAC (the event's binding, place, type, actor and data). The MAC is over
+    the data as the journal reads it back (`jcs_read_back`: RFC 8785 writes 1.0 as 1), which
+    is what `record_mac_ok` sees, and so is the data returned."""
+    data = jcs_read_back(data)
     key_id, tag = ring.mac(_record_bytes(binding, stream_id, version, type_, actor, data))
     return {**data, MAC_FIELD: {"key_id": key_id, "tag": base64.b64encode(tag).decode()}}
 
