@@ -49,7 +49,7 @@ _BULK = """
 INSERT INTO events (stream_id, version, type, data, actor, recorded_at, hash)
 SELECT x.stream, 1, 'bench.recorded', x.data::json, 'bench', t.at,
        sha256(decode(repeat('00', 32), 'hex')
-              || convert_to('signoff.event.v1', 'UTF8')
+              || convert_to('signoff.event.v2', 'UTF8')
               || int4send(octet_length(convert_to(x.stream, 'UTF8')))
               || convert_to(x.stream, 'UTF8')
               || int4send(1) || convert_to('1', 'UTF8')
