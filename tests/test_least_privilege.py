@@ -532,6 +532,38 @@ async def test_a_temporary_table_does_not_shadow_the_rights(worker: Side) -> Non
     assert (await worker.store.get(approval.approval_id)).status is ApprovalStatus.PENDING
 
 
+async def test_a_decision_cannot_rewrite_the_reviews_before_it(
+    worker: Side, reviewer: Side
+) -> None:
+    """A second decision's row must keep the first decision's review as it was: a reviewer
+    login's own SQL cannot swap who gave the first vote while adding its own."""
+    spec = ToolSpec("refund", approval=ApprovalPolicy(quorum=2))
+    approval = await ask(worker.store, spec, refund(new_run()), "agent")
+    await decide_once(reviewer.store, approval.approval_id, Decision.approve(), "alice")
+    async with reviewer.db.connection() as conn:
+        row = json.loads(
+            await conn.fetchval(
+                "SELECT to_jsonb(a) FROM approvals a WHERE approval_id = $1", approval.approval_id
+            )
+        )
+        first = row["reviews"][0]
+        second = first | {"reviewer": "bob"}
+        for reviews in ([first | {"reviewer": "mallory"}, second], [second, first]):
+            forged = row | {"reviews": reviews}
+            with pytest.raises(asyncpg.PostgresError) as refused:
+                await conn.fetchval(
+                    with_row(
+                        "SELECT signoff_commit_approval(false, $1::jsonb, $2, $3,"
+                        " ARRAY['approval.decided'], ARRAY['{}'::json], ARRAY['bob'], NULL)"
+                    ),
+                    json.dumps(forged),
+                    f"approval:{approval.approval_id}",
+                    row["version"],
+                )
+            assert refused.value.sqlstate == "SG422"
+    assert [r.reviewer for r in (await worker.store.get(approval.approval_id)).reviews] == ["alice"]
+
+
 async def test_a_finished_call_cannot_be_started_again_through_the_functions(
     worker: Side,
 ) -> None:
