@@ -11,6 +11,9 @@
 4. every projection against a rebuild from its streams (`check_projection`);
 5. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams.
 
+With a digest verified before (`since`), `ledger.audit.resume` runs the same checks over only
+what came after it.
+
 The lists of projections and stream checks are the caller's (`approvals.checks` holds the ones
 Signoff keeps), since the ledger knows no approvals.
 """
@@ -36,9 +39,11 @@ __all__ = [
     "LedgerReport",
     "OrderReport",
     "OutOfOrder",
+    "Resumed",
     "StreamCheck",
     "StreamChecker",
     "check_global_order",
+    "order_problem",
     "verify_chains_after",
     "verify_ledger",
 ]
@@ -121,6 +126,21 @@ class StreamCheckReport:
     skipped: str | None = None  # why the check did not run (no KEK to check MACs with)
 
 
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Where a resumed check started and what it read: `new_events` after OLD's last event,
+    in `streams` streams whose `stream_events` events were read whole, `anchored` of them
+    checked against OLD's root through their last event before it."""
+
+    tree_size: int
+    last_position: int
+    new_events: int = 0
+    streams: int = 0
+    stream_events: int = 0
+    anchored: int = 0
+    problems: tuple[str, ...] = field(default=())
+
+
 @dataclass(frozen=True)
 class LedgerReport:
     """What `verify_ledger` checked; `problems` lists every finding, in the order checked."""
@@ -130,10 +150,12 @@ class LedgerReport:
     projections: tuple[ProjectionCheck, ...]
     stream_checks: tuple[StreamCheckReport, ...]
     tree: TreeCheck | None = None  # the stored Merkle tree against the events
+    resumed: Resumed | None = None  # where a check resumed from a verified digest
 
     @property
     def problems(self) -> list[str]:
-        found = [
+        found = list(self.resumed.problems if self.resumed is not None else ())
+        found += [
             f"hash chain: stream {b.stream_id!r} version {b.version} position {b.position}: "
             f"{b.problem}"
             for b in sorted(self.chains.bad, key=lambda b: b.position)
@@ -172,13 +194,13 @@ async def check_global_order(db: Database) -> OrderReport:
             "SELECT count(*) FROM events WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())"
         )
     bad = tuple(
-        OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], _order_problem(r, xmax))
+        OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], order_problem(r, xmax))
         for r in suspects
     )
     return OrderReport(events, horizon, in_flight, bad)
 
 
-def _order_problem(row: Mapping[str, Any], xmax: int) -> str:
+def order_problem(row: Mapping[str, Any], xmax: int) -> str:
     txid = row["txid"]
     if txid >= xmax:
         return (
@@ -262,16 +284,17 @@ async def verify_ledger(
     stream_checks: Sequence[StreamCheck] = (),
     *,
     since: Digest | None = None,
+    public_keys: Mapping[str, bytes] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> LedgerReport:
     """Check the hash chains, the global order, the stored Merkle tree, each of `projections`
     against a rebuild and each of `stream_checks`, in that order (`progress(n)`: n more
     events' chains checked).
 
-    With `since`, a digest verified before (its signature and root are the caller's to have
-    checked), the chains and the stored tree are checked only after its last event: what it
-    covers was verified then. The global order, projections and stream checks still run in
-    full (they are the tables' state now).
+    With `since`, a digest verified before, the checks resume from it
+    (`ledger.audit.resume.verify_resumed`): its signature (with `public_keys`; else it is the
+    caller's to have checked), the stored tree against its root, then only the events after
+    its last one and the streams they touch.
 
     Raises:
         ConfigurationError: the login may not read the `events` table (with its `xmin`) and
@@ -279,14 +302,14 @@ async def verify_ledger(
             transaction ids this checks.
     """
     try:
-        if since is None or since.tree_size == 0:
-            chains = await Journal(db).verify(progress=progress)
-            tree = await check_stored_tree(db)
-        else:
-            chains = await verify_chains_after(db, since.last_position, progress=progress)
-            tree = await check_stored_tree(
-                db, since=(since.tree_size, since.root, since.last_position)
+        if since is not None and since.tree_size > 0:
+            from .resume import verify_resumed  # it builds on this module's reports
+
+            return await verify_resumed(
+                db, projections, stream_checks, since, public_keys=public_keys, progress=progress
             )
+        chains = await Journal(db).verify(progress=progress)
+        tree = await check_stored_tree(db)
         order = await check_global_order(db)
         checked = tuple([await check_projection(db, p) for p in projections])
         streams = tuple([await _run_stream_check(db, c) for c in stream_checks])
