@@ -70,7 +70,7 @@ _STREAMS = (
 # txid can only hide a row inserted since among the second.
 _RECENT = """
 FROM events
-WHERE (txid, position) > ($1::text::xid8, $2) OR position > $2
+WHERE ((txid, position) > ($1::text::xid8, $2) OR position > $2)
 """
 _ORDER = f"""
 SELECT count(*),
