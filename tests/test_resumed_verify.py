@@ -18,6 +18,8 @@ import pytest
 
 from approvals import ApprovalStore, Decision
 from ledger.audit.digest import take_digest
+from ledger.calls.model import Effect, ToolCall, ToolPolicy
+from ledger.calls.service import ToolLedger
 from ledger.canonical import GENESIS_HASH, chain_hash, jcs_json
 from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
@@ -25,7 +27,9 @@ from ledger.store import Database
 
 from .processes import TEST_KEK, CliResult, kek_env, run_cli
 from .test_digest import settle
-from .test_ledger_verify import FUTURE_TXID, fill, forge_event
+from .test_ledger_verify import FUTURE_TXID, double, fill, forge_event
+
+CALL = "call:run%2Fafter/c3"  # the stream of the call made after the digest
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ async def resumable(fresh_database_url: str, tmp_path: Path) -> AsyncIterator[Re
         notes = await fill(db)
         ring = await KeyRing.open(db, LocalKek(TEST_KEK))
         store = ApprovalStore(db, ring)
+        calls = ToolLedger(db, ring)
         journal = Journal(db)
         try:
             pending = await store.request(
@@ -60,11 +65,15 @@ async def resumable(fresh_database_url: str, tmp_path: Path) -> AsyncIterator[Re
                 notes, [NewEvent("noted", {"n": 2}, "auditor")], expected_version=1
             )
             await store.decide(pending.approval_id, Decision.approve(), "alice")
+            # A run id with a slash: its call's stream is percent-encoded.
+            call = ToolCall("run/after", "c3", "lookup", {"n": 4})
+            await calls.execute(call, double, ToolPolicy(Effect.READ))
             for i in range(5):
                 events = [NewEvent("noted", {"i": i, "j": j}, "auditor") for j in range(3)]
                 await journal.append(f"note:{uuid.uuid4().hex}", events, expected_version=0)
         finally:
             await store.close()
+            await calls.close()
         await settle(db)
         async with db.connection() as conn:
             untouched = await conn.fetchval(
@@ -107,15 +116,16 @@ async def test_an_intact_journal_resumes_reading_only_the_new_events(
     report = await resumed_json(r)
     assert report["ok"] is True, report["problems"]
     resumed = report["resumed"]
-    assert resumed["new_events"] == report["events"] == r.new_events == 2 + 15
+    call_events = len(await Journal(r.db).read_stream(CALL))
+    assert resumed["new_events"] == report["events"] == r.new_events == 2 + call_events + 15
     assert resumed["tree_size"] == old["tree_size"] and resumed["problems"] == []
     assert resumed["last_position"] == old["last_position"]
-    # Seven streams: notes, the approval decided after, five new ones. The two that began
-    # before the digest are anchored to its root.
-    assert report["streams"] == resumed["streams"] == 7 and resumed["anchored"] == 2
+    # Eight streams: notes, the approval decided after, the call, five new ones. The two that
+    # began before the digest are anchored to its root.
+    assert report["streams"] == resumed["streams"] == 8 and resumed["anchored"] == 2
     assert {p["table"]: p["rows"] for p in report["projections"]} == {
         "approvals": 1,
-        "tool_calls": 0,
+        "tool_calls": 1,
         "reviewers": 0,
     }
     checks = {c["name"]: c["streams"] for c in report["stream_checks"]}
@@ -151,7 +161,9 @@ async def test_a_new_digest_checks_from_the_earlier_one_and_a_forged_one_resumes
     assert refused.code == 1 and "the earlier digest: " in refused.stdout.splitlines()[0]
 
 
-@pytest.mark.parametrize("tamper", ["data", "hash", "future txid", "earlier txid", "row"])
+@pytest.mark.parametrize(
+    "tamper", ["data", "hash", "future txid", "earlier txid", "row", "call row"]
+)
 async def test_tampering_after_the_earlier_digest_is_found(
     resumable: Resumable, tamper: str
 ) -> None:
@@ -177,12 +189,16 @@ async def test_tampering_after_the_earlier_digest_is_found(
             r.db, r.notes, FUTURE_TXID if tamper == "future txid" else first.txid
         )
         expected = f"global order: stream {r.notes!r} version 3 position {position}"
-    else:
+    elif tamper == "row":
         async with r.db.connection() as conn:
             await conn.execute(
                 "UPDATE approvals SET requested_by = 'mallory' WHERE approval_id = $1", r.decided
             )
         expected = "projection approvals: "
+    else:
+        async with r.db.connection() as conn:
+            await conn.execute("UPDATE tool_calls SET attempts = 7 WHERE stream_id = $1", CALL)
+        expected = f"projection tool_calls: {CALL}"
     report = await resumed_json(r)
     assert report["ok"] is False
     assert any(p.startswith(expected) for p in report["problems"]), report["problems"]
