@@ -253,6 +253,10 @@ async def test_an_edit_before_the_digest_without_a_new_hash_breaks_the_chain(
     )
     report = await resumed_json(r)
     assert report["problems"][0].startswith(f"hash chain: stream {r.notes!r} version 1")
+    text = await resume(r)
+    assert text.code == 1 and text.stdout.splitlines()[-1].startswith(
+        f"resumed from the earlier digest (tree size {report['resumed']['tree_size']}, "
+    )
 
 
 async def test_a_row_of_a_stream_untouched_since_the_digest_is_left_to_a_full_check(
@@ -269,7 +273,7 @@ async def test_a_row_of_a_stream_untouched_since_the_digest_is_left_to_a_full_ch
     assert "not read (use --full)" in resumed.stdout
     full = await resume(r, "--full")
     assert full.code == 1 and "first: projection approvals" in full.stdout
-    assert r.untouched in full.stdout
+    assert r.untouched in full.stdout and "resumed from" not in full.stdout
 
 
 async def test_usage_errors_without_a_digest_to_check_or_resume_from(

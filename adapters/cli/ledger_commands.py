@@ -198,6 +198,14 @@ def _verify(args: argparse.Namespace) -> int:
         text = "\n".join(
             [f"ledger TAMPERED: {len(problems)} problem(s); first: {safe(problems[0])}"]
             + [f"  - {safe(_brief(p))}" for p in problems]
+            + (
+                [
+                    f"resumed from the earlier digest (tree size {r.tree_size}, last position "
+                    f"{r.last_position}): read {r.new_events} new events in {r.streams} streams"
+                ]
+                if (r := report.resumed) is not None
+                else []
+            )
         )
     data: dict[str, Any] = {
         "ok": report.ok,

@@ -24,11 +24,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
-
-from ..canonical import GENESIS_HASH, chain_hash
-from ..errors import ConfigurationError, InvalidEvent, KekMissing, PermissionDenied
-from ..journal import BadEvent, Event, Journal, Projection, VerifyReport
+from ..errors import ConfigurationError, KekMissing, PermissionDenied
+from ..journal import Event, Journal, Projection, VerifyReport
 from ..journal.journal import _COLUMNS
 from ..journal.projection import ProjectionCheck, check_projection
 from ..store import Database
@@ -44,7 +41,6 @@ __all__ = [
     "StreamChecker",
     "check_global_order",
     "order_problem",
-    "verify_chains_after",
     "verify_ledger",
 ]
 
@@ -64,16 +60,6 @@ FROM events
 WHERE txid::text::bigint % 4294967296 <> xmin::text::bigint
    OR txid >= pg_snapshot_xmax(pg_current_snapshot())
 ORDER BY position
-"""
-_TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
-_AFTER_IN_ORDER = (
-    f"SELECT {_COLUMNS} FROM events WHERE (txid, position) > ($1::text::xid8, $2) "
-    "ORDER BY events.txid, events.position"
-)
-_PREVIOUS = """
-SELECT p.stream_id, p.version, p.hash
-FROM unnest($1::text[], $2::int[]) AS wanted(stream_id, version)
-JOIN events p ON p.stream_id = wanted.stream_id AND p.version = wanted.version
 """
 _STREAMS = (
     f"SELECT {_COLUMNS} FROM events WHERE starts_with(stream_id, $1) ORDER BY stream_id, version"
@@ -213,69 +199,6 @@ def order_problem(row: Mapping[str, Any], xmax: int) -> str:
         f"txid {txid} is not the transaction that inserted it ({inserted_by}; or it was "
         "appended in a savepoint, before revision 0015): it sits out of the global order"
     )
-
-
-async def verify_chains_after(
-    db: Database, position: int, *, progress: Callable[[int], None] | None = None
-) -> VerifyReport:
-    """Recompute the chain hash of every event after the one at `position` in the global order
-    (all of them, in flight too), each from the stored hash of its stream's previous event:
-    what `Journal.verify` checks, for the events a verified digest does not cover."""
-    bad: list[BadEvent] = []
-    events, streams = 0, set[str]()
-    async with db.transaction() as conn:
-        txid = await conn.fetchval(_TXID_OF, position)
-        if txid is None:
-            raise InvalidEvent(
-                f"no event is at position {position}: the digest is not this journal's"
-            )
-        batch: list[Event] = []
-        async for row in conn.cursor(_AFTER_IN_ORDER, txid, position, prefetch=5000):
-            batch.append(Event(*row))
-            if len(batch) == 5000:
-                bad += await _chain_batch(conn, batch)
-                events += len(batch)
-                streams.update(e.stream_id for e in batch)
-                if progress is not None:
-                    progress(len(batch))
-                batch = []
-        bad += await _chain_batch(conn, batch)
-        events += len(batch)
-        streams.update(e.stream_id for e in batch)
-        if progress is not None and batch:
-            progress(len(batch))
-    return VerifyReport(events, len(streams), tuple(bad))
-
-
-async def _chain_batch(conn: asyncpg.Connection, batch: list[Event]) -> list[BadEvent]:
-    wanted = [e for e in batch if e.version > 1]
-    rows = await conn.fetch(
-        _PREVIOUS, [e.stream_id for e in wanted], [e.version - 1 for e in wanted]
-    )
-    previous = {(r["stream_id"], r["version"]): bytes(r["hash"]) for r in rows}
-    bad = []
-    for event in batch:
-        before = (
-            GENESIS_HASH
-            if event.version == 1
-            else previous.get((event.stream_id, event.version - 1))
-        )
-        if before is None:
-            problem: str | None = (
-                f"version {event.version - 1} is missing before version {event.version}"
-            )
-        else:
-            problem = _chain_problem(event, before)
-        if problem is not None:
-            bad.append(BadEvent(event.stream_id, event.version, event.position, problem))
-    return bad
-
-
-def _chain_problem(event: Event, previous_hash: bytes) -> str | None:
-    expected = chain_hash(previous_hash, event.canonical_bytes())
-    if expected != event.hash:
-        return f"hash differs: stored {event.hash.hex()}, recomputed {expected.hex()}"
-    return None
 
 
 async def verify_ledger(
