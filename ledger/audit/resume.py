@@ -114,7 +114,6 @@ async def verify_resumed(
             check_digest(since, public_keys)
         except Invalid as e:
             return _refused(resumed, f"the earlier digest: {e}")
-    tree = await check_stored_tree(db, since=(since.tree_size, since.root, since.last_position))
     checkers = [(c, await _prepare(db, c)) for c in stream_checks]
     totals = _Totals()
     for p in projections:
@@ -157,6 +156,7 @@ async def verify_resumed(
                 await _project(conn, projection, events, totals)
             for check, checker in checkers:
                 await _stream_check(check, checker, events, totals)
+    tree = await check_stored_tree(db, since=(since.tree_size, since.root, since.last_position))
     chains = VerifyReport(new_events, len(touched), tuple(totals.bad))
     resumed = Resumed(
         since.tree_size,
