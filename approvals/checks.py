@@ -4,7 +4,7 @@ only here; `tests/test_ledger_verify.py` fails when a projection is missing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ledger.audit.integrity import LedgerReport, StreamCheck, StreamChecker, verify_ledger
@@ -76,9 +76,18 @@ async def verify_all(
     db: Database,
     *,
     since: Digest | None = None,
+    public_keys: Mapping[str, bytes] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> LedgerReport:
     """Everything an auditor relies on: hash chains, the global order, the stored Merkle tree,
-    `PROJECTIONS` against a rebuild and `STREAM_CHECKS`, in that order; the chains and the
-    tree only after `since`, a verified digest, when given."""
-    return await verify_ledger(db, PROJECTIONS, STREAM_CHECKS, since=since, progress=progress)
+    `PROJECTIONS` against a rebuild and `STREAM_CHECKS`, in that order; with `since`, a
+    verified digest (its signature checked with `public_keys`), only what came after it and
+    the streams that touches (`ledger.audit.resume`)."""
+    return await verify_ledger(
+        db,
+        PROJECTIONS,
+        STREAM_CHECKS,
+        since=since,
+        public_keys=public_keys,
+        progress=progress,
+    )

@@ -46,7 +46,8 @@ examples:
   signoff ledger verify --digest digest.json --public-keys keys.json     without the KEK
   signoff ledger verify --digest cosigned.json --witness-key "$W1" --witness-key "$W2" \
       --witnesses 2                                      and two witnesses cosigned it
-  signoff ledger verify --digest new.json --since-digest old.json   only the events after old.json
+  signoff ledger verify --since-digest old.json       resume: only what came after old.json
+  signoff ledger verify --digest new.json --since-digest old.json   and new.json from there
   signoff ledger verify --digest new.json --full                     every event again
 """
 # The public keys then come from the very database the digest checks: recorded in its journal
@@ -104,13 +105,14 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--since-digest",
         type=Path,
         metavar="FILE",
-        help="an earlier digest you verified: check --digest from there on, reading only the "
-        "events after it (the stored tree must hold the earlier digest's root)",
+        help="an earlier digest you verified: resume from it, reading only the events after it "
+        "and the streams they touch (the stored tree must hold its signed root); with --digest, "
+        "check that digest from there on too",
     )
     verify.add_argument(
         "--full",
         action="store_true",
-        help="recheck --digest against every event, even with --since-digest",
+        help="check every event, as without --since-digest (which it ignores)",
     )
     add_json_flag(verify)
     verify.set_defaults(run=_verify)
@@ -191,30 +193,19 @@ def _verify(args: argparse.Namespace) -> int:
     problems = report.problems
     chains, order = report.chains, report.order
     if not problems:
-        text = "\n".join(
-            [
-                f"ledger intact: {chains.events} events in {chains.streams} streams",
-                f"  hash chains: {chains.events} events recomputed",
-                f"  global order: {order.events} events, each under the transaction that wrote "
-                f"it ({order.in_flight} above the horizon)",
-                "  projections rebuilt from their streams: "
-                + ", ".join(f"{p.table} ({p.rows} rows)" for p in report.projections),
-                "  stream checks: "
-                + (", ".join(_stream_check(c) for c in report.stream_checks) or "none registered"),
-            ]
-            + (
-                [
-                    f"  stored Merkle tree: {report.tree.tree_size} leaves, {report.tree.tiles} "
-                    "tiles recomputed from the events"
-                ]
-                if report.tree is not None
-                else []
-            )
-        )
+        text = "\n".join(_intact(report))
     else:
         text = "\n".join(
             [f"ledger TAMPERED: {len(problems)} problem(s); first: {safe(problems[0])}"]
             + [f"  - {safe(_brief(p))}" for p in problems]
+            + (
+                [
+                    f"resumed from the earlier digest (tree size {r.tree_size}, last position "
+                    f"{r.last_position}): read {r.new_events} new events in {r.streams} streams"
+                ]
+                if (r := report.resumed) is not None
+                else []
+            )
         )
     data: dict[str, Any] = {
         "ok": report.ok,
@@ -230,6 +221,7 @@ def _verify(args: argparse.Namespace) -> int:
         "projections": [asdict(p) for p in report.projections],
         "stream_checks": [asdict(c) for c in report.stream_checks],
         "tree": None if report.tree is None else asdict(report.tree),
+        "resumed": None if report.resumed is None else asdict(report.resumed),
         "problems": problems,
     }
     if check is not None:
@@ -256,6 +248,44 @@ def _verify(args: argparse.Namespace) -> int:
         data["witnesses"] = {"ok": ok, "valid": valid, "required": required, "message": line}
     emit(args, text, data)
     return 0 if data["ok"] else 1
+
+
+def _intact(report: LedgerReport) -> list[str]:
+    """What an intact ledger's check covered, one line each."""
+    chains, order, resumed = report.chains, report.order, report.resumed
+    if resumed is None:
+        lines = [
+            f"ledger intact: {chains.events} events in {chains.streams} streams",
+            f"  hash chains: {chains.events} events recomputed",
+        ]
+    else:
+        lines = [
+            f"ledger intact since the earlier digest (tree size {resumed.tree_size}, last "
+            f"position {resumed.last_position}): read {resumed.new_events} new events in "
+            f"{resumed.streams} streams",
+            f"  hash chains: the {resumed.streams} streams the new events touch, read whole "
+            f"({resumed.stream_events} events), {resumed.anchored} of them anchored to the "
+            "earlier digest's root by an inclusion proof",
+        ]
+    touched = "" if resumed is None else " (the touched streams' rows)"
+    lines += [
+        f"  global order: {order.events} events, each under the transaction that wrote "
+        f"it ({order.in_flight} above the horizon)",
+        f"  projections rebuilt from their streams{touched}: "
+        + ", ".join(f"{p.table} ({p.rows} rows)" for p in report.projections),
+        "  stream checks: "
+        + (", ".join(_stream_check(c) for c in report.stream_checks) or "none registered"),
+    ]
+    if report.tree is not None:
+        what = (
+            "tiles recomputed from the events" if resumed is None else "tiles the new events fill"
+        )
+        lines.append(
+            f"  stored Merkle tree: {report.tree.tree_size} leaves, {report.tree.tiles} {what}"
+        )
+    if resumed is not None:
+        lines.append("  streams untouched since the earlier digest: not read (use --full)")
+    return lines
 
 
 def _check_witnesses(args: argparse.Namespace) -> tuple[bool, str, list[str], int] | None:
@@ -295,22 +325,25 @@ def _brief(problem: str, limit: int = 200) -> str:
 
 
 async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, DigestCheck | None]:
-    if args.public_keys and not args.digest:
-        raise DigestError("--public-keys checks a digest's signature: give --digest FILE too")
-    if (args.since_digest or args.full) and not args.digest:
-        raise DigestError("--since-digest and --full say how to check a digest: give --digest")
+    if args.public_keys and not (args.digest or args.since_digest):
+        raise DigestError(
+            "--public-keys checks a digest's signature: give --digest or --since-digest FILE too"
+        )
+    if args.full and not (args.digest or args.since_digest):
+        raise DigestError("--full says how to check a digest: give --digest or --since-digest")
     digest = _read_digest(args.digest) if args.digest else None
     since = _read_digest(args.since_digest) if args.since_digest and not args.full else None
     keys = _read_keys(args.public_keys) if args.public_keys else None
     async with open_database(args) as db:
-        if digest is not None and keys is None:  # the KEK's errors before the long part
+        if (digest is not None or since is not None) and keys is None:
+            # the KEK's errors before the long part
             keys = await recorded_signing_keys(await KeyRing.open(db, create_missing=False))
             print(_TRUSTING_THE_DATABASE, file=sys.stderr)  # a refusal above says it all
         total = await _journal_size(args, db)
         if since is not None and total is not None:
             total = max(total - since.last_position, 0)
         with progress_bar(args, "verifying chains", total=total) as advance:
-            report = await verify_all(db, since=since, progress=advance)
+            report = await verify_all(db, since=since, public_keys=keys, progress=advance)
         if digest is None or keys is None:
             return report, None
         total = digest.tree_size - (since.tree_size if since is not None else 0)

@@ -11,6 +11,9 @@
 4. every projection against a rebuild from its streams (`check_projection`);
 5. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams.
 
+With a digest verified before (`since`), `ledger.audit.resume` runs the same checks over only
+what came after it.
+
 The lists of projections and stream checks are the caller's (`approvals.checks` holds the ones
 Signoff keeps), since the ledger knows no approvals.
 """
@@ -21,11 +24,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
-
-from ..canonical import GENESIS_HASH, chain_hash
-from ..errors import ConfigurationError, InvalidEvent, KekMissing, PermissionDenied
-from ..journal import BadEvent, Event, Journal, Projection, VerifyReport
+from ..errors import ConfigurationError, KekMissing, PermissionDenied
+from ..journal import Event, Journal, Projection, VerifyReport
 from ..journal.journal import _COLUMNS
 from ..journal.projection import ProjectionCheck, check_projection
 from ..store import Database
@@ -36,10 +36,11 @@ __all__ = [
     "LedgerReport",
     "OrderReport",
     "OutOfOrder",
+    "Resumed",
     "StreamCheck",
     "StreamChecker",
     "check_global_order",
-    "verify_chains_after",
+    "order_problem",
     "verify_ledger",
 ]
 
@@ -59,16 +60,6 @@ FROM events
 WHERE txid::text::bigint % 4294967296 <> xmin::text::bigint
    OR txid >= pg_snapshot_xmax(pg_current_snapshot())
 ORDER BY position
-"""
-_TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
-_AFTER_IN_ORDER = (
-    f"SELECT {_COLUMNS} FROM events WHERE (txid, position) > ($1::text::xid8, $2) "
-    "ORDER BY events.txid, events.position"
-)
-_PREVIOUS = """
-SELECT p.stream_id, p.version, p.hash
-FROM unnest($1::text[], $2::int[]) AS wanted(stream_id, version)
-JOIN events p ON p.stream_id = wanted.stream_id AND p.version = wanted.version
 """
 _STREAMS = (
     f"SELECT {_COLUMNS} FROM events WHERE starts_with(stream_id, $1) ORDER BY stream_id, version"
@@ -121,6 +112,21 @@ class StreamCheckReport:
     skipped: str | None = None  # why the check did not run (no KEK to check MACs with)
 
 
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Where a resumed check started and what it read: `new_events` after OLD's last event,
+    in `streams` streams whose `stream_events` events were read whole, `anchored` of them
+    checked against OLD's root through their last event before it."""
+
+    tree_size: int
+    last_position: int
+    new_events: int = 0
+    streams: int = 0
+    stream_events: int = 0
+    anchored: int = 0
+    problems: tuple[str, ...] = field(default=())
+
+
 @dataclass(frozen=True)
 class LedgerReport:
     """What `verify_ledger` checked; `problems` lists every finding, in the order checked."""
@@ -130,10 +136,12 @@ class LedgerReport:
     projections: tuple[ProjectionCheck, ...]
     stream_checks: tuple[StreamCheckReport, ...]
     tree: TreeCheck | None = None  # the stored Merkle tree against the events
+    resumed: Resumed | None = None  # where a check resumed from a verified digest
 
     @property
     def problems(self) -> list[str]:
-        found = [
+        found = list(self.resumed.problems if self.resumed is not None else ())
+        found += [
             f"hash chain: stream {b.stream_id!r} version {b.version} position {b.position}: "
             f"{b.problem}"
             for b in sorted(self.chains.bad, key=lambda b: b.position)
@@ -172,13 +180,13 @@ async def check_global_order(db: Database) -> OrderReport:
             "SELECT count(*) FROM events WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())"
         )
     bad = tuple(
-        OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], _order_problem(r, xmax))
+        OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], order_problem(r, xmax))
         for r in suspects
     )
     return OrderReport(events, horizon, in_flight, bad)
 
 
-def _order_problem(row: Mapping[str, Any], xmax: int) -> str:
+def order_problem(row: Mapping[str, Any], xmax: int) -> str:
     txid = row["txid"]
     if txid >= xmax:
         return (
@@ -193,85 +201,23 @@ def _order_problem(row: Mapping[str, Any], xmax: int) -> str:
     )
 
 
-async def verify_chains_after(
-    db: Database, position: int, *, progress: Callable[[int], None] | None = None
-) -> VerifyReport:
-    """Recompute the chain hash of every event after the one at `position` in the global order
-    (all of them, in flight too), each from the stored hash of its stream's previous event:
-    what `Journal.verify` checks, for the events a verified digest does not cover."""
-    bad: list[BadEvent] = []
-    events, streams = 0, set[str]()
-    async with db.transaction() as conn:
-        txid = await conn.fetchval(_TXID_OF, position)
-        if txid is None:
-            raise InvalidEvent(
-                f"no event is at position {position}: the digest is not this journal's"
-            )
-        batch: list[Event] = []
-        async for row in conn.cursor(_AFTER_IN_ORDER, txid, position, prefetch=5000):
-            batch.append(Event(*row))
-            if len(batch) == 5000:
-                bad += await _chain_batch(conn, batch)
-                events += len(batch)
-                streams.update(e.stream_id for e in batch)
-                if progress is not None:
-                    progress(len(batch))
-                batch = []
-        bad += await _chain_batch(conn, batch)
-        events += len(batch)
-        streams.update(e.stream_id for e in batch)
-        if progress is not None and batch:
-            progress(len(batch))
-    return VerifyReport(events, len(streams), tuple(bad))
-
-
-async def _chain_batch(conn: asyncpg.Connection, batch: list[Event]) -> list[BadEvent]:
-    wanted = [e for e in batch if e.version > 1]
-    rows = await conn.fetch(
-        _PREVIOUS, [e.stream_id for e in wanted], [e.version - 1 for e in wanted]
-    )
-    previous = {(r["stream_id"], r["version"]): bytes(r["hash"]) for r in rows}
-    bad = []
-    for event in batch:
-        before = (
-            GENESIS_HASH
-            if event.version == 1
-            else previous.get((event.stream_id, event.version - 1))
-        )
-        if before is None:
-            problem: str | None = (
-                f"version {event.version - 1} is missing before version {event.version}"
-            )
-        else:
-            problem = _chain_problem(event, before)
-        if problem is not None:
-            bad.append(BadEvent(event.stream_id, event.version, event.position, problem))
-    return bad
-
-
-def _chain_problem(event: Event, previous_hash: bytes) -> str | None:
-    expected = chain_hash(previous_hash, event.canonical_bytes())
-    if expected != event.hash:
-        return f"hash differs: stored {event.hash.hex()}, recomputed {expected.hex()}"
-    return None
-
-
 async def verify_ledger(
     db: Database,
     projections: Sequence[Projection[Any]],
     stream_checks: Sequence[StreamCheck] = (),
     *,
     since: Digest | None = None,
+    public_keys: Mapping[str, bytes] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> LedgerReport:
     """Check the hash chains, the global order, the stored Merkle tree, each of `projections`
     against a rebuild and each of `stream_checks`, in that order (`progress(n)`: n more
     events' chains checked).
 
-    With `since`, a digest verified before (its signature and root are the caller's to have
-    checked), the chains and the stored tree are checked only after its last event: what it
-    covers was verified then. The global order, projections and stream checks still run in
-    full (they are the tables' state now).
+    With `since`, a digest verified before, the checks resume from it
+    (`ledger.audit.resume.verify_resumed`): its signature (with `public_keys`; else it is the
+    caller's to have checked), the stored tree against its root, then only the events after
+    its last one and the streams they touch.
 
     Raises:
         ConfigurationError: the login may not read the `events` table (with its `xmin`) and
@@ -279,14 +225,14 @@ async def verify_ledger(
             transaction ids this checks.
     """
     try:
-        if since is None or since.tree_size == 0:
-            chains = await Journal(db).verify(progress=progress)
-            tree = await check_stored_tree(db)
-        else:
-            chains = await verify_chains_after(db, since.last_position, progress=progress)
-            tree = await check_stored_tree(
-                db, since=(since.tree_size, since.root, since.last_position)
+        if since is not None and since.tree_size > 0:
+            from .resume import verify_resumed  # it builds on this module's reports
+
+            return await verify_resumed(
+                db, projections, stream_checks, since, public_keys=public_keys, progress=progress
             )
+        chains = await Journal(db).verify(progress=progress)
+        tree = await check_stored_tree(db)
         order = await check_global_order(db)
         checked = tuple([await check_projection(db, p) for p in projections])
         streams = tuple([await _run_stream_check(db, c) for c in stream_checks])

@@ -8,7 +8,7 @@ Ciphertexts and leases are not in the record: `commit` is given them by name
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -57,6 +57,27 @@ class CallProjection(Projection[CallRecord]):
 
     def stream_of(self, record: CallRecord) -> str:
         return record.stream_id
+
+    def rows_of(self, stream_ids: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+        """By primary key: every (run, call id) a stream id can name (a call's stream is
+        `call:<run>/<call id>`, percent-encoded since revision 0010, verbatim before, so every
+        `/` is a possible split), then `stream_id` picks the row."""
+        runs, calls = [], []
+        for stream_id in stream_ids:
+            body = stream_id.removeprefix(self.stream_prefix)
+            for at, char in enumerate(body):
+                if char == "/":
+                    for run, call in {
+                        (body[:at], body[at + 1 :]),
+                        (_unescaped(body[:at]), _unescaped(body[at + 1 :])),
+                    }:
+                        runs.append(run)
+                        calls.append(call)
+        condition = (
+            "(run_id, call_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+            " AND stream_id = ANY($3::text[])"
+        )
+        return condition, (runs, calls, list(stream_ids))
 
     def from_row(self, row: Mapping[str, Any]) -> CallRecord:
         return call_record(row)
@@ -164,3 +185,7 @@ def _apply(state: CallRecord | None, event: Fact) -> CallRecord:
 
 
 CALLS = CallProjection()
+
+
+def _unescaped(part: str) -> str:
+    return part.replace("%2F", "/").replace("%25", "%")

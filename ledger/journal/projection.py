@@ -40,6 +40,7 @@ __all__ = [
     "Projection",
     "ProjectionCheck",
     "check_projection",
+    "check_projection_streams",
     "commit",
     "disagreement",
     "facts",
@@ -113,6 +114,13 @@ class Projection(ABC, Generic[R]):
     def as_verified(self, live: R, first: Fact) -> R:
         """The part of a live record its stream can confirm (all of it, unless overridden)."""
         return live
+
+    def rows_of(self, stream_ids: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+        """An SQL condition on the table selecting (at least) the rows of these streams, and
+        its arguments ($1...): by default the first key column is the stream id less the
+        prefix. Rows it selects of other streams are dropped."""
+        keys = [s.removeprefix(self.stream_prefix) for s in stream_ids]
+        return f"{self.key[0]} = ANY($1::text[])", (keys,)
 
 
 def fold(projection: Projection[R], events: Iterable[Fact], record: R | None = None) -> R:
@@ -253,10 +261,6 @@ async def check_projection(db: Database, projection: Projection[Any]) -> Project
     """`verify_projection`, with how many rows and streams were compared."""
     if not _PREFIX.fullmatch(projection.stream_prefix):
         raise ValueError(f"not a stream prefix: {projection.stream_prefix!r}")
-    rebuilt: dict[str, Any] = {}
-    first: dict[str, Fact] = {}
-    problems: list[str] = []
-    broken: set[str] = set()
     # One snapshot for both reads: a commit between them would look like a difference.
     async with (
         db.connection() as conn,
@@ -267,11 +271,44 @@ async def check_projection(db: Database, projection: Projection[Any]) -> Project
             f" WHERE stream_id LIKE '{projection.stream_prefix}%' ORDER BY stream_id, version"
         )
         rows = await conn.fetch(f"SELECT {projection.columns} FROM {projection.table}")
-    for row in events:
-        stream = row["stream_id"]
+    facts_read = (
+        Fact(r["stream_id"], r["version"], r["type"], _json(r["data"]), r["actor"]) for r in events
+    )
+    streams, problems = _compare(projection, facts_read, rows)
+    return ProjectionCheck(projection.table, len(rows), streams, tuple(problems))
+
+
+async def check_projection_streams(
+    conn: asyncpg.Connection, projection: Projection[Any], events: Sequence[Fact]
+) -> ProjectionCheck:
+    """`check_projection` for just the streams of `events` (whole streams, ordered by stream
+    and version, all under the projection's prefix): their rows (`Projection.rows_of`) against
+    their fold, in `conn`'s transaction. Rows of other streams are not read, so a row with no
+    stream at all is for `check_projection` to find."""
+    streams = sorted({e.stream_id for e in events})
+    condition, args = projection.rows_of(streams)
+    rows = await conn.fetch(
+        f"SELECT {projection.columns} FROM {projection.table} WHERE {condition}", *args
+    )
+    mine = set(streams)
+    rows = [r for r in rows if projection.stream_of(projection.from_row(r)) in mine]
+    count, problems = _compare(projection, events, rows)
+    return ProjectionCheck(projection.table, len(rows), count, tuple(problems))
+
+
+def _compare(
+    projection: Projection[Any], events: Iterable[Fact], rows: Sequence[Mapping[str, Any]]
+) -> tuple[int, list[str]]:
+    """Fold `events` (ordered by stream and version) and compare with `rows`; return how many
+    streams were rebuilt and the differences."""
+    rebuilt: dict[str, Any] = {}
+    first: dict[str, Fact] = {}
+    problems: list[str] = []
+    broken: set[str] = set()
+    for fact in events:
+        stream = fact.stream_id
         if stream in broken:
             continue
-        fact = Fact(stream, row["version"], row["type"], _json(row["data"]), row["actor"])
         first.setdefault(stream, fact)
         try:
             rebuilt[stream] = _applied(projection, rebuilt.get(stream), fact)
@@ -293,8 +330,7 @@ async def check_projection(db: Database, projection: Projection[Any]) -> Project
         table = projection.as_verified(live[s], first[s])
         if table != rebuilt[s]:
             problems.append(f"{label(table)}: table {table} != journal {rebuilt[s]}")
-    streams = len(rebuilt) + len(broken)
-    return ProjectionCheck(projection.table, len(rows), streams, tuple(problems))
+    return len(rebuilt) + len(broken), problems
 
 
 def _json(text: str) -> dict[str, Any]:
