@@ -36,7 +36,7 @@ from ledger.store import Database
 from . import calls, witness
 from .arguments import position, positive_int
 from .context import open_database, settings_of
-from .output import add_json_flag, emit, safe
+from .output import add_json_flag, emit, read_document, safe
 from .progress import Progress, progress_bar, shows_progress
 
 _VERIFY_EXAMPLES = """\
@@ -480,23 +480,16 @@ def _mismatch(error: DigestMismatch) -> int:
 
 def _read_digest(path: Path) -> Digest:
     try:
-        return Digest.from_json(_read(path))
+        return Digest.from_json(read_document(path))
     except MalformedDocument as e:
         raise DigestError(f"{path}: {e}") from e
 
 
 def _read_keys(path: Path) -> dict[str, bytes]:
     try:
-        return load_public_keys(_read(path))
+        return load_public_keys(read_document(path))
     except MalformedDocument as e:
         raise DigestError(f"{path}: {e}") from e
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise DigestError(f"cannot read {path}: {e}") from e
 
 
 def _write(path: Path, document: str) -> None:

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from ledger import SignoffError
+from ledger.errors import DigestError
 
 __all__ = [
     "OutputError",
     "add_json_flag",
     "csv_cell",
     "emit",
+    "read_document",
     "safe",
     "wants_json",
     "write_document",
@@ -80,6 +82,14 @@ def emit(args: argparse.Namespace, text: str, data: dict[str, Any]) -> None:
 
 class OutputError(SignoffError):
     """A file the command was asked to write could not be written."""
+
+
+def read_document(path: Path) -> str:
+    """The text of `path`: a document a command is given (a digest, a proof, keys, a note)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DigestError(f"cannot read {path}: {e}") from e
 
 
 def write_document(path: Path, document: str) -> None:

@@ -40,7 +40,7 @@ from ledger.audit.witness import (
 from ledger.keys import KeyRing
 
 from .context import open_database, settings_of
-from .output import add_json_flag, emit, safe, write_document
+from .output import add_json_flag, emit, read_document, safe, write_document
 
 __all__ = ["register", "register_vkey"]
 
@@ -146,7 +146,7 @@ async def _vkey(args: argparse.Namespace) -> int:
         raise DigestError("no log origin: set SIGNOFF_LOG_ORIGIN (see README, Checkpoints)")
     if args.public_keys is not None:
         try:
-            keys = load_public_keys(_read(args.public_keys))
+            keys = load_public_keys(read_document(args.public_keys))
         except MalformedDocument as e:
             raise DigestError(f"{args.public_keys}: {e}") from e
     else:
@@ -182,7 +182,7 @@ async def _cosign(args: argparse.Namespace) -> int:
             f"{args.digest} carries no checkpoint: the log takes them once SIGNOFF_LOG_ORIGIN "
             "is set"
         )
-    note_text = digest.checkpoint if digest is not None else _read(args.checkpoint)
+    note_text = digest.checkpoint if digest is not None else read_document(args.checkpoint)
     assert note_text is not None
     proof = _read_proof(args.proof) if args.proof is not None else None
     try:
@@ -242,20 +242,13 @@ async def _proof_from_database(
 
 def _read_digest(path: Path) -> Digest:
     try:
-        return Digest.from_json(_read(path))
+        return Digest.from_json(read_document(path))
     except MalformedDocument as e:
         raise DigestError(f"{path}: {e}") from e
 
 
 def _read_proof(path: Path) -> ConsistencyProof:
     try:
-        return ConsistencyProof.from_json(_read(path))
+        return ConsistencyProof.from_json(read_document(path))
     except MalformedDocument as e:
         raise DigestError(f"{path}: {e}") from e
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise DigestError(f"cannot read {path}: {e}") from e
