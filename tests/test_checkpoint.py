@@ -243,7 +243,10 @@ def test_cosignatures_count_once_per_witness_and_bad_ones_not_at_all() -> None:
     w1, w2, w3 = (SignerKey.generate(f"witness.example/{i}") for i in range(3))
     good = note.adding(cosign(note, w1, 1_800_000_000))
     line = cosign(note, w2, 1_800_000_000)
-    forged = NoteSignature(line.name, line.key_id, line.signature[:-1] + b"\x00")
+    # One bit flipped: a changed signature whatever its last byte was.
+    forged = NoteSignature(
+        line.name, line.key_id, line.signature[:-1] + bytes([line.signature[-1] ^ 0x01])
+    )
     signed = good.adding(forged)
     assert cosigned_by(signed, w1.verifier) == 1_800_000_000
     assert cosigned_by(signed, w2.verifier) is None
