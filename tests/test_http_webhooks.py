@@ -175,7 +175,8 @@ async def test_a_new_approval_reaches_the_receiver_once_signed_and_without_argum
     assert body["approval"]["status"] == "pending" and body["approval"]["tool"] == "refund"
     assert "args" not in body["approval"]
     assert body["approval"]["hitl"]["action_requests"][0]["args"] is None
-    assert b"amount" not in got.body and b"120" not in got.body  # the arguments, in clear
+    # The arguments in clear: their key (their digits a digest or a time may hold by chance).
+    assert b'"amount"' not in got.body
     [row] = [r for r in await delivery_rows(db, receiver.url) if r["delivery_id"] == body["id"]]
     assert (row["position"], row["kind"], row["attempts"]) == (
         body["position"],
