@@ -28,18 +28,26 @@ LEFT JOIN LATERAL (
 
 BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"
 
-# Decisions and consumption lock the row: concurrent reviewers and consumers take turns, and the
-# second consumer finds the decision used.
-# The lock is taken by the database's function (FOR UPDATE needs rights no worker has).
-BY_ID_FOR_UPDATE = f"SELECT {COLUMNS} FROM signoff_lock_approval($1)"
-# Consumption checks the stream of the row it locks, so both come in one statement. The stream
-# is the statement's snapshot, taken before the lock was granted: a row locked after waiting
-# for another writer is newer than it, so the consumer reads the stream again when it does not
-# prove the row (the lock keeps both still).
-BY_ID_FOR_UPDATE_WITH_STREAM = f"""
-SELECT {COLUMNS},
-(SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
- FROM events e WHERE e.stream_id = 'approval:' || t.approval_id) AS stream
+# A step on an approval (a decision, a cancellation, an expiry, a consumption) reads it without
+# a lock and commits fenced at the version it read (`ApprovalStore._advance`): one read and one
+# write, no transaction around them. The same statement brings, when asked, the approval's stream
+# ($2: a consumer proves the row by it; row and stream are then of one snapshot) and the
+# directory's groups of a deciding reviewer ($3).
+_STREAM = """(
+SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
+FROM events e WHERE e.stream_id = 'approval:' || t.approval_id)"""
+TO_ADVANCE = f"""
+SELECT {COLUMNS}, CASE WHEN $2 THEN {_STREAM} END AS stream,
+(SELECT groups FROM reviewers WHERE reviewer_id = $3 AND active) AS reviewer_groups
+FROM approvals t WHERE t.approval_id = $1
+"""
+# Inside a caller's transaction a consumer locks the row instead (the caller's later statements
+# must meet no conflict), through the database's function (FOR UPDATE needs rights no worker
+# has). The stream is the statement's snapshot, taken before the lock was granted: a row locked
+# after waiting for another writer is newer than it, so the consumer reads the stream again when
+# it does not prove the row (the lock keeps both still).
+LOCKED_WITH_STREAM = f"""
+SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups
 FROM signoff_lock_approval($1) t
 """
 

@@ -5,10 +5,10 @@ arguments, edits and answers. What a decision may do is `ApprovalStore`'s busine
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import asyncpg
 
-from ledger.errors import VersionConflict
 from ledger.journal import NewEvent
 from ledger.journal.projection import Fact, commit
 from ledger.keys import KeyRing
@@ -20,7 +20,7 @@ from .integrity import mac_events
 from .model import Approval
 from .projection import APPROVALS, NOTIFY_CHANNEL, row_to_approval, stream_of
 
-__all__ = ["NOTIFY_CHANNEL", "ApprovalRecorder", "row_to_approval"]
+__all__ = ["NOTIFY_CHANNEL", "ApprovalRecorder", "Read", "row_to_approval"]
 
 
 class ApprovalRecorder:
@@ -38,17 +38,15 @@ class ApprovalRecorder:
         events: list[NewEvent],
     ) -> Approval | None:
         """Append `events` and write the approval they make, in one statement in `conn`'s
-        transaction. None when a new request lost the race to an identical one. Every event
-        but a reviewer's signed decision is MACed here (`integrity.mac_events`)."""
+        transaction, fenced at `state`'s version. None when nothing was written: a new request
+        lost the race to an identical one, or another step moved the approval on from `state`
+        (`VersionConflict` instead when that step has not committed yet). Every event but a
+        reviewer's signed decision is MACed here (`integrity.mac_events`)."""
         base = 0 if state is None else state.version
         stream = stream_of(approval_id)
         binding = events[0].data["binding"] if state is None else state.binding
         events = mac_events(self.ring, binding, stream, base, events)
-        approval = await commit(conn, APPROVALS, stream, state, events, expected_version=base)
-        if approval is None and state is not None:
-            # Callers hold the row lock, so this means a bug, not a race: nothing was written.
-            raise VersionConflict(stream, state.version, None)
-        return approval
+        return await commit(conn, APPROVALS, stream, state, events, expected_version=base)
 
     def seal(self, text: str, approval_id: str, part: str) -> str:
         """`text` sealed to this approval's `part`, as event JSON holds it."""
@@ -57,19 +55,41 @@ class ApprovalRecorder:
     async def open(self, sealed: str, approval_id: str, part: str) -> str:
         return await open_value(self.ring, stream_of(approval_id), part, from_text(sealed))
 
-    async def locked(self, conn: asyncpg.Connection, approval_id: str) -> Approval | None:
-        """The approval, its row locked until `conn`'s transaction ends; None if unknown."""
-        row = await conn.fetchrow(_sql.BY_ID_FOR_UPDATE, approval_id)
-        return None if row is None else row_to_approval(row)
+    async def to_advance(
+        self,
+        conn: asyncpg.Connection,
+        approval_id: str,
+        *,
+        stream: bool = False,
+        reviewer: str | None = None,
+    ) -> Read | None:
+        """The approval as a step reads it (no lock: `_sql.TO_ADVANCE`), with its stream when
+        `stream`, and the directory's groups of `reviewer` when given; None if unknown."""
+        row = await conn.fetchrow(_sql.TO_ADVANCE, approval_id, stream, reviewer)
+        return None if row is None else _read(approval_id, row)
 
-    async def locked_with_stream(
-        self, conn: asyncpg.Connection, approval_id: str
-    ) -> tuple[Approval, list[Fact]] | None:
-        """`locked`, with the approval's stream as the same statement read it (its snapshot
-        may be older than the locked row: `_sql.BY_ID_FOR_UPDATE_WITH_STREAM`)."""
-        row = await conn.fetchrow(_sql.BY_ID_FOR_UPDATE_WITH_STREAM, approval_id)
-        if row is None:
-            return None
-        stream = stream_of(approval_id)
-        entries = json.loads(row["stream"]) if row["stream"] is not None else []
-        return row_to_approval(row), [Fact(stream, v, t, d, a) for v, t, d, a in entries]
+    async def locked_with_stream(self, conn: asyncpg.Connection, approval_id: str) -> Read | None:
+        """The approval and its stream, its row locked until `conn`'s transaction ends (the
+        stream's snapshot may be older than the locked row: `_sql.LOCKED_WITH_STREAM`)."""
+        row = await conn.fetchrow(_sql.LOCKED_WITH_STREAM, approval_id)
+        return None if row is None else _read(approval_id, row)
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """An approval as a step on it reads it."""
+
+    approval: Approval
+    stream: list[Fact]  # empty when not asked for
+    reviewer_groups: frozenset[str] | None  # None: not asked for, or not in the directory
+
+
+def _read(approval_id: str, row: asyncpg.Record) -> Read:
+    stream = stream_of(approval_id)
+    entries = json.loads(row["stream"]) if row["stream"] is not None else []
+    groups = row["reviewer_groups"]
+    return Read(
+        row_to_approval(row),
+        [Fact(stream, v, t, d, a) for v, t, d, a in entries],
+        None if groups is None else frozenset(groups),
+    )

@@ -6,9 +6,13 @@ reviewer side (a ring with the reviewer KEK); every other event is MACed (`integ
 a decision is consumed its stream is read and checked, signatures, MACs and policy, and the row
 must be the stream's fold: anything else is refused (`DecisionForged`, `PolicyViolation`).
 
-Decisions lock the projection row (`FOR UPDATE`), so concurrent reviewers take turns, and so do
-consumers: the first to lock the row uses the decision, the next finds it used. Final decisions
-NOTIFY `signoff_approvals` (after commit); waiters also re-check on a timer.
+A step on an approval (decide, cancel, expire, consume) reads it and commits its events fenced
+at the version it read: one read and one write, no lock and no transaction around them. When
+another step committed in between (a second reviewer, a racing consumer), nothing is written and
+the step reads again, so concurrent reviewers take turns and the second consumer finds the
+decision used. Inside a caller's transaction a consumer locks the row instead, so the caller's
+later statements meet no conflict. Final decisions NOTIFY `signoff_approvals` (after commit);
+waiters also re-check on a timer.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import hmac
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +30,7 @@ from typing import Any
 import asyncpg
 
 from ledger.canonical import canonical_json, jcs_json
-from ledger.errors import DatabaseUnavailable
+from ledger.errors import DatabaseUnavailable, VersionConflict
 from ledger.journal import Journal, NewEvent
 from ledger.journal.projection import Fact, fold, verify_projection
 from ledger.keys import KeyRing
@@ -78,7 +82,7 @@ from .model import (
     json_object,
 )
 from .projection import APPROVALS, stream_of
-from .records import NOTIFY_CHANNEL, ApprovalRecorder, row_to_approval
+from .records import NOTIFY_CHANNEL, ApprovalRecorder, Read, row_to_approval
 from .reviewers import directory_groups
 from .tokens import parse_token, sign_token, token_mac_ok
 
@@ -88,6 +92,9 @@ PageCursor = tuple[datetime, str]
 """Where a page of approvals ends: the (requested_at, approval_id) of its last row."""
 
 log = get_logger(__name__)
+
+Step = Callable[[asyncpg.Connection, Read], Awaitable[list[NewEvent]]]
+"""What one step appends to an approval as read (`ApprovalStore._advance`)."""
 
 
 def _text(value: Any, what: str) -> str:
@@ -255,8 +262,8 @@ class ApprovalStore:
         `approval.decided` event, so a retry finds its answer (`decision_of_request`).
 
         `reviewer` is the reviewer's id (normalised: `identity.reviewer_id`), or a `Reviewer`
-        without groups. Its groups are read from the reviewer directory in the transaction
-        that records the decision, never taken from the caller: a policy's `group:<name>`
+        without groups. Its groups are read from the reviewer directory with the approval it
+        decides, never taken from the caller: a policy's `group:<name>`
         matches only a reviewer the directory puts in that group.
 
         Raises:
@@ -273,27 +280,19 @@ class ApprovalStore:
         payload = self._decision_payload(decision)
         await self.ring.fresh()
         self.ring.require_decision_signer()  # before anything is written, expiry included
-        async with self.db.transaction() as conn:
-            approval = await self._locked(conn, approval_id)
+
+        async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            approval = read.approval
             if approval.status is ApprovalStatus.PENDING and _due(approval):
-                await self.records.commit(
-                    conn, approval_id, approval, [_closing("approval.expired")]
-                )
-                expired = True
-            else:
-                expired = False
-                policy = approval.policy
-                if (
-                    not approval.status.final
-                    and policy.names_groups
-                    and who.id not in policy.approvers
-                ):  # one read more, only where a group could let this reviewer decide
-                    who = await self._from_directory(conn, who.id)
-                event = self._review(approval, decision, who, payload, request_id)
-                approval = _committed(
-                    await self.records.commit(conn, approval_id, approval, [event])
-                )
-        if expired:
+                return [_closing("approval.expired")]
+            deciding, policy = who, approval.policy
+            if not approval.status.final and policy.names_groups and who.id not in policy.approvers:
+                # Where a group could let this reviewer decide: its directory groups.
+                deciding = Reviewer(who.id, read.reviewer_groups or frozenset())
+            return [self._review(approval, decision, deciding, payload, request_id)]
+
+        approval, events = await self._advance(approval_id, step, reviewer=who.id)
+        if events[0].type == "approval.expired":
             raise ApprovalExpired(approval_id)
         log.info(
             "approval decided",
@@ -308,12 +307,14 @@ class ApprovalStore:
         """Withdraw a pending request (it will never run)."""
         _text(approval_id, "approval id")
         _text(by, "by")
-        async with self.db.transaction() as conn:
-            approval = await self._locked(conn, approval_id)
-            if approval.status.final:
-                raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
-            event = _closing("approval.cancelled", actor=by)
-            return _committed(await self.records.commit(conn, approval_id, approval, [event]))
+
+        async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            if read.approval.status.final:
+                raise ApprovalAlreadyDecided(approval_id, f"already {read.approval.status}")
+            return [_closing("approval.cancelled", actor=by)]
+
+        approval, _ = await self._advance(approval_id, step)
+        return approval
 
     async def consume(
         self, approval_id: str, task_run_id: str, *, connection: asyncpg.Connection | None = None
@@ -330,12 +331,10 @@ class ApprovalStore:
         _text(approval_id, "approval id")
         _text(task_run_id, "task_run_id")
         await self.ring.fresh()
-        async with self.db.transaction(connection) as conn:
-            locked = await self.records.locked_with_stream(conn, approval_id)
-            if locked is None:
-                raise UnknownApproval(approval_id)
-            approval, stream = locked
-            await self._proven(conn, approval, stream)
+
+        async def step(conn: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            approval = read.approval
+            await self._proven(conn, approval, read.stream)
             if approval.consumed:
                 raise ApprovalAlreadyDecided(
                     approval_id,
@@ -350,7 +349,19 @@ class ApprovalStore:
             at = datetime.now(UTC).isoformat()
             consumed = {"task_run_id": task_run_id, "at": at}
             events.append(NewEvent("approval.consumed", consumed, actor=task_run_id))
-            approval = _committed(await self.records.commit(conn, approval_id, approval, events))
+            return events
+
+        if connection is None:
+            approval, _ = await self._advance(approval_id, step, stream=True)
+        else:  # the caller's transaction: the row locked until it ends, so no step races it
+            async with self.db.transaction(connection) as conn:
+                read = await self.records.locked_with_stream(conn, approval_id)
+                if read is None:
+                    raise UnknownApproval(approval_id)
+                events = await step(conn, read)
+                approval = _committed(
+                    await self.records.commit(conn, approval_id, read.approval, events)
+                )
         log.info("approval consumed", approval_id=approval_id, task_run_id=task_run_id)
         return replace(approval, decision=await self.final_decision(approval))
 
@@ -630,12 +641,52 @@ class ApprovalStore:
 
     async def _expire_due(self, approval_id: str) -> Approval:
         """Record the expiry of a pending request whose time is up (once, whoever is first)."""
-        async with self.db.transaction() as conn:
-            approval = await self._locked(conn, approval_id)
+
+        async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            approval = read.approval
             if approval.status is not ApprovalStatus.PENDING or not _due(approval):
-                return approval
-            event = _closing("approval.expired")
-            return _committed(await self.records.commit(conn, approval_id, approval, [event]))
+                return []
+            return [_closing("approval.expired")]
+
+        approval, _ = await self._advance(approval_id, step)
+        return approval
+
+    async def _advance(
+        self,
+        approval_id: str,
+        step: Step,
+        *,
+        stream: bool = False,
+        reviewer: str | None = None,
+    ) -> tuple[Approval, list[NewEvent]]:
+        """Read the approval (with its stream, and `reviewer`'s directory groups, when asked),
+        let `step` say what to append (nothing: the approval as read), and commit that fenced
+        at the version read, each in a statement of its own. When another step moved the
+        approval in between, nothing was written: read again. A retry that finds the approval
+        where the last attempt left it means a stream out of step with its row, not a race:
+        `VersionConflict` then, rather than trying for ever."""
+        conflict: VersionConflict | None = None
+        while True:
+            try:
+                async with self.db.connection() as conn:
+                    read = await self.records.to_advance(
+                        conn, approval_id, stream=stream, reviewer=reviewer
+                    )
+                    if read is None:
+                        raise UnknownApproval(approval_id)
+                    if conflict is not None and conflict.expected_version == read.approval.version:
+                        break
+                    events = await step(conn, read)
+                    if not events:
+                        return read.approval, events
+                    approval = await self.records.commit(conn, approval_id, read.approval, events)
+            except VersionConflict as e:  # the other step had not committed when this wrote
+                conflict = e
+                continue
+            if approval is not None:
+                return approval, events
+            conflict = VersionConflict(stream_of(approval_id), read.approval.version, None)
+        raise conflict
 
     async def _proven(
         self, conn: asyncpg.Connection, approval: Approval, stream: Sequence[Fact]
@@ -712,12 +763,6 @@ class ApprovalStore:
     async def _from_directory(self, conn: asyncpg.Connection, rid: str) -> Reviewer:
         """The reviewer with its directory groups (none when it is not in the directory)."""
         return Reviewer(rid, await directory_groups(conn, rid) or frozenset())
-
-    async def _locked(self, conn: asyncpg.Connection, approval_id: str) -> Approval:
-        approval = await self.records.locked(conn, approval_id)
-        if approval is None:
-            raise UnknownApproval(approval_id)
-        return approval
 
     def _decision_payload(self, decision: Decision) -> dict[str, Any]:
         check_decision(decision)

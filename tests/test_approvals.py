@@ -30,8 +30,9 @@ from approvals import (
     UnknownApproval,
 )
 from ledger.canonical import canonical_json
-from ledger.errors import UnknownKey
+from ledger.errors import UnknownKey, VersionConflict
 from ledger.journal import Journal
+from ledger.keys import KeyRing
 from ledger.store import Database
 
 
@@ -293,6 +294,66 @@ async def test_a_consumer_that_waited_for_the_lock_finds_the_decision_used(
     with pytest.raises(ApprovalAlreadyDecided):
         await second
     assert (await store.get(approval_id)).consumed_by == "task-1"
+
+
+async def test_a_decision_and_a_consumption_are_one_read_and_one_write_each(
+    database_url: str, store: ApprovalStore, ring: KeyRing
+) -> None:
+    """No transaction, no lock: each step reads the approval and commits fenced at the version
+    it read (two round trips, where BEGIN, a locked read, the write and COMMIT were four)."""
+    policy = ApprovalPolicy(approvers=frozenset({"group:leads"}))
+    await ReviewerDirectory(store.db).add("lead-1", ["leads"], by="admin")
+    async with await Database.connect(database_url, pool_size=1) as own:
+        counted = ApprovalStore(own, ring)
+        sent: list[str] = []
+        async with own.connection() as conn:  # the pool's one connection
+            conn.add_query_logger(lambda logged: sent.append(logged.query))
+        steps: dict[str, list[str]] = {}
+        for approval_id in (await ask(store, policy), await ask(store, policy)):
+            # The first round also prepares the statements (and asyncpg reads their types).
+            for step, act in (
+                ("decide", counted.decide(approval_id, Decision.approve(), "lead-1")),
+                ("consume", counted.consume(approval_id, "task-1")),
+            ):
+                await act
+                await asyncio.sleep(0)  # the logger is called soon after each statement
+                steps[step], sent[:] = list(sent), []
+    assert (await store.get(approval_id)).consumed_by == "task-1"
+    for step, statements in steps.items():
+        assert len(statements) == 2, (step, [s.strip()[:60] for s in statements])
+        assert not any(s.strip().rstrip(";").upper() in ("BEGIN", "COMMIT") for s in statements)
+    assert await store.problems(approval_id) == []
+
+
+async def test_reviewers_deciding_at_once_each_count_once(store: ApprovalStore) -> None:
+    """Racing decisions on one approval: each that loses the race reads again and is
+    recorded after the winner's, so a quorum of five met at once is met exactly."""
+    reviewers = [f"r{i}" for i in range(5)]
+    approval_id = await ask(store, ApprovalPolicy(quorum=len(reviewers)))
+    await asyncio.gather(*(store.decide(approval_id, Decision.approve(), r) for r in reviewers))
+    approval = await store.get(approval_id)
+    assert approval.status is ApprovalStatus.APPROVED
+    assert sorted(approval.approvers) == reviewers and approval.version == 1 + len(reviewers)
+    assert await store.problems(approval_id) == []
+
+
+async def test_a_row_out_of_step_with_its_stream_is_refused_not_retried_for_ever(
+    store: ApprovalStore, db: Database
+) -> None:
+    """A step whose write finds the stream elsewhere than the row says retries only while
+    the row moves; a row the stream never catches up with is a VersionConflict at once."""
+    approval_id = await ask(store)
+    async with db.connection() as conn:  # the owner, behind the journal's back
+        await conn.execute("UPDATE approvals SET version = 7 WHERE approval_id = $1", approval_id)
+    try:
+        with pytest.raises(VersionConflict):
+            await asyncio.wait_for(store.decide(approval_id, Decision.approve(), "alice"), 30)
+    finally:
+        async with db.connection() as conn:
+            await conn.execute(
+                "UPDATE approvals SET version = 1 WHERE approval_id = $1", approval_id
+            )
+    assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
 
 
 async def test_the_approvals_table_equals_its_rebuild_from_the_journal(
