@@ -252,3 +252,30 @@ def test_the_canonical_time_is_utc_microseconds_with_a_z() -> None:
         assert format_time(moment) == expected
     with pytest.raises(InvalidEvent, match="timezone-aware"):
         format_time(datetime(2026, 1, 1))
+
+
+async def test_the_database_writes_a_time_as_the_canonical_text(db: Database) -> None:
+    """`ledger verify` reads each event's time as the database forms it when it hashes the
+    event (`to_char`); that text is `format_time`'s, so both hash the same bytes."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from ledger.canonical import event_bytes, format_time, timed_event_bytes
+
+    moments = [
+        datetime(2026, 11, 30, 5, 29, 21, 7, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=-7))),
+        datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+        datetime(2400, 2, 29, 0, 0, 0, 500000, tzinfo=UTC),
+    ]
+    async with db.connection() as conn:
+        for moment in moments:
+            text = await conn.fetchval(
+                """SELECT to_char($1::timestamptz AT TIME ZONE 'UTC',
+                                  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')""",
+                moment,
+            )
+            assert text == format_time(moment)
+            for tag in (1, 2):
+                assert timed_event_bytes(
+                    "s", 3, "t", "a", text, '{"k":1}', tag_version=tag
+                ) == event_bytes("s", 3, "t", "a", moment, '{"k":1}', tag_version=tag)
