@@ -40,7 +40,7 @@ from langgraph.types import Command, interrupt
 from adapters.runtime.hitl import decidable
 from approvals import Approval, ApprovalPolicy, DecisionKind
 
-from .tools import SignoffTools, call_id_of, turn_of
+from .tools import SignoffTools, call_id_of, deferred, turn_of
 
 __all__ = ["EDIT_NOTICE", "Shape", "SignoffMiddleware"]
 
@@ -130,8 +130,8 @@ class SignoffMiddleware(AgentMiddleware):
         """Ask about every call of the last model message that needs approval, in one
         interrupt, until each is decided. Changes no state: the tool node then runs each call
         with its decision."""
-        if self.shape != "batched":
-            return None
+        if self.shape != "batched" or deferred(get_config()):
+            return None  # deferred: each call's Step asks for its approval
         messages = _messages(state)
         last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         calls = list(last.tool_calls) if last is not None else []
