@@ -8,13 +8,16 @@ server when `DEX_SERVER_ADDRESS` is set.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from dex import (
@@ -71,8 +74,9 @@ from .agents import (
     effects_of,
     open_harness,
 )
-from .processes import TEST_KEK
-from .support.dex_dispatch import Driver, SdkWorker
+from .dex_session_workers import MODEL_CALLS, model_calls, session_flow
+from .processes import TEST_KEK, finish, kek_env, start_program
+from .support.dex_dispatch import Driver, Pending, SdkWorker
 from .support.scratch import scratch_database
 
 DEX_SERVER_ADDRESS = os.environ.get("DEX_SERVER_ADDRESS", "")
@@ -521,3 +525,78 @@ async def test_the_session_steps_run_on_a_worker_only_login(
             }
             assert statuses == {"refund-1": "succeeded"}
             await reviewer.close()
+
+
+# -- real processes ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def model_calls_table(harness: Harness) -> None:
+    async with harness.db.connection() as conn:
+        await conn.execute(MODEL_CALLS)
+
+
+async def killed_after(program: asyncio.subprocess.Process, line: bytes) -> None:
+    """SIGKILL `program` once it printed `line` (it is then inside the model or the tool)."""
+    assert program.stdout is not None
+    while (await asyncio.wait_for(program.stdout.readline(), 60)).strip() != line:
+        pass
+    program.send_signal(signal.SIGKILL)
+    await program.wait()
+
+
+def program(*args: str) -> Any:
+    return start_program("tests.dex_session_workers", *args, env=kek_env())
+
+
+@pytest.mark.usefixtures("model_calls_table")
+async def test_sigkill_during_run_model_reruns_only_that_model_call(
+    harness: Harness, cache: BlobCache, database_url: str
+) -> None:
+    session_id = new_session()
+    flow, _ = session_flow(harness, session_id, "read")
+    driver = Driver(SdkWorker(flow, cache), session_id)
+    driver.start("StartAgentSession", SessionStart("Where is A7?", "carol"))
+    for step in ("StartAgentSession", "RunModel", "CallTool", "ResumeTurn"):
+        await driver.run(only=step)
+    assert driver.waiting() == ["RunModel"]  # the lookup ran; the second model call is next
+
+    await killed_after(await program("run-model", database_url, session_id, "1", "yes"), b"model")
+    successor = await finish(await program("run-model", database_url, session_id, "1", "no"))
+    assert json.loads(successor.splitlines()[-1]) == ["AwaitUserMessage"]
+
+    turns = [turn for turn, _ in await model_calls(harness.db, session_id)]
+    assert turns == [0, 1, 1], "the first model call ran once, the killed one once more"
+    assert len(await effects_of(harness.db, session_id, "lookup_order")) == 1
+    sessions = SessionClient(cast(AsyncClient, None), flow, harness.store, harness.saver)
+    snapshot = await sessions.snapshot(session_id)
+    assert [m.role for m in snapshot.messages] == ["user", "assistant", "tool", "assistant"]
+    assert snapshot.messages[-1].text == "Order A7 was delivered."
+
+
+async def test_sigkill_during_a_single_attempt_tool_step_records_outcome_unknown(
+    harness: Harness, cache: BlobCache, database_url: str
+) -> None:
+    session_id = new_session()
+    flow, model = session_flow(harness, session_id, "refund")
+    driver = Driver(SdkWorker(flow, cache), session_id)
+    driver.start("StartAgentSession", SessionStart("Refund A7", "carol"))
+    for step in ("StartAgentSession", "RunModel"):
+        await driver.run(only=step)
+    [call] = [p for p in driver.pending if p.step == "CallTool"]
+    request = driver.worker.decode(call.input, ToolCallRequest)
+    assert request.checkpoint_id is not None and request.args == {}
+
+    victim = await program("call", database_url, session_id, request.call_id, request.checkpoint_id)
+    await killed_after(victim, b"effect refund")
+    # CallTool had its one attempt: Dex moves the call to SettleToolCall on another Worker.
+    driver.pending.remove(call)
+    driver.pending.append(Pending("SettleToolCall", call.input))
+    await driver.run()
+    assert driver.waiting() == ["AwaitUserMessage"]
+
+    [entry] = (await calls_of(harness.db, session_id)).values()
+    assert (entry["status"], entry["attempts"]) == ("outcome_unknown", 1)
+    assert len(await effects_of(harness.db, session_id, "refund")) == 1, "not run again"
+    [result] = [m for m in model.seen[-1] if isinstance(m, ToolMessage)]
+    assert result.status == "error" and "unknown" in str(result.content)
