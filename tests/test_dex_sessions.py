@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -22,10 +23,14 @@ from typing import Any, cast
 import pytest
 from dex import (
     AsyncClient,
+    AsyncWorker,
     BlobCache,
     BlobCacheConfig,
     ClientOptions,
+    LongPollTimeoutError,
+    PullWorkerOptions,
     Registry,
+    WorkerOptions,
     open_blob_cache,
 )
 from langchain.agents import create_agent
@@ -600,3 +605,76 @@ async def test_sigkill_during_a_single_attempt_tool_step_records_outcome_unknown
     assert len(await effects_of(harness.db, session_id, "refund")) == 1, "not run again"
     [result] = [m for m in model.seen[-1] if isinstance(m, ToolMessage)]
     assert result.status == "error" and "unknown" in str(result.content)
+
+
+# -- a live Dex server -------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    not DEX_SERVER_ADDRESS,
+    reason="needs a live Dex server: set DEX_SERVER_ADDRESS=host:port (none can be installed "
+    "on these machines, so this test has not run here)",
+)
+async def test_a_session_end_to_end_on_a_live_dex_server(
+    harness: Harness, cache: BlobCache
+) -> None:
+    model = ScriptedModel(script=SCRIPTS["parallel"])
+    signoff = harness.signoff()
+    graph = build_agent(
+        Kind.BATCHED, model, build_tools(Effects(harness.db)), signoff, harness.saver
+    )
+    flow = AgentSessionFlow(
+        AgentSession(graph, harness.saver, signoff),
+        flow_type=f"SignoffAgentSessionTest{uuid.uuid4().hex[:6]}",
+        recheck_every=timedelta(seconds=5),
+    )
+    registry = Registry([flow], allow_async_handlers=True)
+    worker = AsyncWorker(
+        registry, cache, WorkerOptions(server_address=DEX_SERVER_ADDRESS, pull=PullWorkerOptions())
+    )
+    client = AsyncClient(
+        registry,
+        cache,
+        ClientOptions(server_address=DEX_SERVER_ADDRESS, worker_target=worker.worker_target),
+    )
+    serving = asyncio.create_task(worker.start())
+    try:
+        await worker.wait_pull_registered(timeout=30)
+        sessions = SessionClient(client, flow, harness.store, harness.saver)
+        session_id = new_session()
+        await sessions.start_session(session_id, "Refund A7 and B2", requested_by="carol")
+        token, text, raised = "", "", set()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                message = await sessions.read_event(session_id, token, timedelta(seconds=5))
+            except LongPollTimeoutError:
+                continue
+            token, event = message.resume_token, message.value
+            if event.type is SessionEventType.TEXT_DELTA:
+                text += event.payload["text"]
+            elif event.type is SessionEventType.INTERRUPT_RAISED:
+                approval_id = event.payload["approval_id"]
+                if approval_id not in raised:
+                    raised.add(approval_id)
+                    decision = (
+                        Decision.approve()
+                        if event.payload["call_id"] == "par-2"
+                        else Decision.reject("no")
+                    )
+                    await sessions.resolve_interrupt(approval_id, decision, "alice")
+            elif event.type is SessionEventType.TURN_COMPLETED:
+                break
+        assert text == "Both refunds are done." and len(raised) == 2
+        await sessions.close_session(session_id)
+        result = (await client.wait_for_flow(session_id, timedelta(seconds=60))).single_output(
+            SessionResult
+        )
+        assert result == SessionResult(1, "completed", None)
+        snapshot = await sessions.snapshot(session_id)
+        assert snapshot.messages[-1].text == "Both refunds are done."
+        assert len(await effects_of(harness.db, session_id, "refund")) == 1
+    finally:
+        await worker.stop()
+        await serving
+        await client.close()
