@@ -27,6 +27,7 @@ from dex import (
     BlobCache,
     BlobCacheConfig,
     ClientOptions,
+    DexServiceError,
     LongPollTimeoutError,
     PullWorkerOptions,
     Registry,
@@ -678,3 +679,64 @@ async def test_a_session_end_to_end_on_a_live_dex_server(
         await worker.stop()
         await serving
         await client.close()
+
+
+async def test_an_interrupt_resolved_while_dex_is_down_is_seen_at_the_recheck(
+    harness: Harness, cache: BlobCache
+) -> None:
+    flow, model = agent_session(harness, Kind.GRAPH, "refund")
+    run = start(flow, cache, model)
+    await run.driver.run()
+    [raised] = run.events(SessionEventType.INTERRUPT_RAISED)
+    unreachable = ClientOptions(server_address="127.0.0.1:1")
+    async with AsyncClient(run.worker.registry, cache, unreachable) as client:
+        sessions = SessionClient(client, flow, harness.store, harness.saver)
+        with pytest.raises(DexServiceError):
+            await sessions.resolve_interrupt(
+                raised.payload["approval_id"], Decision.approve(), "alice", attempts=1
+            )
+        assert (await sessions.snapshot(run.session_id)).pending_approvals == []
+    await run.driver.run(fire_timers=True)
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    assert len(await effects_of(harness.db, run.session_id, "refund")) == 1
+
+
+async def test_a_once_per_run_tool_called_twice_runs_once_and_the_turn_goes_on(
+    harness: Harness, cache: BlobCache
+) -> None:
+    script = [
+        calls(("o-1", "refund", {"order_id": "A7", "amount": 1})),
+        calls(("o-2", "refund", {"order_id": "A7", "amount": 2})),
+        AIMessage(content="Refunded once."),
+    ]
+    specs = (ToolSpec("refund", Effect.SINGLE_ATTEMPT, once_per_run=True),)
+    flow, model = agent_session(harness, Kind.BATCHED, script, specs=specs)
+    run = start(flow, cache, model)
+    await run.driver.run()
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    refunds = await effects_of(harness.db, run.session_id, "refund")
+    assert [r["args"]["amount"] for r in refunds] == [1]
+    results = [m.content for m in model.seen[-1] if isinstance(m, ToolMessage)]
+    assert results == ["refunded 1 EUR on A7"] * 2, "the second call replays the first"
+
+
+async def test_reasoning_and_text_stream_as_events(harness: Harness, cache: BlobCache) -> None:
+    answer = AIMessage(
+        content=[
+            {"type": "reasoning", "reasoning": "The order was delivered."},
+            {"type": "text", "text": "Order A7 "},
+            {"type": "text", "text": "arrived."},
+        ]
+    )
+    flow, model = agent_session(harness, Kind.BATCHED, [answer])
+    run = start(flow, cache, model)
+    await run.driver.run()
+    events = [(e.type, e.payload.get("text"), e.turn) for e in run.events()]
+    assert events == [
+        (SessionEventType.REASONING_DELTA, "The order was delivered.", 1),
+        (SessionEventType.TEXT_DELTA, "Order A7 ", 1),
+        (SessionEventType.TEXT_DELTA, "arrived.", 1),
+        (SessionEventType.TURN_COMPLETED, None, 1),
+    ]
+    [done] = run.events(SessionEventType.TURN_COMPLETED)
+    assert done.step_execution_id == "RunModel-1" and done.attempt == 1

@@ -327,12 +327,11 @@ class SignoffTools:
         """Raises:
         ToolOutsideStep: the ledger holds no outcome for this call (its Step has not run it)."""
         run_id, call_id = run_id_of(config), str(tool_call.get("id") or "")
-        try:
-            final = (await self.ledger.get(run_id, call_id)).status.final
-        except UnknownCall:
-            final = False
-        if not final:
-            raise ToolOutsideStep(run_id, call_id, str(tool_call.get("name")))
+        name = str(tool_call.get("name"))
+        once = name if self.spec(name).once_per_run else None
+        record = await self.ledger.answering(run_id, call_id, once)
+        if record is None or not record.status.final:
+            raise ToolOutsideStep(run_id, call_id, name)
 
     async def apply_resume(
         self, approval: Approval, value: Any, tool_call: Mapping[str, Any], config: RunnableConfig

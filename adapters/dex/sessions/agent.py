@@ -34,7 +34,6 @@ from adapters.langgraph.tools import (
     turn_of,
 )
 from ledger.calls.model import CallContext, ToolFailed
-from ledger.errors import UnknownCall
 
 from ..errors import SessionGraphRefused, TurnRefused
 from ..logic import DexTool, SignoffDex
@@ -223,10 +222,10 @@ class AgentSession:
     async def _all_recorded(self, session_id: str, messages: list[BaseMessage]) -> bool:
         last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         for call in last.tool_calls if last is not None else []:
-            try:
-                if not (await self.signoff.ledger.get(session_id, str(call["id"]))).status.final:
-                    return False
-            except UnknownCall:
+            name = call["name"]
+            once = name if self.signoff.spec(name).once_per_run else None
+            record = await self.signoff.ledger.answering(session_id, str(call["id"]), once)
+            if record is None or not record.status.final:
                 return False
         return True
 

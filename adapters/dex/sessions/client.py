@@ -137,12 +137,26 @@ class SessionClient:
         return await self.client.read_stream(session_id, EVENTS, resume_token, wait)
 
     async def resolve_interrupt(
-        self, approval_id: str, decision: Decision, reviewer: Reviewer | str
+        self,
+        approval_id: str,
+        decision: Decision,
+        reviewer: Reviewer | str,
+        *,
+        attempts: int = 3,
+        backoff_seconds: float = 0.5,
     ) -> DecideResult:
-        """Decide an interrupt (an approval) in the store, then wake the session: as
-        `decide_approval`, whose errors it raises."""
+        """Decide an interrupt (an approval) in the store, then wake the session with the
+        decide RPC: as `decide_approval`, whose errors it raises. When Dex is unreachable the
+        decision stays recorded and the session sees it at its next re-check."""
         return await decide_approval(
-            self.client, self.flow, self.store, approval_id, decision, reviewer
+            self.client,
+            self.flow,
+            self.store,
+            approval_id,
+            decision,
+            reviewer,
+            attempts=attempts,
+            backoff_seconds=backoff_seconds,
         )
 
     async def snapshot(self, session_id: str) -> SessionSnapshot:

@@ -49,7 +49,6 @@ from dex import (
     rpc,
 )
 
-from ledger.errors import UnknownCall
 from ledger.log import get_logger
 
 from ..flow import (
@@ -173,7 +172,7 @@ class RunModel(_SessionStep):
             input.turn,
             input.requested_by,
             checkpoint_id=stop.checkpoint_id,
-            call_ids=[c.call_id for c in stop.calls],
+            calls={c.call_id: c.tool for c in stop.calls},
         )
         movements.append(StepMovement.of(ResumeTurn, resume))
         return go_to_many(*movements)
@@ -186,7 +185,7 @@ class ResumeTurn(_SessionStep):
     async def wait_for(  # type: ignore[override]
         self, context: AsyncContext, input: TurnStep
     ) -> Wait:
-        if await self.flow.all_settled(context.flow_id, input.call_ids):
+        if await self.flow.all_settled(context.flow_id, input.calls):
             return Wait.skip_immediately()
         key = channel_key(input.checkpoint_id or "none")
         woken = TURN_CALLS.for_range(key, at_least=1)
@@ -197,7 +196,7 @@ class ResumeTurn(_SessionStep):
     async def execute(  # type: ignore[override]
         self, context: AsyncContext, input: TurnStep
     ) -> StepDecision:
-        if not await self.flow.all_settled(context.flow_id, input.call_ids):
+        if not await self.flow.all_settled(context.flow_id, input.calls):
             return go_to(ResumeTurn, input)
         return go_to(RunModel, TurnStep(input.turn, input.requested_by))
 
@@ -329,14 +328,14 @@ class AgentSessionFlow(Flow[SessionStart]):
         TURN_CALLS.publish(context, key, ToolCallDone(request.call_id))
         return dead_end()
 
-    async def all_settled(self, session_id: str, call_ids: list[str]) -> bool:
-        """Whether the ledger holds an outcome for each of these calls."""
-        ledger = self.signoff().ledger
-        for call_id in call_ids:
-            try:
-                if not (await ledger.get(session_id, call_id)).status.final:
-                    return False
-            except UnknownCall:
+    async def all_settled(self, session_id: str, calls: dict[str, str]) -> bool:
+        """Whether the ledger holds an outcome for each of these calls (id -> tool); a call
+        of a once-per-run tool is answered by the run's call of that tool."""
+        runtime = self.signoff()
+        for call_id, tool in calls.items():
+            once = tool if runtime.tool(tool).spec.once_per_run else None
+            record = await runtime.ledger.answering(session_id, call_id, once)
+            if record is None or not record.status.final:
                 return False
         return True
 

@@ -55,7 +55,7 @@ class TurnStep:
         requested_by: as `SessionStart`.
         text: the turn's user message, on the turn's first `RunModel` only.
         checkpoint_id: the checkpoint the turn's pending tool calls were read from.
-        call_ids: the calls `ResumeTurn` waits for.
+        calls: the calls `ResumeTurn` waits for: tool call id -> tool name.
         error: why the turn failed (`FailTurn` to `AwaitUserMessage`).
     """
 
@@ -63,7 +63,7 @@ class TurnStep:
     requested_by: str = "agent"
     text: str | None = None
     checkpoint_id: str | None = None
-    call_ids: list[str] = field(default_factory=list)
+    calls: dict[str, str] = field(default_factory=dict)
     error: str | None = None
 
 
