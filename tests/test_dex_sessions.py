@@ -45,6 +45,7 @@ from pydantic import BaseModel
 
 from adapters.dex import DecideRequest, ToolCallRequest
 from adapters.dex.sessions import (
+    SEND_MESSAGE_RPC,
     USER_MESSAGES,
     AgentSession,
     AgentSessionFlow,
@@ -740,3 +741,42 @@ async def test_reasoning_and_text_stream_as_events(harness: Harness, cache: Blob
     ]
     [done] = run.events(SessionEventType.TURN_COMPLETED)
     assert done.step_execution_id == "RunModel-1" and done.attempt == 1
+
+
+async def test_a_user_message_delivered_again_while_it_waits_is_queued_once(
+    harness: Harness, cache: BlobCache
+) -> None:
+    flow, _ = agent_session(harness, Kind.GRAPH, "read")
+    worker = SdkWorker(flow, cache)
+    session_id, message = new_session(), UserMessage("m-1", "and B2?")
+    fresh = await worker.rpc(session_id, SEND_MESSAGE_RPC, message, {USER_MESSAGES.name: []})
+    assert worker.decode(fresh.output, bool) is True
+    assert [worker.decode(m.value, UserMessage) for m in fresh.publish_to_channel] == [message]
+    again = await worker.rpc(session_id, SEND_MESSAGE_RPC, message, {USER_MESSAGES.name: [message]})
+    assert (worker.decode(again.output, bool), list(again.publish_to_channel)) == (False, [])
+
+
+async def test_the_run_state_is_stored_encrypted(harness: Harness, cache: BlobCache) -> None:
+    flow, model = agent_session(harness, Kind.BATCHED, "read")
+    run = start(flow, cache, model, "Where is my order?")
+    await run.driver.run()
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    async with harness.db.connection() as conn:
+        rows = await conn.fetch(
+            "SELECT checkpoint::text || metadata::text AS data FROM checkpoints"
+            " WHERE thread_id = $1",
+            run.session_id,
+        )
+        blobs = await conn.fetch(
+            "SELECT blob FROM checkpoint_blobs WHERE thread_id = $1 AND blob IS NOT NULL"
+            " UNION ALL SELECT blob FROM checkpoint_writes WHERE thread_id = $1",
+            run.session_id,
+        )
+    assert rows and blobs
+    for secret in ("Where is my order", "120 EUR, delivered", "Order A7 was delivered"):
+        assert [r["data"] for r in rows if secret in r["data"]] == [], secret
+        assert not any(secret.encode() in bytes(b["blob"]) for b in blobs), secret
+    snapshot = await SessionClient(
+        cast(AsyncClient, None), flow, harness.store, harness.saver
+    ).snapshot(run.session_id)
+    assert snapshot.messages[0].text == "Where is my order?"

@@ -89,6 +89,7 @@ __all__ = [
     "ToolCallHost",
     "call_step_options",
     "decide_and_wake",
+    "heartbeating",
     "retry_policy",
 ]
 
@@ -120,7 +121,7 @@ def call_step_options(effect: Effect) -> StepOptions:
     ).on_execute_failure_proceed_to(SettleToolCall)
 
 
-async def _heartbeating(context: AsyncContext, work: Awaitable[T]) -> T:
+async def heartbeating(context: AsyncContext, work: Awaitable[T]) -> T:
     """Await `work`, heartbeating every HEARTBEAT_SECONDS so Dex knows the Worker is alive."""
     task = asyncio.ensure_future(work)
     try:
@@ -222,7 +223,7 @@ class CallTool(_ToolCallStep):
         runtime, tool = self.flow.signoff(), self._tool(input)
         request = await self.flow.request_for(context, input)
         work = call_tool(runtime.ledger, runtime.store, context.flow_id, request, tool)
-        result = await _heartbeating(context, work)
+        result = await heartbeating(context, work)
         return self.flow.after_tool_call(context, input, result)
 
 

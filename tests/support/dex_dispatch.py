@@ -141,6 +141,27 @@ class SdkWorker:
             published.append(self.decode(m.value, ApprovalSignal))
         return self.decode(response.output, DecideResult), published
 
+    async def rpc(
+        self, flow_id: str, name: str, value: object, loaded: dict[str, list[Any]] | None = None
+    ) -> pb.InvokeWorkerRPCResponse:
+        """Invoke the RPC `name`; `loaded` are the pending messages of the channels the
+        server loaded for it, by physical channel name."""
+        message = pb.InvokeWorkerRPCRequest(
+            context=self.context(flow_id, "rpc"),
+            flow_type=self.flow.get_flow_type(),
+            rpc_name=name,
+            input=self.encode(value),
+        )
+        for channel_name, values in (loaded or {}).items():
+            message.loaded_channel_names.append(channel_name)
+            message.loaded_channel_messages[channel_name].messages.extend(
+                pb.ChannelMessage(
+                    channel_name=channel_name, value=self.encode(v), message_id=f"m{i}"
+                )
+                for i, v in enumerate(values)
+            )
+        return await self.dispatcher.invoke_rpc(message)
+
     @staticmethod
     def channel(call_id: str) -> str:
         return Registry.physical_name(DECISIONS.name, decision_key(call_id))

@@ -115,15 +115,24 @@ class SessionClient:
         """Start the session with the user's first message."""
         await self.client.start_flow(self.flow, session_id, SessionStart(text, requested_by))
 
-    async def send_message(self, session_id: str, text: str) -> None:
-        """The user's next message; the session takes it once its current turn is done."""
-        message = UserMessage(uuid.uuid4().hex, text)
-        await self.client.invoke_rpc(cast(Any, self.flow.send_message), session_id, message)
+    async def send_message(
+        self, session_id: str, text: str, *, message_id: str | None = None
+    ) -> bool:
+        """The user's next message; the session takes it once its current turn is done. Send
+        again with the same `message_id` after a failure: a copy that still waits is not
+        queued twice (False)."""
+        message = UserMessage(message_id or uuid.uuid4().hex, text)
+        return await self._send(session_id, message)
 
     async def close_session(self, session_id: str) -> None:
         """End the session after its current turn (the Flow completes)."""
-        message = UserMessage(uuid.uuid4().hex, close=True)
-        await self.client.invoke_rpc(cast(Any, self.flow.send_message), session_id, message)
+        await self._send(session_id, UserMessage(uuid.uuid4().hex, close=True))
+
+    async def _send(self, session_id: str, message: UserMessage) -> bool:
+        # The SDK's invoke_rpc overloads describe synchronous handlers; ours is async.
+        send = cast(Any, self.flow.send_message)
+        sent: bool = await self.client.invoke_rpc(send, session_id, message)
+        return sent
 
     async def read_event(
         self, session_id: str, resume_token: str = "", wait: timedelta | None = None

@@ -51,6 +51,7 @@ from dex import (
 
 from ledger.log import get_logger
 
+from ..errors import RuntimeNotBound
 from ..flow import (
     DECIDE_RPC,
     DECISIONS,
@@ -58,9 +59,9 @@ from ..flow import (
     AwaitToolApproval,
     CallTool,
     SettleToolCall,
-    _heartbeating,
     call_step_options,
     decide_and_wake,
+    heartbeating,
 )
 from ..logic import ApprovalWait, SignoffDex, require_runtime
 from ..values import DecideRequest, DecideResult, ToolCallRequest, ToolCallResult, channel_key
@@ -143,7 +144,7 @@ class RunModel(_SessionStep):
             _event(context, kind, input.turn, payload)
 
         work = session.run_model(context.flow_id, input.turn, input.text, input.requested_by, emit)
-        stop = await _heartbeating(context, work)
+        stop = await heartbeating(context, work)
         log.info("model call done", run_id=context.flow_id, turn=input.turn, calls=len(stop.calls))
         if not stop.calls:
             emit(SessionEventType.TURN_COMPLETED, {"status": "completed", "error": None})
@@ -293,8 +294,10 @@ class AgentSessionFlow(Flow[SessionStart]):
             RuntimeNotBound: a Client-only Flow.
         """
         if self._session is None:
-            require_runtime(None, self._flow_type)
-            raise AssertionError("unreachable")  # require_runtime raised
+            raise RuntimeNotBound(
+                f"Flow {self._flow_type} was built without an AgentSession; Workers need "
+                "AgentSessionFlow(AgentSession(graph, saver, signoff))"
+            )
         return self._session
 
     # -- ToolCallHost: what the reused tool-call Steps ask of this Flow ----------------------
@@ -347,8 +350,13 @@ class AgentSessionFlow(Flow[SessionStart]):
         `ToolCallFlow.decide`)."""
         return await decide_and_wake(self.signoff(), context, request)
 
-    @rpc(name=SEND_MESSAGE_RPC, timeout=timedelta(seconds=30))
+    @rpc(name=SEND_MESSAGE_RPC, timeout=timedelta(seconds=30), load_channels=(USER_MESSAGES,))
     async def send_message(self, context: Context, message: UserMessage) -> RPCResult[bool]:
-        """Queue the user's next message (or the end of the session) for `AwaitUserMessage`."""
+        """Queue the user's next message (or the end of the session) for `AwaitUserMessage`.
+        Returns False, queuing nothing, when a message of that id still waits (a repeated
+        delivery)."""
+        pending = USER_MESSAGES.pending_messages(context)  # loaded for this RPC
+        if any(m.value.message_id == message.message_id for m in pending):
+            return RPCResult(False)
         USER_MESSAGES.publish(context, message)
         return RPCResult(True)
