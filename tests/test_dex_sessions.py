@@ -41,6 +41,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import tools_condition
+from langgraph.types import interrupt
 from pydantic import BaseModel
 
 from adapters.dex import DecideRequest, ToolCallRequest
@@ -780,3 +781,44 @@ async def test_the_run_state_is_stored_encrypted(harness: Harness, cache: BlobCa
         cast(AsyncClient, None), flow, harness.store, harness.saver
     ).snapshot(run.session_id)
     assert snapshot.messages[0].text == "Where is my order?"
+
+
+def self_interrupting_graph(harness: Harness, model: ScriptedModel) -> Any:
+    """A StateGraph whose model node asks a person itself, with `interrupt()`."""
+    signoff = harness.signoff()
+
+    async def call_model(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        interrupt({"question": "may I answer?"})
+        return {"messages": [await model.ainvoke(state["messages"], config)]}
+
+    graph = StateGraph(AgentState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", signoff_tool_node(build_tools(Effects(harness.db)), signoff))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    return graph.compile()
+
+
+@pytest.mark.parametrize("case", ["own interrupt", "repeated call id"])
+async def test_a_turn_the_session_cannot_go_on_with_fails_before_any_tool_runs(
+    harness: Harness, cache: BlobCache, case: str
+) -> None:
+    signoff = harness.signoff()
+    if case == "own interrupt":
+        model = ScriptedModel(script=SCRIPTS["read"])
+        graph = self_interrupting_graph(harness, model)
+        expected = "interrupt of its own"
+    else:
+        model = ScriptedModel(script=SCRIPTS["mistakes"])
+        tools = build_tools(Effects(harness.db))
+        graph = build_agent(Kind.GRAPH, model, tools, signoff, harness.saver)
+        expected = "ids must be non-empty and unique"
+    session = AgentSession(graph, harness.saver, signoff)
+    run = start(AgentSessionFlow(session, recheck_every=RECHECK), cache, model)
+    await run.driver.run()
+    assert run.driver.executed == ["StartAgentSession", "RunModel!", "FailTurn"]
+    [failed] = run.events(SessionEventType.TURN_COMPLETED)
+    assert expected in failed.payload["error"]
+    assert await calls_of(harness.db, run.session_id) == {}
+    assert await effects_of(harness.db, run.session_id) == []
