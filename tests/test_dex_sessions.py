@@ -83,7 +83,7 @@ from .agents import (
     open_harness,
 )
 from .dex_session_workers import MODEL_CALLS, model_calls, session_flow
-from .processes import TEST_KEK, finish, kek_env, start_program
+from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
 from .support.dex_dispatch import Driver, Pending, SdkWorker
 from .support.scratch import scratch_database
 
@@ -298,14 +298,18 @@ async def test_a_session_runs_parallel_calls_with_approvals_from_the_store(
 
 
 async def test_a_second_turn_and_a_rerun_model_step_add_nothing_twice(
-    harness: Harness, cache: BlobCache
+    harness: Harness, cache: BlobCache, database_url: str
 ) -> None:
     flow, model = agent_session(harness, Kind.BATCHED, "two-turns")
     run = start(flow, cache, model)
     await run.driver.run()
     [approval_id] = (await pending_approvals(harness.store, run.session_id)).values()
-    await harness.store.decide(approval_id, Decision.approve(), "alice")
-    await run.driver.run(fire_timers=True)
+    decided = await run_cli(  # another process decides, with the signoff CLI
+        "approvals", "decide", approval_id, "--approve", "--by", "bob",
+        database_url=database_url, env=kek_env(),
+    )  # fmt: skip
+    assert decided.code == 0, decided.stderr
+    await run.driver.run(fire_timers=True)  # no wake-up: the re-check sees it
     assert run.driver.waiting() == ["AwaitUserMessage"]
     assert len(model.seen) == 3  # lookup, then refund, then the answer
 
