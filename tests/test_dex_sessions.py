@@ -48,6 +48,7 @@ from adapters.dex.sessions import (
     UserMessage,
 )
 from adapters.langgraph import ToolSpec
+from adapters.langgraph.middleware import EDIT_NOTICE
 from approvals import ApprovalStore, Decision
 from ledger.calls.model import Effect
 from ledger.errors import EventNotPermitted
@@ -465,3 +466,21 @@ async def test_a_session_end_to_end_on_a_live_dex_server(
         await worker.stop()
         await serving
         await client.close()
+
+
+async def test_an_edited_call_runs_the_edited_arguments_and_the_model_is_told(
+    harness: Harness, cache: BlobCache
+) -> None:
+    flow, model = agent_session(harness, Kind.BATCHED, "refund")
+    run = start(flow, cache, model)
+    await run.driver.run()
+    [approval_id] = (await pending_approvals(harness.store, run.session_id)).values()
+    edited = {"order_id": "A7", "amount": 60}
+    await harness.store.decide(approval_id, Decision.edit(edited), "alice")
+    await run.driver.run(fire_timers=True)
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    [refund] = await effects_of(harness.db, run.session_id, "refund")
+    assert refund["args"] == edited
+    [result] = [m for m in model.seen[-1] if isinstance(m, ToolMessage)]
+    assert str(result.content).startswith(EDIT_NOTICE)
+    assert "refunded 60 EUR on A7" in str(result.content)

@@ -16,7 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from langgraph.graph.state import CompiledStateGraph
@@ -24,6 +30,7 @@ from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, ValidationError
 
 from adapters.langgraph import EncryptedPostgresSaver, SignoffToolNode, SignoffTools
+from adapters.langgraph.middleware import EDIT_NOTICE, announce_edit
 from adapters.langgraph.tools import (
     DEFERRED,
     IDEMPOTENCY_KEY,
@@ -106,6 +113,8 @@ class AgentSession:
         messages_key: the state key of the conversation.
         stream_text: write the model's text and reasoning as events on the session's Dex
             stream (what a client shows live; Dex then holds that text).
+        edit_notice: told to the model before the result of a call a reviewer edited (as
+            `SignoffMiddleware` does); None: nothing.
     """
 
     graph: Graph
@@ -115,6 +124,7 @@ class AgentSession:
     tool_nodes: tuple[str, ...] = ("tools",)
     messages_key: str = "messages"
     stream_text: bool = True
+    edit_notice: str | None = EDIT_NOTICE
     by_name: dict[str, BaseTool] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -135,11 +145,32 @@ class AgentSession:
     def _dex_tool(self, tool: BaseTool) -> DexTool:
         spec = self.signoff.spec(tool.name)
         spec = replace(spec, effect=effect_of(tool, spec))
+        notice = self.edit_notice if spec.approval is not None else None
 
         async def run(args: dict[str, Any], context: CallContext) -> Any:
-            return await _invoke(tool, args, context)
+            content = await _invoke(tool, args, context)
+            if notice is None:
+                return content
+            asked = await self._asked_args(context.run_id, context.call_id)
+            if asked is None or asked == args:
+                return content
+            # A reviewer edited the call: recorded with the result, so every replay says so.
+            message = ToolMessage(content=content, tool_call_id=context.call_id, name=tool.name)
+            return announce_edit(message, notice, tool.name, args).content
 
         return DexTool(spec, run)
+
+    async def _asked_args(self, session_id: str, call_id: str) -> dict[str, Any] | None:
+        """The arguments the model gave a call, from the session's last checkpoint (while the
+        calls of a model message run, it is the one that holds that message)."""
+        state = await self.graph.aget_state(self.config(session_id, "agent"))
+        for message in reversed(self._messages(state.values)):
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    if call.get("id") == call_id:
+                        return dict(call["args"])
+                return None
+        return None
 
     def config(self, session_id: str, requested_by: str) -> RunnableConfig:
         return {
