@@ -31,6 +31,7 @@ from dex import (
 )
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.graph import START, StateGraph
 
 from adapters.dex import DecideRequest, ToolCallRequest
 from adapters.dex.sessions import (
@@ -47,7 +48,7 @@ from adapters.dex.sessions import (
     TurnStep,
     UserMessage,
 )
-from adapters.langgraph import ToolSpec
+from adapters.langgraph import ToolSpec, signoff_tool_node
 from adapters.langgraph.middleware import EDIT_NOTICE
 from approvals import ApprovalStore, Decision
 from ledger.calls.model import Effect
@@ -58,6 +59,7 @@ from ledger.store.logins import temporary_login
 
 from .agents import (
     SCRIPTS,
+    AgentState,
     Effects,
     Harness,
     Kind,
@@ -484,3 +486,21 @@ async def test_an_edited_call_runs_the_edited_arguments_and_the_model_is_told(
     [result] = [m for m in model.seen[-1] if isinstance(m, ToolMessage)]
     assert str(result.content).startswith(EDIT_NOTICE)
     assert "refunded 60 EUR on A7" in str(result.content)
+
+
+async def test_two_tool_nodes_with_different_tools_of_one_name_need_tools_to_say_which(
+    harness: Harness,
+) -> None:
+    signoff = harness.signoff()
+    first, second = build_tools(Effects(harness.db)), build_tools(Effects(harness.db))
+    graph = StateGraph(AgentState)
+    graph.add_node("tools", signoff_tool_node(first, signoff))
+    graph.add_node("more_tools", signoff_tool_node(second, signoff))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", "more_tools")
+    compiled = graph.compile()
+    nodes = ("tools", "more_tools")
+    with pytest.raises(SessionGraphRefused, match="different tools named 'lookup_order'"):
+        AgentSession(compiled, harness.saver, signoff, tool_nodes=nodes)
+    chosen = AgentSession(compiled, harness.saver, signoff, tools=second, tool_nodes=nodes)
+    assert chosen.by_name == {t.name: t for t in second}

@@ -74,7 +74,9 @@ class ModelStop:
     calls: list[PendingCall]
 
 
-def _node_tools(graph: Graph, names: Sequence[str]) -> dict[str, BaseTool]:
+def _node_tools(graph: Graph, names: Sequence[str], given: set[str]) -> dict[str, BaseTool]:
+    """The tools of the graph's tool nodes by name; two different tools of one name are
+    refused unless `given` (the session's own `tools=`) names the one to run."""
     found: dict[str, BaseTool] = {}
     for name in names:
         node = graph.nodes.get(name)
@@ -89,7 +91,7 @@ def _node_tools(graph: Graph, names: Sequence[str]) -> dict[str, BaseTool]:
             elif isinstance(part, SignoffToolNode):
                 tools = part.by_name
             for tool_name, tool in tools.items():
-                if found.get(tool_name, tool) is not tool:
+                if found.get(tool_name, tool) is not tool and tool_name not in given:
                     raise SessionGraphRefused(
                         f"two tool nodes have different tools named {tool_name!r}: pass the "
                         "one to run in tools="
@@ -133,8 +135,8 @@ class AgentSession:
                 "the graph is compiled with interrupt_before/interrupt_after: a session pauses "
                 "only before its tool nodes, for the calls' Steps"
             )
-        self.by_name = {**_node_tools(self.graph, self.tool_nodes)}
-        self.by_name.update({t.name: t for t in self.tools})
+        given = {t.name: t for t in self.tools}
+        self.by_name = _node_tools(self.graph, self.tool_nodes, set(given)) | given
         self.graph = self.graph.copy(update={"checkpointer": self.saver})
 
     def runtime(self) -> SignoffDex:
