@@ -2,8 +2,9 @@
 ...`. Each opens the database named on its command line (KEK from SIGNOFF_KEK), builds the
 session Flow as a Worker would, and runs one Step through the SDK's dispatcher:
 
-- `run-model URL SESSION TURN SLOW`: the RunModel Step of `TURN`. The model records each call in
-  `dex_model_calls` (committed at once), prints `model`, and with SLOW=`yes` then sleeps.
+- `run-model URL SESSION TURN CHECKPOINT SLOW`: the RunModel Step of `TURN`, from the checkpoint
+  its input names. The model records each call in `dex_model_calls` (committed at once), prints
+  `model`, and with SLOW=`yes` then sleeps.
 - `call URL SESSION CALL CHECKPOINT`: the CallTool Step of a single-attempt refund; the tool
   records its effect, prints `effect refund`, then sleeps.
 
@@ -118,8 +119,8 @@ def main() -> None:
     configure_logging("WARNING")
     name, url, session_id, *args = sys.argv[1:]
     if name == "run-model":
-        turn, slow = args
-        value: object = TurnStep(int(turn), "carol")
+        turn, checkpoint_id, slow = args
+        value: object = TurnStep(int(turn), "carol", checkpoint_id=checkpoint_id)
         asyncio.run(step(url, session_id, "RunModel", value, slow=60.0 if slow == "yes" else 0))
     elif name == "call":
         call_id, checkpoint_id = args

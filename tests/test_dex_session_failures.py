@@ -36,6 +36,7 @@ from adapters.dex.sessions import (
     SessionClient,
     SessionEventType,
     SessionStart,
+    TurnStep,
 )
 from adapters.langgraph import SignoffMiddleware, ToolSpec, signoff_tool_node
 from ledger.calls.model import Effect
@@ -329,7 +330,12 @@ async def test_sigkill_during_run_model_reruns_only_that_model_call(
         await driver.run(only=step)
     assert driver.waiting() == ["RunModel"]  # the lookup ran; the second model call is next
 
-    await killed_after(await program("run-model", database_url, session_id, "1", "yes"), b"model")
+    [resume] = driver.pending
+    at = driver.worker.decode(resume.input, TurnStep).checkpoint_id
+    assert at is not None, "RunModel goes on from the checkpoint its input names"
+    await killed_after(
+        await program("run-model", database_url, session_id, "1", at, "yes"), b"model"
+    )
     # Dex gives the Step to another Worker (this process): the model call runs again.
     await driver.run()
     assert driver.waiting() == ["AwaitUserMessage"]

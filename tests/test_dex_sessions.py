@@ -45,7 +45,6 @@ from adapters.dex.sessions import (
     SessionGraphRefused,
     SessionResult,
     SessionStart,
-    TurnStep,
     UserMessage,
 )
 from adapters.langgraph import ToolSpec, signoff_tool_node
@@ -248,10 +247,13 @@ async def test_a_second_turn_and_a_rerun_model_step_add_nothing_twice(
     assert run.driver.waiting() == ["AwaitUserMessage"]
     assert len(model.seen) == 3  # lookup, then refund, then the answer
 
-    # Dex runs the last RunModel again (its result was lost): no model call, nothing added.
-    again, _ = await run.worker.execute("RunModel", run.session_id, TurnStep(1, "carol"))
+    # Dex runs the last RunModel again (its result was lost): from the checkpoint its input
+    # names, so the model call is made again and nothing is added twice.
+    last = next(p for p in reversed(run.driver.history) if p.step == "RunModel")
+    again, _ = await run.worker.execute("RunModel", run.session_id, last.input)
     assert [m.step_type for m in again.step_decision.next_steps] == ["AwaitUserMessage"]
-    assert len(model.seen) == 3
+    assert len(model.seen) == 4
+    assert len(await effects_of(harness.db, run.session_id, "refund")) == 1
 
     run.say("Thanks, and order B2?")
     await run.driver.run()

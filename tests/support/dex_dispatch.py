@@ -208,6 +208,7 @@ class Driver:
     channels: dict[str, list[pb.Value]] = field(default_factory=dict)
     streamed: list[pb.Value] = field(default_factory=list)
     executed: list[str] = field(default_factory=list)
+    history: list[Pending] = field(default_factory=list)  # each Step executed, with its input
     output: pb.Value | None = None
     closed: bool = False
 
@@ -311,6 +312,7 @@ class Driver:
                 pending = Pending(proceed, pending.input)
                 break
         self.executed.append(pending.step)
+        self.history.append(pending)
         self._stream(outputs)
         for message in done.publish_to_channel:
             self.channels.setdefault(message.channel_name, []).append(message.value)

@@ -174,28 +174,41 @@ class AgentSession:
                 return None
         return None
 
-    def config(self, session_id: str, requested_by: str) -> RunnableConfig:
-        return {
-            "configurable": {
-                "thread_id": session_id,
-                RUN_ID: session_id,
-                DEFERRED: True,
-                REQUESTED_BY: requested_by,
-            }
+    def config(
+        self, session_id: str, requested_by: str, checkpoint_id: str | None = None
+    ) -> RunnableConfig:
+        """The graph's config for the session: its thread and run, calls deferred; at
+        `checkpoint_id` when given, else at the thread's latest checkpoint."""
+        configurable: dict[str, Any] = {
+            "thread_id": session_id,
+            RUN_ID: session_id,
+            DEFERRED: True,
+            REQUESTED_BY: requested_by,
         }
+        if checkpoint_id is not None:
+            configurable["checkpoint_id"] = checkpoint_id
+        return {"configurable": configurable}
 
     def _messages(self, values: Any) -> list[BaseMessage]:
         found = values.get(self.messages_key) if isinstance(values, Mapping) else None
         return list(found or [])
 
     async def run_model(
-        self, session_id: str, turn: int, text: str | None, requested_by: str, emit: Emit
+        self,
+        session_id: str,
+        turn: int,
+        text: str | None,
+        requested_by: str,
+        emit: Emit,
+        checkpoint_id: str | None = None,
     ) -> ModelStop:
-        """Run the graph up to its next model call's end: to the tool node, or to the end.
+        """Run the graph from `checkpoint_id` (the one Dex names: the previous stop; None: the
+        thread's latest) up to its next model call's end: to the tool node, or to the end.
 
-        A `RunModel` that runs again (its Worker died, or Dex lost its result) goes on from
-        the last checkpoint: the user message is not added twice, a model call that finished
-        is not made again, and one that did not is made once more.
+        A `RunModel` that runs again starts from the same checkpoint, so what its first
+        attempt did is left on a branch nobody reads: the user message is added once, the
+        calls already recorded replay, and only the model call is made again. (Checkpoint ids
+        follow each Worker's clock, so "the latest" could be another Worker's older one.)
 
         Raises:
             TurnRefused: the graph paused on an interrupt of its own, stopped elsewhere, or
@@ -203,7 +216,7 @@ class AgentSession:
             ToolOutsideStep: a tool would run inside the graph (a plain ToolNode, a subgraph
                 compiled with `checkpointer=False`, a node that invokes a tool itself).
         """
-        config = self.config(session_id, requested_by)
+        config = self.config(session_id, requested_by, checkpoint_id)
         state = await self.graph.aget_state(config)
         messages = self._messages(state.values)
         graph_input: Any = None
@@ -214,17 +227,20 @@ class AgentSession:
             graph_input = {self.messages_key: [human]}
         elif self._before_tools(state.next) and not await self._all_recorded(session_id, messages):
             return self._stop(session_id, state)  # this model call had finished already
+        last = checkpoint_id
         parts: Any = self.graph.astream(
             graph_input,
             config,
-            stream_mode="messages",
+            stream_mode=["messages", "checkpoints"],
             subgraphs=True,
             interrupt_before=list(self.tool_nodes),
         )
-        async for _namespace, (chunk, _metadata) in parts:
-            if self.stream_text:
-                _emit_deltas(chunk, emit)
-        state = await self.graph.aget_state(config)
+        async for namespace, mode, payload in parts:
+            if mode == "messages" and self.stream_text:
+                _emit_deltas(payload[0], emit)
+            elif mode == "checkpoints" and not namespace:  # the root graph's, in order
+                last = str(payload["config"]["configurable"]["checkpoint_id"])
+        state = await self.graph.aget_state(self.config(session_id, requested_by, last))
         if any(task.interrupts for task in state.tasks):
             raise TurnRefused(
                 session_id, "the graph raised an interrupt of its own; a session cannot answer it"
@@ -284,16 +300,21 @@ class AgentSession:
                         return dict(call["args"])
         raise TurnRefused(session_id, f"checkpoint {checkpoint_id} has no tool call {call_id!r}")
 
-    async def leave_note(self, session_id: str, requested_by: str, note: str) -> None:
-        """Add a user message to the conversation (a failed turn's note), so the next turn's
-        model reads it."""
-        config = self.config(session_id, requested_by)
+    async def leave_note(
+        self, session_id: str, requested_by: str, note: str, checkpoint_id: str | None
+    ) -> str:
+        """Add a user message to the conversation at `checkpoint_id` (a failed turn's note),
+        so the next turn's model reads it; the id of the checkpoint that holds it."""
+        config = self.config(session_id, requested_by, checkpoint_id)
         message = HumanMessage(content=note)
-        await self.graph.aupdate_state(config, {self.messages_key: [message]})
+        written = await self.graph.aupdate_state(config, {self.messages_key: [message]})
+        return str(written["configurable"]["checkpoint_id"])
 
-    async def conversation(self, session_id: str) -> list[BaseMessage]:
-        """The session's messages as the last checkpoint holds them."""
-        state = await self.graph.aget_state(self.config(session_id, "agent"))
+    async def conversation(
+        self, session_id: str, checkpoint_id: str | None = None
+    ) -> list[BaseMessage]:
+        """The session's messages at `checkpoint_id` (None: the thread's latest checkpoint)."""
+        state = await self.graph.aget_state(self.config(session_id, "agent", checkpoint_id))
         return self._messages(state.values)
 
 

@@ -143,12 +143,15 @@ class RunModel(_SessionStep):
         def emit(kind: SessionEventType, payload: dict[str, object]) -> None:
             _event(context, kind, input.turn, payload)
 
-        work = session.run_model(context.flow_id, input.turn, input.text, input.requested_by, emit)
+        work = session.run_model(
+            context.flow_id, input.turn, input.text, input.requested_by, emit, input.checkpoint_id
+        )
         stop = await heartbeating(context, work)
         log.info("model call done", run_id=context.flow_id, turn=input.turn, calls=len(stop.calls))
         if not stop.calls:
             emit(SessionEventType.TURN_COMPLETED, {"status": "completed", "error": None})
-            return go_to(AwaitUserMessage, TurnStep(input.turn, input.requested_by))
+            done = TurnStep(input.turn, input.requested_by, checkpoint_id=stop.checkpoint_id)
+            return go_to(AwaitUserMessage, done)
         return self._run_calls(input, stop)
 
     def _run_calls(self, input: TurnStep, stop: ModelStop) -> StepDecision:
@@ -199,7 +202,8 @@ class ResumeTurn(_SessionStep):
     ) -> StepDecision:
         if not await self.flow.all_settled(context.flow_id, input.calls):
             return go_to(ResumeTurn, input)
-        return go_to(RunModel, TurnStep(input.turn, input.requested_by))
+        resume = TurnStep(input.turn, input.requested_by, checkpoint_id=input.checkpoint_id)
+        return go_to(RunModel, resume)
 
 
 class FailTurn(_SessionStep):
@@ -213,13 +217,15 @@ class FailTurn(_SessionStep):
         failure = context.recovery_error
         error = failure.detail if failure is not None else "the model call failed"
         session = self.flow.session()
-        note = await failed_turn_note(session, context.flow_id, input.turn, error)
+        at = input.checkpoint_id  # where the failed model call started
+        note = await failed_turn_note(session, context.flow_id, input.turn, error, at)
         if note is not None:
-            await session.leave_note(context.flow_id, input.requested_by, note)
+            at = await session.leave_note(context.flow_id, input.requested_by, note, at)
         log.warning("turn failed", run_id=context.flow_id, turn=input.turn, noted=note is not None)
         failed: dict[str, object] = {"status": "failed", "error": error}
         _event(context, SessionEventType.TURN_COMPLETED, input.turn, failed)
-        return go_to(AwaitUserMessage, TurnStep(input.turn, input.requested_by, error=error))
+        after = TurnStep(input.turn, input.requested_by, checkpoint_id=at, error=error)
+        return go_to(AwaitUserMessage, after)
 
 
 class AwaitUserMessage(_SessionStep):
@@ -238,7 +244,10 @@ class AwaitUserMessage(_SessionStep):
         if message.close:
             status = "completed" if input.error is None else "failed"
             return graceful_complete(SessionResult(input.turn, status, input.error))
-        return go_to(RunModel, TurnStep(input.turn + 1, input.requested_by, message.text))
+        next_turn = TurnStep(
+            input.turn + 1, input.requested_by, message.text, checkpoint_id=input.checkpoint_id
+        )
+        return go_to(RunModel, next_turn)
 
 
 class AgentSessionFlow(Flow[SessionStart]):

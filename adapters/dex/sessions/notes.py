@@ -14,10 +14,11 @@ __all__ = ["failed_turn_note"]
 
 
 async def failed_turn_note(
-    session: AgentSession, session_id: str, turn: int, error: str
+    session: AgentSession, session_id: str, turn: int, error: str, checkpoint_id: str | None
 ) -> str | None:
-    """The note for `turn`, or None when none of its calls has an outcome in the ledger."""
-    messages = await session.conversation(session_id)
+    """The note for `turn`, from the conversation at `checkpoint_id` (where its failed model
+    call started), or None when none of its calls has an outcome in the ledger."""
+    messages = await session.conversation(session_id, checkpoint_id)
     start = next(
         (i for i, m in enumerate(messages) if m.id == user_message_id(session_id, turn)), None
     )

@@ -54,7 +54,9 @@ class TurnStep:
         turn: the user turn, from 1.
         requested_by: as `SessionStart`.
         text: the turn's user message, on the turn's first `RunModel` only.
-        checkpoint_id: the checkpoint the turn's pending tool calls were read from.
+        checkpoint_id: where the session's run state is: the checkpoint `RunModel` starts
+            from and the one the pending tool calls are read from (None: the thread's
+            latest; the first turn starts a new thread).
         calls: the calls `ResumeTurn` waits for: tool call id -> tool name.
         error: why the turn failed (`FailTurn` to `AwaitUserMessage`).
     """
