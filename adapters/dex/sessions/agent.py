@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +50,11 @@ from .values import SessionEventType
 __all__ = ["AgentSession", "ModelStop", "PendingCall", "user_message_id"]
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
+# The arguments a tool Step read from its checkpoint, by (session, call): the tool's run, later
+# in the same Step (the same task), compares them with the arguments it is given.
+_read_args: ContextVar[tuple[tuple[str, str], dict[str, Any]] | None] = ContextVar(
+    "signoff_session_read_args", default=None
+)
 Emit = Callable[[SessionEventType, dict[str, Any]], None]
 
 
@@ -163,8 +169,11 @@ class AgentSession:
         return DexTool(spec, run)
 
     async def _asked_args(self, session_id: str, call_id: str) -> dict[str, Any] | None:
-        """The arguments the model gave a call, from the session's last checkpoint (while the
-        calls of a model message run, it is the one that holds that message)."""
+        """The arguments the model gave a call: as this Step read them from the checkpoint its
+        input names (`call_args`), else from the session's latest checkpoint."""
+        read = _read_args.get()
+        if read is not None and read[0] == (session_id, call_id):
+            return read[1]
         state = await self.graph.aget_state(self.config(session_id, "agent"))
         for message in reversed(self._messages(state.values)):
             if isinstance(message, AIMessage):
@@ -297,7 +306,9 @@ class AgentSession:
             if isinstance(message, AIMessage):
                 for call in message.tool_calls:
                     if call.get("id") == call_id:
-                        return dict(call["args"])
+                        args = dict(call["args"])
+                        _read_args.set(((session_id, call_id), args))  # for this Step's tool
+                        return args
         raise TurnRefused(session_id, f"checkpoint {checkpoint_id} has no tool call {call_id!r}")
 
     async def leave_note(
