@@ -207,13 +207,18 @@ async def test_a_session_runs_parallel_calls_with_approvals_from_the_store(
     text = "".join(e.payload["text"] for e in run.events(SessionEventType.TEXT_DELTA))
     assert text == "Both refunds are done."
     [done] = run.events(SessionEventType.TURN_COMPLETED)
-    assert (done.turn, done.payload) == (1, {"status": "completed", "error": None})
+    at = done.payload["checkpoint_id"]
+    assert (done.turn, done.payload) == (
+        1,
+        {"status": "completed", "error": None, "checkpoint_id": at},
+    )
 
-    # The snapshot: read from the encrypted checkpoint, not from Dex.
+    # The snapshot: read from the encrypted checkpoint the event names, not from Dex.
     unreachable = ClientOptions(server_address="127.0.0.1:1")
     async with AsyncClient(run.worker.registry, cache, unreachable) as client:
         sessions = SessionClient(client, flow, harness.store, harness.saver)
-        snapshot = await sessions.snapshot(session_id)
+        snapshot = await sessions.snapshot(session_id, at)
+        assert snapshot == await sessions.snapshot(session_id)  # the latest, here
     assert [(m.role, m.tool_call_id, m.error) for m in snapshot.messages] == [
         ("user", None, False),
         ("assistant", None, False),
@@ -228,7 +233,7 @@ async def test_a_session_runs_parallel_calls_with_approvals_from_the_store(
 
     run.say(close=True)
     await run.driver.run()
-    assert run.output() == SessionResult(1, "completed", None)
+    assert run.output() == SessionResult(1, "completed", None, at)
 
 
 async def test_a_second_turn_and_a_rerun_model_step_add_nothing_twice(
@@ -462,7 +467,7 @@ async def test_a_session_end_to_end_on_a_live_dex_server(
         result = (await client.wait_for_flow(session_id, timedelta(seconds=60))).single_output(
             SessionResult
         )
-        assert result == SessionResult(1, "completed", None)
+        assert (result.turn, result.status, result.error) == (1, "completed", None)
         snapshot = await sessions.snapshot(session_id)
         assert snapshot.messages[-1].text == "Both refunds are done."
         assert len(await effects_of(harness.db, session_id, "refund")) == 1

@@ -168,18 +168,20 @@ class SessionClient:
             backoff_seconds=backoff_seconds,
         )
 
-    async def snapshot(self, session_id: str) -> SessionSnapshot:
-        """The conversation from the session's last checkpoint (decrypted here; nothing of
-        it comes from Dex), and the approvals it waits for.
+    async def snapshot(self, session_id: str, checkpoint_id: str | None = None) -> SessionSnapshot:
+        """The conversation (decrypted here; nothing of it comes from Dex) and the approvals
+        the session waits for. `checkpoint_id`: the one a `turn_completed` event or the
+        `SessionResult` names; None: the thread's latest checkpoint.
 
         Raises:
             ValueError: the client has no checkpointer.
         """
         if self.saver is None:
             raise ValueError("snapshot needs the encrypted checkpointer: SessionClient(saver=...)")
-        found = await self.saver.aget_tuple(
-            {"configurable": {"thread_id": session_id, "checkpoint_ns": ""}}
-        )
+        configurable = {"thread_id": session_id, "checkpoint_ns": ""}
+        if checkpoint_id is not None:
+            configurable["checkpoint_id"] = checkpoint_id
+        found = await self.saver.aget_tuple({"configurable": configurable})
         values = found.checkpoint["channel_values"] if found is not None else {}
         messages = list(values.get(self.messages_key) or [])
         pending = await self.store.find(run_id=session_id, status=ApprovalStatus.PENDING)

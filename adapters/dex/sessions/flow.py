@@ -149,7 +149,12 @@ class RunModel(_SessionStep):
         stop = await heartbeating(context, work)
         log.info("model call done", run_id=context.flow_id, turn=input.turn, calls=len(stop.calls))
         if not stop.calls:
-            emit(SessionEventType.TURN_COMPLETED, {"status": "completed", "error": None})
+            completed: dict[str, object] = {
+                "status": "completed",
+                "error": None,
+                "checkpoint_id": stop.checkpoint_id,
+            }
+            emit(SessionEventType.TURN_COMPLETED, completed)
             done = TurnStep(input.turn, input.requested_by, checkpoint_id=stop.checkpoint_id)
             return go_to(AwaitUserMessage, done)
         return self._run_calls(input, stop)
@@ -222,7 +227,7 @@ class FailTurn(_SessionStep):
         if note is not None:
             at = await session.leave_note(context.flow_id, input.requested_by, note, at)
         log.warning("turn failed", run_id=context.flow_id, turn=input.turn, noted=note is not None)
-        failed: dict[str, object] = {"status": "failed", "error": error}
+        failed: dict[str, object] = {"status": "failed", "error": error, "checkpoint_id": at}
         _event(context, SessionEventType.TURN_COMPLETED, input.turn, failed)
         after = TurnStep(input.turn, input.requested_by, checkpoint_id=at, error=error)
         return go_to(AwaitUserMessage, after)
@@ -243,7 +248,8 @@ class AwaitUserMessage(_SessionStep):
         [message] = USER_MESSAGES.results(context)
         if message.close:
             status = "completed" if input.error is None else "failed"
-            return graceful_complete(SessionResult(input.turn, status, input.error))
+            result = SessionResult(input.turn, status, input.error, input.checkpoint_id)
+            return graceful_complete(result)
         next_turn = TurnStep(
             input.turn + 1, input.requested_by, message.text, checkpoint_id=input.checkpoint_id
         )

@@ -94,7 +94,8 @@ class SessionEvent:
         step_execution_id, attempt: which Step execution wrote it: a retried `RunModel`
             streams its model call again, so group text by (turn, step_execution_id, attempt).
         payload: `{"text"}` for deltas; `{"approval_id", "call_id", "tool", "status"}` for an
-            interrupt (never the arguments); `{"status", "error"}` when a turn completes.
+            interrupt (never the arguments); `{"status", "error", "checkpoint_id"}` when a turn
+            completes (the checkpoint that holds the conversation, for `snapshot`).
     """
 
     type: SessionEventType
@@ -108,8 +109,9 @@ class SessionEvent:
 class SessionResult:
     """The Flow's output when the session ends: its last turn and how that turn ended
     (`completed` or `failed`, with the error). The conversation is read with the client's
-    `snapshot`, from the encrypted checkpoint."""
+    `snapshot`, from the encrypted checkpoint `checkpoint_id`."""
 
     turn: int
     status: str
     error: str | None = None
+    checkpoint_id: str | None = None
