@@ -47,7 +47,7 @@ from adapters.dex.sessions import (
     SessionStart,
     UserMessage,
 )
-from adapters.langgraph import ToolSpec, signoff_tool_node
+from adapters.langgraph import SignoffMiddleware, ToolSpec, signoff_tool_node
 from adapters.langgraph.middleware import EDIT_NOTICE
 from approvals import ApprovalStore, Decision
 from ledger.calls.model import Effect
@@ -139,6 +139,13 @@ async def test_a_graph_the_session_cannot_run_is_refused_when_built(harness: Har
     paused = create_agent(model, tools=tools, interrupt_before=["tools"])
     with pytest.raises(SessionGraphRefused, match="interrupt_before"):
         AgentSession(paused, harness.saver, signoff)
+    # interrupt_on gives lookup_order an approval only the middleware's SignoffTools hold.
+    gated = SignoffMiddleware(signoff, interrupt_on={"lookup_order": True})
+    agent = create_agent(model, tools=tools, middleware=[gated])
+    with pytest.raises(SessionGraphRefused, match=r"\['lookup_order'\].*middleware.signoff"):
+        AgentSession(agent, harness.saver, signoff)
+    session = AgentSession(agent, harness.saver, gated.signoff)
+    assert session.runtime().tool("lookup_order").spec.approval is not None
 
 
 # -- a whole session through the SDK's dispatcher ----------------------------------------------

@@ -4,7 +4,7 @@
 checkpointer, with `interrupt_before=` the tool nodes and `signoff_deferred_tools` set: the
 graph makes its model call and stops before its tool node; the middleware and the tool node
 ask nobody and run nothing. Each tool call then runs in a Step of its own, through the ledger,
-with the arguments read from that checkpoint (`call_of`). The next `RunModel` resumes the
+with the arguments read from that checkpoint (`call_args`). The next `RunModel` resumes the
 graph: its tool node finds every call in the ledger and replays the recorded outcomes, and the
 graph makes its next model call.
 """
@@ -30,7 +30,12 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel, ValidationError
 
-from adapters.langgraph import EncryptedPostgresSaver, SignoffToolNode, SignoffTools
+from adapters.langgraph import (
+    EncryptedPostgresSaver,
+    SignoffMiddleware,
+    SignoffToolNode,
+    SignoffTools,
+)
 from adapters.langgraph.middleware import EDIT_NOTICE, announce_edit
 from adapters.langgraph.tools import (
     DEFERRED,
@@ -39,7 +44,6 @@ from adapters.langgraph.tools import (
     RUN_ID,
     effect_of,
     is_content_blocks,
-    turn_of,
 )
 from ledger.calls.model import CallContext, ToolFailed
 
@@ -66,9 +70,10 @@ def user_message_id(session_id: str, turn: int) -> str:
 
 @dataclass(frozen=True)
 class PendingCall:
+    """A tool call of the model message the graph stopped after."""
+
     call_id: str
     tool: str
-    turn_id: str  # the model turn: the idempotency key is <flowId>/<turn_id>/<call id>
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,28 @@ def _node_tools(graph: Graph, names: Sequence[str], given: set[str]) -> dict[str
     return found
 
 
+def _graph_signoffs(graph: Graph) -> list[SignoffTools]:
+    """The `SignoffTools` of the graph's `SignoffMiddleware` (found through its after-model
+    node) and of its `signoff_tool_node`s."""
+    found: list[SignoffTools] = []
+    for node in graph.nodes.values():
+        bound: Any = node.bound
+        for part in (bound, getattr(bound, "afunc", None), getattr(bound, "func", None)):
+            owner = getattr(part, "__self__", part)
+            if isinstance(owner, SignoffMiddleware | SignoffToolNode):
+                found.append(owner.signoff)
+    return found
+
+
+def _same_treatment(ours: SignoffTools, theirs: SignoffTools, tool: BaseTool) -> bool:
+    mine, other = ours.spec(tool.name), theirs.spec(tool.name)
+    return (mine.approval, mine.once_per_run, effect_of(tool, mine)) == (
+        other.approval,
+        other.once_per_run,
+        effect_of(tool, other),
+    )
+
+
 @dataclass
 class AgentSession:
     """What a Worker's session Steps use: the compiled graph, Signoff's encrypted
@@ -115,6 +142,9 @@ class AgentSession:
     Args:
         graph: `create_agent(...)` with `SignoffMiddleware` first, or a `StateGraph` whose tool
             node is `signoff_tool_node`, compiled; its own checkpointer is replaced.
+        signoff: the ledger, store and specs; they must treat every tool as the graph's
+            middleware or tool node does (with `interrupt_on`, pass `middleware.signoff`),
+            else `SessionGraphRefused`.
         tools: tools the graph's tool nodes do not hold (added by middleware at run time);
             they win over a node's tool of the same name.
         tool_nodes: the names of the graph's tool nodes (`"tools"` in create_agent).
@@ -143,6 +173,18 @@ class AgentSession:
             )
         given = {t.name: t for t in self.tools}
         self.by_name = _node_tools(self.graph, self.tool_nodes, set(given)) | given
+        for theirs in _graph_signoffs(self.graph):
+            differ = [
+                n for n, t in self.by_name.items() if not _same_treatment(self.signoff, theirs, t)
+            ]
+            if differ:
+                # The Steps ask for approvals by the session's specs: a policy only the
+                # graph's middleware holds (its interrupt_on) would never be asked for.
+                raise SessionGraphRefused(
+                    f"the graph's SignoffMiddleware or tool node treats {sorted(differ)} "
+                    "otherwise than the session's SignoffTools: pass the same one (with "
+                    "interrupt_on, the middleware's own: middleware.signoff)"
+                )
         self.graph = self.graph.copy(update={"checkpointer": self.saver})
 
     def runtime(self) -> SignoffDex:
@@ -271,10 +313,7 @@ class AgentSession:
         ids = [str(c.get("id") or "") for c in tool_calls]
         if not all(ids) or len(set(ids)) != len(ids):
             raise TurnRefused(session_id, f"tool call ids must be non-empty and unique: {ids}")
-        calls = [
-            PendingCall(i, c["name"], turn_of(messages, i)[0])
-            for c, i in zip(tool_calls, ids, strict=True)
-        ]
+        calls = [PendingCall(i, c["name"]) for c, i in zip(tool_calls, ids, strict=True)]
         return ModelStop(checkpoint_id, calls)
 
     async def _all_recorded(self, session_id: str, messages: list[BaseMessage]) -> bool:
