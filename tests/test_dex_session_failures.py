@@ -24,6 +24,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import tools_condition
 from langgraph.types import interrupt
@@ -58,6 +59,7 @@ from .dex_session_workers import MODEL_CALLS, model_calls, session_flow
 from .processes import kek_env, start_program
 from .session_runs import (
     RECHECK,
+    agent_session,
     blob_cache,
     new_session,
     session_harness,
@@ -376,3 +378,31 @@ async def test_sigkill_during_a_single_attempt_tool_step_records_outcome_unknown
     assert len(await effects_of(harness.db, session_id, "refund")) == 1, "not run again"
     [result] = [m for m in model.seen[-1] if isinstance(m, ToolMessage)]
     assert result.status == "error" and "unknown" in str(result.content)
+
+
+async def test_a_checkpoint_that_sorts_last_does_not_derail_the_session(
+    harness: Harness, cache: BlobCache
+) -> None:
+    """Checkpoint ids follow the writing Worker's clock: one written by a Worker whose clock
+    runs ahead sorts as the thread's latest. The session goes on from the checkpoints Dex
+    names, so it is never read."""
+    flow, model = agent_session(harness, Kind.BATCHED, "read")
+    run = start(flow, cache, model, "Where is A7?")
+    for step in ("StartAgentSession", "RunModel", "CallTool"):
+        await run.driver.run(only=step)
+    stray = empty_checkpoint()
+    stray["id"] = "ffffffff-ffff-6fff-8fff-ffffffffffff"  # after every real id
+    thread: RunnableConfig = {"configurable": {"thread_id": run.session_id, "checkpoint_ns": ""}}
+    await harness.saver.aput(thread, stray, {"source": "update", "step": 99}, {})
+    await run.driver.run()
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    assert [type(m).__name__ for m in model.seen[-1]] == [
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+    ]
+    [done] = run.events(SessionEventType.TURN_COMPLETED)
+    sessions = SessionClient(cast(AsyncClient, None), flow, harness.store, harness.saver)
+    at = await sessions.snapshot(run.session_id, done.payload["checkpoint_id"])
+    assert at.messages[-1].text == "Order A7 was delivered."
+    assert (await sessions.snapshot(run.session_id)).messages == [], "the stray one is latest"
