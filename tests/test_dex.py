@@ -3,8 +3,9 @@ AsyncWorker dispatcher, the Step and RPC logic against the real database (crashe
 processes and SIGKILL), and, when `DEX_SERVER_ADDRESS` is set, end to end on a live Dex server.
 
 No Dex server can be installed on these machines, so the handler tests feed the SDK's
-`AsyncWorkerDispatcher` the protobuf requests a server would send (`SdkWorker` below). That
-dispatcher, its codecs and the Registry are the SDK's, not mocks; only the server is absent.
+`AsyncWorkerDispatcher` the protobuf requests a server would send (`SdkWorker`, in
+tests/support/dex_dispatch.py). That dispatcher, its codecs and the Registry are the SDK's, not
+mocks; only the server is absent.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -41,15 +42,9 @@ from dex import (
     graceful_complete,
     open_blob_cache,
 )
-from dex._async_value_hydrator import AsyncValueHydrator
-from dex._async_worker_dispatcher import AsyncWorkerDispatcher
-from dex._server_protocol import NegotiatedServerProtocol
-from dex._value_mapper import ValueMapper
 from dex.dexpb import dex_pb2 as pb
-from dex.dexpb import dex_pb2_grpc
 
 from adapters.dex import (
-    DECIDE_RPC,
     DECISIONS,
     ApprovalNotForThisCall,
     ApprovalSignal,
@@ -89,8 +84,8 @@ from ledger.store import Database
 
 from .dex_workers import APPROVAL, REFUND_ARGS
 from .processes import finish, kek_env, start_program
+from .support.dex_dispatch import TIMER_FIRED, SdkWorker, next_steps
 
-T = TypeVar("T")
 DEX_SERVER_ADDRESS = os.environ.get("DEX_SERVER_ADDRESS", "")
 FIVE_MINUTES = ApprovalPolicy(expires_in=timedelta(minutes=5))
 
@@ -200,119 +195,6 @@ def test_the_retry_policy_follows_the_effect() -> None:
 
 
 # -- the handlers, through the SDK's AsyncWorker dispatcher ------------------------------------
-
-
-class SdkWorker:
-    """The SDK's AsyncWorker dispatcher and codecs, fed the requests a Dex server would send.
-    (These are SDK internals of dex-python-sdk 1.23; the public Worker needs a server.)"""
-
-    def __init__(self, flow: ToolCallFlow, cache: BlobCache) -> None:
-        self.flow = flow
-        self.registry = Registry([flow], allow_async_handlers=True)
-        self.values = ValueMapper(self.registry.codec_registry)
-        # The hydrator calls the server only for values stored as blobs; these have none.
-        no_server = cast(dex_pb2_grpc.FlowServiceStub, None)
-        self.dispatcher = AsyncWorkerDispatcher(
-            self.registry,
-            self.values,
-            AsyncValueHydrator(no_server, cache),
-            NegotiatedServerProtocol(),
-        )
-
-    def encode(self, value: object) -> pb.Value:
-        return self.values.encode(value, self.registry.codec_registry.resolve(type(value)))
-
-    def decode(self, value: pb.Value, type_: type[T]) -> T:
-        decoded: T = self.values.decode(value, self.registry.codec_registry.resolve(type_))
-        return decoded
-
-    def context(self, flow_id: str, step: str) -> pb.Context:
-        return pb.Context(
-            flow_id=flow_id,
-            run_id="dex-run-1",
-            step_execution_id=f"{step}-1",
-            attempt=1,
-            first_attempt_timestamp=int(time.time()),
-        )
-
-    async def wait_for(
-        self, step: str, flow_id: str, request: ToolCallRequest
-    ) -> pb.InvokeWaitForMethodResponse:
-        message = pb.InvokeWaitForMethodRequest(
-            context=self.context(flow_id, step),
-            flow_type=self.flow.get_flow_type(),
-            step_type=step,
-            step_input=self.encode(request),
-        )
-        outputs = [o async for o in self.dispatcher.invoke_wait_for(message)]
-        return outputs[-1].result
-
-    async def execute(
-        self,
-        step: str,
-        flow_id: str,
-        request: ToolCallRequest,
-        conditions: pb.ConditionResults | None = None,
-    ) -> tuple[pb.InvokeExecuteMethodResponse, list[pb.InvokeExecuteMethodOutput]]:
-        message = pb.InvokeExecuteMethodRequest(
-            context=self.context(flow_id, step),
-            flow_type=self.flow.get_flow_type(),
-            step_type=step,
-            step_input=self.encode(request),
-        )
-        if conditions is not None:
-            message.condition_results.CopyFrom(conditions)
-        outputs = [o async for o in self.dispatcher.invoke_execute(message)]
-        return outputs[-1].result, outputs[:-1]
-
-    async def decide(
-        self, flow_id: str, request: DecideRequest, pending: list[ApprovalSignal] | None = None
-    ) -> tuple[DecideResult, list[ApprovalSignal]]:
-        """Invoke the decide RPC; `pending` lists the call's loaded channel messages (None: the
-        caller did not load them). Returns the output and the messages it publishes."""
-        message = pb.InvokeWorkerRPCRequest(
-            context=self.context(flow_id, "rpc"),
-            flow_type=self.flow.get_flow_type(),
-            rpc_name=DECIDE_RPC,
-            input=self.encode(request),
-        )
-        if pending is not None:
-            name = self.channel(request.call_id)
-            message.loaded_channel_map_instances.append(name)
-            message.loaded_channel_messages[name].messages.extend(
-                pb.ChannelMessage(channel_name=name, value=self.encode(s), message_id=f"m{i}")
-                for i, s in enumerate(pending)
-            )
-        response = await self.dispatcher.invoke_rpc(message)
-        published = []
-        for m in response.publish_to_channel:
-            assert m.channel_name == self.channel(request.call_id)
-            published.append(self.decode(m.value, ApprovalSignal))
-        return self.decode(response.output, DecideResult), published
-
-    @staticmethod
-    def channel(call_id: str) -> str:
-        return Registry.physical_name(DECISIONS.name, channel_key(call_id))
-
-    def woken_by(self, call_id: str, signal: ApprovalSignal) -> pb.ConditionResults:
-        return pb.ConditionResults(
-            channel_results=[
-                pb.ChannelResult(
-                    channel_name=self.channel(call_id),
-                    condition_status=pb.CONDITION_STATUS_COMPLETED,
-                    values=[self.encode(signal)],
-                )
-            ]
-        )
-
-
-TIMER_FIRED = pb.ConditionResults(
-    timer_results=[pb.TimerResult(condition_status=pb.CONDITION_STATUS_COMPLETED)]
-)
-
-
-def next_steps(response: pb.InvokeExecuteMethodResponse) -> list[str]:
-    return [m.step_type for m in response.step_decision.next_steps]
 
 
 async def test_an_approved_call_through_the_sdk_dispatcher(

@@ -411,6 +411,23 @@ async def the_flow_ran_the_approved_refund(ns: Namespace, given: Given) -> None:
     assert (approval.status, approval.decided_by) == (ApprovalStatus.APPROVED, ("alice",))
 
 
+async def the_session_worker_finds_the_agents_tools(ns: Namespace, given: Given) -> None:
+    flow = ns["sessions"]
+    assert flow.get_flow_type() == "SignoffAgentSession"
+    runtime = flow.signoff()
+    assert set(runtime.tools) == {"lookup_order", "refund"}
+    assert runtime.tool("refund").spec.approval == ApprovalPolicy()
+    assert runtime.tool("lookup_order").effect is Effect.READ
+    assert flow.session().graph.checkpointer is ns["saver"]
+    assert ns["worker"].worker_target
+
+
+async def the_session_refunded_once_after_approval(ns: Namespace, given: Given) -> None:
+    assert ns["answer"] == AGENT_SCRIPT[-1].content
+    assert ns["snapshot"].messages[-1].text == AGENT_SCRIPT[-1].content
+    assert given.refunds == [{"order_id": "A-1042", "amount": 120}]
+
+
 async def slack_is_asked_about_the_refund(ns: Namespace, given: Given) -> None:
     *_, last = ns["events"]
     question = last["interrupt"]
@@ -449,6 +466,11 @@ CASES: dict[str, Case] = {
         ("db", "ring", "refund", "lookup", "addr", "cache"), the_worker_is_built_with_both_tools
     ),
     "Dex #2": Case((), the_flow_ran_the_approved_refund, follows="Dex #1"),
+    "Dex #3": Case(
+        ("db", "ring", "model", "tools", "signoff", "addr", "cache"),
+        the_session_worker_finds_the_agents_tools,
+    ),
+    "Dex #4": Case((), the_session_refunded_once_after_approval, follows="Dex #3"),
     "Welt #1": Case(
         ("db", "ring", "model", "tools", "signoff", "store", "payload", "runtime_user_id"),
         slack_is_asked_about_the_refund,
@@ -479,6 +501,9 @@ async def close_what_it_opened(ns: Namespace, given: Given) -> None:
         if isinstance(value, asyncio.Task):
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(value, 60)
+    for value in opened:
+        if isinstance(value, AsyncExitStack):  # what a block held open (a checkpointer)
+            await value.aclose()
     for value in opened:
         if isinstance(value, (ApprovalStore, ToolLedger)):
             await value.close()

@@ -123,6 +123,22 @@ async def test_once_per_run_tools_run_once_whatever_the_call_id(ledger: ToolLedg
     assert other_run.replayed is False
 
 
+async def test_the_entry_answering_a_call_is_its_own_or_its_once_per_run_tools(
+    ledger: ToolLedger,
+) -> None:
+    run, tool = new_run(), Counter()
+    assert await ledger.answering(run, "c1", "close_account") is None  # nothing started yet
+    once = ToolPolicy(Effect.SINGLE_ATTEMPT, once_per_run=True)
+    await ledger.execute(ToolCall(run, "c1", "close_account", {"n": 1}), tool, once)
+    await ledger.execute(ToolCall(run, "r1", "lookup", {"n": 2}), tool, ToolPolicy(Effect.READ))
+    own = await ledger.answering(run, "r1")
+    assert own is not None and (own.call_id, own.status) == ("r1", CallStatus.SUCCEEDED)
+    later = await ledger.answering(run, "c2", "close_account")
+    assert later is not None and later.call_id == "c1"
+    assert await ledger.answering(run, "c2") is None, "only a once-per-run tool is answered so"
+    assert await ledger.answering(run, "r2", "lookup") is None, "lookup is not once per run"
+
+
 async def test_results_are_sealed_and_digested(ledger: ToolLedger, db: Database) -> None:
     call = ToolCall(new_run(), "c1", "lookup", {"n": 1})
 

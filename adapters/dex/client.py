@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
-from typing import cast
+from typing import Protocol, cast
 
 from dex import AsyncClient, Context, DexServiceError, RequestTimeoutError, RPCInvokeOptions
 from dex import RPCResult as DexRPCResult
@@ -19,15 +19,23 @@ from dex import RPCResult as DexRPCResult
 from approvals import ApprovalStore, Decision, Reviewer
 from ledger.log import get_logger
 
-from .flow import DECISIONS, ToolCallFlow
+from .flow import DECISIONS
 from .logic import record_decision
 from .values import DecideRequest, DecideResult, channel_key
 
-__all__ = ["decide_approval"]
+__all__ = ["DecidingFlow", "decide_approval"]
 
 log = get_logger(__name__)
 _TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})  # gRPC status code names
 DecideRpc = Callable[[Context, DecideRequest], DexRPCResult[DecideResult]]
+
+
+class DecidingFlow(Protocol):
+    """A Flow with the decide RPC: `ToolCallFlow`, `AgentSessionFlow`."""
+
+    async def decide(
+        self, context: Context, request: DecideRequest
+    ) -> DexRPCResult[DecideResult]: ...
 
 
 def _transient(error: DexServiceError) -> bool:
@@ -36,7 +44,7 @@ def _transient(error: DexServiceError) -> bool:
 
 async def decide_approval(
     client: AsyncClient,
-    flow: ToolCallFlow,
+    flow: DecidingFlow,
     store: ApprovalStore,
     approval_id: str,
     decision: Decision,

@@ -30,7 +30,7 @@ import contextlib
 from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from dex import (
     AsyncContext,
@@ -59,6 +59,7 @@ from ledger.calls.model import Effect
 from ledger.log import get_logger
 
 from .logic import (
+    ApprovalWait,
     DexTool,
     SignoffDex,
     await_approval,
@@ -85,7 +86,10 @@ __all__ = [
     "SettleToolCall",
     "StartToolCall",
     "ToolCallFlow",
+    "ToolCallHost",
     "call_step_options",
+    "decide_and_wake",
+    "heartbeating",
     "retry_policy",
 ]
 
@@ -117,7 +121,7 @@ def call_step_options(effect: Effect) -> StepOptions:
     ).on_execute_failure_proceed_to(SettleToolCall)
 
 
-async def _heartbeating(context: AsyncContext, work: Awaitable[T]) -> T:
+async def heartbeating(context: AsyncContext, work: Awaitable[T]) -> T:
     """Await `work`, heartbeating every HEARTBEAT_SECONDS so Dex knows the Worker is alive."""
     task = asyncio.ensure_future(work)
     try:
@@ -133,8 +137,29 @@ async def _heartbeating(context: AsyncContext, work: Awaitable[T]) -> T:
                 await task
 
 
+class ToolCallHost(Protocol):
+    """What the tool-call Steps need of the Flow they run in: `ToolCallFlow`, or a Flow that
+    runs many calls (the agent session) with the same four Steps."""
+
+    recheck_every: timedelta | None
+
+    def signoff(self) -> SignoffDex: ...
+
+    async def request_for(
+        self, context: AsyncContext, input: ToolCallRequest
+    ) -> ToolCallRequest: ...
+
+    def approval_waiting(
+        self, context: AsyncContext, request: ToolCallRequest, state: ApprovalWait
+    ) -> None: ...
+
+    def after_tool_call(
+        self, context: AsyncContext, request: ToolCallRequest, result: ToolCallResult
+    ) -> StepDecision: ...
+
+
 class _ToolCallStep(Step[ToolCallRequest]):
-    def __init__(self, flow: ToolCallFlow) -> None:
+    def __init__(self, flow: ToolCallHost) -> None:
         self.flow = flow
 
     def _tool(self, request: ToolCallRequest) -> DexTool:
@@ -166,9 +191,11 @@ class AwaitToolApproval(_ToolCallStep):
         runtime, tool = self.flow.signoff(), self._tool(input)
         if tool.spec.approval is None:
             return Wait.skip_immediately()
-        state = await await_approval(runtime.store, context.flow_id, input, tool.spec)
+        request = await self.flow.request_for(context, input)
+        state = await await_approval(runtime.store, context.flow_id, request, tool.spec)
         if state.ready:
             return Wait.skip_immediately()
+        self.flow.approval_waiting(context, request, state)
         signal = DECISIONS.for_one(state.channel_key)
         timers = [t for t in (state.timer, self.flow.recheck_every) if t is not None]
         if not timers:
@@ -180,7 +207,8 @@ class AwaitToolApproval(_ToolCallStep):
     ) -> StepDecision:
         runtime, tool = self.flow.signoff(), self._tool(input)
         if tool.spec.approval is not None:
-            state = await await_approval(runtime.store, context.flow_id, input, tool.spec)
+            request = await self.flow.request_for(context, input)
+            state = await await_approval(runtime.store, context.flow_id, request, tool.spec)
             if not state.ready:  # a re-check, or the timer fired a moment early: wait again
                 return go_to(AwaitToolApproval, input)
         return self._call(input, tool)
@@ -193,8 +221,9 @@ class CallTool(_ToolCallStep):
         self, context: AsyncContext, input: ToolCallRequest
     ) -> StepDecision:
         runtime, tool = self.flow.signoff(), self._tool(input)
-        work = call_tool(runtime.ledger, runtime.store, context.flow_id, input, tool)
-        result = await _heartbeating(context, work)
+        request = await self.flow.request_for(context, input)
+        work = call_tool(runtime.ledger, runtime.store, context.flow_id, request, tool)
+        result = await heartbeating(context, work)
         return self.flow.after_tool_call(context, input, result)
 
 
@@ -263,6 +292,15 @@ class ToolCallFlow(Flow[ToolCallRequest]):
         """
         return require_runtime(self._runtime, self._flow_type)
 
+    async def request_for(self, context: AsyncContext, input: ToolCallRequest) -> ToolCallRequest:
+        """The call a Step input stands for; here the input itself (it carries the call)."""
+        return input
+
+    def approval_waiting(
+        self, context: AsyncContext, request: ToolCallRequest, state: ApprovalWait
+    ) -> None:
+        """Called each time `AwaitToolApproval` starts waiting; by default nothing."""
+
     def after_tool_call(
         self, context: AsyncContext, request: ToolCallRequest, result: ToolCallResult
     ) -> StepDecision:
@@ -276,22 +314,30 @@ class ToolCallFlow(Flow[ToolCallRequest]):
         A repeated delivery (same decision) writes nothing and publishes no second wake-up
         while one is pending; a different decision raises `DecisionConflict`.
         """
-        result = await decide_for_flow(self.signoff().store, context.flow_id, request)
-        bound = log.bind(
-            run_id=context.flow_id, call_id=request.call_id, approval_id=request.approval_id
-        )
-        if not result.status.final:
-            return RPCResult(result)  # a quorum still open: nothing to wake yet
-        key = channel_key(request.call_id)
-        if _signal_pending(context, key, request.approval_id):
-            bound.info("wake-up already pending; not published again")
-            return RPCResult(result)
-        approval = await self.signoff().store.get(request.approval_id)
-        if approval.consumed:  # the call ran (or was denied) already
-            return RPCResult(result)
-        DECISIONS.publish(context, key, ApprovalSignal(request.approval_id, result.status))
-        bound.info("decision published", status=str(result.status), duplicate=result.duplicate)
-        return RPCResult(replace(result, signalled=True))
+        return await decide_and_wake(self.signoff(), context, request)
+
+
+async def decide_and_wake(
+    runtime: SignoffDex, context: Context, request: DecideRequest
+) -> RPCResult[DecideResult]:
+    """The decide RPC of every Flow that waits in `AwaitToolApproval`: record the decision in
+    the store, then publish the wake-up on `DECISIONS[channel_key(call_id)]` (once)."""
+    result = await decide_for_flow(runtime.store, context.flow_id, request)
+    bound = log.bind(
+        run_id=context.flow_id, call_id=request.call_id, approval_id=request.approval_id
+    )
+    if not result.status.final:
+        return RPCResult(result)  # a quorum still open: nothing to wake yet
+    key = channel_key(request.call_id)
+    if _signal_pending(context, key, request.approval_id):
+        bound.info("wake-up already pending; not published again")
+        return RPCResult(result)
+    approval = await runtime.store.get(request.approval_id)
+    if approval.consumed:  # the call ran (or was denied) already
+        return RPCResult(result)
+    DECISIONS.publish(context, key, ApprovalSignal(request.approval_id, result.status))
+    bound.info("decision published", status=str(result.status), duplicate=result.duplicate)
+    return RPCResult(replace(result, signalled=True))
 
 
 def _signal_pending(context: Context, key: str, approval_id: str) -> bool:

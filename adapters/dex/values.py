@@ -54,6 +54,8 @@ class ToolCallRequest:
         turn_id: the model turn within the Flow; part of the idempotency key.
         requested_by: who asks (the agent); may not approve its own request unless the
             approval policy allows it.
+        checkpoint_id: an agent session's call: `args` is empty and the arguments are read
+            from this encrypted checkpoint of the session's thread (never held by Dex).
     """
 
     call_id: str
@@ -61,6 +63,7 @@ class ToolCallRequest:
     args: dict[str, Any]
     turn_id: str = "0"
     requested_by: str = "agent"
+    checkpoint_id: str | None = None
 
 
 @dataclass(frozen=True)

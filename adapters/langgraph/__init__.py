@@ -14,6 +14,7 @@ from .errors import (
     InvalidSend,
     OutsideOneUse,
     PlaintextCheckpoint,
+    ToolOutsideStep,
     UnsupportedCheckpoint,
 )
 from .middleware import SignoffMiddleware
@@ -37,6 +38,7 @@ __all__ = [
     "SignoffToolTask",
     "SignoffTools",
     "TableCounts",
+    "ToolOutsideStep",
     "ToolSpec",
     "UnsupportedCheckpoint",
     "ask",

@@ -9,6 +9,7 @@ __all__ = [
     "InvalidSend",
     "OutsideOneUse",
     "PlaintextCheckpoint",
+    "ToolOutsideStep",
     "UnsupportedCheckpoint",
 ]
 
@@ -47,3 +48,18 @@ class InvalidSend(SignoffError, ValueError):
 class OutsideOneUse(SignoffError, RuntimeError):
     """A step or an approval was asked for outside a node wrapped in `one_use` (where nothing
     would keep it from running again when LangGraph re-runs the node)."""
+
+
+class ToolOutsideStep(SignoffError, RuntimeError):
+    """A graph whose tool calls run in Steps of their own (a Dex agent session) reached a tool
+    call the ledger has no outcome for: the tool would run inside the model's Step. Nothing
+    ran."""
+
+    def __init__(self, run_id: str, call_id: str, tool: str) -> None:
+        super().__init__(
+            f"tool {tool!r} (call {call_id!r} of run {run_id!r}) would run inside the graph; "
+            "in an agent session every call runs in its own Step first"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.tool = tool

@@ -40,9 +40,9 @@ from langgraph.types import Command, interrupt
 from adapters.runtime.hitl import decidable
 from approvals import Approval, ApprovalPolicy, DecisionKind
 
-from .tools import SignoffTools, call_id_of, turn_of
+from .tools import SignoffTools, call_id_of, deferred, turn_of
 
-__all__ = ["EDIT_NOTICE", "Shape", "SignoffMiddleware"]
+__all__ = ["EDIT_NOTICE", "Shape", "SignoffMiddleware", "announce_edit"]
 
 Shape = Literal["batched", "per_call"]
 T = TypeVar("T")
@@ -130,8 +130,8 @@ class SignoffMiddleware(AgentMiddleware):
         """Ask about every call of the last model message that needs approval, in one
         interrupt, until each is decided. Changes no state: the tool node then runs each call
         with its decision."""
-        if self.shape != "batched":
-            return None
+        if self.shape != "batched" or deferred(get_config()):
+            return None  # deferred: each call's Step asks for its approval
         messages = _messages(state)
         last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         calls = list(last.tool_calls) if last is not None else []
@@ -248,7 +248,7 @@ class SignoffMiddleware(AgentMiddleware):
                 )
             if args != tool_call["args"] and self.edit_notice:
                 # Recorded with the result, so a replay tells the model the same.
-                result = _announce_edit(result, self.edit_notice, tool_call["name"], args)
+                result = announce_edit(result, self.edit_notice, tool_call["name"], args)
             return result
 
         return await self.signoff.run(
@@ -334,7 +334,7 @@ def _batch_answers(value: Any, count: int) -> tuple[list[Any], str | None]:
     )
 
 
-def _announce_edit(message: ToolMessage, notice: str, name: str, args: Any) -> ToolMessage:
+def announce_edit(message: ToolMessage, notice: str, name: str, args: Any) -> ToolMessage:
     """`message` with the notice that a reviewer replaced the call (and with what) first."""
     text = f"{notice} Executed instead: {name} with arguments {json.dumps(args, default=str)}."
     content: Any = message.content

@@ -50,9 +50,10 @@ from ledger.store.db import Database
 from ledger.store.settings import Settings
 
 from ._loop_thread import held_on_loop_thread
-from .errors import InvalidResume
+from .errors import InvalidResume, ToolOutsideStep
 
 __all__ = [
+    "DEFERRED",
     "IDEMPOTENCY_KEY",
     "RUN_ID",
     "SignoffTools",
@@ -68,6 +69,9 @@ IDEMPOTENCY_KEY = "signoff_idempotency_key"
 RUN_ID = "signoff_run_id"
 REVIEWER = "signoff_reviewer"
 REQUESTED_BY = "signoff_requested_by"
+DEFERRED = "signoff_deferred_tools"
+"""Set (True) in `configurable` when every tool call runs outside the graph first (a Dex
+agent session): the graph only replays outcomes the ledger has, asks nobody and runs nothing."""
 log = get_logger(__name__)
 
 Execute = Callable[[dict[str, Any], RunnableConfig], Awaitable[ToolMessage]]
@@ -119,6 +123,11 @@ def turn_of(messages: list[Any], tool_call_id: str) -> tuple[str, list[Mapping[s
             if same:
                 return str(turn), list(same)
     return str(turn), []
+
+
+def deferred(config: RunnableConfig) -> bool:
+    """Whether the calls of this graph run outside it (`DEFERRED`)."""
+    return bool((config.get("configurable") or {}).get(DEFERRED))
 
 
 def run_id_of(config: RunnableConfig) -> str:
@@ -291,6 +300,9 @@ class SignoffTools:
         """The approval this call still needs, or None: its spec asks for none, or the ledger
         has the call already (a finished call is never asked about again)."""
         spec = self.spec(tool_call["name"])
+        if deferred(config):
+            await self.require_recorded(tool_call, config)
+            return None
         if spec.approval is None:
             return None
         run_id = run_id_of(config)
@@ -310,6 +322,16 @@ class SignoffTools:
             thread_id=configurable.get("thread_id"),
             thread_config=_thread_config(config),
         )
+
+    async def require_recorded(self, tool_call: Mapping[str, Any], config: RunnableConfig) -> None:
+        """Raises:
+        ToolOutsideStep: the ledger holds no outcome for this call (its Step has not run it)."""
+        run_id, call_id = run_id_of(config), str(tool_call.get("id") or "")
+        name = str(tool_call.get("name"))
+        once = name if self.spec(name).once_per_run else None
+        record = await self.ledger.answering(run_id, call_id, once)
+        if record is None or not record.status.final:
+            raise ToolOutsideStep(run_id, call_id, name)
 
     async def apply_resume(
         self, approval: Approval, value: Any, tool_call: Mapping[str, Any], config: RunnableConfig
@@ -377,7 +399,10 @@ class SignoffTools:
         approval: Approval | None = None,
         turn_id: str = "0",
     ) -> ToolMessage:
-        """Run one call through the ledger (consuming `approval` if given); its message."""
+        """Run one call through the ledger (consuming `approval` if given); its message.
+        With `DEFERRED` only a recorded outcome is replayed (`ToolOutsideStep` otherwise)."""
+        if deferred(config):
+            await self.require_recorded(tool_call, config)
         spec = self.spec(tool_call["name"])
         spec = replace(spec, effect=effect_of(tool, spec))
         run_id = run_id_of(config)

@@ -15,6 +15,7 @@ lease_until,
 RENEW = "SELECT signoff_renew_leases($1::text[], $2::text[], $3::int[], $4)"
 
 BY_ID = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
+ONCE_PER_RUN = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND tool = $2 AND once_per_run"
 
 # The ledger acts on a row only when the call's stream (the one the row names: calls made before
 # schema 0010 keep theirs) agrees with it, so the rows that are acted on come with their stream

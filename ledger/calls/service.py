@@ -232,6 +232,20 @@ class ToolLedger:
             raise UnknownCall(run_id, call_id)
         return call_record(row)
 
+    async def answering(
+        self, run_id: str, call_id: str, once_per_run_tool: str | None = None
+    ) -> CallRecord | None:
+        """The entry that answers a call without running it: its own, else, when the call is
+        of a once-per-run tool (named here), the run's call of that tool, which `execute`
+        replays for it. None: no entry yet (`execute` would start the call)."""
+        _check_id(run_id, "run_id")
+        _check_id(call_id, "call_id")
+        async with self.db.connection() as conn:
+            row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
+            if row is None and once_per_run_tool is not None:
+                row = await conn.fetchrow(sql.ONCE_PER_RUN, run_id, once_per_run_tool)
+        return None if row is None else call_record(row)
+
     async def outcome(self, run_id: str, call_id: str) -> CallOutcome:
         """The recorded outcome of a finished call (decrypted), or its running state."""
         _check_id(run_id, "run_id")
