@@ -6,6 +6,8 @@ arguments) still finds its approval, in one statement. (Two processes asking the
 question at the same moment within `key_refresh_seconds` of a rotation, one still on the old
 key, may record two requests; the tool-call ledger still runs the call at most once.)"""
 
+from functools import cache
+
 from .projection import COLUMNS
 
 BY_REQUEST = f"""
@@ -30,15 +32,20 @@ BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"
 
 # A step on an approval (a decision, a cancellation, an expiry, a consumption) reads it without
 # a lock and commits fenced at the version it read (`ApprovalStore._advance`): one read and one
-# write, no transaction around them. The same statement brings, when asked, the approval's stream
-# ($2: a consumer proves the row by it; row and stream are then of one snapshot) and the
-# directory's groups of a deciding reviewer ($3).
+# write, no transaction around them. A decision's read brings the directory's groups of the
+# deciding reviewer ($2), a consumption's the approval's stream (a consumer proves the row by it;
+# row and stream are then of one snapshot). Two statements, not one with a switch: a parameter
+# that turns a subquery on or off is planned again on every call.
 _STREAM = """(
 SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
 FROM events e WHERE e.stream_id = 'approval:' || t.approval_id)"""
 TO_ADVANCE = f"""
-SELECT {COLUMNS}, CASE WHEN $2 THEN {_STREAM} END AS stream,
-(SELECT groups FROM reviewers WHERE reviewer_id = $3 AND active) AS reviewer_groups
+SELECT {COLUMNS}, NULL::text AS stream,
+(SELECT groups FROM reviewers WHERE reviewer_id = $2 AND active) AS reviewer_groups
+FROM approvals t WHERE t.approval_id = $1
+"""
+TO_CONSUME = f"""
+SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups
 FROM approvals t WHERE t.approval_id = $1
 """
 # Inside a caller's transaction a consumer locks the row instead (the caller's later statements
@@ -51,15 +58,41 @@ SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups
 FROM signoff_lock_approval($1) t
 """
 
-# Keyset pages: after ($4, $5), the (requested_at, approval_id) of the last row seen.
-LIST = f"""
-SELECT {COLUMNS} FROM approvals
-WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR run_id = $2)
-  AND ($4::timestamptz IS NULL OR (requested_at, approval_id) > ($4, $5::text))
-  AND ($6::text IS NULL OR tool = $6)
-  AND ($7::text[] IS NULL OR policy->'approvers' = '[]'::jsonb OR policy->'approvers' ?| $7)
+
+@cache
+def listing(status: str | None, *, run_id: bool, after: bool, tool: bool, admitting: bool) -> str:
+    """The query of a page of approvals, oldest first, with only the conditions asked for; its
+    parameters, in order: the run id, the (requested_at, approval_id) the page starts after,
+    the tool, the approver names that admit a reviewer (`policy->'approvers'`), then the limit.
+    A status is written in (one of `ApprovalStatus`'s values), so a pending list reads the
+    pending rows' index. One statement per combination, each planned once: a condition made
+    optional by its parameter (`$1 IS NULL OR ...`) is planned again on every call."""
+    if status is not None and not status.isalpha():
+        raise ValueError(f"not an approval status: {status!r}")
+    conditions = [] if status is None else [f"status = '{status}'"]
+    n = 0
+
+    def parameter() -> str:
+        nonlocal n
+        n += 1
+        return f"${n}"
+
+    if run_id:
+        conditions.append(f"run_id = {parameter()}")
+    if after:
+        conditions.append(f"(requested_at, approval_id) > ({parameter()}, {parameter()}::text)")
+    if tool:
+        conditions.append(f"tool = {parameter()}")
+    if admitting:
+        conditions.append(
+            f"(policy->'approvers' = '[]'::jsonb OR policy->'approvers' ?| {parameter()}::text[])"
+        )
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    return f"""
+SELECT {COLUMNS} FROM approvals {where}
 ORDER BY requested_at, approval_id
-LIMIT $3
+LIMIT {parameter()}
 """
+
 
 GRANT = "SELECT signoff_grant($1, $2, $3, $4, $5, $6, $7::json)"

@@ -63,9 +63,13 @@ class ApprovalRecorder:
         stream: bool = False,
         reviewer: str | None = None,
     ) -> Read | None:
-        """The approval as a step reads it (no lock: `_sql.TO_ADVANCE`), with its stream when
-        `stream`, and the directory's groups of `reviewer` when given; None if unknown."""
-        row = await conn.fetchrow(_sql.TO_ADVANCE, approval_id, stream, reviewer)
+        """The approval as a step reads it (no lock): with its stream when `stream`
+        (`_sql.TO_CONSUME`), else with the directory's groups of `reviewer` when given
+        (`_sql.TO_ADVANCE`); None if unknown."""
+        if stream:
+            row = await conn.fetchrow(_sql.TO_CONSUME, approval_id)
+        else:
+            row = await conn.fetchrow(_sql.TO_ADVANCE, approval_id, reviewer)
         return None if row is None else _read(approval_id, row)
 
     async def locked_with_stream(self, conn: asyncpg.Connection, approval_id: str) -> Read | None:

@@ -418,10 +418,22 @@ class ApprovalStore:
             raise InvalidApprovalRequest("a page cursor's time must be timezone-aware")
         if last is not None:
             _text(last, "a page cursor's approval id")
+        if status is not None and status not in set(ApprovalStatus):
+            raise InvalidApprovalRequest(f"not an approval status: {status!r}")
+        names = _admitting_names(admitting)
+        query = _sql.listing(
+            None if status is None else ApprovalStatus(status).value,
+            run_id=run_id is not None,
+            after=at is not None,
+            tool=tool is not None,
+            admitting=names is not None,
+        )
+        arguments: list[Any] = [] if run_id is None else [run_id]
+        if at is not None:
+            arguments += [at, last]
+        arguments += [a for a in (tool, names) if a is not None]
         async with self.db.connection() as conn:
-            rows = await conn.fetch(
-                _sql.LIST, status, run_id, limit, at, last, tool, _admitting_names(admitting)
-            )
+            rows = await conn.fetch(query, *arguments, limit)
         return [row_to_approval(r) for r in rows]
 
     async def pending(

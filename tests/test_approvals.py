@@ -356,6 +356,52 @@ async def test_a_row_out_of_step_with_its_stream_is_refused_not_retried_for_ever
     assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
 
 
+async def test_every_combination_of_list_filters_selects_what_it_says(
+    store: ApprovalStore,
+) -> None:
+    """`find` composes its query from the filters given: each combination (status, run, tool,
+    a reviewer its approvers admit, a page cursor) selects exactly the rows the filters say."""
+    runs = [f"run-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    leads = ApprovalPolicy(approvers=frozenset({"alice", "group:leads"}))
+    made = []
+    for run in runs:  # per run: an e-mail anyone may approve, a refund for alice and leads
+        made.append(await ask(store, run_id=run, tool="email", call_id="call-email"))
+        made.append(await ask(store, leads, run_id=run, call_id="call-refund"))
+    await store.decide(made[0], Decision.approve(), "bob")
+    mine = [a for a in await store.find(limit=10_000) if a.approval_id in made]
+    assert len(mine) == len(made) == 4
+    lead = Reviewer("carol", frozenset({"leads"}))
+    for status in (None, ApprovalStatus.PENDING, ApprovalStatus.APPROVED):
+        for run_id in (None, runs[1]):
+            for tool in (None, "refund"):
+                for admitting in (None, lead):
+                    for after in (None, (mine[1].requested_at, mine[1].approval_id)):
+                        found = await store.find(
+                            status=status,
+                            run_id=run_id,
+                            tool=tool,
+                            admitting=admitting,
+                            after=after,
+                            limit=10_000,
+                        )
+                        expected = [
+                            a
+                            for a in mine
+                            if (status is None or a.status is status)
+                            and (run_id is None or a.run_id == run_id)
+                            and (tool is None or a.tool == tool)
+                            and (
+                                admitting is None
+                                or admitting.matches(a.policy.approvers)
+                                or not a.policy.approvers
+                            )
+                            and (after is None or (a.requested_at, a.approval_id) > after)
+                        ]
+                        assert [a for a in found if a.approval_id in made] == expected
+    with pytest.raises(InvalidApprovalRequest, match="not an approval status"):
+        await store.find(status="nope")  # type: ignore[arg-type]
+
+
 async def test_the_approvals_table_equals_its_rebuild_from_the_journal(
     store: ApprovalStore,
 ) -> None:
