@@ -173,8 +173,10 @@ async def main(
     async with bench_database() as url:
         async with await Database.connect(url, pool_size=1) as db:
             await KeyRing.open(db, LocalKek(kek), reviewer_kek=LocalKek(reviewer_kek))
+        # Workers never hold the reviewer KEK, even when this process's environment has one.
+        inherited = {k: v for k, v in os.environ.items() if k != "SIGNOFF_REVIEWER_KEK"}
         worker_env = {
-            **os.environ,
+            **inherited,
             "SIGNOFF_KEK": base64.b64encode(kek).decode(),
             "PYTHONPATH": str(ROOT),
         }
