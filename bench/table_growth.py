@@ -104,8 +104,10 @@ async def bulk_rows(db: Database, start: int, end: int, pending: str, consumed: 
             await conn.execute(_BULK_CALLS, TEMPLATE_RUN, first, last)
             await conn.execute(_BULK_APPROVALS, pending, consumed, first, last)
     async with db.connection() as conn:
-        await conn.execute("VACUUM ANALYZE tool_calls")
-        await conn.execute("VACUUM ANALYZE approvals")
+        for table in ("tool_calls", "approvals"):  # the figures are at these sizes, or fail
+            await conn.execute(f"VACUUM ANALYZE {table}")
+            if (rows := await conn.fetchval(f"SELECT count(*) FROM {table}")) < end:
+                raise RuntimeError(f"{table} holds {rows} rows, not {end}")
 
 
 async def measure(
