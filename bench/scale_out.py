@@ -6,17 +6,18 @@ as workers are added.
 
 A worker is this module run with `--worker URL` (SIGNOFF_KEK only: no reviewer KEK). It warms
 up, prints `ready`, waits for a line on stdin, calls for `--seconds` and prints one JSON line:
-its calls, elapsed seconds and per-call latencies. A call needing an approval requests it,
-waits for the decision (woken by NOTIFY) and runs through `execute` with the approval gate, so
-its latency includes the decision. The decider is bench/approvals.py's (`--decider URL`, the
-reviewer side, with both KEKs).
+its elapsed seconds and per-call latencies (those of approved calls also apart). A call needing
+an approval requests it, waits for the decision (woken by NOTIFY) and runs through `execute`
+with the approval gate, so its latency includes the decision. The decider is
+bench/approvals.py's (`--decider URL`, the reviewer side, with both KEKs).
 
-Prints one JSON line per level (`workers`, `calls_per_s`, `p50_ms`, `p99_ms`,
-`raw_commits_per_s`, `ratio` = calls/s over raw commits/s), then a summary as its last line:
-`ours` = calls/s at the most workers, `baseline` = raw commits/s there, `ratio`. Each call is
-two commits (intent, outcome), so 0.5 is the ceiling. The database comes from
-SIGNOFF_DATABASE_URL / DATABASE_URL, else the embedded server; a scratch database is created
-and dropped.
+Prints one JSON line per level (`workers`, `calls_per_s`, `p50_ms`, `p99_ms` over all calls,
+`approved_p50_ms` over those that waited for a decision, `raw_commits_per_s`, `ratio` = calls/s
+over raw commits/s), then a summary as its last line: `ours` = calls/s at the most workers,
+`baseline` = raw commits/s there, `ratio`. Each call is two commits (intent, outcome), so 0.5
+is the ceiling. `--approval-every 0` makes calls that need no approval only. The database
+comes from SIGNOFF_DATABASE_URL / DATABASE_URL, else the embedded server; a scratch database
+is created and dropped.
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ async def worker(url: str, seconds: float, approval_every: int) -> None:
         async def empty(args: dict[str, Any], context: CallContext) -> None:
             return None
 
+        def needs_approval(n: int) -> bool:
+            return approval_every > 0 and n % approval_every == 0
+
         async def call(n: int) -> None:
             tool_call = ToolCall(run_id, f"call-{n}", "noop", {"n": n})
-            if n % approval_every:
+            if not needs_approval(n):
                 await ledger.execute(tool_call, empty, policy)
                 return
             approval = await store.request(
@@ -87,16 +91,20 @@ async def worker(url: str, seconds: float, approval_every: int) -> None:
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
         latencies: list[float] = []
+        approved: list[float] = []  # the calls that waited for a decision, also in latencies
         start = time.perf_counter()
         deadline = start + seconds
         while (began := time.perf_counter()) < deadline:
             await call(n)
             latencies.append(time.perf_counter() - began)
+            if needs_approval(n):
+                approved.append(latencies[-1])
             n += 1
         elapsed = time.perf_counter() - start
         await ledger.close()
         await store.close()
-    print(json.dumps({"calls": len(latencies), "elapsed": elapsed, "latencies": latencies}))
+    figures = {"elapsed": elapsed, "latencies": latencies, "approved": approved}
+    print(json.dumps(figures))
 
 
 # -- the bench process -----------------------------------------------------------------------
@@ -156,13 +164,16 @@ async def level(
         raise RuntimeError("a worker failed")
     figures = [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outputs]
     latencies = [t for f in figures for t in f["latencies"]]
+    approved = [t for f in figures for t in f["approved"]]
     ms = 1000.0
     return {
         "workers": workers,
         "calls": len(latencies),
-        "calls_per_s": round(sum(f["calls"] / f["elapsed"] for f in figures), 1),
+        "calls_per_s": round(sum(len(f["latencies"]) / f["elapsed"] for f in figures), 1),
         "p50_ms": round(percentile(latencies, 0.5) * ms, 2),
         "p99_ms": round(percentile(latencies, 0.99) * ms, 2),
+        "approved_calls": len(approved),
+        "approved_p50_ms": round(percentile(approved, 0.5) * ms, 2) if approved else None,
     }
 
 
@@ -199,6 +210,8 @@ async def main(
         "baseline": last["raw_commits_per_s"],
         "ratio": last["ratio"],
         "workers": last["workers"],
+        "p50_ms": last["p50_ms"],
+        "p99_ms": last["p99_ms"],
         "approval_every": approval_every,
         "levels": {str(r["workers"]): r["calls_per_s"] for r in results},
     }
@@ -210,7 +223,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each level's run")
     parser.add_argument("--baseline-seconds", type=float, default=2.0, help="raw commit run")
     parser.add_argument(
-        "--approval-every", type=int, default=10, help="1 call in N needs an approval"
+        "--approval-every", type=int, default=10, help="1 call in N needs an approval (0: none)"
     )
     parser.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
