@@ -8,7 +8,9 @@ The rows are written fast, as the table owner, with INSERT ... SELECT over gener
 approval, and a decided and consumed one) under new ids: 100 calls per run, 1 approval in 100
 still pending. Each bulk call's stream is a bulk event of bench/audit_scale.py's (one event per
 call, valid in the hash chain), so the journal grows with the table; bulk approvals have no
-events of their own.
+events of their own. The copies keep the template's digests, bindings and sealed values, which
+name the template: they are volume for the queries timed here, not calls or approvals one could
+reveal, decide or check.
 
 Prints one JSON object per figure and size (`figure`, `rows`, `value` in ms, `growth`: the
 value over the same figure at the previous size), then a summary as its last line: `ours` =
