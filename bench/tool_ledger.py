@@ -11,7 +11,8 @@ commits); `peer_ratio` is ours over agent-ledger's at 8 callers (target: >= 1);
 `dbos_workflow_ratio_1` / `_8` are ours over DBOS one-step workflows at 1 and 8 callers (target:
 >= 4 at 1), `dbos_step_ratio_1` / `_8` ours over DBOS steps inside a running workflow. Ours and
 DBOS are measured in interleaved rounds (`--rounds`); each figure is the median over the rounds,
-each ratio the median of the rounds' ratios.
+each ratio the median of the rounds' ratios. DBOS stays launched through all rounds, so ours
+also runs beside its idle background threads.
 """
 
 from __future__ import annotations
