@@ -25,10 +25,9 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.common import bench_database
+from bench.common import Growth, bench_database, seconds_of
 from bench.verify import WRITERS, fill
 from ledger.audit.digest import (
     Digest,
@@ -75,38 +74,8 @@ async def bulk_fill(db: Database, start: int, end: int) -> None:
         await conn.execute("VACUUM ANALYZE events")
 
 
-async def seconds_of(run: Callable[[], Awaitable[Any]], rounds: int) -> float:
-    """The median wall time of `rounds` runs of `run`."""
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
-class Figures:
-    """Prints each figure as a JSON line with its growth over the previous size."""
-
-    def __init__(self) -> None:
-        self.previous: dict[str, float] = {}
-
-    def show(self, figure: str, events: int, value: float, unit: str) -> None:
-        before = self.previous.get(figure)
-        self.previous[figure] = value
-        line: dict[str, Any] = {
-            "benchmark": "audit_scale",
-            "figure": figure,
-            "events": events,
-            "value": round(value, 6),
-            "unit": unit,
-            "growth": None if not before else round(value / before, 3),
-        }
-        print(json.dumps(line), flush=True)
-
-
 async def measure_proofs(
-    db: Database, ring: KeyRing, previous: Digest | None, rng: random.Random, figures: Figures
+    db: Database, ring: KeyRing, previous: Digest | None, rng: random.Random, figures: Growth
 ) -> Digest:
     """Digest, proofs and digest checks at the journal's size now; return the digest."""
     keys = signing_keys(ring)
@@ -143,7 +112,7 @@ async def measure_proofs(
 async def measure(
     url: str, sizes: list[int], new: int, append_events: int, check: bool
 ) -> dict[str, Any]:
-    figures = Figures()
+    figures = Growth("audit_scale", "events")
     async with await Database.connect(url, pool_size=WRITERS) as db:
         ring = await KeyRing.open(db, LocalKek(os.urandom(32)))
         journal = Journal(db)

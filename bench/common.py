@@ -4,9 +4,12 @@ database. Run benchmarks from the repository root as modules: `python -m bench.N
 from __future__ import annotations
 
 import asyncio
+import json
+import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import asyncpg
 
@@ -14,7 +17,15 @@ from ledger.log import configure_logging
 from ledger.store import resolve_url
 from tests.support.scratch import scratch_database
 
-__all__ = ["Op", "bench_database", "percentile", "rate", "raw_commit_rate"]
+__all__ = [
+    "Growth",
+    "Op",
+    "bench_database",
+    "percentile",
+    "rate",
+    "raw_commit_rate",
+    "seconds_of",
+]
 
 Op = Callable[[int], Awaitable[None]]
 
@@ -56,6 +67,44 @@ async def raw_commit_rate(url: str, writers: int, seconds: float) -> float:
         return await rate(writers, seconds, raw)
     finally:
         await pool.close()
+
+
+async def seconds_of(run: Callable[[], Awaitable[Any]], rounds: int) -> float:
+    """The median wall time of `rounds` runs of `run`."""
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        await run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+class Growth:
+    """Prints each figure as a JSON line with its growth over the same figure at the previous
+    size (`size_name`: what the size counts, e.g. events)."""
+
+    def __init__(self, benchmark: str, size_name: str) -> None:
+        self.benchmark = benchmark
+        self.size_name = size_name
+        self.first: dict[str, float] = {}
+        self.previous: dict[str, float] = {}
+
+    def show(self, figure: str, size: int, value: float, unit: str) -> float | None:
+        """Print the figure; return its growth (None at the first size)."""
+        before = self.previous.get(figure)
+        self.previous[figure] = value
+        self.first.setdefault(figure, value)
+        growth = None if not before else round(value / before, 3)
+        line: dict[str, Any] = {
+            "benchmark": self.benchmark,
+            "figure": figure,
+            self.size_name: size,
+            "value": round(value, 6),
+            "unit": unit,
+            "growth": growth,
+        }
+        print(json.dumps(line), flush=True)
+        return growth
 
 
 def percentile(values: list[float], q: float) -> float:

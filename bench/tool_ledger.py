@@ -1,11 +1,18 @@
 """Tool calls per second through `ToolLedger.execute` (intent + outcome, no approval, an empty
-tool) at 1 and 8 concurrent callers, beside raw asyncpg single-row commits and the closest
-published peer, agent-ledger (its `EffectLedger` on `PostgresStore`), on the same server.
+tool) at 1 and 8 concurrent callers, beside raw asyncpg single-row commits and two peers on the
+same server: agent-ledger (its `EffectLedger` on `PostgresStore`), and DBOS with an empty step
+per call, run as a one-step workflow per call and as steps inside one running workflow
+(bench/dbos_peer.py; DBOS's system database is a scratch database of its own).
 
-Run from the repository root: `python -m bench.tool_ledger` (the peer comes with the `bench`
-extra; without it `peer` is null). Prints one JSON object as its last line. The headline `ratio`
-is calls/s at 8 callers over raw commits/s (target: >= 0.2, that is 0.4 x raw / 2 commits);
-`peer_ratio` is ours over agent-ledger's at 8 callers (target: >= 1).
+Run from the repository root: `python -m bench.tool_ledger` (the peers come with the `bench`
+extra; without one its figures are null). Prints one JSON object as its last line. The headline
+`ratio` is calls/s at 8 callers over raw commits/s (target: >= 0.2, that is 0.4 x raw / 2
+commits); `peer_ratio` is ours over agent-ledger's at 8 callers (target: >= 1);
+`dbos_workflow_ratio_1` / `_8` are ours over DBOS one-step workflows at 1 and 8 callers (target:
+>= 4 at 1), `dbos_step_ratio_1` / `_8` ours over DBOS steps inside a running workflow. Ours and
+DBOS are measured in interleaved rounds (`--rounds`); each figure is the median over the rounds,
+each ratio the median of the rounds' ratios. DBOS stays launched through all rounds, so ours
+also runs beside its idle background threads.
 """
 
 from __future__ import annotations
@@ -14,14 +21,20 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import uuid
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from bench.common import Op, bench_database, rate, raw_commit_rate
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
+
+if TYPE_CHECKING:
+    from bench.dbos_peer import DbosPeer
 
 CALLERS = 8
 KEK = LocalKek(os.urandom(32))
@@ -84,13 +97,48 @@ async def peer(url: str, callers: int, seconds: float) -> float | None:
         return await rate(callers, seconds, caller)
 
 
-async def main(seconds: float) -> dict[str, Any]:
+@asynccontextmanager
+async def dbos(url: str) -> AsyncIterator[DbosPeer | None]:
+    """DBOS launched beside the server of `url`, or None when it is not installed."""
+    try:
+        from bench.dbos_peer import dbos_peer
+    except ImportError:
+        yield None
+        return
+    async with dbos_peer(url) as launched:
+        yield launched
+
+
+def median(values: list[float], digits: int) -> float | None:
+    return round(statistics.median(values), digits) if values else None
+
+
+async def main(seconds: float, rounds: int) -> dict[str, Any]:
+    levels = (1, CALLERS)
+    ours_rates: dict[int, list[float]] = {n: [] for n in levels}
+    workflow_ratios: dict[int, list[float]] = {n: [] for n in levels}
+    step_ratios: dict[int, list[float]] = {n: [] for n in levels}
+    workflow_rates: dict[int, list[float]] = {n: [] for n in levels}
+    step_rates: dict[int, list[float]] = {n: [] for n in levels}
     async with bench_database() as url:
         baseline_1 = await raw_commit_rate(url, 1, seconds)
         baseline = await raw_commit_rate(url, CALLERS, seconds)
-        ours_1 = await ours(url, 1, seconds)
-        ours_8 = await ours(url, CALLERS, seconds)
+        async with dbos(url) as peer_dbos:
+            for _ in range(rounds):  # interleaved, so a slow spell of the machine hits both
+                for n in levels:
+                    calls = await ours(url, n, seconds)
+                    ours_rates[n].append(calls)
+                    if peer_dbos is None:
+                        continue
+                    workflows = await peer_dbos.workflows(n, seconds)
+                    steps = await peer_dbos.steps(n, seconds)
+                    workflow_rates[n].append(workflows)
+                    step_rates[n].append(steps)
+                    workflow_ratios[n].append(calls / workflows)
+                    step_ratios[n].append(calls / steps)
         peer_8 = await peer(url, CALLERS, seconds)
+    ours_8 = statistics.median(ours_rates[CALLERS])
+    ours_1 = statistics.median(ours_rates[1])
     result: dict[str, Any] = {
         "ours": round(ours_8, 1),
         "baseline": round(baseline, 1),
@@ -101,6 +149,15 @@ async def main(seconds: float) -> dict[str, Any]:
         "ratio_1": round(ours_1 / baseline_1, 3),
         "peer": None if peer_8 is None else round(peer_8, 1),
         "peer_ratio": None if peer_8 is None else round(ours_8 / peer_8, 2),
+        "dbos_workflow_1": median(workflow_rates[1], 1),
+        "dbos_workflow_8": median(workflow_rates[CALLERS], 1),
+        "dbos_workflow_ratio_1": median(workflow_ratios[1], 2),
+        "dbos_workflow_ratio_8": median(workflow_ratios[CALLERS], 2),
+        "dbos_step_1": median(step_rates[1], 1),
+        "dbos_step_8": median(step_rates[CALLERS], 1),
+        "dbos_step_ratio_1": median(step_ratios[1], 2),
+        "dbos_step_ratio_8": median(step_ratios[CALLERS], 2),
+        "rounds": rounds,
     }
     return result
 
@@ -108,6 +165,7 @@ async def main(seconds: float) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (ours, DBOS)")
     args = parser.parse_args()
-    figures = asyncio.run(main(args.seconds))
+    figures = asyncio.run(main(args.seconds, args.rounds))
     print(json.dumps({"benchmark": "tool_ledger", "unit": "calls/s", **figures}))
