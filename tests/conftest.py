@@ -25,6 +25,7 @@ from tests.support.scratch import scratch_database
 
 from .processes import REVIEWER_KEK_ENV, TEST_KEK
 from .support.embedded_homes import remove_session_base, servers_left
+from .support.forks import stop_fork_server
 
 # The session decides approvals too: every database's settings (and every child) carry the
 # reviewer KEK. A worker's ring without it is built from explicit settings in the tests of it.
@@ -38,6 +39,13 @@ def _session_home() -> Path | None:
 
 def _running(home: Path) -> int | None:
     return server_status(home).pid
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def fork_server() -> AsyncIterator[None]:
+    """The test programs' fork server (`support.forks`), stopped when the session ends."""
+    yield
+    await stop_fork_server()
 
 
 @pytest.fixture(scope="session", autouse=True)

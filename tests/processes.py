@@ -8,6 +8,9 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
+
+from .support.forks import fork_program, forks_enabled
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +33,14 @@ async def start_program(
     module: str, *args: str, env: dict[str, str] | None = None
 ) -> asyncio.subprocess.Process:
     """Start `python -m MODULE ARGS...` (a program under tests/) with stdout and stderr piped;
-    `env` is added to this process's environment."""
+    `env` is added to this process's environment. Forked from a process that has imported the
+    libraries already (`support.forks`), unless SIGNOFF_TEST_FORKS=0."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    if forks_enabled():
+        return cast(
+            asyncio.subprocess.Process,
+            await fork_program(ROOT, module, args, environment),
+        )
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -39,7 +49,7 @@ async def start_program(
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env=environment,
     )
 
 
