@@ -251,10 +251,31 @@ async def test_a_failed_turn_leaves_a_note_so_the_model_does_not_repeat_a_write(
     model.broken = False
     run.say("Did it work?")
     await run.driver.run()
-    note = [m for m in model.seen[-1] if isinstance(m, HumanMessage)][1]
+    seen = model.seen[-1]
+    note = [m for m in seen if isinstance(m, HumanMessage)][1]
     assert "do not make them again" in str(note.content)
     assert "refund (call refund-1): succeeded: refunded 120 EUR on A7" in str(note.content)
     assert len(await effects_of(harness.db, run.session_id, "refund")) == 1
+    # Model providers refuse a conversation whose tool calls go unanswered: the failed turn's
+    # calls are answered (their recorded outcomes) before the note, or every later turn fails.
+    assert unanswered_calls(seen) == []
+    [answer] = [m for m in seen if isinstance(m, ToolMessage)]
+    assert (answer.tool_call_id, answer.content) == ("refund-1", "refunded 120 EUR on A7")
+
+
+def unanswered_calls(messages: list[BaseMessage]) -> list[str]:
+    """The ids of tool calls not answered by the ToolMessages right after their AI message
+    (what model providers refuse)."""
+    missing: list[str] = []
+    for i, message in enumerate(messages):
+        if isinstance(message, AIMessage) and message.tool_calls:
+            answered: set[str] = set()
+            for later in messages[i + 1 :]:
+                if not isinstance(later, ToolMessage):
+                    break
+                answered.add(later.tool_call_id)
+            missing += [str(c["id"]) for c in message.tool_calls if c["id"] not in answered]
+    return missing
 
 
 def self_interrupting_graph(harness: Harness, model: ScriptedModel) -> Any:

@@ -350,14 +350,17 @@ class AgentSession:
                         return args
         raise TurnRefused(session_id, f"checkpoint {checkpoint_id} has no tool call {call_id!r}")
 
-    async def leave_note(
-        self, session_id: str, requested_by: str, note: str, checkpoint_id: str | None
+    async def add_messages(
+        self,
+        session_id: str,
+        requested_by: str,
+        messages: Sequence[BaseMessage],
+        checkpoint_id: str | None,
     ) -> str:
-        """Add a user message to the conversation at `checkpoint_id` (a failed turn's note),
-        so the next turn's model reads it; the id of the checkpoint that holds it."""
+        """Add messages to the conversation at `checkpoint_id` (what a failed turn leaves), so
+        the next turn's model reads them; the id of the checkpoint that holds them."""
         config = self.config(session_id, requested_by, checkpoint_id)
-        message = HumanMessage(content=note)
-        written = await self.graph.aupdate_state(config, {self.messages_key: [message]})
+        written = await self.graph.aupdate_state(config, {self.messages_key: list(messages)})
         return str(written["configurable"]["checkpoint_id"])
 
     async def conversation(

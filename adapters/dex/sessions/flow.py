@@ -66,7 +66,7 @@ from ..flow import (
 from ..logic import ApprovalWait, SignoffDex, require_runtime
 from ..values import DecideRequest, DecideResult, ToolCallRequest, ToolCallResult, channel_key
 from .agent import AgentSession, ModelStop
-from .notes import failed_turn_note
+from .notes import failed_turn_messages
 from .values import (
     SessionEvent,
     SessionEventType,
@@ -212,9 +212,9 @@ class ResumeTurn(_SessionStep):
 
 
 class FailTurn(_SessionStep):
-    """`RunModel` ran out of attempts: leave a note in the conversation listing the calls
-    that already ran (so the next turn's model does not repeat a write), end the turn as
-    failed, and wait for the user's next message."""
+    """`RunModel` ran out of attempts: answer the calls nothing answered and leave a note in
+    the conversation listing the calls that already ran (so the next turn's model does not
+    repeat a write), end the turn as failed, and wait for the user's next message."""
 
     async def execute(  # type: ignore[override]
         self, context: AsyncContext, input: TurnStep
@@ -223,10 +223,10 @@ class FailTurn(_SessionStep):
         error = failure.detail if failure is not None else "the model call failed"
         session = self.flow.session()
         at = input.checkpoint_id  # where the failed model call started
-        note = await failed_turn_note(session, context.flow_id, input.turn, error, at)
-        if note is not None:
-            at = await session.leave_note(context.flow_id, input.requested_by, note, at)
-        log.warning("turn failed", run_id=context.flow_id, turn=input.turn, noted=note is not None)
+        added = await failed_turn_messages(session, context.flow_id, input.turn, error, at)
+        if added:
+            at = await session.add_messages(context.flow_id, input.requested_by, added, at)
+        log.warning("turn failed", run_id=context.flow_id, turn=input.turn, added=len(added))
         failed: dict[str, object] = {"status": "failed", "error": error, "checkpoint_id": at}
         _event(context, SessionEventType.TURN_COMPLETED, input.turn, failed)
         after = TurnStep(input.turn, input.requested_by, checkpoint_id=at, error=error)
