@@ -49,7 +49,7 @@ from adapters.dex.sessions import (
 )
 from adapters.langgraph import SignoffMiddleware, ToolSpec, signoff_tool_node
 from adapters.langgraph.middleware import EDIT_NOTICE
-from approvals import ApprovalStore, Decision
+from approvals import ApprovalStatus, ApprovalStore, Decision
 from ledger.calls.model import Effect
 from ledger.errors import EventNotPermitted
 from ledger.keys import KeyRing, LocalKek
@@ -175,12 +175,15 @@ async def test_a_session_runs_parallel_calls_with_approvals_from_the_store(
     for pending in run.driver.pending:
         assert b"A7" not in pending.input.SerializeToString()
 
-    # par-2: decided through the decide RPC, which wakes its Step.
+    # par-2: decided in the store (as resolve_interrupt does), then the decide RPC wakes its
+    # Step; the RPC itself records nothing.
     approval = await harness.store.get(waiting["par-2"])
     assert (approval.run_id, approval.requested_by) == (session_id, "carol")
-    _, published = await run.worker.decide(
-        session_id, DecideRequest.of(approval, Decision.approve(), "alice")
-    )
+    request = DecideRequest.of(approval, Decision.approve(), "alice")
+    early, published = await run.worker.decide(session_id, request)
+    assert (early.status, early.signalled, published) == (ApprovalStatus.PENDING, False, [])
+    await harness.store.decide(waiting["par-2"], Decision.approve(), "alice")
+    _, published = await run.worker.decide(session_id, request)
     run.driver.publish(run.worker.channel("par-2"), published[0])
     # par-3: rejected in the store only (the CLI, the HTTP service): no wake-up.
     await harness.store.decide(waiting["par-3"], Decision.reject("too much"), "alice")
@@ -401,8 +404,20 @@ async def test_the_session_steps_run_on_a_worker_only_login(
             [approval_id] = (await pending_approvals(worker.store, run.session_id)).values()
             with pytest.raises(EventNotPermitted):  # a worker cannot decide
                 await worker.store.decide(approval_id, Decision.approve(), "mallory")
+            approval = await worker.store.get(approval_id)
+            # The decide RPC, served by these Workers, decides nothing either: whoever reaches
+            # it names a reviewer of their choosing, and nothing is recorded or woken.
+            forged = DecideRequest.of(approval, Decision.approve(), "mallory")
+            undecided, woken = await run.worker.decide(run.session_id, forged)
+            assert (undecided.status, woken) == (ApprovalStatus.PENDING, [])
+            assert (await worker.store.get(approval_id)).status is ApprovalStatus.PENDING
+            # The reviewer side records the decision; the RPC then only wakes the session.
             await reviewer.decide(approval_id, Decision.approve(), "alice")
-            await run.driver.run(fire_timers=True)
+            told = DecideRequest.of(approval, Decision.approve(), "alice")
+            result, woken = await run.worker.decide(run.session_id, told)
+            assert (result.status, result.signalled) == (ApprovalStatus.APPROVED, True)
+            run.driver.publish(run.worker.channel(approval.call_id), woken[0])
+            await run.driver.run()
             assert run.driver.waiting() == ["AwaitUserMessage"]
             statuses = {
                 c: e["status"] for c, e in (await calls_of(worker.db, run.session_id)).items()

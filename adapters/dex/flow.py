@@ -58,6 +58,7 @@ from dex import (
 from ledger.calls.model import Effect
 from ledger.log import get_logger
 
+from .errors import ApprovalNotForThisCall
 from .logic import (
     ApprovalWait,
     DexTool,
@@ -91,6 +92,7 @@ __all__ = [
     "decide_and_wake",
     "heartbeating",
     "retry_policy",
+    "wake_decided",
 ]
 
 DECISIONS: ChannelMap[ApprovalSignal] = ChannelMap("signoff_decisions", ApprovalSignal)
@@ -320,14 +322,39 @@ class ToolCallFlow(Flow[ToolCallRequest]):
 async def decide_and_wake(
     runtime: SignoffDex, context: Context, request: DecideRequest
 ) -> RPCResult[DecideResult]:
-    """The decide RPC of every Flow that waits in `AwaitToolApproval`: record the decision in
-    the store, then publish the wake-up on `DECISIONS[channel_key(call_id)]` (once)."""
+    """The decide RPC of `ToolCallFlow`: record the decision in the store, then publish the
+    wake-up on `DECISIONS[channel_key(call_id)]` (once)."""
     result = await decide_for_flow(runtime.store, context.flow_id, request)
+    return await _wake(runtime, context, request, result)
+
+
+async def wake_decided(
+    runtime: SignoffDex, context: Context, request: DecideRequest
+) -> RPCResult[DecideResult]:
+    """The decide RPC of a Flow whose Workers must not decide (an agent session's, served by
+    its agent Workers): it records nothing and trusts nothing of the request but the approval
+    and call ids. Once the store holds a final decision (recorded by the reviewer side), it
+    publishes the wake-up (once); before that it publishes nothing.
+
+    Raises:
+        ApprovalNotForThisCall: the approval is not this Flow's call's.
+    """
+    approval = await runtime.store.get(request.approval_id)
+    if approval.run_id != context.flow_id or approval.call_id != request.call_id:
+        raise ApprovalNotForThisCall(request.approval_id, context.flow_id, request.call_id)
+    final = approval.status.final
+    result = DecideResult(request.approval_id, approval.status, duplicate=final)
+    return await _wake(runtime, context, request, result)
+
+
+async def _wake(
+    runtime: SignoffDex, context: Context, request: DecideRequest, result: DecideResult
+) -> RPCResult[DecideResult]:
     bound = log.bind(
         run_id=context.flow_id, call_id=request.call_id, approval_id=request.approval_id
     )
     if not result.status.final:
-        return RPCResult(result)  # a quorum still open: nothing to wake yet
+        return RPCResult(result)  # undecided, or a quorum still open: nothing to wake yet
     key = channel_key(request.call_id)
     if _signal_pending(context, key, request.approval_id):
         bound.info("wake-up already pending; not published again")

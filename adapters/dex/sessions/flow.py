@@ -60,8 +60,8 @@ from ..flow import (
     CallTool,
     SettleToolCall,
     call_step_options,
-    decide_and_wake,
     heartbeating,
+    wake_decided,
 )
 from ..logic import ApprovalWait, SignoffDex, require_runtime
 from ..values import DecideRequest, DecideResult, ToolCallRequest, ToolCallResult, channel_key
@@ -361,9 +361,12 @@ class AgentSessionFlow(Flow[SessionStart]):
 
     @rpc(name=DECIDE_RPC, timeout=timedelta(seconds=30))
     async def decide(self, context: Context, request: DecideRequest) -> RPCResult[DecideResult]:
-        """Record a reviewer's decision in the store, then wake the waiting Step (as
-        `ToolCallFlow.decide`)."""
-        return await decide_and_wake(self.signoff(), context, request)
+        """Wake the Step that waits for this approval once the store holds its decision.
+
+        This RPC runs on the session's Workers, which hold only `signoff_app`: it records
+        nothing, and the reviewer it names is not trusted. The reviewer side records the
+        decision first (`SessionClient.resolve_interrupt`, the CLI, the HTTP service)."""
+        return await wake_decided(self.signoff(), context, request)
 
     @rpc(name=SEND_MESSAGE_RPC, timeout=timedelta(seconds=30), load_channels=(USER_MESSAGES,))
     async def send_message(self, context: Context, message: UserMessage) -> RPCResult[bool]:
