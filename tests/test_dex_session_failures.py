@@ -319,6 +319,31 @@ async def test_a_turn_the_session_cannot_go_on_with_fails_before_any_tool_runs(
     assert await effects_of(harness.db, run.session_id) == []
 
 
+@pytest.mark.parametrize("args", [{"order_id": "B2"}, {"order_id": "A7"}])
+async def test_a_call_id_the_session_used_before_fails_the_turn_and_runs_nothing(
+    harness: Harness, cache: BlobCache, args: dict[str, Any]
+) -> None:
+    """The ledger keeps one entry per (session, call id): a model that gives a later call an
+    id of an earlier one (other arguments, or the same) must not get the earlier result
+    replayed, nor leave the turn waiting for a call that never settles."""
+    script = [
+        calls(("c-1", "lookup_order", {"order_id": "A7"})),
+        AIMessage(content="Order A7 was delivered."),
+        calls(("c-1", "lookup_order", args)),
+        AIMessage(content="Order B2 is on its way."),
+    ]
+    flow, model = agent_session(harness, Kind.GRAPH, script)
+    run = start(flow, cache, model)
+    await run.driver.run()
+    run.say("And B2?")
+    await run.driver.run()
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    first, second = run.events(SessionEventType.TURN_COMPLETED)
+    assert (first.payload["status"], second.payload["status"]) == ("completed", "failed")
+    assert "used before" in second.payload["error"]
+    assert len(await effects_of(harness.db, run.session_id, "lookup_order")) == 1
+
+
 # -- real processes ----------------------------------------------------------------------------
 
 

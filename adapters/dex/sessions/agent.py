@@ -308,11 +308,25 @@ class AgentSession:
         if not self._before_tools(state.next):
             return ModelStop(checkpoint_id, [])
         messages = self._messages(state.values)
-        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
-        tool_calls = list(last.tool_calls) if last is not None else []
+        at = next(
+            (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)),
+            None,
+        )
+        last = messages[at] if at is not None else None
+        tool_calls = list(last.tool_calls) if isinstance(last, AIMessage) else []
         ids = [str(c.get("id") or "") for c in tool_calls]
         if not all(ids) or len(set(ids)) != len(ids):
             raise TurnRefused(session_id, f"tool call ids must be non-empty and unique: {ids}")
+        # The ledger keeps one entry per (session, call id): an id used before would replay
+        # that call's outcome (or be refused with other arguments), never run this call.
+        earlier = {
+            str(c.get("id"))
+            for m in messages[:at]
+            if isinstance(m, AIMessage)
+            for c in m.tool_calls
+        }
+        if reused := sorted(earlier.intersection(ids)):
+            raise TurnRefused(session_id, f"tool call ids used before in the session: {reused}")
         calls = [PendingCall(i, c["name"]) for c, i in zip(tool_calls, ids, strict=True)]
         return ModelStop(checkpoint_id, calls)
 
