@@ -49,7 +49,7 @@ from adapters.dex.sessions import (
 )
 from adapters.langgraph import SignoffMiddleware, ToolSpec, signoff_tool_node
 from adapters.langgraph.middleware import EDIT_NOTICE
-from approvals import ApprovalStatus, ApprovalStore, Decision
+from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
 from ledger.calls.model import Effect
 from ledger.errors import EventNotPermitted
 from ledger.keys import KeyRing, LocalKek
@@ -315,6 +315,36 @@ async def test_a_once_per_run_tool_called_twice_runs_once_and_the_turn_goes_on(
     assert [r["args"]["amount"] for r in refunds] == [1]
     results = [m.content for m in model.seen[-1] if isinstance(m, ToolMessage)]
     assert results == ["refunded 1 EUR on A7"] * 2, "the second call replays the first"
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_once_per_run_call_answered_by_an_earlier_one_asks_nobody(
+    harness: Harness, cache: BlobCache, parallel: bool
+) -> None:
+    """The second call of a once-per-run tool replays the first: no reviewer is asked to
+    approve it once the first has finished, and its Step does not wait for an approval that
+    cannot change anything (asked already when both calls came in one message)."""
+    first = ("o-1", "refund", {"order_id": "A7", "amount": 1})
+    second = ("o-2", "refund", {"order_id": "A7", "amount": 2})
+    answer = AIMessage(content="Refunded once.")
+    script = [calls(first, second), answer] if parallel else [calls(first), calls(second), answer]
+    specs = (
+        ToolSpec("refund", Effect.SINGLE_ATTEMPT, approval=ApprovalPolicy(), once_per_run=True),
+    )
+    flow, model = agent_session(harness, Kind.BATCHED, script, specs=specs)
+    run = start(flow, cache, model)
+    await run.driver.run()
+    waiting = await pending_approvals(harness.store, run.session_id)
+    assert list(waiting) == (["o-1", "o-2"] if parallel else ["o-1"])
+    await harness.store.decide(waiting["o-1"], Decision.approve(), "alice")
+    await run.driver.run(fire_timers=True)
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    left = await pending_approvals(harness.store, run.session_id)
+    assert list(left) == (["o-2"] if parallel else [])
+    refunds = await effects_of(harness.db, run.session_id, "refund")
+    assert [r["args"]["amount"] for r in refunds] == [1]
+    results = [m.content for m in model.seen[-1] if isinstance(m, ToolMessage)]
+    assert results == ["refunded 1 EUR on A7"] * 2
 
 
 async def test_reasoning_and_text_stream_as_events(harness: Harness, cache: BlobCache) -> None:

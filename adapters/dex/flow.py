@@ -63,6 +63,7 @@ from .logic import (
     ApprovalWait,
     DexTool,
     SignoffDex,
+    answered,
     await_approval,
     call_tool,
     decide_for_flow,
@@ -185,13 +186,22 @@ class StartToolCall(_ToolCallStep):
 
 
 class AwaitToolApproval(_ToolCallStep):
-    """Record the approval request; wait for the decision's wake-up or the expiry timer."""
+    """Record the approval request; wait for the decision's wake-up or the expiry timer.
+    A call the ledger answers already (a once-per-run tool's later call) asks nobody."""
+
+    async def _needs_approval(
+        self, context: AsyncContext, input: ToolCallRequest, tool: DexTool
+    ) -> bool:
+        if tool.spec.approval is None:
+            return False
+        ledger = self.flow.signoff().ledger
+        return not await answered(ledger, context.flow_id, input, tool.spec)
 
     async def wait_for(  # type: ignore[override]
         self, context: AsyncContext, input: ToolCallRequest
     ) -> Wait:
         runtime, tool = self.flow.signoff(), self._tool(input)
-        if tool.spec.approval is None:
+        if not await self._needs_approval(context, input, tool):
             return Wait.skip_immediately()
         request = await self.flow.request_for(context, input)
         state = await await_approval(runtime.store, context.flow_id, request, tool.spec)
@@ -208,7 +218,7 @@ class AwaitToolApproval(_ToolCallStep):
         self, context: AsyncContext, input: ToolCallRequest
     ) -> StepDecision:
         runtime, tool = self.flow.signoff(), self._tool(input)
-        if tool.spec.approval is not None:
+        if await self._needs_approval(context, input, tool):
             request = await self.flow.request_for(context, input)
             state = await await_approval(runtime.store, context.flow_id, request, tool.spec)
             if not state.ready:  # a re-check, or the timer fired a moment early: wait again

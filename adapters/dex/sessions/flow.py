@@ -63,7 +63,7 @@ from ..flow import (
     heartbeating,
     wake_decided,
 )
-from ..logic import ApprovalWait, SignoffDex, require_runtime
+from ..logic import ApprovalWait, SignoffDex, answered, require_runtime
 from ..values import DecideRequest, DecideResult, ToolCallRequest, ToolCallResult, channel_key
 from .agent import AgentSession, ModelStop
 from .notes import failed_turn_messages
@@ -351,9 +351,8 @@ class AgentSessionFlow(Flow[SessionStart]):
         of a once-per-run tool is answered by the run's call of that tool."""
         runtime = self.signoff()
         for call_id, tool in calls.items():
-            once = tool if runtime.tool(tool).spec.once_per_run else None
-            record = await runtime.ledger.answering(session_id, call_id, once)
-            if record is None or not record.status.final:
+            request = ToolCallRequest(call_id, tool, {})
+            if not await answered(runtime.ledger, session_id, request, runtime.tool(tool).spec):
                 return False
         return True
 
