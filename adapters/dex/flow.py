@@ -90,6 +90,7 @@ __all__ = [
     "ToolCallFlow",
     "ToolCallHost",
     "call_step_options",
+    "check_recheck",
     "decide_and_wake",
     "heartbeating",
     "retry_policy",
@@ -138,6 +139,15 @@ async def heartbeating(context: AsyncContext, work: Awaitable[T]) -> T:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def check_recheck(recheck_every: timedelta | None) -> None:
+    """Raises:
+    ValueError: `recheck_every` is not None nor whole seconds, at least one (Dex timers)."""
+    if recheck_every is not None and (
+        recheck_every.total_seconds() < 1 or not recheck_every.total_seconds().is_integer()
+    ):
+        raise ValueError("recheck_every must be whole seconds, at least one (Dex timers)")
 
 
 class ToolCallHost(Protocol):
@@ -273,10 +283,7 @@ class ToolCallFlow(Flow[ToolCallRequest]):
         flow_type: str = "SignoffToolCall",
         recheck_every: timedelta | None = DEFAULT_RECHECK,
     ) -> None:
-        if recheck_every is not None and (
-            recheck_every.total_seconds() < 1 or not recheck_every.total_seconds().is_integer()
-        ):
-            raise ValueError("recheck_every must be whole seconds, at least one (Dex timers)")
+        check_recheck(recheck_every)
         self._runtime = runtime
         self._flow_type = flow_type
         self.recheck_every = recheck_every

@@ -60,6 +60,7 @@ from ..flow import (
     CallTool,
     SettleToolCall,
     call_step_options,
+    check_recheck,
     heartbeating,
     wake_decided,
 )
@@ -274,10 +275,7 @@ class AgentSessionFlow(Flow[SessionStart]):
         flow_type: str = "SignoffAgentSession",
         recheck_every: timedelta | None = DEFAULT_RECHECK,
     ) -> None:
-        if recheck_every is not None and (
-            recheck_every.total_seconds() < 1 or not recheck_every.total_seconds().is_integer()
-        ):
-            raise ValueError("recheck_every must be whole seconds, at least one (Dex timers)")
+        check_recheck(recheck_every)
         self._session = session
         self._runtime = session.runtime() if session is not None else None
         self._flow_type = flow_type
