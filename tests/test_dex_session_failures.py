@@ -278,6 +278,44 @@ def unanswered_calls(messages: list[BaseMessage]) -> list[str]:
     return missing
 
 
+class Broken(ScriptedModel):
+    """Raises on every model call while `broken` (a provider outage)."""
+
+    broken: bool = False
+
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
+        if self.broken:
+            raise RuntimeError("the model provider is down")
+        return super().reply(messages)
+
+
+async def test_a_turn_whose_first_model_call_failed_keeps_the_users_message(
+    harness: Harness, cache: BlobCache
+) -> None:
+    """A later turn that fails before its model answered at all: what the user said in it
+    stays in the conversation, so the next turn's model knows it was asked."""
+    model = Broken(script=[*SCRIPTS["read"], AIMessage(content="B2 is on its way.")])
+    graph = build_agent(
+        Kind.GRAPH, model, build_tools(Effects(harness.db)), harness.signoff(), harness.saver
+    )
+    session = AgentSession(graph, harness.saver, harness.signoff())
+    run = start(AgentSessionFlow(session, recheck_every=RECHECK), cache, model)
+    await run.driver.run()
+    model.broken = True
+    run.say("And where is B2?")
+    await run.driver.run()
+    assert [e.payload["status"] for e in run.events(SessionEventType.TURN_COMPLETED)] == [
+        "completed",
+        "failed",
+    ]
+    model.broken = False
+    run.say("Hello?")
+    await run.driver.run()
+    said = [m.content for m in model.seen[-1] if isinstance(m, HumanMessage)]
+    assert said == ["Please help", "And where is B2?", "Hello?"]
+    assert unanswered_calls(model.seen[-1]) == []
+
+
 def self_interrupting_graph(harness: Harness, model: ScriptedModel) -> Any:
     """A StateGraph whose model node asks a person itself, with `interrupt()`."""
     signoff = harness.signoff()

@@ -224,7 +224,9 @@ class FailTurn(_SessionStep):
         error = failure.detail if failure is not None else "the model call failed"
         session = self.flow.session()
         at = input.checkpoint_id  # where the failed model call started
-        added = await failed_turn_messages(session, context.flow_id, input.turn, error, at)
+        added = await failed_turn_messages(
+            session, context.flow_id, input.turn, error, at, input.text
+        )
         if added:
             at = await session.add_messages(context.flow_id, input.requested_by, added, at)
         log.warning("turn failed", run_id=context.flow_id, turn=input.turn, added=len(added))

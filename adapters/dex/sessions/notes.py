@@ -40,17 +40,23 @@ async def _finished(
 
 
 async def failed_turn_messages(
-    session: AgentSession, session_id: str, turn: int, error: str, checkpoint_id: str | None
+    session: AgentSession,
+    session_id: str,
+    turn: int,
+    error: str,
+    checkpoint_id: str | None,
+    text: str | None = None,
 ) -> list[BaseMessage]:
     """The messages to add for `turn` to the conversation at `checkpoint_id` (where its
     failed model call started): a `ToolMessage` for each call nothing answered there (its
-    recorded outcome, else that it did not run), then the note, when any call finished."""
+    recorded outcome, else that it did not run), then the note, when any call finished. When
+    the turn's first model call failed, the conversation there lacks the turn's user message
+    `text`: it is added, so the next turn's model knows what was asked."""
+    message_id = user_message_id(session_id, turn)
     messages = await session.conversation(session_id, checkpoint_id)
-    start = next(
-        (i for i, m in enumerate(messages) if m.id == user_message_id(session_id, turn)), None
-    )
+    start = next((i for i, m in enumerate(messages) if m.id == message_id), None)
     if start is None:
-        return []
+        return [] if text is None else [HumanMessage(content=text, id=message_id)]
     answered = {m.tool_call_id for m in messages[start:] if isinstance(m, ToolMessage)}
     answers: list[BaseMessage] = []
     lines: list[str] = []
