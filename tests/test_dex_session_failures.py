@@ -251,10 +251,69 @@ async def test_a_failed_turn_leaves_a_note_so_the_model_does_not_repeat_a_write(
     model.broken = False
     run.say("Did it work?")
     await run.driver.run()
-    note = [m for m in model.seen[-1] if isinstance(m, HumanMessage)][1]
+    seen = model.seen[-1]
+    note = [m for m in seen if isinstance(m, HumanMessage)][1]
     assert "do not make them again" in str(note.content)
     assert "refund (call refund-1): succeeded: refunded 120 EUR on A7" in str(note.content)
     assert len(await effects_of(harness.db, run.session_id, "refund")) == 1
+    # Model providers refuse a conversation whose tool calls go unanswered: the failed turn's
+    # calls are answered (their recorded outcomes) before the note, or every later turn fails.
+    assert unanswered_calls(seen) == []
+    [answer] = [m for m in seen if isinstance(m, ToolMessage)]
+    assert (answer.tool_call_id, answer.content) == ("refund-1", "refunded 120 EUR on A7")
+
+
+def unanswered_calls(messages: list[BaseMessage]) -> list[str]:
+    """The ids of tool calls not answered by the ToolMessages right after their AI message
+    (what model providers refuse)."""
+    missing: list[str] = []
+    for i, message in enumerate(messages):
+        if isinstance(message, AIMessage) and message.tool_calls:
+            answered: set[str] = set()
+            for later in messages[i + 1 :]:
+                if not isinstance(later, ToolMessage):
+                    break
+                answered.add(later.tool_call_id)
+            missing += [str(c["id"]) for c in message.tool_calls if c["id"] not in answered]
+    return missing
+
+
+class Broken(ScriptedModel):
+    """Raises on every model call while `broken` (a provider outage)."""
+
+    broken: bool = False
+
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
+        if self.broken:
+            raise RuntimeError("the model provider is down")
+        return super().reply(messages)
+
+
+async def test_a_turn_whose_first_model_call_failed_keeps_the_users_message(
+    harness: Harness, cache: BlobCache
+) -> None:
+    """A later turn that fails before its model answered at all: what the user said in it
+    stays in the conversation, so the next turn's model knows it was asked."""
+    model = Broken(script=[*SCRIPTS["read"], AIMessage(content="B2 is on its way.")])
+    graph = build_agent(
+        Kind.GRAPH, model, build_tools(Effects(harness.db)), harness.signoff(), harness.saver
+    )
+    session = AgentSession(graph, harness.saver, harness.signoff())
+    run = start(AgentSessionFlow(session, recheck_every=RECHECK), cache, model)
+    await run.driver.run()
+    model.broken = True
+    run.say("And where is B2?")
+    await run.driver.run()
+    assert [e.payload["status"] for e in run.events(SessionEventType.TURN_COMPLETED)] == [
+        "completed",
+        "failed",
+    ]
+    model.broken = False
+    run.say("Hello?")
+    await run.driver.run()
+    said = [m.content for m in model.seen[-1] if isinstance(m, HumanMessage)]
+    assert said == ["Please help", "And where is B2?", "Hello?"]
+    assert unanswered_calls(model.seen[-1]) == []
 
 
 def self_interrupting_graph(harness: Harness, model: ScriptedModel) -> Any:
@@ -296,6 +355,31 @@ async def test_a_turn_the_session_cannot_go_on_with_fails_before_any_tool_runs(
     assert expected in failed.payload["error"]
     assert await calls_of(harness.db, run.session_id) == {}
     assert await effects_of(harness.db, run.session_id) == []
+
+
+@pytest.mark.parametrize("args", [{"order_id": "B2"}, {"order_id": "A7"}])
+async def test_a_call_id_the_session_used_before_fails_the_turn_and_runs_nothing(
+    harness: Harness, cache: BlobCache, args: dict[str, Any]
+) -> None:
+    """The ledger keeps one entry per (session, call id): a model that gives a later call an
+    id of an earlier one (other arguments, or the same) must not get the earlier result
+    replayed, nor leave the turn waiting for a call that never settles."""
+    script = [
+        calls(("c-1", "lookup_order", {"order_id": "A7"})),
+        AIMessage(content="Order A7 was delivered."),
+        calls(("c-1", "lookup_order", args)),
+        AIMessage(content="Order B2 is on its way."),
+    ]
+    flow, model = agent_session(harness, Kind.GRAPH, script)
+    run = start(flow, cache, model)
+    await run.driver.run()
+    run.say("And B2?")
+    await run.driver.run()
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    first, second = run.events(SessionEventType.TURN_COMPLETED)
+    assert (first.payload["status"], second.payload["status"]) == ("completed", "failed")
+    assert "used before" in second.payload["error"]
+    assert len(await effects_of(harness.db, run.session_id, "lookup_order")) == 1
 
 
 # -- real processes ----------------------------------------------------------------------------

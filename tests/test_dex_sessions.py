@@ -49,7 +49,7 @@ from adapters.dex.sessions import (
 )
 from adapters.langgraph import SignoffMiddleware, ToolSpec, signoff_tool_node
 from adapters.langgraph.middleware import EDIT_NOTICE
-from approvals import ApprovalStore, Decision
+from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
 from ledger.calls.model import Effect
 from ledger.errors import EventNotPermitted
 from ledger.keys import KeyRing, LocalKek
@@ -175,12 +175,15 @@ async def test_a_session_runs_parallel_calls_with_approvals_from_the_store(
     for pending in run.driver.pending:
         assert b"A7" not in pending.input.SerializeToString()
 
-    # par-2: decided through the decide RPC, which wakes its Step.
+    # par-2: decided in the store (as resolve_interrupt does), then the decide RPC wakes its
+    # Step; the RPC itself records nothing.
     approval = await harness.store.get(waiting["par-2"])
     assert (approval.run_id, approval.requested_by) == (session_id, "carol")
-    _, published = await run.worker.decide(
-        session_id, DecideRequest.of(approval, Decision.approve(), "alice")
-    )
+    request = DecideRequest.of(approval, Decision.approve(), "alice")
+    early, published = await run.worker.decide(session_id, request)
+    assert (early.status, early.signalled, published) == (ApprovalStatus.PENDING, False, [])
+    await harness.store.decide(waiting["par-2"], Decision.approve(), "alice")
+    _, published = await run.worker.decide(session_id, request)
     run.driver.publish(run.worker.channel("par-2"), published[0])
     # par-3: rejected in the store only (the CLI, the HTTP service): no wake-up.
     await harness.store.decide(waiting["par-3"], Decision.reject("too much"), "alice")
@@ -314,6 +317,36 @@ async def test_a_once_per_run_tool_called_twice_runs_once_and_the_turn_goes_on(
     assert results == ["refunded 1 EUR on A7"] * 2, "the second call replays the first"
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_once_per_run_call_answered_by_an_earlier_one_asks_nobody(
+    harness: Harness, cache: BlobCache, parallel: bool
+) -> None:
+    """The second call of a once-per-run tool replays the first: no reviewer is asked to
+    approve it once the first has finished, and its Step does not wait for an approval that
+    cannot change anything (asked already when both calls came in one message)."""
+    first = ("o-1", "refund", {"order_id": "A7", "amount": 1})
+    second = ("o-2", "refund", {"order_id": "A7", "amount": 2})
+    answer = AIMessage(content="Refunded once.")
+    script = [calls(first, second), answer] if parallel else [calls(first), calls(second), answer]
+    specs = (
+        ToolSpec("refund", Effect.SINGLE_ATTEMPT, approval=ApprovalPolicy(), once_per_run=True),
+    )
+    flow, model = agent_session(harness, Kind.BATCHED, script, specs=specs)
+    run = start(flow, cache, model)
+    await run.driver.run()
+    waiting = await pending_approvals(harness.store, run.session_id)
+    assert list(waiting) == (["o-1", "o-2"] if parallel else ["o-1"])
+    await harness.store.decide(waiting["o-1"], Decision.approve(), "alice")
+    await run.driver.run(fire_timers=True)
+    assert run.driver.waiting() == ["AwaitUserMessage"]
+    left = await pending_approvals(harness.store, run.session_id)
+    assert list(left) == (["o-2"] if parallel else [])
+    refunds = await effects_of(harness.db, run.session_id, "refund")
+    assert [r["args"]["amount"] for r in refunds] == [1]
+    results = [m.content for m in model.seen[-1] if isinstance(m, ToolMessage)]
+    assert results == ["refunded 1 EUR on A7"] * 2
+
+
 async def test_reasoning_and_text_stream_as_events(harness: Harness, cache: BlobCache) -> None:
     answer = AIMessage(
         content=[
@@ -401,8 +434,20 @@ async def test_the_session_steps_run_on_a_worker_only_login(
             [approval_id] = (await pending_approvals(worker.store, run.session_id)).values()
             with pytest.raises(EventNotPermitted):  # a worker cannot decide
                 await worker.store.decide(approval_id, Decision.approve(), "mallory")
+            approval = await worker.store.get(approval_id)
+            # The decide RPC, served by these Workers, decides nothing either: whoever reaches
+            # it names a reviewer of their choosing, and nothing is recorded or woken.
+            forged = DecideRequest.of(approval, Decision.approve(), "mallory")
+            undecided, woken = await run.worker.decide(run.session_id, forged)
+            assert (undecided.status, woken) == (ApprovalStatus.PENDING, [])
+            assert (await worker.store.get(approval_id)).status is ApprovalStatus.PENDING
+            # The reviewer side records the decision; the RPC then only wakes the session.
             await reviewer.decide(approval_id, Decision.approve(), "alice")
-            await run.driver.run(fire_timers=True)
+            told = DecideRequest.of(approval, Decision.approve(), "alice")
+            result, woken = await run.worker.decide(run.session_id, told)
+            assert (result.status, result.signalled) == (ApprovalStatus.APPROVED, True)
+            run.driver.publish(run.worker.channel(approval.call_id), woken[0])
+            await run.driver.run()
             assert run.driver.waiting() == ["AwaitUserMessage"]
             statuses = {
                 c: e["status"] for c, e in (await calls_of(worker.db, run.session_id)).items()

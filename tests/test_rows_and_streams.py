@@ -155,6 +155,14 @@ async def test_a_row_that_says_succeeded_over_a_running_stream_is_not_replayed(
     with pytest.raises(CallTampered) as raised:
         await ledger.execute(call, refund, WRITE)
     assert "status" in raised.value.fields and refund.runs == 0
+    # Nor does the row answer the call for an agent session (as settled, so the turn goes
+    # on), by its own id or as the run's once-per-run call of its tool.
+    with pytest.raises(CallTampered):
+        await ledger.answering(run, "c1")
+    async with tampered_db.connection() as conn:
+        await conn.execute("UPDATE tool_calls SET once_per_run = true WHERE run_id = $1", run)
+    with pytest.raises(CallTampered):
+        await ledger.answering(run, "c2", "refund")
 
     async with tampered_db.connection() as conn:
         await conn.execute(
@@ -176,6 +184,8 @@ async def test_untouched_calls_still_replay_and_resolve(
     first = await ledger.execute(ToolCall(run, "c1", "refund", {"order": "B"}), refund, once)
     again = await ledger.execute(ToolCall(run, "c2", "refund", {"order": "B"}), refund, once)
     assert (first.replayed, again.replayed, again.call_id, refund.runs) == (False, True, "c1", 1)
+    answer = await ledger.answering(run, "c9", "refund")
+    assert answer is not None and (answer.call_id, answer.status.final) == ("c1", True)
 
     async def no_json(args: dict[str, Any], context: CallContext) -> object:
         return object()

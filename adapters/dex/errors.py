@@ -39,7 +39,8 @@ class SessionGraphRefused(SignoffError, ValueError):
 class TurnRefused(SignoffError):
     """A model turn an agent session cannot go on with: the graph paused on an interrupt of
     its own or stopped somewhere else than before its tool node, or the model's tool call ids
-    are empty or repeated. Nothing ran; the turn fails (`FailTurn`) with this message."""
+    are empty, repeated or used before in the session. Nothing ran; the turn fails
+    (`FailTurn`) with this message."""
 
     def __init__(self, session_id: str, reason: str) -> None:
         super().__init__(f"session {session_id}: {reason}")

@@ -58,10 +58,12 @@ from dex import (
 from ledger.calls.model import Effect
 from ledger.log import get_logger
 
+from .errors import ApprovalNotForThisCall
 from .logic import (
     ApprovalWait,
     DexTool,
     SignoffDex,
+    answered,
     await_approval,
     call_tool,
     decide_for_flow,
@@ -88,9 +90,11 @@ __all__ = [
     "ToolCallFlow",
     "ToolCallHost",
     "call_step_options",
+    "check_recheck",
     "decide_and_wake",
     "heartbeating",
     "retry_policy",
+    "wake_decided",
 ]
 
 DECISIONS: ChannelMap[ApprovalSignal] = ChannelMap("signoff_decisions", ApprovalSignal)
@@ -135,6 +139,15 @@ async def heartbeating(context: AsyncContext, work: Awaitable[T]) -> T:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def check_recheck(recheck_every: timedelta | None) -> None:
+    """Raises:
+    ValueError: `recheck_every` is not None nor whole seconds, at least one (Dex timers)."""
+    if recheck_every is not None and (
+        recheck_every.total_seconds() < 1 or not recheck_every.total_seconds().is_integer()
+    ):
+        raise ValueError("recheck_every must be whole seconds, at least one (Dex timers)")
 
 
 class ToolCallHost(Protocol):
@@ -183,13 +196,22 @@ class StartToolCall(_ToolCallStep):
 
 
 class AwaitToolApproval(_ToolCallStep):
-    """Record the approval request; wait for the decision's wake-up or the expiry timer."""
+    """Record the approval request; wait for the decision's wake-up or the expiry timer.
+    A call the ledger answers already (a once-per-run tool's later call) asks nobody."""
+
+    async def _needs_approval(
+        self, context: AsyncContext, input: ToolCallRequest, tool: DexTool
+    ) -> bool:
+        if tool.spec.approval is None:
+            return False
+        ledger = self.flow.signoff().ledger
+        return not await answered(ledger, context.flow_id, input, tool.spec)
 
     async def wait_for(  # type: ignore[override]
         self, context: AsyncContext, input: ToolCallRequest
     ) -> Wait:
         runtime, tool = self.flow.signoff(), self._tool(input)
-        if tool.spec.approval is None:
+        if not await self._needs_approval(context, input, tool):
             return Wait.skip_immediately()
         request = await self.flow.request_for(context, input)
         state = await await_approval(runtime.store, context.flow_id, request, tool.spec)
@@ -206,7 +228,7 @@ class AwaitToolApproval(_ToolCallStep):
         self, context: AsyncContext, input: ToolCallRequest
     ) -> StepDecision:
         runtime, tool = self.flow.signoff(), self._tool(input)
-        if tool.spec.approval is not None:
+        if await self._needs_approval(context, input, tool):
             request = await self.flow.request_for(context, input)
             state = await await_approval(runtime.store, context.flow_id, request, tool.spec)
             if not state.ready:  # a re-check, or the timer fired a moment early: wait again
@@ -261,10 +283,7 @@ class ToolCallFlow(Flow[ToolCallRequest]):
         flow_type: str = "SignoffToolCall",
         recheck_every: timedelta | None = DEFAULT_RECHECK,
     ) -> None:
-        if recheck_every is not None and (
-            recheck_every.total_seconds() < 1 or not recheck_every.total_seconds().is_integer()
-        ):
-            raise ValueError("recheck_every must be whole seconds, at least one (Dex timers)")
+        check_recheck(recheck_every)
         self._runtime = runtime
         self._flow_type = flow_type
         self.recheck_every = recheck_every
@@ -320,14 +339,39 @@ class ToolCallFlow(Flow[ToolCallRequest]):
 async def decide_and_wake(
     runtime: SignoffDex, context: Context, request: DecideRequest
 ) -> RPCResult[DecideResult]:
-    """The decide RPC of every Flow that waits in `AwaitToolApproval`: record the decision in
-    the store, then publish the wake-up on `DECISIONS[channel_key(call_id)]` (once)."""
+    """The decide RPC of `ToolCallFlow`: record the decision in the store, then publish the
+    wake-up on `DECISIONS[channel_key(call_id)]` (once)."""
     result = await decide_for_flow(runtime.store, context.flow_id, request)
+    return await _wake(runtime, context, request, result)
+
+
+async def wake_decided(
+    runtime: SignoffDex, context: Context, request: DecideRequest
+) -> RPCResult[DecideResult]:
+    """The decide RPC of a Flow whose Workers must not decide (an agent session's, served by
+    its agent Workers): it records nothing and trusts nothing of the request but the approval
+    and call ids. Once the store holds a final decision (recorded by the reviewer side), it
+    publishes the wake-up (once); before that it publishes nothing.
+
+    Raises:
+        ApprovalNotForThisCall: the approval is not this Flow's call's.
+    """
+    approval = await runtime.store.get(request.approval_id)
+    if approval.run_id != context.flow_id or approval.call_id != request.call_id:
+        raise ApprovalNotForThisCall(request.approval_id, context.flow_id, request.call_id)
+    final = approval.status.final
+    result = DecideResult(request.approval_id, approval.status, duplicate=final)
+    return await _wake(runtime, context, request, result)
+
+
+async def _wake(
+    runtime: SignoffDex, context: Context, request: DecideRequest, result: DecideResult
+) -> RPCResult[DecideResult]:
     bound = log.bind(
         run_id=context.flow_id, call_id=request.call_id, approval_id=request.approval_id
     )
     if not result.status.final:
-        return RPCResult(result)  # a quorum still open: nothing to wake yet
+        return RPCResult(result)  # undecided, or a quorum still open: nothing to wake yet
     key = channel_key(request.call_id)
     if _signal_pending(context, key, request.approval_id):
         bound.info("wake-up already pending; not published again")

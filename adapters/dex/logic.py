@@ -142,6 +142,17 @@ def _call(flow_id: str, request: ToolCallRequest) -> ToolCall:
     return ToolCall(flow_id, request.call_id, request.tool, request.args, turn_id=request.turn_id)
 
 
+async def answered(
+    ledger: ToolLedger, flow_id: str, request: ToolCallRequest, spec: ToolSpec
+) -> bool:
+    """Whether the ledger holds a final outcome that answers this call: its own, or for a
+    once-per-run tool the run's call of that tool. `execute` only replays it, so nobody is
+    asked to approve the call."""
+    once = request.tool if spec.once_per_run else None
+    record = await ledger.answering(flow_id, request.call_id, once)
+    return record is not None and record.status.final
+
+
 async def await_approval(
     store: ApprovalStore,
     flow_id: str,
@@ -224,7 +235,7 @@ async def call_tool(
     call = _call(flow_id, request)
     bound = log.bind(run_id=flow_id, call_id=request.call_id, tool=request.tool)
     approval_id = None
-    if tool.spec.approval is not None:
+    if tool.spec.approval is not None and not await answered(ledger, flow_id, request, tool.spec):
         approval = await ask(store, tool.spec, call, request.requested_by)
         require_ready(approval)
         approval_id = approval.approval_id

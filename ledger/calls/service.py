@@ -237,14 +237,22 @@ class ToolLedger:
     ) -> CallRecord | None:
         """The entry that answers a call without running it: its own, else, when the call is
         of a once-per-run tool (named here), the run's call of that tool, which `execute`
-        replays for it. None: no entry yet (`execute` would start the call)."""
+        replays for it. None: no entry yet (`execute` would start the call).
+
+        Raises:
+            CallTampered: the entry's row disagrees with its stream (as `execute` would).
+        """
         _check_id(run_id, "run_id")
         _check_id(call_id, "call_id")
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(sql.BY_ID, run_id, call_id)
-            if row is None and once_per_run_tool is not None:
-                row = await conn.fetchrow(sql.ONCE_PER_RUN, run_id, once_per_run_tool)
-        return None if row is None else call_record(row)
+            row = await conn.fetchrow(sql.BY_ID_CHECKED, run_id, call_id)
+            if row is not None:
+                return await self._confirmed(conn, row, locked=False)
+            if once_per_run_tool is None:
+                return None
+            row = await conn.fetchrow(sql.ONCE_PER_RUN, run_id, once_per_run_tool)
+            # A row found by tool comes without its stream: `locked` reads it here.
+            return None if row is None else await self._confirmed(conn, row)
 
     async def outcome(self, run_id: str, call_id: str) -> CallOutcome:
         """The recorded outcome of a finished call (decrypted), or its running state."""

@@ -224,17 +224,21 @@ class Driver:
     def stream(self, type_: type[T]) -> list[T]:
         return [self.worker.decode(v, type_) for v in self.streamed]
 
-    async def run(self, *, fire_timers: bool = False, only: str | None = None) -> None:
+    async def run(
+        self, *, fire_timers: bool = False, only: str | None = None, limit: int = 100
+    ) -> None:
         """Run every Step that can run, until none can (waits that nothing satisfies stay
-        pending; with `fire_timers` a wait with a timer ends on it)."""
-        progress = True
+        pending; with `fire_timers` a wait with a timer ends on it). More than `limit` Steps
+        fail the test: a Flow that waits again at every timer would never stop."""
+        progress, ran = True, 0
         while progress and not self.closed:
             progress = False
             for pending in list(self.pending):
                 if only is not None and pending.step != only:
                     continue
                 if await self._try(pending, fire_timers):
-                    progress = True
+                    progress, ran = True, ran + 1
+                    assert ran <= limit, f"no end after {limit} Steps: {self.waiting()}"
                     break
 
     def _waits(self, step_type: str) -> bool:

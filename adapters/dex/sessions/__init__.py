@@ -30,7 +30,7 @@ from .flow import (
     RunModel,
     StartAgentSession,
 )
-from .notes import failed_turn_note
+from .notes import NOT_RUN, failed_turn_messages
 from .values import (
     SessionEvent,
     SessionEventType,
@@ -43,6 +43,7 @@ from .values import (
 
 __all__ = [
     "EVENTS",
+    "NOT_RUN",
     "SEND_MESSAGE_RPC",
     "TURN_CALLS",
     "USER_MESSAGES",
@@ -65,6 +66,6 @@ __all__ = [
     "TurnRefused",
     "TurnStep",
     "UserMessage",
-    "failed_turn_note",
+    "failed_turn_messages",
     "user_message_id",
 ]

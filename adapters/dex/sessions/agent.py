@@ -11,55 +11,31 @@ graph makes its next model call.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    BaseMessage,
-    HumanMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, ToolException
-from langgraph.graph.state import CompiledStateGraph
-from langgraph.prebuilt import ToolNode
-from pydantic import BaseModel, ValidationError
+from langchain_core.tools import BaseTool
 
-from adapters.langgraph import (
-    EncryptedPostgresSaver,
-    SignoffMiddleware,
-    SignoffToolNode,
-    SignoffTools,
-)
+from adapters.langgraph import EncryptedPostgresSaver, SignoffTools
 from adapters.langgraph.middleware import EDIT_NOTICE, announce_edit
-from adapters.langgraph.tools import (
-    DEFERRED,
-    IDEMPOTENCY_KEY,
-    REQUESTED_BY,
-    RUN_ID,
-    effect_of,
-    is_content_blocks,
-)
-from ledger.calls.model import CallContext, ToolFailed
+from adapters.langgraph.tools import DEFERRED, REQUESTED_BY, RUN_ID, effect_of
+from ledger.calls.model import CallContext
 
 from ..errors import SessionGraphRefused, TurnRefused
 from ..logic import DexTool, SignoffDex
-from .values import SessionEventType
+from .graph import Emit, Graph, emit_deltas, graph_signoffs, invoke_tool, node_tools, same_treatment
 
 __all__ = ["AgentSession", "ModelStop", "PendingCall", "user_message_id"]
 
-Graph = CompiledStateGraph[Any, Any, Any, Any]
 # The arguments a tool Step read from its checkpoint, by (session, call): the tool's run, later
 # in the same Step (the same task), compares them with the arguments it is given.
 _read_args: ContextVar[tuple[tuple[str, str], dict[str, Any]] | None] = ContextVar(
     "signoff_session_read_args", default=None
 )
-Emit = Callable[[SessionEventType, dict[str, Any]], None]
 
 
 def user_message_id(session_id: str, turn: int) -> str:
@@ -83,54 +59,6 @@ class ModelStop:
 
     checkpoint_id: str
     calls: list[PendingCall]
-
-
-def _node_tools(graph: Graph, names: Sequence[str], given: set[str]) -> dict[str, BaseTool]:
-    """The tools of the graph's tool nodes by name; two different tools of one name are
-    refused unless `given` (the session's own `tools=`) names the one to run."""
-    found: dict[str, BaseTool] = {}
-    for name in names:
-        node = graph.nodes.get(name)
-        if node is None:
-            raise SessionGraphRefused(f"the graph has no node {name!r} (tool_nodes={names!r})")
-        bound: Any = node.bound
-        inner = [bound, getattr(bound, "afunc", None), getattr(bound, "func", None)]
-        for part in inner:
-            tools: Mapping[str, BaseTool] = {}
-            if isinstance(part, ToolNode):
-                tools = part.tools_by_name
-            elif isinstance(part, SignoffToolNode):
-                tools = part.by_name
-            for tool_name, tool in tools.items():
-                if found.get(tool_name, tool) is not tool and tool_name not in given:
-                    raise SessionGraphRefused(
-                        f"two tool nodes have different tools named {tool_name!r}: pass the "
-                        "one to run in tools="
-                    )
-                found[tool_name] = tool
-    return found
-
-
-def _graph_signoffs(graph: Graph) -> list[SignoffTools]:
-    """The `SignoffTools` of the graph's `SignoffMiddleware` (found through its after-model
-    node) and of its `signoff_tool_node`s."""
-    found: list[SignoffTools] = []
-    for node in graph.nodes.values():
-        bound: Any = node.bound
-        for part in (bound, getattr(bound, "afunc", None), getattr(bound, "func", None)):
-            owner = getattr(part, "__self__", part)
-            if isinstance(owner, SignoffMiddleware | SignoffToolNode):
-                found.append(owner.signoff)
-    return found
-
-
-def _same_treatment(ours: SignoffTools, theirs: SignoffTools, tool: BaseTool) -> bool:
-    mine, other = ours.spec(tool.name), theirs.spec(tool.name)
-    return (mine.approval, mine.once_per_run, effect_of(tool, mine)) == (
-        other.approval,
-        other.once_per_run,
-        effect_of(tool, other),
-    )
 
 
 @dataclass
@@ -172,10 +100,10 @@ class AgentSession:
                 "only before its tool nodes, for the calls' Steps"
             )
         given = {t.name: t for t in self.tools}
-        self.by_name = _node_tools(self.graph, self.tool_nodes, set(given)) | given
-        for theirs in _graph_signoffs(self.graph):
+        self.by_name = node_tools(self.graph, self.tool_nodes, set(given)) | given
+        for theirs in graph_signoffs(self.graph):
             differ = [
-                n for n, t in self.by_name.items() if not _same_treatment(self.signoff, theirs, t)
+                n for n, t in self.by_name.items() if not same_treatment(self.signoff, theirs, t)
             ]
             if differ:
                 # The Steps ask for approvals by the session's specs: a policy only the
@@ -198,7 +126,7 @@ class AgentSession:
         notice = self.edit_notice if spec.approval is not None else None
 
         async def run(args: dict[str, Any], context: CallContext) -> Any:
-            content = await _invoke(tool, args, context)
+            content = await invoke_tool(tool, args, context)
             if notice is None:
                 return content
             asked = await self._asked_args(context.run_id, context.call_id)
@@ -288,7 +216,7 @@ class AgentSession:
         )
         async for namespace, mode, payload in parts:
             if mode == "messages" and self.stream_text:
-                _emit_deltas(payload[0], emit)
+                emit_deltas(payload[0], emit)
             elif mode == "checkpoints" and not namespace:  # the root graph's, in order
                 last = str(payload["config"]["configurable"]["checkpoint_id"])
         state = await self.graph.aget_state(self.config(session_id, requested_by, last))
@@ -308,11 +236,25 @@ class AgentSession:
         if not self._before_tools(state.next):
             return ModelStop(checkpoint_id, [])
         messages = self._messages(state.values)
-        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
-        tool_calls = list(last.tool_calls) if last is not None else []
+        at = next(
+            (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)),
+            None,
+        )
+        last = messages[at] if at is not None else None
+        tool_calls = list(last.tool_calls) if isinstance(last, AIMessage) else []
         ids = [str(c.get("id") or "") for c in tool_calls]
         if not all(ids) or len(set(ids)) != len(ids):
             raise TurnRefused(session_id, f"tool call ids must be non-empty and unique: {ids}")
+        # The ledger keeps one entry per (session, call id): an id used before would replay
+        # that call's outcome (or be refused with other arguments), never run this call.
+        earlier = {
+            str(c.get("id"))
+            for m in messages[:at]
+            if isinstance(m, AIMessage)
+            for c in m.tool_calls
+        }
+        if reused := sorted(earlier.intersection(ids)):
+            raise TurnRefused(session_id, f"tool call ids used before in the session: {reused}")
         calls = [PendingCall(i, c["name"]) for c, i in zip(tool_calls, ids, strict=True)]
         return ModelStop(checkpoint_id, calls)
 
@@ -350,14 +292,17 @@ class AgentSession:
                         return args
         raise TurnRefused(session_id, f"checkpoint {checkpoint_id} has no tool call {call_id!r}")
 
-    async def leave_note(
-        self, session_id: str, requested_by: str, note: str, checkpoint_id: str | None
+    async def add_messages(
+        self,
+        session_id: str,
+        requested_by: str,
+        messages: Sequence[BaseMessage],
+        checkpoint_id: str | None,
     ) -> str:
-        """Add a user message to the conversation at `checkpoint_id` (a failed turn's note),
-        so the next turn's model reads it; the id of the checkpoint that holds it."""
+        """Add messages to the conversation at `checkpoint_id` (what a failed turn leaves), so
+        the next turn's model reads them; the id of the checkpoint that holds them."""
         config = self.config(session_id, requested_by, checkpoint_id)
-        message = HumanMessage(content=note)
-        written = await self.graph.aupdate_state(config, {self.messages_key: [message]})
+        written = await self.graph.aupdate_state(config, {self.messages_key: list(messages)})
         return str(written["configurable"]["checkpoint_id"])
 
     async def conversation(
@@ -366,46 +311,3 @@ class AgentSession:
         """The session's messages at `checkpoint_id` (None: the thread's latest checkpoint)."""
         state = await self.graph.aget_state(self.config(session_id, "agent", checkpoint_id))
         return self._messages(state.values)
-
-
-async def _invoke(tool: BaseTool, args: dict[str, Any], context: CallContext) -> Any:
-    """Run a LangChain tool once for the ledger: arguments that do not fit its schema and a
-    `ToolException` (or an error `ToolMessage`) are `ToolFailed`; anything else it raises is
-    left to the ledger (retried for a read or idempotent write, else `outcome_unknown`)."""
-    schema = tool.tool_call_schema
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        try:
-            schema.model_validate(args)
-        except ValidationError as e:
-            raise ToolFailed(f"the arguments do not fit {tool.name}: {e}") from None
-    config: RunnableConfig = {
-        "configurable": {"thread_id": context.run_id, IDEMPOTENCY_KEY: context.idempotency_key}
-    }
-    call = {"type": "tool_call", "id": context.call_id, "name": tool.name, "args": args}
-    try:
-        output: Any = await tool.ainvoke(call, config)
-    except ToolException as e:
-        raise ToolFailed(str(e)) from None
-    if getattr(output, "status", None) == "error":
-        raise ToolFailed(str(output.content))
-    content = getattr(output, "content", output)
-    blocks = isinstance(content, str) or is_content_blocks(content)
-    return content if blocks else json.dumps(content, default=str)
-
-
-def _emit_deltas(chunk: Any, emit: Emit) -> None:
-    """The visible text and the reasoning of a model message (chunk) as events."""
-    if not isinstance(chunk, AIMessage | AIMessageChunk):
-        return
-    reasoning = chunk.additional_kwargs.get("reasoning_content")
-    if isinstance(reasoning, str) and reasoning:
-        emit(SessionEventType.REASONING_DELTA, {"text": reasoning})
-    content = chunk.content
-    for block in [content] if isinstance(content, str) else content:
-        if isinstance(block, str):
-            if block:
-                emit(SessionEventType.TEXT_DELTA, {"text": block})
-        elif block.get("type") == "text" and block.get("text"):
-            emit(SessionEventType.TEXT_DELTA, {"text": block["text"]})
-        elif block.get("type") == "reasoning" and block.get("reasoning"):
-            emit(SessionEventType.REASONING_DELTA, {"text": block["reasoning"]})

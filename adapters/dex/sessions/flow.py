@@ -60,13 +60,14 @@ from ..flow import (
     CallTool,
     SettleToolCall,
     call_step_options,
-    decide_and_wake,
+    check_recheck,
     heartbeating,
+    wake_decided,
 )
-from ..logic import ApprovalWait, SignoffDex, require_runtime
+from ..logic import ApprovalWait, SignoffDex, answered, require_runtime
 from ..values import DecideRequest, DecideResult, ToolCallRequest, ToolCallResult, channel_key
 from .agent import AgentSession, ModelStop
-from .notes import failed_turn_note
+from .notes import failed_turn_messages
 from .values import (
     SessionEvent,
     SessionEventType,
@@ -212,9 +213,9 @@ class ResumeTurn(_SessionStep):
 
 
 class FailTurn(_SessionStep):
-    """`RunModel` ran out of attempts: leave a note in the conversation listing the calls
-    that already ran (so the next turn's model does not repeat a write), end the turn as
-    failed, and wait for the user's next message."""
+    """`RunModel` ran out of attempts: answer the calls nothing answered and leave a note in
+    the conversation listing the calls that already ran (so the next turn's model does not
+    repeat a write), end the turn as failed, and wait for the user's next message."""
 
     async def execute(  # type: ignore[override]
         self, context: AsyncContext, input: TurnStep
@@ -223,10 +224,12 @@ class FailTurn(_SessionStep):
         error = failure.detail if failure is not None else "the model call failed"
         session = self.flow.session()
         at = input.checkpoint_id  # where the failed model call started
-        note = await failed_turn_note(session, context.flow_id, input.turn, error, at)
-        if note is not None:
-            at = await session.leave_note(context.flow_id, input.requested_by, note, at)
-        log.warning("turn failed", run_id=context.flow_id, turn=input.turn, noted=note is not None)
+        added = await failed_turn_messages(
+            session, context.flow_id, input.turn, error, at, input.text
+        )
+        if added:
+            at = await session.add_messages(context.flow_id, input.requested_by, added, at)
+        log.warning("turn failed", run_id=context.flow_id, turn=input.turn, added=len(added))
         failed: dict[str, object] = {"status": "failed", "error": error, "checkpoint_id": at}
         _event(context, SessionEventType.TURN_COMPLETED, input.turn, failed)
         after = TurnStep(input.turn, input.requested_by, checkpoint_id=at, error=error)
@@ -274,10 +277,7 @@ class AgentSessionFlow(Flow[SessionStart]):
         flow_type: str = "SignoffAgentSession",
         recheck_every: timedelta | None = DEFAULT_RECHECK,
     ) -> None:
-        if recheck_every is not None and (
-            recheck_every.total_seconds() < 1 or not recheck_every.total_seconds().is_integer()
-        ):
-            raise ValueError("recheck_every must be whole seconds, at least one (Dex timers)")
+        check_recheck(recheck_every)
         self._session = session
         self._runtime = session.runtime() if session is not None else None
         self._flow_type = flow_type
@@ -351,9 +351,8 @@ class AgentSessionFlow(Flow[SessionStart]):
         of a once-per-run tool is answered by the run's call of that tool."""
         runtime = self.signoff()
         for call_id, tool in calls.items():
-            once = tool if runtime.tool(tool).spec.once_per_run else None
-            record = await runtime.ledger.answering(session_id, call_id, once)
-            if record is None or not record.status.final:
+            request = ToolCallRequest(call_id, tool, {})
+            if not await answered(runtime.ledger, session_id, request, runtime.tool(tool).spec):
                 return False
         return True
 
@@ -361,9 +360,12 @@ class AgentSessionFlow(Flow[SessionStart]):
 
     @rpc(name=DECIDE_RPC, timeout=timedelta(seconds=30))
     async def decide(self, context: Context, request: DecideRequest) -> RPCResult[DecideResult]:
-        """Record a reviewer's decision in the store, then wake the waiting Step (as
-        `ToolCallFlow.decide`)."""
-        return await decide_and_wake(self.signoff(), context, request)
+        """Wake the Step that waits for this approval once the store holds its decision.
+
+        This RPC runs on the session's Workers, which hold only `signoff_app`: it records
+        nothing, and the reviewer it names is not trusted. The reviewer side records the
+        decision first (`SessionClient.resolve_interrupt`, the CLI, the HTTP service)."""
+        return await wake_decided(self.signoff(), context, request)
 
     @rpc(name=SEND_MESSAGE_RPC, timeout=timedelta(seconds=30), load_channels=(USER_MESSAGES,))
     async def send_message(self, context: Context, message: UserMessage) -> RPCResult[bool]:
