@@ -170,6 +170,34 @@ async def test_a_worker_asks_a_reviewer_decides_and_the_worker_runs_the_call_onc
     assert (first.status, again.replayed, ran) == (CallStatus.SUCCEEDED, True, [{"amount": 2}])
 
 
+async def test_a_workers_own_approval_steps_need_only_the_worker_role(
+    worker: Side, reviewer: Side
+) -> None:
+    """The steps a worker takes on an approval outside a transaction of its own (consume,
+    the expiry its wait records, cancel) read the approval (and the directory, and the
+    stream) and commit fenced at the version read: all of it with `signoff_app` alone."""
+
+    async def asked(policy: ApprovalPolicy) -> str:
+        approval = await worker.store.request(
+            run_id=new_run(),
+            tool="refund",
+            args={"amount": 9},
+            call_id="c1",
+            requested_by="agent",
+            policy=policy,
+        )
+        return approval.approval_id
+
+    approved = await asked(ApprovalPolicy())
+    await reviewer.store.decide(approved, Decision.approve(), "alice")
+    assert (await worker.store.consume(approved, "task-1")).consumed_by == "task-1"
+    lapsing = await asked(ApprovalPolicy(expires_in=timedelta(milliseconds=200)))
+    await asyncio.sleep(0.3)
+    assert (await worker.store.wait(lapsing, 5)).status is ApprovalStatus.EXPIRED
+    withdrawn = await asked(ApprovalPolicy())
+    assert (await worker.store.cancel(withdrawn, "agent")).status is ApprovalStatus.CANCELLED
+
+
 async def test_a_lapsed_single_attempt_call_is_outcome_unknown_and_a_reviewer_resolves_it(
     worker: Side, reviewer: Side
 ) -> None:
