@@ -38,11 +38,13 @@ from .model import (
     binding_of,
     check_decision,
 )
+from .projection import REQUESTS_CHANNEL
 from .reviewers import ReviewerDirectory, ReviewerEntry
 from .store import NOTIFY_CHANNEL, ApprovalStore
 
 __all__ = [
     "NOTIFY_CHANNEL",
+    "REQUESTS_CHANNEL",
     "ApiTokens",
     "Approval",
     "ApprovalAlreadyDecided",

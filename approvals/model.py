@@ -139,9 +139,7 @@ class ApprovalPolicy:
             "approvers": sorted(self.approvers),
             "quorum": self.quorum,
             "allow_self_approval": self.allow_self_approval,
-            "expires_in_seconds": None
-            if self.expires_in is None
-            else self.expires_in.total_seconds(),
+            "expires_in_seconds": None if self.expires_in is None else _seconds(self.expires_in),
             "description": self.description,
         }
 
@@ -400,3 +398,10 @@ def expiry(policy: ApprovalPolicy, requested_at: datetime) -> datetime | None:
         return requested_at + policy.expires_in
     except OverflowError as e:
         raise InvalidApprovalRequest(f"the policy's expiry is out of range: {e}") from e
+
+
+def _seconds(span: timedelta) -> int | float:
+    """A span in seconds, an integer when whole: event data without a float takes the
+    canonical encoders' fast path, and RFC 8785 writes 86400.0 as 86400 anyway."""
+    seconds = span.total_seconds()
+    return int(seconds) if seconds.is_integer() else seconds

@@ -21,6 +21,7 @@ from .model import STATUS_OF, Approval, ApprovalPolicy, ApprovalStatus, Decision
 __all__ = [
     "APPROVALS",
     "NOTIFY_CHANNEL",
+    "REQUESTS_CHANNEL",
     "STREAM_PREFIX",
     "ApprovalProjection",
     "approval_id_of",
@@ -29,7 +30,8 @@ __all__ = [
 ]
 
 STREAM_PREFIX = "approval:"
-NOTIFY_CHANNEL = "signoff_approvals"
+NOTIFY_CHANNEL = "signoff_approvals"  # an approval became final: its waiters read it again
+REQUESTS_CHANNEL = "signoff_approval_requests"  # a new request (reviewers' live feeds)
 
 COLUMNS = """
 approval_id, run_id, thread_id, tool, kind, call_id, args_digest, binding, requested_by,
@@ -160,10 +162,13 @@ class ApprovalProjection(Projection[Approval]):
         }
 
     def notify(self, before: Approval | None, after: Approval) -> str | None:
-        # Wake waiters only for what they wait for: a request becoming final (agents), a new
-        # request (reviewers' live feeds). Votes and consumptions reach feeds by their poll.
-        became_final = after.status.final and (before is None or not before.status.final)
-        return NOTIFY_CHANNEL if became_final or before is None else None
+        # Wake listeners only for what they wait for: a request becoming final (agents and
+        # feeds), a new request (feeds only, on a channel of its own: an agent waiting for its
+        # request's decision would be woken by the request itself). Votes and consumptions
+        # reach feeds by their poll.
+        if after.status.final and (before is None or not before.status.final):
+            return NOTIFY_CHANNEL
+        return REQUESTS_CHANNEL if before is None else None
 
     def apply(self, record: Approval | None, event: Fact) -> Approval:
         return _apply(record, event)

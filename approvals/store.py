@@ -11,8 +11,9 @@ at the version it read: one read and one write, no lock and no transaction aroun
 another step committed in between (a second reviewer, a racing consumer), nothing is written and
 the step reads again, so concurrent reviewers take turns and the second consumer finds the
 decision used. Inside a caller's transaction a consumer locks the row instead, so the caller's
-later statements meet no conflict. Final decisions NOTIFY `signoff_approvals` (after commit);
-waiters also re-check on a timer.
+later statements meet no conflict. Final decisions NOTIFY `signoff_approvals` (after commit),
+new requests `signoff_approval_requests` (reviewers' feeds); waiters also re-check on a timer,
+and hand what woke them to the `consume` that follows.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ PageCursor = tuple[datetime, str]
 """Where a page of approvals ends: the (requested_at, approval_id) of its last row."""
 
 log = get_logger(__name__)
+_FINAL_READS_KEPT = 256  # final approvals `wait` hands to `consume`, per store
 
 Step = Callable[[asyncpg.Connection, Read], Awaitable[list[NewEvent]]]
 """What one step appends to an approval as read (`ApprovalStore._advance`)."""
@@ -112,6 +114,10 @@ class ApprovalStore:
         self.poll_interval = poll_interval
         # Connects on first wait only: most processes never wait.
         self._listener = Listener(db.url, NOTIFY_CHANNEL)
+        # What `wait` last read of an approval it found final, with its stream: the next
+        # `consume` starts from it instead of reading it again. Safe because a step's write is
+        # fenced at the version it read, however old the read; bounded, oldest dropped first.
+        self._final_reads: dict[str, Read] = {}
 
     async def close(self) -> None:
         await self._listener.close()
@@ -352,7 +358,8 @@ class ApprovalStore:
             return events
 
         if connection is None:
-            approval, _ = await self._advance(approval_id, step, stream=True)
+            kept = self._final_reads.pop(approval_id, None)
+            approval, _ = await self._advance(approval_id, step, stream=True, read=kept)
         else:  # the caller's transaction: the row locked until it ends, so no step races it
             async with self.db.transaction(connection) as conn:
                 read = await self.records.locked_with_stream(conn, approval_id)
@@ -525,10 +532,14 @@ class ApprovalStore:
         deadline = time.monotonic() + seconds
         approval: Approval | None = None
         with listener.waiting(stream_of(approval_id)) as event:
+            woken = False
             while True:
                 event.clear()
                 try:
-                    approval = await self.get(approval_id)
+                    # Once woken, read the stream too: the consumption that follows starts there.
+                    approval = await (
+                        self._read_final(approval_id) if woken else self.get(approval_id)
+                    )
                     if approval.status is ApprovalStatus.PENDING and _due(approval):
                         approval = await self._expire_due(approval_id)
                 except DatabaseUnavailable as e:
@@ -547,6 +558,21 @@ class ApprovalStore:
                         await event.wait()
                 except TimeoutError:
                     pass
+                woken = True
+
+    async def _read_final(self, approval_id: str) -> Approval:
+        """The approval with its stream, kept for the next `consume` when final."""
+        async with self.db.connection() as conn:
+            read = await self.records.to_advance(conn, approval_id, stream=True)
+        if read is None:
+            raise UnknownApproval(approval_id)
+        if read.approval.status.final:
+            reads = self._final_reads
+            reads.pop(approval_id, None)
+            if len(reads) >= _FINAL_READS_KEPT:
+                del reads[next(iter(reads))]
+            reads[approval_id] = read
+        return read.approval
 
     async def issue_token(self, approval_id: str) -> str:
         """A signed resume token for the approval's final decision.
@@ -670,20 +696,23 @@ class ApprovalStore:
         *,
         stream: bool = False,
         reviewer: str | None = None,
+        read: Read | None = None,
     ) -> tuple[Approval, list[NewEvent]]:
         """Read the approval (with its stream, and `reviewer`'s directory groups, when asked),
         let `step` say what to append (nothing: the approval as read), and commit that fenced
-        at the version read, each in a statement of its own. When another step moved the
-        approval in between, nothing was written: read again. A retry that finds the approval
-        where the last attempt left it means a stream out of step with its row, not a race:
+        at the version read, each in a statement of its own. `read`, when given, is taken as
+        the first read (one read just before, as asked). When another step moved the approval
+        in between, nothing was written: read again. A retry that finds the approval where the
+        last attempt left it means a stream out of step with its row, not a race:
         `VersionConflict` then, rather than trying for ever."""
         conflict: VersionConflict | None = None
         while True:
             try:
                 async with self.db.connection() as conn:
-                    read = await self.records.to_advance(
-                        conn, approval_id, stream=stream, reviewer=reviewer
-                    )
+                    if read is None or conflict is not None:
+                        read = await self.records.to_advance(
+                            conn, approval_id, stream=stream, reviewer=reviewer
+                        )
                     if read is None:
                         raise UnknownApproval(approval_id)
                     if conflict is not None and conflict.expected_version == read.approval.version:

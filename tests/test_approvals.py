@@ -9,9 +9,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 import pytest
 
 from approvals import (
+    NOTIFY_CHANNEL,
+    REQUESTS_CHANNEL,
     ApprovalAlreadyDecided,
     ApprovalExpired,
     ApprovalPending,
@@ -323,6 +326,74 @@ async def test_a_decision_and_a_consumption_are_one_read_and_one_write_each(
         assert len(statements) == 2, (step, [s.strip()[:60] for s in statements])
         assert not any(s.strip().rstrip(";").upper() in ("BEGIN", "COMMIT") for s in statements)
     assert await store.problems(approval_id) == []
+
+
+async def test_a_new_request_wakes_feeds_not_the_agents_waiting_for_decisions(
+    database_url: str, store: ApprovalStore
+) -> None:
+    """A new request is notified on a channel of its own: on the decisions' channel it woke
+    the agent that had just made it (a read for nothing on every request)."""
+    heard: list[tuple[str, str]] = []
+    conn = await asyncpg.connect(database_url)
+    try:
+        for channel in (NOTIFY_CHANNEL, REQUESTS_CHANNEL):
+            await conn.add_listener(
+                channel, lambda _c, _p, ch, payload: heard.append((ch, payload))
+            )
+        approval_id = await ask(store)
+        await store.decide(approval_id, Decision.approve(), "lead-1")
+        await store.consume(approval_id, "task-1")
+        stream = f"approval:{approval_id}"
+        for _ in range(100):
+            if len(heard) >= 2:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # nothing more is coming
+    finally:
+        await conn.close()
+    assert heard == [(REQUESTS_CHANNEL, stream), (NOTIFY_CHANNEL, stream)]
+
+
+async def test_a_consumption_after_a_wait_starts_from_what_the_wait_read(
+    database_url: str, store: ApprovalStore, ring: KeyRing
+) -> None:
+    """An agent woken by a decision has just read the approval with its stream; consuming it
+    then is the fenced write alone, and is still refused when the decision was used between
+    the two (the write is fenced at the version the wait read)."""
+    async with await Database.connect(database_url, pool_size=1) as own:
+        agent = ApprovalStore(own, ring)
+        sent: list[str] = []
+        async with own.connection() as conn:  # the pool's one connection
+            conn.add_query_logger(lambda logged: sent.append(logged.query))
+
+        async def woken_by_a_decision(approval_id: str) -> None:
+            waiting = asyncio.create_task(agent.wait(approval_id, 10))
+            for _ in range(200):  # until the wait's first read found it pending
+                if sent:
+                    break
+                await asyncio.sleep(0.01)
+            await store.decide(approval_id, Decision.approve(), "lead-1")
+            assert (await waiting).status is ApprovalStatus.APPROVED
+            await asyncio.sleep(0)  # the logger is called soon after each statement
+            sent.clear()
+
+        for _ in range(2):  # the first round also prepares the statements
+            approval_id = await ask(store)
+            await woken_by_a_decision(approval_id)
+            await agent.consume(approval_id, "task-1")
+            await asyncio.sleep(0)
+        assert len(sent) == 1 and "signoff_commit_approval" in sent[0], sent
+        assert (await store.get(approval_id)).consumed_by == "task-1"
+
+        used = await ask(store)
+        await woken_by_a_decision(used)
+        await store.consume(used, "another-task")
+        with pytest.raises(ApprovalAlreadyDecided):
+            await agent.consume(used, "task-1")
+        await agent.close()
+    events = await Journal(store.db).read_stream(f"approval:{used}")
+    assert [e.type for e in events].count("approval.consumed") == 1
+    assert (await store.get(used)).consumed_by == "another-task"
 
 
 async def test_reviewers_deciding_at_once_each_count_once(store: ApprovalStore) -> None:

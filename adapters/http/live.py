@@ -4,9 +4,9 @@
 yields the events of approval streams. The cursor is a journal position, so it is the SSE event
 id: a client that reconnects with `Last-Event-ID` misses nothing, whichever replica it reaches,
 because every replica reads the same journal. Between reads the feed sleeps until PostgreSQL
-notifies `signoff_approvals` (a new request, a final decision: committed through any process)
-or its poll interval passes (votes in an open quorum, consumptions, a lost listening
-connection).
+notifies `signoff_approval_requests` or `signoff_approvals` (a new request, a final decision:
+committed through any process) or its poll interval passes (votes in an open quorum,
+consumptions, a lost listening connection).
 
 The journal reads only below the oldest transaction open anywhere on the server (its
 horizon), so one long transaction (a `pg_dump`, a session left idle in a transaction) holds
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from approvals import NOTIFY_CHANNEL
+from approvals import NOTIFY_CHANNEL, REQUESTS_CHANNEL
 from approvals.projection import STREAM_PREFIX, approval_id_of
 from ledger.errors import DatabaseUnavailable, SignoffError
 from ledger.journal import Event, Journal
@@ -97,7 +97,7 @@ class ApprovalFeed:
         self.journal = Journal(db)
         self.poll_interval = poll_interval
         self.batch_size = batch_size
-        self._listener = Listener(db.url, NOTIFY_CHANNEL)
+        self._listener = Listener(db.url, NOTIFY_CHANNEL, REQUESTS_CHANNEL)
         self._on_delay = on_delay
         self._measured = 0  # the last position measured: each event once, by its first stream
 

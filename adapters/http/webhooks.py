@@ -12,8 +12,8 @@ unknown, posted to `SIGNOFF_WEBHOOK_URL` and signed with its secret.
    answer delivers it; anything else (another status, a timeout, a refused connection, a
    redirect, which is not followed) is tried again after a backoff that doubles, with jitter,
    until the attempts run out;
-3. sleeps until `signoff_approvals` or `signoff_calls` is notified, a retry is due or a second
-   has passed.
+3. sleeps until `signoff_approval_requests`, `signoff_approvals` or `signoff_calls` is notified,
+   a retry is due or a second has passed.
 
 A body is built when it is sent, from what the database holds then, and never carries
 arguments. Logs name the delivery, the event's position, the attempt and the status; never the
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import httpx
 
-from approvals import NOTIFY_CHANNEL, ApprovalStore, UnknownApproval
+from approvals import NOTIFY_CHANNEL, REQUESTS_CHANNEL, ApprovalStore, UnknownApproval
 from approvals.projection import STREAM_PREFIX, approval_id_of
 from ledger import __version__
 from ledger.calls._sql import CHANNEL as CALLS_CHANNEL
@@ -95,8 +95,7 @@ class Webhooks:
         self.settings = settings
         self.poll_interval = poll_interval
         self.journal = Journal(db)
-        self._listeners = [Listener(db.url, NOTIFY_CHANNEL), Listener(db.url, CALLS_CHANNEL)]
-        self._wake = asyncio.Event()
+        self._listener = Listener(db.url, REQUESTS_CHANNEL, NOTIFY_CHANNEL, CALLS_CHANNEL)
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._random = random.SystemRandom()
@@ -122,8 +121,7 @@ class Webhooks:
             trust_env=False,  # Signoff reads no environment but its settings
             headers={"User-Agent": f"signoff/{__version__}"},
         )
-        for listener in self._listeners:
-            await listener.start()
+        await self._listener.start()
         self._task = asyncio.create_task(self._run(after), name="webhooks")
         log.info(
             "webhooks on",
@@ -138,8 +136,7 @@ class Webhooks:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for listener in self._listeners:
-            await listener.close()
+        await self._listener.close()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -150,15 +147,11 @@ class Webhooks:
         return latest if latest is not None else await self.journal.last_position()
 
     async def _run(self, after: int) -> None:
-        with contextlib.ExitStack() as stack:
-            woken = [stack.enter_context(lst.subscribed()) for lst in self._listeners]
-            forwarding = [asyncio.create_task(_forward(s.event, self._wake)) for s in woken]
-            stack.callback(lambda: [task.cancel() for task in forwarding])
+        with self._listener.subscribed() as woken:
             due_at: float | None = None  # when this process's soonest retry is due
             while True:
-                self._wake.clear()
-                for subscription in woken:
-                    subscription.take()
+                woken.event.clear()
+                woken.take()
                 try:
                     after = await self._record(after)
                     claimed_at = time.monotonic()
@@ -176,7 +169,7 @@ class Webhooks:
                 if due_at is not None:  # a wake in between must not make it wait a poll
                     wait = min(wait, max(due_at - time.monotonic(), 0.0))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    await asyncio.wait_for(woken.event.wait(), wait)
 
     async def _record(self, after: int) -> int:
         """Record a delivery for each event to deliver after `after`; the new cursor."""
@@ -316,11 +309,3 @@ async def _call(conn: asyncpg.Connection, stream_id: str) -> dict[str, Any]:
     if row is None:
         raise _Unsendable("no call for the event")
     return {k: row[k] for k in ("run_id", "call_id", "tool", "status")}
-
-
-async def _forward(source: asyncio.Event, target: asyncio.Event) -> None:
-    """Set `target` whenever `source` is set (a notification, a listener's reconnect)."""
-    while True:
-        await source.wait()
-        source.clear()
-        target.set()

@@ -1,10 +1,10 @@
 """Waking waiters in this process when another process commits something they wait for.
 
-One dedicated LISTEN connection per channel and process. PostgreSQL delivers a NOTIFY only after
-the notifying transaction commits, so a woken waiter always finds the change. The connection can
-drop (server restart, network): the listener reconnects in the background, and waiters must
-re-check the database on a timer anyway (`Listener.wait` returns on timeout too), so nothing is
-ever missed, only delayed by at most the poll interval.
+One dedicated LISTEN connection per listener (on one channel or several) and process. PostgreSQL
+delivers a NOTIFY only after the notifying transaction commits, so a woken waiter always finds
+the change. The connection can drop (server restart, network): the listener reconnects in the
+background, and waiters must re-check the database on a timer anyway (`Listener.wait` returns
+on timeout too), so nothing is ever missed, only delayed by at most the poll interval.
 """
 
 from __future__ import annotations
@@ -49,11 +49,14 @@ class Subscription:
 
 
 class Listener:
-    """LISTEN on `channel`; wake the waiters registered for a payload."""
+    """LISTEN on `channels`; wake the waiters registered for a payload (on any of them)."""
 
-    def __init__(self, url: str, channel: str, *, reconnect_delay: float = 0.25) -> None:
+    def __init__(self, url: str, *channels: str, reconnect_delay: float = 0.25) -> None:
+        if not channels:
+            raise ValueError("a listener needs a channel")
         self.url = url
-        self.channel = channel
+        self.channels = channels
+        self.channel = ",".join(channels)  # for task names and logs
         self.reconnect_delay = reconnect_delay
         self._events: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
         self._subscriptions: set[Subscription] = set()
@@ -126,7 +129,8 @@ class Listener:
             try:
                 connection = await open_raw_connection(self.url)
                 connection.add_termination_listener(self._terminated)
-                await connection.add_listener(self.channel, self._notified)
+                for channel in self.channels:
+                    await connection.add_listener(channel, self._notified)
             except Exception as e:  # any failure: waiters poll meanwhile; try again shortly
                 log.warning("listener cannot connect; retrying", channel=self.channel, error=str(e))
                 if connection is not None and not connection.is_closed():
