@@ -31,6 +31,7 @@ from approvals import (
     TokenForged,
     TokenMalformed,
     UnknownApproval,
+    _sql,
 )
 from ledger.canonical import canonical_json
 from ledger.errors import UnknownKey, VersionConflict
@@ -81,6 +82,27 @@ async def test_requests_are_idempotent_and_arguments_are_sealed(
     assert "SECRET-ARG" not in events[0].data_json
     revealed = await store.get(first.approval_id, reveal=True)
     assert revealed.args == {"amount": 120, "note": "SECRET-ARG"}
+
+
+async def test_a_request_finds_itself_by_run_and_call_id_not_by_reading_its_run(
+    store: ApprovalStore, db: Database
+) -> None:
+    """The lookup every new request makes used an index of the run alone: each request of a
+    long run read all the run's approvals before writing."""
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    for n in range(3):
+        await ask(store, run_id=run_id, call_id=f"call-{n}")
+    async with db.connection() as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")  # a tiny table: as if it were large
+        plan = await conn.fetchval(
+            "EXPLAIN (FORMAT JSON) " + _sql.BY_REQUEST, run_id, "call-1", ["digest"]
+        )
+    conditions = [node.get("Index Cond", "") for node in _plan_nodes(json.loads(plan)[0]["Plan"])]
+    assert any("run_id" in c and "call_id" in c for c in conditions), conditions
+
+
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in _plan_nodes(child))]
 
 
 async def test_approve_then_consume_once(store: ApprovalStore) -> None:
