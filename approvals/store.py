@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -93,7 +93,8 @@ PageCursor = tuple[datetime, str]
 """Where a page of approvals ends: the (requested_at, approval_id) of its last row."""
 
 log = get_logger(__name__)
-_FINAL_READS_KEPT = 256  # final approvals `wait` hands to `consume`, per store
+_T = TypeVar("_T")
+_KEPT = 256  # requests `request` hands to `wait`, reads `wait` hands to `consume`, per store
 
 Step = Callable[[asyncpg.Connection, Read], Awaitable[list[NewEvent]]]
 """What one step appends to an approval as read (`ApprovalStore._advance`)."""
@@ -118,6 +119,9 @@ class ApprovalStore:
         # `consume` starts from it instead of reading it again. Safe because a step's write is
         # fenced at the version it read, however old the read; bounded, oldest dropped first.
         self._final_reads: dict[str, Read] = {}
+        # New requests of this store, as recorded, with where the listener stood before they
+        # were made: a wait that follows needs no first read while nothing was notified since.
+        self._requested: dict[str, tuple[Approval, tuple[int, int]]] = {}
 
     async def close(self) -> None:
         await self._listener.close()
@@ -170,6 +174,7 @@ class ApprovalStore:
         digest = text_digest(self.ring, args_text)
         # The same request may be recorded under an older value-MAC key: look for every form.
         known = value_digests(self.ring, args_text)
+        mark = self._listener.mark() if connection is None else None
         # No transaction of its own: the row and its events are one statement, and a request
         # that loses the race to an identical one reads the winner's row afterwards.
         async with self.db.connection(connection) as conn:
@@ -205,6 +210,8 @@ class ApprovalStore:
             if approval is None:  # another process asked the same question a moment ago
                 row = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, known)
                 return row_to_approval(row)
+        if mark is not None:
+            _keep(self._requested, approval_id, (approval, mark))
         log.info(
             "approval requested",
             approval_id=approval_id,
@@ -531,15 +538,23 @@ class ApprovalStore:
         await listener.start()
         deadline = time.monotonic() + seconds
         approval: Approval | None = None
-        with listener.waiting(stream_of(approval_id)) as event:
+        requested = self._requested.pop(approval_id, None)
+        stream = stream_of(approval_id)
+        with listener.waiting(stream) as event:
             woken = False
             while True:
                 event.clear()
                 try:
-                    # Once woken, read the stream too: the consumption that follows starts there.
-                    approval = await (
-                        self._read_final(approval_id) if woken else self.get(approval_id)
-                    )
+                    if not woken and requested and listener.quiet_since(stream, requested[1]):
+                        # Made here while this listener listened, and nothing notified since:
+                        # still as recorded (a decision from now on wakes this wait).
+                        approval = requested[0]
+                    else:
+                        # Once woken, read the stream too: the consumption that follows starts
+                        # there.
+                        approval = await (
+                            self._read_final(approval_id) if woken else self.get(approval_id)
+                        )
                     if approval.status is ApprovalStatus.PENDING and _due(approval):
                         approval = await self._expire_due(approval_id)
                 except DatabaseUnavailable as e:
@@ -567,11 +582,7 @@ class ApprovalStore:
         if read is None:
             raise UnknownApproval(approval_id)
         if read.approval.status.final:
-            reads = self._final_reads
-            reads.pop(approval_id, None)
-            if len(reads) >= _FINAL_READS_KEPT:
-                del reads[next(iter(reads))]
-            reads[approval_id] = read
+            _keep(self._final_reads, approval_id, read)
         return read.approval
 
     async def issue_token(self, approval_id: str) -> str:
@@ -917,3 +928,11 @@ def _committed(approval: Approval | None) -> Approval:
     if approval is None:  # only a new request can lose its insert
         raise RuntimeError("an update of an existing approval wrote nothing")
     return approval
+
+
+def _keep(kept: dict[str, _T], key: str, value: _T) -> None:
+    """Keep `value` under `key`, the oldest dropped beyond `_KEPT`."""
+    kept.pop(key, None)
+    if len(kept) >= _KEPT:
+        del kept[next(iter(kept))]
+    kept[key] = value

@@ -23,6 +23,7 @@ from .db import open_raw_connection
 __all__ = ["Listener", "Subscription"]
 
 log = get_logger(__name__)
+_RECENT_KEPT = 4096  # payloads a listener remembers hearing (`Listener.quiet_since`)
 
 
 class Subscription:
@@ -64,6 +65,9 @@ class Listener:
         self._task: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
         self._up = asyncio.Event()
+        self._epoch = 0  # connections made so far
+        self._heard = 0  # notifications on this connection
+        self._recent: dict[str, None] = {}  # their payloads, the newest last
 
     async def start(self) -> None:
         if self._task is None or self._task.done():
@@ -84,6 +88,18 @@ class Listener:
     @property
     def connected(self) -> bool:
         return self._connection is not None and not self._connection.is_closed()
+
+    def mark(self) -> tuple[int, int] | None:
+        """Where the listener stands now, for `quiet_since`; None when it is not listening."""
+        return (self._epoch, self._heard) if self.connected else None
+
+    def quiet_since(self, payload: str, mark: tuple[int, int] | None) -> bool:
+        """Whether `payload` was surely not notified since `mark`: the same connection has
+        listened all along and has not heard it. False whenever that is not certain (another
+        connection, more notifications than are remembered)."""
+        if mark is None or not self.connected or mark[0] != self._epoch:
+            return False
+        return self._heard - mark[1] <= _RECENT_KEPT and payload not in self._recent
 
     @contextmanager
     def waiting(self, payload: str) -> Iterator[asyncio.Event]:
@@ -115,6 +131,12 @@ class Listener:
             self._subscriptions.discard(subscription)
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        self._heard += 1
+        recent = self._recent
+        recent.pop(payload, None)
+        recent[payload] = None
+        if len(recent) > _RECENT_KEPT:
+            del recent[next(iter(recent))]
         for event in self._events.get(payload, ()):
             event.set()
         for subscription in self._subscriptions:
@@ -138,6 +160,9 @@ class Listener:
                 await asyncio.sleep(self.reconnect_delay)
                 continue
             self._connection = connection
+            self._epoch += 1
+            self._heard = 0
+            self._recent.clear()
             self._lost.clear()
             self._up.set()
             # Wake everyone after a reconnect: a notification may have been sent while down.
