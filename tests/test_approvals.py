@@ -418,6 +418,53 @@ async def test_a_consumption_after_a_wait_starts_from_what_the_wait_read(
     assert (await store.get(used)).consumed_by == "another-task"
 
 
+async def test_a_wait_right_after_its_own_request_reads_only_once_woken(
+    database_url: str, store: ApprovalStore, ring: KeyRing
+) -> None:
+    """The store that made a request, its listener listening since before, knows the request
+    is pending while nothing was notified: its wait reads nothing until a decision wakes it."""
+    async with await Database.connect(database_url, pool_size=1) as own:
+        agent = ApprovalStore(own, ring)
+        sent: list[str] = []
+        async with own.connection() as conn:  # the pool's one connection
+            conn.add_query_logger(lambda logged: sent.append(logged.query))
+        statements = []
+        for _ in range(2):  # the first round starts the listener and prepares the statements
+            approval_id = await ask(agent)
+            await asyncio.sleep(0)
+            sent.clear()
+            waiting = asyncio.create_task(agent.wait(approval_id, 10))
+            await asyncio.sleep(0.2)
+            before_decision = list(sent)
+            await store.decide(approval_id, Decision.approve(), "lead-1")
+            assert (await waiting).status is ApprovalStatus.APPROVED
+            await asyncio.sleep(0)
+            statements.append((before_decision, list(sent)))
+        await agent.close()
+    before_decision, during_wait = statements[-1]
+    assert before_decision == [] and len(during_wait) == 1, statements[-1]
+
+
+async def test_a_decision_between_a_request_and_its_wait_is_not_missed(
+    database_url: str, store: ApprovalStore, ring: KeyRing
+) -> None:
+    """Decided before the agent waits: its listener heard it, so the wait reads at once (it
+    does not sleep until the next poll)."""
+    async with await Database.connect(database_url, pool_size=2) as own:
+        agent = ApprovalStore(own, ring, poll_interval=60)
+        first = await ask(agent)
+        waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
+        await asyncio.sleep(0.3)
+        await store.decide(first, Decision.approve(), "lead-1")
+        await asyncio.wait_for(waiting, 10)  # woken by the listener: it is listening
+        approval_id = await ask(agent)
+        await store.decide(approval_id, Decision.reject(), "lead-1")
+        await asyncio.sleep(0.3)  # the notification reaches the listener before the wait
+        decided = await asyncio.wait_for(agent.wait(approval_id, 30), 5)
+        await agent.close()
+    assert decided.status is ApprovalStatus.REJECTED
+
+
 async def test_reviewers_deciding_at_once_each_count_once(store: ApprovalStore) -> None:
     """Racing decisions on one approval: each that loses the race reads again and is
     recorded after the winner's, so a quorum of five met at once is met exactly."""
