@@ -34,7 +34,7 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
 from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli, start_program
-from .support.http import token_for, unique
+from .support.http import every_pending, token_for, unique
 
 
 @dataclass
@@ -164,10 +164,10 @@ async def test_a_reviewer_outside_the_policy_sees_nothing_and_records_nothing(
 ) -> None:
     case = await a_case(db, store)
     approval_id = case.approval.approval_id
-    mine = await api.client.get("/v1/approvals", headers=case.member)
-    assert approval_id in {a["approval_id"] for a in mine.json()["approvals"]}
-    theirs = await api.client.get("/v1/approvals", headers=case.outsider)
-    assert approval_id not in {a["approval_id"] for a in theirs.json()["approvals"]}
+    mine = await every_pending(api.client, case.member)
+    assert approval_id in {a["approval_id"] for a in mine}
+    theirs = await every_pending(api.client, case.outsider)
+    assert approval_id not in {a["approval_id"] for a in theirs}
     shown = await api.client.get(f"/v1/approvals/{approval_id}", headers=case.outsider)
     assert shown.status_code == 403
 
@@ -310,8 +310,7 @@ async def test_an_approval_carries_its_hitl_and_agent_inbox_shapes_without_argum
     shown = (
         await api.client.get(f"/v1/approvals/{case.approval.approval_id}", headers=case.member)
     ).json()
-    listed = (await api.client.get("/v1/approvals", headers=case.member)).json()["approvals"]
-    assert shown in listed
+    assert shown in await every_pending(api.client, case.member)
     assert shown["allowed_decisions"] == ["approve", "reject", "edit", "respond"]
     (action,) = shown["hitl"]["action_requests"]
     assert action["name"] == "refund" and action["args"] is None

@@ -26,7 +26,7 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import OidcSettings, Settings
 
 from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
-from .support.http import ask, bearer, unique
+from .support.http import ask, bearer, every_pending, unique
 from .test_http_oidc import AUDIENCE, ISSUER, Signer, jwks
 
 GUARD = 60  # seconds before a stuck step fails instead of hanging; nothing here is timed
@@ -86,9 +86,7 @@ async def api(database_url: str, ring: KeyRing, jwks_file: Path) -> AsyncIterato
 
 
 async def listed(api: Api, headers: dict[str, str]) -> set[str]:
-    response = await api.client.get("/v1/approvals", headers=headers)
-    assert response.status_code == 200, response.text
-    return {a["approval_id"] for a in response.json()["approvals"]}
+    return {a["approval_id"] for a in await every_pending(api.client, headers)}
 
 
 async def approving(api: Api, approval_id: str, headers: dict[str, str]) -> int:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
+
+import httpx
 
 from approvals import ApiTokens, ApprovalPolicy, ApprovalStore
 from ledger.store import Database
@@ -33,3 +36,18 @@ async def ask(store: ApprovalStore, *approvers: str) -> str:
         policy=ApprovalPolicy(approvers=frozenset(approvers)),
     )
     return approval.approval_id
+
+
+async def every_pending(client: httpx.AsyncClient, headers: dict[str, str]) -> list[dict[str, Any]]:
+    """Every pending approval `headers`' caller may decide, page after page: the suite's
+    database holds the other tests' requests too, so its first page need not reach a new one."""
+    approvals: list[dict[str, Any]] = []
+    params = {"limit": "200"}
+    while True:
+        response = await client.get("/v1/approvals", headers=headers, params=params)
+        assert response.status_code == 200, response.text
+        page = response.json()
+        approvals += page["approvals"]
+        if page["next_cursor"] is None:
+            return approvals
+        params = {"limit": "200", "cursor": page["next_cursor"]}
