@@ -12,8 +12,7 @@ another step committed in between (a second reviewer, a racing consumer), nothin
 the step reads again, so concurrent reviewers take turns and the second consumer finds the
 decision used. Inside a caller's transaction a consumer locks the row instead, so the caller's
 later statements meet no conflict. Final decisions NOTIFY `signoff_approvals` (after commit),
-new requests `signoff_approval_requests` (reviewers' feeds); waiters also re-check on a timer,
-and hand what woke them to the `consume` that follows.
+new requests `signoff_approval_requests` (reviewers' feeds); waiters also re-check on a timer.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 
@@ -93,8 +92,7 @@ PageCursor = tuple[datetime, str]
 """Where a page of approvals ends: the (requested_at, approval_id) of its last row."""
 
 log = get_logger(__name__)
-_T = TypeVar("_T")
-_KEPT = 256  # requests `request` hands to `wait`, reads `wait` hands to `consume`, per store
+_KEPT = 256  # new requests a store remembers for the `wait` that follows them
 
 Step = Callable[[asyncpg.Connection, Read], Awaitable[list[NewEvent]]]
 """What one step appends to an approval as read (`ApprovalStore._advance`)."""
@@ -115,10 +113,6 @@ class ApprovalStore:
         self.poll_interval = poll_interval
         # Connects on first wait only: most processes never wait.
         self._listener = Listener(db.url, NOTIFY_CHANNEL)
-        # What `wait` last read of an approval it found final, with its stream: the next
-        # `consume` starts from it instead of reading it again. Safe because a step's write is
-        # fenced at the version it read, however old the read; bounded, oldest dropped first.
-        self._final_reads: dict[str, Read] = {}
         # New requests of this store, as recorded, with where the listener stood before they
         # were made: a wait that follows needs no first read while nothing was notified since.
         self._requested: dict[str, tuple[Approval, tuple[int, int]]] = {}
@@ -211,7 +205,9 @@ class ApprovalStore:
                 row = await conn.fetchrow(_sql.BY_REQUEST, run_id, call_id, known)
                 return row_to_approval(row)
         if mark is not None:
-            _keep(self._requested, approval_id, (approval, mark))
+            if len(self._requested) >= _KEPT:  # the oldest, never waited for, go first
+                del self._requested[next(iter(self._requested))]
+            self._requested[approval_id] = (approval, mark)
         log.info(
             "approval requested",
             approval_id=approval_id,
@@ -365,8 +361,7 @@ class ApprovalStore:
             return events
 
         if connection is None:
-            kept = self._final_reads.pop(approval_id, None)
-            approval, _ = await self._advance(approval_id, step, stream=True, read=kept)
+            approval, _ = await self._advance(approval_id, step, stream=True)
         else:  # the caller's transaction: the row locked until it ends, so no step races it
             async with self.db.transaction(connection) as conn:
                 read = await self.records.locked_with_stream(conn, approval_id)
@@ -541,20 +536,18 @@ class ApprovalStore:
         requested = self._requested.pop(approval_id, None)
         stream = stream_of(approval_id)
         with listener.waiting(stream) as event:
-            woken = False
             while True:
                 event.clear()
+                as_recorded = False
                 try:
-                    if not woken and requested and listener.quiet_since(stream, requested[1]):
+                    if requested and listener.quiet_since(stream, requested[1]):
                         # Made here while this listener listened, and nothing notified since:
-                        # still as recorded (a decision from now on wakes this wait).
-                        approval = requested[0]
+                        # still as recorded (a decision from now on wakes this wait). Only
+                        # once, and never returned unread (a vote of a quorum notifies nobody).
+                        approval, as_recorded = requested[0], True
                     else:
-                        # Once woken, read the stream too: the consumption that follows starts
-                        # there.
-                        approval = await (
-                            self._read_final(approval_id) if woken else self.get(approval_id)
-                        )
+                        approval = await self.get(approval_id)
+                    requested = None
                     if approval.status is ApprovalStatus.PENDING and _due(approval):
                         approval = await self._expire_due(approval_id)
                 except DatabaseUnavailable as e:
@@ -564,7 +557,7 @@ class ApprovalStore:
                 if approval is not None and approval.status.final:
                     return approval
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 and not as_recorded:
                     if approval is None:
                         raise DatabaseUnavailable(masked(self.db.url), "no answer while waiting")
                     return approval
@@ -573,17 +566,6 @@ class ApprovalStore:
                         await event.wait()
                 except TimeoutError:
                     pass
-                woken = True
-
-    async def _read_final(self, approval_id: str) -> Approval:
-        """The approval with its stream, kept for the next `consume` when final."""
-        async with self.db.connection() as conn:
-            read = await self.records.to_advance(conn, approval_id, stream=True)
-        if read is None:
-            raise UnknownApproval(approval_id)
-        if read.approval.status.final:
-            _keep(self._final_reads, approval_id, read)
-        return read.approval
 
     async def issue_token(self, approval_id: str) -> str:
         """A signed resume token for the approval's final decision.
@@ -707,23 +689,20 @@ class ApprovalStore:
         *,
         stream: bool = False,
         reviewer: str | None = None,
-        read: Read | None = None,
     ) -> tuple[Approval, list[NewEvent]]:
         """Read the approval (with its stream, and `reviewer`'s directory groups, when asked),
         let `step` say what to append (nothing: the approval as read), and commit that fenced
-        at the version read, each in a statement of its own. `read`, when given, is taken as
-        the first read (one read just before, as asked). When another step moved the approval
-        in between, nothing was written: read again. A retry that finds the approval where the
-        last attempt left it means a stream out of step with its row, not a race:
+        at the version read, each in a statement of its own. When another step moved the
+        approval in between, nothing was written: read again. A retry that finds the approval
+        where the last attempt left it means a stream out of step with its row, not a race:
         `VersionConflict` then, rather than trying for ever."""
         conflict: VersionConflict | None = None
         while True:
             try:
                 async with self.db.connection() as conn:
-                    if read is None or conflict is not None:
-                        read = await self.records.to_advance(
-                            conn, approval_id, stream=stream, reviewer=reviewer
-                        )
+                    read = await self.records.to_advance(
+                        conn, approval_id, stream=stream, reviewer=reviewer
+                    )
                     if read is None:
                         raise UnknownApproval(approval_id)
                     if conflict is not None and conflict.expected_version == read.approval.version:
@@ -928,11 +907,3 @@ def _committed(approval: Approval | None) -> Approval:
     if approval is None:  # only a new request can lose its insert
         raise RuntimeError("an update of an existing approval wrote nothing")
     return approval
-
-
-def _keep(kept: dict[str, _T], key: str, value: _T) -> None:
-    """Keep `value` under `key`, the oldest dropped beyond `_KEPT`."""
-    kept.pop(key, None)
-    if len(kept) >= _KEPT:
-        del kept[next(iter(kept))]
-    kept[key] = value

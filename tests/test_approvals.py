@@ -87,8 +87,9 @@ async def test_requests_are_idempotent_and_arguments_are_sealed(
 async def test_a_request_finds_itself_by_run_and_call_id_not_by_reading_its_run(
     store: ApprovalStore, db: Database
 ) -> None:
-    """The lookup every new request makes used an index of the run alone: each request of a
-    long run read all the run's approvals before writing."""
+    """The lookup every new request makes could use an index of the run alone, reading all
+    the run's approvals before writing (the planner chose it on fresh statistics); the
+    request's own unique index is the only one left for it."""
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     for n in range(3):
         await ask(store, run_id=run_id, call_id=f"call-{n}")
@@ -376,48 +377,6 @@ async def test_a_new_request_wakes_feeds_not_the_agents_waiting_for_decisions(
     assert heard == [(REQUESTS_CHANNEL, stream), (NOTIFY_CHANNEL, stream)]
 
 
-async def test_a_consumption_after_a_wait_starts_from_what_the_wait_read(
-    database_url: str, store: ApprovalStore, ring: KeyRing
-) -> None:
-    """An agent woken by a decision has just read the approval with its stream; consuming it
-    then is the fenced write alone, and is still refused when the decision was used between
-    the two (the write is fenced at the version the wait read)."""
-    async with await Database.connect(database_url, pool_size=1) as own:
-        agent = ApprovalStore(own, ring)
-        sent: list[str] = []
-        async with own.connection() as conn:  # the pool's one connection
-            conn.add_query_logger(lambda logged: sent.append(logged.query))
-
-        async def woken_by_a_decision(approval_id: str) -> None:
-            waiting = asyncio.create_task(agent.wait(approval_id, 10))
-            for _ in range(200):  # until the wait's first read found it pending
-                if sent:
-                    break
-                await asyncio.sleep(0.01)
-            await store.decide(approval_id, Decision.approve(), "lead-1")
-            assert (await waiting).status is ApprovalStatus.APPROVED
-            await asyncio.sleep(0)  # the logger is called soon after each statement
-            sent.clear()
-
-        for _ in range(2):  # the first round also prepares the statements
-            approval_id = await ask(store)
-            await woken_by_a_decision(approval_id)
-            await agent.consume(approval_id, "task-1")
-            await asyncio.sleep(0)
-        assert len(sent) == 1 and "signoff_commit_approval" in sent[0], sent
-        assert (await store.get(approval_id)).consumed_by == "task-1"
-
-        used = await ask(store)
-        await woken_by_a_decision(used)
-        await store.consume(used, "another-task")
-        with pytest.raises(ApprovalAlreadyDecided):
-            await agent.consume(used, "task-1")
-        await agent.close()
-    events = await Journal(store.db).read_stream(f"approval:{used}")
-    assert [e.type for e in events].count("approval.consumed") == 1
-    assert (await store.get(used)).consumed_by == "another-task"
-
-
 async def test_a_wait_right_after_its_own_request_reads_only_once_woken(
     database_url: str, store: ApprovalStore, ring: KeyRing
 ) -> None:
@@ -458,11 +417,35 @@ async def test_a_decision_between_a_request_and_its_wait_is_not_missed(
         await store.decide(first, Decision.approve(), "lead-1")
         await asyncio.wait_for(waiting, 10)  # woken by the listener: it is listening
         approval_id = await ask(agent)
+        heard = asyncio.Event()
+        conn = await asyncpg.connect(database_url)
+        await conn.add_listener(NOTIFY_CHANNEL, lambda *_: heard.set())
         await store.decide(approval_id, Decision.reject(), "lead-1")
-        await asyncio.sleep(0.3)  # the notification reaches the listener before the wait
+        await asyncio.wait_for(heard.wait(), 10)  # delivered to every listener by now, nearly
+        await conn.close()
+        await asyncio.sleep(0.2)  # ... and to the agent's: the wait starts after it heard
         decided = await asyncio.wait_for(agent.wait(approval_id, 30), 5)
         await agent.close()
     assert decided.status is ApprovalStatus.REJECTED
+
+
+async def test_a_wait_that_ends_at_once_returns_the_approval_as_read_not_as_requested(
+    database_url: str, store: ApprovalStore, ring: KeyRing
+) -> None:
+    """A vote of an open quorum notifies nobody: a wait of no time after the store's own
+    request still reads before it returns."""
+    async with await Database.connect(database_url, pool_size=2) as own:
+        agent = ApprovalStore(own, ring, poll_interval=60)
+        first = await ask(agent)
+        waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
+        await asyncio.sleep(0.3)
+        await store.decide(first, Decision.approve(), "lead-1")
+        await asyncio.wait_for(waiting, 10)
+        approval_id = await ask(agent, ApprovalPolicy(quorum=2))
+        await store.decide(approval_id, Decision.approve(), "lead-1")
+        now = await asyncio.wait_for(agent.wait(approval_id, 0), 5)
+        await agent.close()
+    assert now.status is ApprovalStatus.PENDING and now.approvers == ("lead-1",)
 
 
 async def test_reviewers_deciding_at_once_each_count_once(store: ApprovalStore) -> None:

@@ -187,6 +187,25 @@ async def test_a_new_approval_reaches_the_receiver_once_signed_and_without_argum
     assert row["next_attempt_at"] is None
 
 
+async def test_a_new_request_is_delivered_when_notified_not_at_the_next_poll(
+    reviewer_url: str, receiver: Receiver, store: ApprovalStore
+) -> None:
+    """New requests notify a channel of their own (`signoff_approval_requests`): webhooks
+    listen to it, so a request is posted at once, not after a poll (here a minute)."""
+    async with await Database.connect(reviewer_url, pool_size=2) as db:
+        ring = await KeyRing.open(
+            db, LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK), create_missing=False
+        )
+        webhooks = Webhooks(db, ApprovalStore(db, ring), hook(receiver), poll_interval=60)
+        await webhooks.start()
+        try:
+            await asyncio.sleep(1.0)  # its first pass is over: it sleeps until notified
+            approval_id = await ask(store, "alice")
+            await until(lambda: bool(receiver.of(for_approval(approval_id))))
+        finally:
+            await webhooks.close()
+
+
 async def test_a_failing_receiver_gets_the_third_attempt_and_the_record_shows_them(
     reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
 ) -> None:
