@@ -404,18 +404,25 @@ async def test_a_wait_right_after_its_own_request_reads_only_once_woken(
     assert before_decision == [] and len(during_wait) == 1, statements[-1]
 
 
+async def listening_agent(own: Database, ring: KeyRing, store: ApprovalStore) -> ApprovalStore:
+    """An agent's store on `own` that polls once a minute, its listener proven to listen: a
+    wait of its was woken by a decision `store` made."""
+    agent = ApprovalStore(own, ring, poll_interval=60)
+    first = await ask(agent)
+    waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
+    await asyncio.sleep(0.3)
+    await store.decide(first, Decision.approve(), "lead-1")
+    await asyncio.wait_for(waiting, 10)  # sooner than the poll: woken by the listener
+    return agent
+
+
 async def test_a_decision_between_a_request_and_its_wait_is_not_missed(
     database_url: str, store: ApprovalStore, ring: KeyRing
 ) -> None:
     """Decided before the agent waits: its listener heard it, so the wait reads at once (it
     does not sleep until the next poll)."""
     async with await Database.connect(database_url, pool_size=2) as own:
-        agent = ApprovalStore(own, ring, poll_interval=60)
-        first = await ask(agent)
-        waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
-        await asyncio.sleep(0.3)
-        await store.decide(first, Decision.approve(), "lead-1")
-        await asyncio.wait_for(waiting, 10)  # woken by the listener: it is listening
+        agent = await listening_agent(own, ring, store)
         approval_id = await ask(agent)
         heard = asyncio.Event()
         conn = await asyncpg.connect(database_url)
@@ -435,12 +442,7 @@ async def test_a_wait_that_ends_at_once_returns_the_approval_as_read_not_as_requ
     """A vote of an open quorum notifies nobody: a wait of no time after the store's own
     request still reads before it returns."""
     async with await Database.connect(database_url, pool_size=2) as own:
-        agent = ApprovalStore(own, ring, poll_interval=60)
-        first = await ask(agent)
-        waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
-        await asyncio.sleep(0.3)
-        await store.decide(first, Decision.approve(), "lead-1")
-        await asyncio.wait_for(waiting, 10)
+        agent = await listening_agent(own, ring, store)
         approval_id = await ask(agent, ApprovalPolicy(quorum=2))
         await store.decide(approval_id, Decision.approve(), "lead-1")
         now = await asyncio.wait_for(agent.wait(approval_id, 0), 5)

@@ -3,8 +3,9 @@
 One dedicated LISTEN connection per listener (on one channel or several) and process. PostgreSQL
 delivers a NOTIFY only after the notifying transaction commits, so a woken waiter always finds
 the change. The connection can drop (server restart, network): the listener reconnects in the
-background, and waiters must re-check the database on a timer anyway (`Listener.wait` returns
-on timeout too), so nothing is ever missed, only delayed by at most the poll interval.
+background, and waiters must re-check the database on a timer anyway (they wait on their
+`waiting` event with a timeout), so nothing is ever missed, only delayed by at most the poll
+interval. `mark` and `quiet_since` tell when a payload surely was not notified in between.
 """
 
 from __future__ import annotations
