@@ -4,12 +4,12 @@ Revision ID: 0021
 Revises: 0020
 Create Date: 2026-12-03
 
-Profiled on the server (`perf` on the backend, the tool-ledger benchmark at one caller), a
-sixth of a call's server time was PL/pgSQL evaluating the simple expressions of
-`signoff_commit_call` (each assignment, each IF), not its statements. PL/pgSQL prepares each
-such expression again in every transaction, and checks it against the pinned `search_path`,
-so what counts is how many are evaluated, not how big they are: a call commits one
-transaction per step and evaluated about thirty a step.
+Sampled on the server (`perf` on the backends of the tool-ledger benchmark, against the code
+before the write functions), a call's extra server time was mostly PL/pgSQL preparing the simple
+expressions of `signoff_commit_call` (each assignment, each IF) and checking cached plans against
+the pinned `search_path`: PL/pgSQL prepares each such expression again in every transaction, and
+after each switch of path checks it against the path, so what counts is how many are evaluated,
+not how big they are. A call commits one transaction a step and evaluated about thirty a step.
 
 The function is rewritten to evaluate about half as many, checking and writing exactly what
 0018's did (with 0019's tag), with the same errors:
