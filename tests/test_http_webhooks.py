@@ -38,6 +38,7 @@ from ledger.store.settings import Settings, WebhookSettings
 
 from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.http import ask, token_for, unique
+from .support.until import until
 
 SECRET = "whsec-test-0123456789abcdef"
 
@@ -120,14 +121,6 @@ async def webhook_service(reviewer_url: str, webhook: WebhookSettings) -> AsyncI
 
 def hook(receiver: Receiver, **options: Any) -> WebhookSettings:
     return WebhookSettings(receiver.url, SECRET, first_retry_seconds=0.05, **options)
-
-
-async def until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("not within the time allowed")
-        await asyncio.sleep(0.05)
 
 
 def for_approval(approval_id: str) -> Callable[[Any], bool]:

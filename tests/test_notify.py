@@ -3,22 +3,13 @@ only on the connection the mark was taken on, and only within what it remembers.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
-
 import asyncpg
 
 from ledger.store.notify import _RECENT_KEPT, Listener
 
+from .support.until import until
+
 CHANNEL = "signoff_test_quiet"
-
-
-async def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not within the time allowed"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_listener_is_sure_of_silence_only_on_one_connection_and_within_its_memory(

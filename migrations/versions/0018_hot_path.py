@@ -133,9 +133,19 @@ _CHECK_APPEND = """
         END IF;
     END IF;
 """
+# A stream not at the version a step expected.
+_REFUSE_CONFLICT = """\
+        SELECT coalesce(max(version), 0) INTO head_version FROM events WHERE stream_id = p_stream;
+        RAISE EXCEPTION 'stream % is at version %, expected %', p_stream, head_version,
+                p_expected
+            USING ERRCODE = 'SG409',
+                  DETAIL = json_build_object('stream_id', p_stream, 'expected_version',
+                      p_expected, 'actual_version', head_version)::text;
+"""
 # After the row: a new row's stream starts from the genesis hash; a later step's from the head
 # its row was fenced at (none when the stream is not where the row is: a refusal below).
-_APPEND = """
+_APPEND = (
+    """
     IF p_insert THEN
         head_version := 0;
         head_hash := '\\x0000000000000000000000000000000000000000000000000000000000000000';
@@ -178,13 +188,9 @@ _APPEND = """
                 CONTINUE;
             END IF;
         END IF;
-        SELECT coalesce(max(version), 0) INTO head_version FROM events WHERE stream_id = p_stream;
-        RAISE EXCEPTION 'stream % is at version %, expected %', p_stream, head_version,
-                p_expected
-            USING ERRCODE = 'SG409',
-                  DETAIL = json_build_object('stream_id', p_stream, 'expected_version',
-                      p_expected, 'actual_version', head_version)::text;
-    END LOOP;
+"""
+    + _REFUSE_CONFLICT
+    + """    END LOOP;
     IF {notify_when} THEN
         PERFORM pg_notify(p_notify, p_stream);
     END IF;
@@ -192,6 +198,7 @@ _APPEND = """
 END
 $$;
 """
+)
 _EVENTS_PARAMETERS = """
     p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[],
     p_notify text
@@ -199,18 +206,68 @@ _EVENTS_PARAMETERS = """
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE"""
 
-# The status each last event type leaves a call in (`call.resolved`: the one it names). A later
-# step moves only a running call, or resolves an `outcome_unknown` one: a finished call never
-# runs again, whatever it is given.
-COMMIT_CALL = (
-    """
-CREATE FUNCTION signoff_commit_call(
+_CALL_PARAMETERS = """
     p_insert boolean, p_run_id text, p_call_id text, p_tool text, p_effect text,
     p_once_per_run boolean, p_request_digest text, p_args_digest text, p_idempotency_key text,
     p_approval_id text, p_status text, p_attempts integer, p_worker_id text,
     p_result_digest text, p_resolved_by text, p_started_at timestamptz,
     p_finished_at timestamptz, p_approved_by text[], p_approval_stream text,
     p_args_sealed bytea, p_result_sealed bytea, p_lease_seconds double precision,"""
+# A new call's row, after the approval it names is checked; a later step's. Each returns NULL
+# when it wrote nothing (a call started already; a row not at the step's version and status).
+_NEW_CALL_ROW = """\
+        -- The approval it names, in this transaction's view (its consumption is in this
+        -- transaction, just before).
+        IF p_approval_id IS NOT NULL OR p_approval_stream IS NOT NULL
+                OR cardinality(p_approved_by) > 0 THEN
+            SELECT * INTO a FROM approvals WHERE approval_id = p_approval_id;
+            IF NOT FOUND OR a.consumed_at IS NULL OR a.run_id <> p_run_id
+                    OR a.call_id <> p_call_id
+                    OR p_approval_stream IS DISTINCT FROM 'approval:' || a.approval_id
+                    OR p_approved_by IS DISTINCT FROM (CASE
+                        WHEN a.status IN ('approved', 'edited') THEN coalesce(a.decided_by, '{}')
+                        ELSE '{}' END) THEN
+                RAISE EXCEPTION 'call % does not carry what approval % decided', p_stream,
+                        coalesce(p_approval_id, 'null')
+                    USING ERRCODE = 'SG422',
+                          DETAIL = json_build_object('stream_id', p_stream,
+                                                     'type', p_types[1])::text;
+            END IF;
+        END IF;
+        INSERT INTO tool_calls (run_id, call_id, tool, effect, once_per_run, request_digest,
+                args_digest, args_sealed, idempotency_key, approval_id, status, attempts,
+                worker_id, lease_until, result_digest, result_sealed, resolved_by, started_at,
+                finished_at, waiters, version, approved_by, approval_stream, stream_id)
+            VALUES (p_run_id, p_call_id, p_tool, p_effect, p_once_per_run, p_request_digest,
+                p_args_digest, p_args_sealed, p_idempotency_key, p_approval_id, p_status,
+                p_attempts, p_worker_id, lease, p_result_digest, p_result_sealed, p_resolved_by,
+                p_started_at, p_finished_at, 0, n, p_approved_by, p_approval_stream, p_stream)
+            ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+"""
+_LATER_STEP_ROW = """\
+        UPDATE tool_calls t SET status = p_status, attempts = p_attempts,
+                worker_id = p_worker_id, lease_until = lease, result_digest = p_result_digest,
+                result_sealed = coalesce(p_result_sealed, t.result_sealed),
+                resolved_by = p_resolved_by, finished_at = p_finished_at,
+                version = p_expected + n
+            WHERE t.run_id = p_run_id AND t.call_id = p_call_id AND t.version = p_expected
+              AND t.stream_id = p_stream AND 'call.started' <> ALL(p_types)
+              AND t.status = CASE WHEN 'call.resolved' = ANY(p_types)
+                                  THEN 'outcome_unknown' ELSE 'running' END
+            RETURNING t.waiters > 0 INTO wake;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+"""
+# The status each last event type leaves a call in (`call.resolved`: the one it names). A later
+# step moves only a running call, or resolves an `outcome_unknown` one: a finished call never
+# runs again, whatever it is given.
+COMMIT_CALL = (
+    "\nCREATE FUNCTION signoff_commit_call("
+    + _CALL_PARAMETERS
     + _EVENTS_PARAMETERS
     + _DECLARE_APPEND
     + """    wake boolean := false;
@@ -246,51 +303,12 @@ BEGIN"""
                 USING ERRCODE = 'SG422',
                       DETAIL = json_build_object('stream_id', p_stream, 'type', p_types[1])::text;
         END IF;
-        -- The approval it names, in this transaction's view (its consumption is in this
-        -- transaction, just before).
-        IF p_approval_id IS NOT NULL OR p_approval_stream IS NOT NULL
-                OR cardinality(p_approved_by) > 0 THEN
-            SELECT * INTO a FROM approvals WHERE approval_id = p_approval_id;
-            IF NOT FOUND OR a.consumed_at IS NULL OR a.run_id <> p_run_id
-                    OR a.call_id <> p_call_id
-                    OR p_approval_stream IS DISTINCT FROM 'approval:' || a.approval_id
-                    OR p_approved_by IS DISTINCT FROM (CASE
-                        WHEN a.status IN ('approved', 'edited') THEN coalesce(a.decided_by, '{}')
-                        ELSE '{}' END) THEN
-                RAISE EXCEPTION 'call % does not carry what approval % decided', p_stream,
-                        coalesce(p_approval_id, 'null')
-                    USING ERRCODE = 'SG422',
-                          DETAIL = json_build_object('stream_id', p_stream,
-                                                     'type', p_types[1])::text;
-            END IF;
-        END IF;
-        INSERT INTO tool_calls (run_id, call_id, tool, effect, once_per_run, request_digest,
-                args_digest, args_sealed, idempotency_key, approval_id, status, attempts,
-                worker_id, lease_until, result_digest, result_sealed, resolved_by, started_at,
-                finished_at, waiters, version, approved_by, approval_stream, stream_id)
-            VALUES (p_run_id, p_call_id, p_tool, p_effect, p_once_per_run, p_request_digest,
-                p_args_digest, p_args_sealed, p_idempotency_key, p_approval_id, p_status,
-                p_attempts, p_worker_id, lease, p_result_digest, p_result_sealed, p_resolved_by,
-                p_started_at, p_finished_at, 0, n, p_approved_by, p_approval_stream, p_stream)
-            ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN
-            RETURN NULL;
-        END IF;
-    ELSE
-        UPDATE tool_calls t SET status = p_status, attempts = p_attempts,
-                worker_id = p_worker_id, lease_until = lease, result_digest = p_result_digest,
-                result_sealed = coalesce(p_result_sealed, t.result_sealed),
-                resolved_by = p_resolved_by, finished_at = p_finished_at,
-                version = p_expected + n
-            WHERE t.run_id = p_run_id AND t.call_id = p_call_id AND t.version = p_expected
-              AND t.stream_id = p_stream AND 'call.started' <> ALL(p_types)
-              AND t.status = CASE WHEN 'call.resolved' = ANY(p_types)
-                                  THEN 'outcome_unknown' ELSE 'running' END
-            RETURNING t.waiters > 0 INTO wake;
-        IF NOT FOUND THEN
-            RETURN NULL;
-        END IF;
-    END IF;"""
+"""
+    + _NEW_CALL_ROW
+    + """    ELSE
+"""
+    + _LATER_STEP_ROW
+    + """    END IF;"""
     + _APPEND.replace("{notify_when}", "wake AND p_notify IS NOT NULL")
 )
 
