@@ -17,7 +17,6 @@ new requests `signoff_approval_requests` (reviewers' feeds); waiters also re-che
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import time
@@ -40,7 +39,7 @@ from ledger.limits import INT8, int_problem
 from ledger.log import get_logger
 from ledger.store import Database
 from ledger.store.config import masked
-from ledger.store.notify import Listener
+from ledger.store.notify import Listener, woken
 
 from . import _sql
 from .errors import (
@@ -561,11 +560,7 @@ class ApprovalStore:
                     if approval is None:
                         raise DatabaseUnavailable(masked(self.db.url), "no answer while waiting")
                     return approval
-                try:
-                    async with asyncio.timeout(min(self.poll_interval, remaining)):
-                        await event.wait()
-                except TimeoutError:
-                    pass
+                await woken(event, min(self.poll_interval, remaining))
 
     async def issue_token(self, approval_id: str) -> str:
         """A signed resume token for the approval's final decision.

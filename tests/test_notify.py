@@ -1,11 +1,15 @@
 """The listener's certainty that a payload was not notified (`Listener.mark`, `quiet_since`):
-only on the connection the mark was taken on, and only within what it remembers."""
+only on the connection the mark was taken on, and only within what it remembers; and `woken`,
+the one wait for a notification or a timeout."""
 
 from __future__ import annotations
 
-import asyncpg
+import asyncio
 
-from ledger.store.notify import _RECENT_KEPT, Listener
+import asyncpg
+import pytest
+
+from ledger.store.notify import _RECENT_KEPT, Listener, woken
 
 from .support.until import until
 
@@ -46,3 +50,23 @@ async def test_a_listener_is_sure_of_silence_only_on_one_connection_and_within_i
     finally:
         await conn.close()
         await listener.close()
+
+
+async def test_a_wait_cancelled_as_its_event_is_set_ends_cancelled() -> None:
+    """The cancellation of a service's loop (its close) must not be lost when a notification
+    arrives at the same moment, or the close waits for ever (`asyncio.wait_for` on Python 3.11
+    returned the event instead)."""
+    event = asyncio.Event()
+    waiting = asyncio.create_task(woken(event, 60))
+    await asyncio.sleep(0)  # it waits
+    event.set()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
+async def test_a_wait_says_whether_it_was_woken() -> None:
+    event = asyncio.Event()
+    assert not await woken(event, 0.01)
+    asyncio.get_running_loop().call_later(0.01, event.set)
+    assert await woken(event, 60)

@@ -22,8 +22,6 @@ waiting for those events.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
 from collections.abc import AsyncGenerator, Callable
@@ -37,7 +35,7 @@ from ledger.errors import DatabaseUnavailable, SignoffError
 from ledger.journal import Event, Journal
 from ledger.log import get_logger
 from ledger.store import Database
-from ledger.store.notify import Listener
+from ledger.store.notify import Listener, woken
 
 __all__ = ["KEEPALIVE", "ApprovalChange", "ApprovalFeed", "InvalidStreamField", "sse_format"]
 
@@ -173,7 +171,7 @@ class ApprovalFeed:
                     if stream_id not in read:
                         yield ApprovalChange(approval_id_of(stream_id))
                 delay = owed.next_delay(nudged, bool(read), self.poll_interval)
-                nudged = await _woken(notified.event, delay)
+                nudged = await woken(notified.event, delay)
 
     def _measure(self, event: Event) -> None:
         if self._on_delay is None or event.position <= self._measured:
@@ -203,13 +201,6 @@ class _Owed:
             self.retry = self.waited = 0.0
             return poll_interval
         return self.retry
-
-
-async def _woken(event: asyncio.Event, seconds: float) -> bool:
-    """Wait for `event` up to `seconds`; whether it was set."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), seconds)
-    return event.is_set()
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")

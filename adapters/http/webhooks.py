@@ -42,7 +42,7 @@ from ledger.errors import ConfigurationError, DatabaseUnavailable
 from ledger.journal import Journal
 from ledger.log import get_logger
 from ledger.store import Database
-from ledger.store.notify import Listener
+from ledger.store.notify import Listener, woken
 from ledger.store.settings import WebhookSettings
 
 from .shapes import approval_document
@@ -147,11 +147,11 @@ class Webhooks:
         return latest if latest is not None else await self.journal.last_position()
 
     async def _run(self, after: int) -> None:
-        with self._listener.subscribed() as woken:
+        with self._listener.subscribed() as notified:
             due_at: float | None = None  # when this process's soonest retry is due
             while True:
-                woken.event.clear()
-                woken.take()
+                notified.event.clear()
+                notified.take()
                 try:
                     after = await self._record(after)
                     claimed_at = time.monotonic()
@@ -168,8 +168,7 @@ class Webhooks:
                 wait = self.poll_interval
                 if due_at is not None:  # a wake in between must not make it wait a poll
                     wait = min(wait, max(due_at - time.monotonic(), 0.0))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.event.wait(), wait)
+                await woken(notified.event, wait)
 
     async def _record(self, after: int) -> int:
         """Record a delivery for each event to deliver after `after`; the new cursor."""

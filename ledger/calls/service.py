@@ -55,7 +55,7 @@ from ..keys.digests import matches, text_digest
 from ..limits import INT8, int_problem, name_problem, text_problem
 from ..log import get_logger
 from ..store import Database
-from ..store.notify import Listener
+from ..store.notify import Listener, woken
 from . import _sql as sql
 from .model import (
     CallContext,
@@ -621,9 +621,7 @@ class ToolLedger:
                         row = await conn.fetchrow(sql.BY_ID, record.run_id, record.call_id)
                     if row is None or row["status"] != "running" or row["lapsed"]:
                         return
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self.poll_interval):
-                            await event.wait()
+                    await woken(event, self.poll_interval)
         finally:
             # No longer waiting: the worker stops notifying once nobody does. (If this fails,
             # the worst is one NOTIFY too many.)

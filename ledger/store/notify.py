@@ -21,7 +21,7 @@ import asyncpg
 from ..log import get_logger
 from .db import open_raw_connection
 
-__all__ = ["Listener", "Subscription"]
+__all__ = ["Listener", "Subscription", "woken"]
 
 log = get_logger(__name__)
 _RECENT_KEPT = 4096  # payloads a listener remembers hearing (`Listener.quiet_since`)
@@ -182,3 +182,13 @@ class Listener:
         if connection is not None and not connection.is_closed():
             with contextlib.suppress(Exception):
                 await connection.close(timeout=1)
+
+
+async def woken(event: asyncio.Event, seconds: float) -> bool:
+    """Wait for `event` up to `seconds`; whether it was set. With `asyncio.timeout`, not
+    `asyncio.wait_for`: Python 3.11's `wait_for` drops a cancellation that arrives as the event
+    is set, and a loop cancelled that way (a service closing) never ends."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    return event.is_set()
