@@ -88,7 +88,10 @@ def receiver() -> Iterator[Receiver]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/signoff"
+    # a path of its own: a later test's receiver may be given this one's port, and the
+    # deliveries are looked up by target
+    port = server.server_address[1]
+    state.url = f"http://127.0.0.1:{port}/hooks/signoff/{unique('receiver')}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -552,7 +555,7 @@ def trickler() -> Iterator[str]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hooks/signoff"
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hooks/signoff/{unique('trickler')}"
     finally:
         stop.set()
         thread.join()
