@@ -3,12 +3,18 @@ call, run (a) as a workflow of its own, one per call, and (b) as steps inside on
 workflow per caller. DBOS runs with its default settings, its system database a scratch
 database of its own on the same server.
 
-Importing this module needs `dbos`; bench/tool_ledger imports it only when it is installed.
+bench/tool_ledger runs it as a process of its own, `python -m bench.dbos_peer URL`, so that
+neither system runs beside the other's threads (DBOS's background threads, idle, took about 6%
+of Signoff's calls/s when both shared a process): it prints `ready` once DBOS is launched, then
+answers each line `workflows|steps CALLERS SECONDS` with one line, the rate; end of input
+destroys DBOS. Importing this module needs `dbos`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -81,3 +87,22 @@ async def dbos_peer(url: str) -> AsyncIterator[DbosPeer]:
             yield DbosPeer()
         finally:
             await asyncio.to_thread(DBOS.destroy)
+
+
+async def serve(url: str) -> None:
+    """Launch DBOS beside the server of `url` and measure what each line of stdin asks."""
+    # Replies on the original stdout; anything else written there (DBOS's own output) goes to
+    # stderr instead, so it cannot be read as a reply.
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    loop = asyncio.get_running_loop()
+    async with dbos_peer(url) as peer:
+        print("ready", file=replies)
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            shape, callers, seconds = line.split()
+            measure = {"workflows": peer.workflows, "steps": peer.steps}[shape]
+            print(await measure(int(callers), float(seconds)), file=replies)
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1]))

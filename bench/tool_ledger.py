@@ -2,7 +2,8 @@
 tool) at 1 and 8 concurrent callers, beside raw asyncpg single-row commits and two peers on the
 same server: agent-ledger (its `EffectLedger` on `PostgresStore`), and DBOS with an empty step
 per call, run as a one-step workflow per call and as steps inside one running workflow
-(bench/dbos_peer.py; DBOS's system database is a scratch database of its own).
+(bench/dbos_peer.py, in a process of its own; DBOS's system database is a scratch database of
+its own).
 
 Run from the repository root: `python -m bench.tool_ledger` (the peers come with the `bench`
 extra; without one its figures are null). Prints one JSON object as its last line. The headline
@@ -11,30 +12,29 @@ commits); `peer_ratio` is ours over agent-ledger's at 8 callers (target: >= 1);
 `dbos_workflow_ratio_1` / `_8` are ours over DBOS one-step workflows at 1 and 8 callers (target:
 >= 4 at 1), `dbos_step_ratio_1` / `_8` ours over DBOS steps inside a running workflow. Ours and
 DBOS are measured in interleaved rounds (`--rounds`); each figure is the median over the rounds,
-each ratio the median of the rounds' ratios. DBOS stays launched through all rounds, so ours
-also runs beside its idle background threads.
+each ratio the median of the rounds' ratios. DBOS stays launched through all rounds, in its
+own process, so neither system's figures include the other's threads.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import statistics
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench.common import Op, bench_database, rate, raw_commit_rate
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
-
-if TYPE_CHECKING:
-    from bench.dbos_peer import DbosPeer
 
 CALLERS = 8
 KEK = LocalKek(os.urandom(32))
@@ -97,16 +97,65 @@ async def peer(url: str, callers: int, seconds: float) -> float | None:
         return await rate(callers, seconds, caller)
 
 
+class DbosProcess:
+    """DBOS measured in a process of its own (bench/dbos_peer), one request at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    async def workflows(self, callers: int, seconds: float) -> float:
+        return await self._measure("workflows", callers, seconds)
+
+    async def steps(self, callers: int, seconds: float) -> float:
+        return await self._measure("steps", callers, seconds)
+
+    async def _measure(self, shape: str, callers: int, seconds: float) -> float:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{shape} {callers} {seconds}\n".encode())
+        await self.process.stdin.drain()
+        return float(await self.answer())
+
+    async def answer(self) -> str:
+        """The process's next line (`ready`, or a rate)."""
+        assert self.process.stdout is not None
+        line = await self.process.stdout.readline()
+        if not line:
+            assert self.process.stderr is not None
+            said = (await self.process.stderr.read()).decode(errors="replace")
+            raise RuntimeError(f"the DBOS process ended: {said[-2000:]}")
+        return line.decode().strip()
+
+
 @asynccontextmanager
-async def dbos(url: str) -> AsyncIterator[DbosPeer | None]:
-    """DBOS launched beside the server of `url`, or None when it is not installed."""
-    try:
-        from bench.dbos_peer import dbos_peer
-    except ImportError:
+async def dbos(url: str) -> AsyncIterator[DbosProcess | None]:
+    """DBOS launched in a process of its own beside the server of `url`, or None when it is
+    not installed (the `bench` extra)."""
+    if importlib.util.find_spec("dbos") is None:
         yield None
         return
-    async with dbos_peer(url) as launched:
-        yield launched
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.dbos_peer",
+        url,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    peer = DbosProcess(process)
+    try:
+        if await peer.answer() != "ready":
+            raise RuntimeError("the DBOS process did not start")
+        yield peer
+    finally:
+        if process.returncode is None:
+            assert process.stdin is not None
+            process.stdin.close()  # end of input: it destroys DBOS and drops its database
+            try:
+                await asyncio.wait_for(process.wait(), 60)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
 
 
 def median(values: list[float], digits: int) -> float | None:
