@@ -52,6 +52,7 @@ from ..journal import NewEvent
 from ..journal.projection import Fact, disagreement, verify_projection
 from ..keys import KeyRing
 from ..keys.digests import matches, text_digest
+from ..keys.values import seal_value
 from ..limits import INT8, int_problem, name_problem, text_problem
 from ..log import get_logger
 from ..store import Database
@@ -349,7 +350,9 @@ class ToolLedger:
     ) -> _Step | None:
         if gate is None:  # the common case: one statement, no transaction
             async with self.db.connection() as conn:
-                step = await self._start(conn, call, policy, GateRun(call.args), request_digest)
+                step = await self._start(
+                    conn, call, policy, GateRun(call.args), request_digest, args_text
+                )
             if step is not None:
                 return step
         try:
@@ -372,7 +375,7 @@ class ToolLedger:
             row = await conn.fetchrow(sql.ONCE_PER_RUN_FOR_UPDATE, call.run_id, call.tool)
         if row is None:
             decision = await gate(conn) if gate is not None else GateRun(call.args)
-            step = await self._start(conn, call, policy, decision, request_digest)
+            step = await self._start(conn, call, policy, decision, request_digest, args_text)
             if step is None:
                 raise ClaimRaced  # rolls the gate's consumption back too
             return step
@@ -459,11 +462,19 @@ class ToolLedger:
         policy: ToolPolicy,
         decision: GateRun | GateDeny | GateRespond,
         request_digest: str,
+        args_text: str,
     ) -> _Step | None:
+        """Write a new call; `args_text` and `request_digest` are the request's arguments as
+        canonical text and their digest."""
         args = decision.args if isinstance(decision, GateRun) else call.args
-        # Sealing yields the digest of the arguments that run (a reviewer's edit, or the request).
         stream = call_stream(call.run_id, call.call_id)
-        sealed_args, args_digest = self.records.seal(stream, "args", args)
+        if args is call.args:  # the request's own: its text and digest are in hand
+            sealed_args, args_digest = (
+                seal_value(self.ring, stream, "args", args_text),
+                request_digest,
+            )
+        else:  # a reviewer's edit: sealing gives the digest of the arguments that run
+            sealed_args, args_digest = self.records.seal(stream, "args", args)
         started = {
             "run_id": call.run_id,
             "call_id": call.call_id,
