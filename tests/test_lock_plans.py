@@ -1,0 +1,39 @@
+"""The statements that lock a call or an approval, and the token check, are planned as the one row
+their functions return (revision 0022). Planned as 1,000 rows, the per-row read of the stream
+priced the locking statements above `jit_above_cost` once stream reads cost enough, and every
+execution was JIT-compiled (15 to 50 ms each, on every approved call)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from approvals import _sql as approval_sql
+from approvals.credentials import _USE as TOKEN_USE
+from ledger.calls import _sql as call_sql
+from ledger.store import Database
+
+STATEMENTS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "a call": (call_sql.BY_ID_FOR_UPDATE, ("run", "call")),
+    "a run's once-per-run tool": (call_sql.ONCE_PER_RUN_FOR_UPDATE, ("run", "tool")),
+    "an approval": (approval_sql.LOCKED_WITH_STREAM, ("apr-1",)),
+    "a token": (TOKEN_USE, ("tok-1", b"hash")),
+}
+
+
+@pytest.mark.parametrize("what", STATEMENTS)
+async def test_a_single_row_statement_is_planned_as_one_row_below_the_jit_threshold(
+    db: Database, what: str
+) -> None:
+    statement, args = STATEMENTS[what]
+    async with db.connection() as conn, conn.transaction():
+        # Pages priced 50 times over: as if each stream read cost what it does in a big journal.
+        await conn.execute("SET LOCAL seq_page_cost = 50")
+        await conn.execute("SET LOCAL random_page_cost = 200")
+        plan = json.loads(await conn.fetchval("EXPLAIN (FORMAT JSON) " + statement, *args))[0]
+        jit_above_cost = float(await conn.fetchval("SELECT current_setting('jit_above_cost')"))
+    assert "JIT" not in plan  # planned to compile on every execution
+    assert plan["Plan"]["Plan Rows"] == 1
+    assert plan["Plan"]["Total Cost"] < jit_above_cost / 10, plan["Plan"]["Total Cost"]
