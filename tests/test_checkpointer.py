@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import os
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
@@ -157,6 +159,37 @@ async def test_no_secret_reaches_the_database_but_the_plain_saver_leaks_it(
         dump = await pg_dump(url)
         assert CANARY in dump
         assert CANARY.encode().hex() in dump.lower()
+
+
+async def test_values_are_serialized_off_the_event_loop_and_sealed_on_it(
+    fresh_database_url: str,
+) -> None:
+    """A large state is serialized in a worker thread, as LangGraph's saver does; sealing runs
+    on the loop (in the thread, each call of the cipher and the nonce that let go of the GIL
+    waited for the loop to hand it back)."""
+    loop_thread = threading.get_ident()
+    serialized: set[int] = set()
+    sealed: set[int] = set()
+
+    class Recording(JsonPlusSerializer):
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            serialized.add(threading.get_ident())
+            return super().dumps_typed(obj)
+
+    async with opened(fresh_database_url, new_kek()) as (_, ring, plain):
+        saver = EncryptedPostgresSaver(plain.conn, ring, serde=Recording())
+        seal = saver.sealer.seal
+
+        def recording_seal(serde_type: str, data: bytes, parts: tuple[str, ...]) -> Any:
+            sealed.add(threading.get_ident())
+            return seal(serde_type, data, parts)
+
+        saver.sealer.seal = recording_seal  # type: ignore[method-assign]
+        graph = canary_graph(saver)
+        await graph.ainvoke({"messages": [HumanMessage(content="hi")]}, config("t-threads"))
+        assert (await graph.aget_state(config("t-threads"))).values["note"] == f"card {CANARY}"
+    assert serialized and loop_thread not in serialized
+    assert sealed == {loop_thread}
 
 
 async def test_rows_moved_to_another_place_do_not_open(fresh_database_url: str) -> None:

@@ -256,13 +256,21 @@ class CheckpointSealer:
 
     def seal_value(self, value: Any, parts: Parts) -> tuple[str, bytes]:
         """(type tag, sealed bytes) of a channel value or write."""
-        serde_type, data = self.serde.dumps_typed(value)
+        return self.seal_typed(self.serde.dumps_typed(value), parts)
+
+    def seal_typed(self, typed: tuple[str, bytes], parts: Parts) -> tuple[str, bytes]:
+        """`seal_value` of a value the serializer has turned into (serde type, bytes)."""
+        serde_type, data = typed
         key_id, sealed = self.seal(serde_type, data, parts)
         return tag(serde_type, key_id), sealed
 
     def seal_document(self, document: Any, parts: Parts) -> dict[str, str]:
         """The envelope of a checkpoint or metadata document."""
-        serde_type, data = self.serde.dumps_typed(document)
+        return self.envelope_of(self.serde.dumps_typed(document), parts)
+
+    def envelope_of(self, typed: tuple[str, bytes], parts: Parts) -> dict[str, str]:
+        """`seal_document` of a document the serializer has turned into (serde type, bytes)."""
+        serde_type, data = typed
         key_id, sealed = self.seal(serde_type, data, parts)
         return envelope(serde_type, key_id, sealed)
 
