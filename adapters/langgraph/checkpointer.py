@@ -229,9 +229,6 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
     ) -> RunnableConfig:
         """Save a checkpoint, its new channel values and its metadata, encrypted."""
         await self.ring.fresh()
-        configurable = config["configurable"]
-        ns = str(configurable.get("checkpoint_ns", ""))
-        checkpoint_id = checkpoint["id"]
         # Serializing in a thread keeps a large state from blocking the event loop, as
         # LangGraph's saver does for its blobs. Sealing runs here, on the loop: in the thread,
         # each of its calls that let go of the GIL (the cipher, the nonce from the OS) waited
@@ -246,9 +243,9 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
             await cur.execute(self.UPSERT_CHECKPOINTS_SQL, row)
         return {
             "configurable": {
-                "thread_id": configurable["thread_id"],
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
+                "thread_id": config["configurable"]["thread_id"],
+                "checkpoint_ns": serialized.ns,
+                "checkpoint_id": serialized.checkpoint_id,
             }
         }
 
