@@ -13,7 +13,7 @@ import asyncpg
 from ..canonical import canonical_json
 from ..errors import ResultTampered
 from ..journal import NewEvent
-from ..journal.projection import commit
+from ..journal.projection import commit, grouped_writes
 from ..keys import KeyRing
 from ..keys.digests import matches, text_digest
 from ..keys.values import open_value, seal_value
@@ -51,6 +51,8 @@ class CallRecorder:
         self.db = db
         self.ring = ring
         self.lease_seconds = lease_seconds
+        # Steps committed on their own: concurrent ones share a statement and a commit.
+        self._alone = grouped_writes(db, CALLS)
 
     def seal(self, stream_id: str, part: str, value: Any) -> tuple[bytes, str]:
         """Encrypt a JSON value bound to its call's stream; return it with its keyed digest."""
@@ -59,16 +61,16 @@ class CallRecorder:
 
     async def insert(
         self,
-        conn: asyncpg.Connection,
+        conn: asyncpg.Connection | None,
         stream_id: str,
         events: list[NewEvent],
         sealed_args: bytes,
         sealed_result: bytes | None,
     ) -> CallRecord | None:
-        """Write a new call and its first events, in one statement; None when the call (or,
-        once per run, the tool) is in the ledger already."""
+        """Write a new call and its first events, in one statement (on `conn`, else committed on
+        its own); None when the call (or, once per run, the tool) is in the ledger already."""
         return await commit(
-            conn,
+            self._alone if conn is None else conn,
             CALLS,
             stream_id,
             None,
@@ -81,15 +83,16 @@ class CallRecorder:
 
     async def advance(
         self,
-        conn: asyncpg.Connection,
+        conn: asyncpg.Connection | None,
         record: CallRecord,
         events: list[NewEvent],
         sealed_result: bytes | None = None,
     ) -> CallRecord | None:
-        """Append `events` and write what they fold to, in one statement, if the row is still
-        at the version `record` holds; None otherwise."""
+        """Append `events` and write what they fold to, in one statement (on `conn`, else
+        committed on its own), if the row is still at the version `record` holds; None
+        otherwise."""
         return await commit(
-            conn,
+            self._alone if conn is None else conn,
             CALLS,
             CALLS.stream_of(record),
             record,
@@ -98,13 +101,6 @@ class CallRecorder:
             result_sealed=sealed_result,
             lease_seconds=self.lease_seconds,
         )
-
-    async def advance_alone(
-        self, record: CallRecord, event: NewEvent, sealed: bytes
-    ) -> CallRecord | None:
-        """`advance` on a connection of its own."""
-        async with self.db.connection() as conn:
-            return await self.advance(conn, record, [event], sealed)
 
     async def outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
         """The outcome a row records, its result opened and checked against the journal's

@@ -3,7 +3,8 @@
 `ToolLedger.execute(call, fn, policy)` is the one entry point adapters use:
 
 1. Claim. A new call's intent (and, through `gate`, its approval's consumption) is recorded in
-   one transaction; without an approval it is one statement. A call that finished replays its
+   one transaction; without an approval it is one statement, whose commit concurrent calls of
+   this process share (`ledger.store.group`). A call that finished replays its
    recorded outcome. A call another live worker is running is waited for. A call whose worker
    died (its lease lapsed) runs again if its effect allows another attempt, and otherwise becomes
    `outcome_unknown` (a write that may have happened) or `failed` (a read out of attempts).
@@ -348,11 +349,10 @@ class ToolLedger:
         request_digest: str,
         args_text: str,
     ) -> _Step | None:
-        if gate is None:  # the common case: one statement, no transaction
-            async with self.db.connection() as conn:
-                step = await self._start(
-                    conn, call, policy, GateRun(call.args), request_digest, args_text
-                )
+        if gate is None:  # the common case: one statement, committed on its own
+            step = await self._start(
+                None, call, policy, GateRun(call.args), request_digest, args_text
+            )
             if step is not None:
                 return step
         try:
@@ -457,15 +457,15 @@ class ToolLedger:
 
     async def _start(
         self,
-        conn: asyncpg.Connection,
+        conn: asyncpg.Connection | None,
         call: ToolCall,
         policy: ToolPolicy,
         decision: GateRun | GateDeny | GateRespond,
         request_digest: str,
         args_text: str,
     ) -> _Step | None:
-        """Write a new call; `args_text` and `request_digest` are the request's arguments as
-        canonical text and their digest."""
+        """Write a new call, in `conn`'s transaction, else committed on its own; `args_text`
+        and `request_digest` are the request's arguments as canonical text and their digest."""
         args = decision.args if isinstance(decision, GateRun) else call.args
         stream = call_stream(call.run_id, call.call_id)
         if args is call.args:  # the request's own: its text and digest are in hand
@@ -565,10 +565,9 @@ class ToolLedger:
                         "reason": type(e).__name__,
                         "at": _now(),
                     }
-                    async with self.db.connection() as conn:
-                        retried = await self.records.advance(
-                            conn, record, [NewEvent("call.retried", data, self.worker_id)]
-                        )
+                    retried = await self.records.advance(
+                        None, record, [NewEvent("call.retried", data, self.worker_id)]
+                    )
                     if retried is None:
                         return await self._superseded(record)
                     record = retried
@@ -588,7 +587,7 @@ class ToolLedger:
         data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
         event = NewEvent(f"call.{status}", data, self.worker_id)
         # The tool has run: record what it did even if this task is cancelled meanwhile.
-        done = await asyncio.shield(self.records.advance_alone(record, event, sealed))
+        done = await asyncio.shield(self.records.advance(None, record, [event], sealed))
         if done is None:
             return await self._superseded(record)
         bound.info("call finished", status=str(status), attempts=done.attempts)

@@ -33,6 +33,7 @@ from ..canonical import GENESIS_HASH, chain_hash, event_bytes, jcs_json, timed_e
 from ..errors import InvalidEvent
 from ..limits import INT4, INT8, int_problem
 from ..store import Database
+from ..store.group import GroupedCalls
 
 __all__ = [
     "MAX_DATA_BYTES",
@@ -52,7 +53,8 @@ MAX_EVENTS_PER_APPEND = 1000
 _MAX_NAME = {"stream id": 200, "type": 100, "actor": 200}
 _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
-_APPEND = "SELECT signoff_append($1, $2, $3, $4, $5, $6)"
+_APPEND_CALL = "signoff_append($1, $2, $3, $4, $5, $6)"
+_APPEND = f"SELECT {_APPEND_CALL}"
 _HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
 # The columns of `Event`, in its order. A NULL tag version is an event from before schema
 # revision 0019: tag version 1.
@@ -166,6 +168,7 @@ class Journal:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._appends = GroupedCalls(db, _APPEND_CALL)
 
     async def append(
         self,
@@ -190,8 +193,11 @@ class Journal:
         if notify is not None and not _CHANNEL.fullmatch(notify):
             raise InvalidEvent(f"not a notification channel name: {notify!r}")
         args = (*append_arguments(stream_id, events, expected_version), notify)
-        async with self.db.connection(connection) as conn:  # SG409 leaves as VersionConflict
-            positions = await conn.fetchval(_APPEND, *args)
+        if connection is None:  # committed on its own, in one statement with concurrent ones
+            positions = await self._appends.call(stream_id, args)
+        else:
+            async with self.db.connection(connection) as conn:  # SG409: VersionConflict
+                positions = await conn.fetchval(_APPEND, *args)
         return Appended(stream_id, expected_version + len(events), tuple(positions))
 
     async def stream_version(

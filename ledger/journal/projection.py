@@ -33,6 +33,7 @@ import asyncpg
 
 from ..errors import InvalidEvent, ProjectionError
 from ..store import Database
+from ..store.group import GroupedCalls
 from .journal import _CHANNEL, NewEvent, append_arguments
 
 __all__ = [
@@ -144,7 +145,7 @@ def facts(stream_id: str, events: Sequence[NewEvent], after_version: int = 0) ->
 
 
 async def commit(
-    conn: asyncpg.Connection,
+    conn: asyncpg.Connection | GroupedCalls,
     projection: Projection[R],
     stream_id: str,
     record: R | None,
@@ -153,7 +154,9 @@ async def commit(
     expected_version: int,
     **values: Any,
 ) -> R | None:
-    """Append `events` to `stream_id` and write the row they fold `record` to, in one statement.
+    """Append `events` to `stream_id` and write the row they fold `record` to, in one statement:
+    on `conn`, or committed on its own, with concurrent steps, through `conn` when it is the
+    projection's `grouped_writes`.
 
     `record` is the row as the caller read it (None: a new row), at `expected_version`.
     `values` are the projection's `extras`, by name (one not given is NULL).
@@ -179,21 +182,33 @@ async def commit(
         fields = tuple(row[name] for name in projection.row_parameters)
     else:
         fields = (json.dumps(row, default=_json_default, ensure_ascii=False),)
+    parameters = (record is None, *fields, *extras, *arguments, channel)
     # A stale version (SG409) leaves the caller's `Database.connection()` as VersionConflict.
-    positions = await conn.fetchval(
-        _statement(type(projection)), record is None, *fields, *extras, *arguments, channel
-    )
+    if isinstance(conn, GroupedCalls):
+        positions = await conn.call(stream_id, parameters)
+    else:
+        positions = await conn.fetchval(_statement(type(projection)), *parameters)
     return None if positions is None else new
+
+
+def grouped_writes(db: Database, projection: Projection[Any]) -> GroupedCalls:
+    """The projection's write function, for steps committed on their own (`commit`)."""
+    return GroupedCalls(db, _call(type(projection)))
 
 
 @cache
 def _statement(projection: type[Projection[Any]]) -> str:
-    """The call of a projection's write function."""
+    return f"SELECT {_call(projection)}"
+
+
+@cache
+def _call(projection: type[Projection[Any]]) -> str:
+    """The call of a projection's write function, its parameters numbered from $1."""
     row = len(projection.row_parameters) or 1
     count = 1 + row + len(projection.extras) + 6
     placeholders = ", ".join(f"${i}" for i in range(1, count + 1))
-    statement = f"SELECT {projection.write_function}({placeholders})"
-    return statement if projection.row_parameters else statement.replace("$2,", "$2::jsonb,", 1)
+    call = f"{projection.write_function}({placeholders})"
+    return call if projection.row_parameters else call.replace("$2,", "$2::jsonb,", 1)
 
 
 def _applied(projection: Projection[R], record: R | None, event: Fact) -> R:
