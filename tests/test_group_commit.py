@@ -16,7 +16,7 @@ from ledger.journal import Journal, NewEvent
 from ledger.journal.journal import _APPEND_CALL, append_arguments
 from ledger.store import Database
 from ledger.store.db import open_raw_connection
-from ledger.store.group import GroupedCalls
+from ledger.store.group import HELD_GROUPS, GroupedCalls
 
 EVENT = NewEvent("test.grouped", {"n": 1}, actor="tester")
 
@@ -160,3 +160,16 @@ async def test_calls_made_together_share_commits_and_keep_every_guarantee(
     assert all(o.replayed and o.result == n * 2 for n, o in enumerate(again))
     assert len(ran) == 8
     assert await ledger.verify_projection() == []
+
+
+async def test_a_sender_that_keeps_its_connection_long_hands_every_step_on(db: Database) -> None:
+    # Groups of one, one sender: 3 * HELD_GROUPS groups queue behind each other, so the sender
+    # gives its connection back twice and takes one again with steps in hand.
+    group = GroupedCalls(db, _APPEND_CALL, most=1, in_flight=1)
+    streams = [stream() for _ in range(3 * HELD_GROUPS)]
+    results = await asyncio.wait_for(
+        asyncio.gather(*(group.call(s, (*append_arguments(s, [EVENT], 0), None)) for s in streams)),
+        timeout=60,
+    )
+    assert all(r is not None for r in results)
+    assert len(set(await txids(db, streams))) == len(streams)

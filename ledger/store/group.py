@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
+
 from ..errors import DatabaseUnavailable
 from ..log import get_logger
 from .db import Database
@@ -37,6 +39,7 @@ log = get_logger(__name__)
 # time left each waiting for the other.
 MOST_STEPS = 4
 IN_FLIGHT = 4
+HELD_GROUPS = 16
 
 _PARAMETER = re.compile(r"\$(\d+)")
 
@@ -50,7 +53,11 @@ class _Step:
 
 class GroupedCalls:
     """Calls of one database function (`call`: the call with its parameters numbered from $1,
-    for example `"signoff_append($1, $2)"`), each committed, concurrent ones in one statement."""
+    for example `"signoff_append($1, $2)"`), each committed, concurrent ones in one statement.
+
+    At most `in_flight` groups are sent at once (and at most half the pool's connections), each
+    of at most `most` steps. A sender keeps its connection for the groups that follow while
+    steps keep coming, up to `HELD_GROUPS`, then lets other waiters for the pool have it."""
 
     def __init__(
         self, db: Database, call: str, *, most: int = MOST_STEPS, in_flight: int = IN_FLIGHT
@@ -59,7 +66,7 @@ class GroupedCalls:
         self.call_text = call
         self.arity = max(int(n) for n in _PARAMETER.findall(call))
         self.most = most
-        self.in_flight = in_flight
+        self.in_flight = max(1, min(in_flight, db.pool.get_max_size() // 2))
         self._queue: list[_Step] = []
         self._sending = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -84,29 +91,51 @@ class GroupedCalls:
             task.add_done_callback(self._tasks.discard)
         return await step.result
 
+    def _take(self) -> list[_Step]:
+        """The next group: the oldest steps whose callers still wait, in the order of keys."""
+        while self._queue:
+            taken = self._queue[: self.most]
+            del self._queue[: self.most]
+            group = sorted((s for s in taken if not s.result.done()), key=lambda s: s.key)
+            if group:
+                return group
+        return []
+
     async def _drain(self) -> None:
+        group = self._take()
         try:
-            while self._queue:
-                taken = self._queue[: self.most]
-                del self._queue[: self.most]
-                group = sorted((s for s in taken if not s.result.done()), key=lambda s: s.key)
-                if group:
-                    await self._send(group)
+            while group:
+                try:
+                    async with self.db.connection() as conn:
+                        for _ in range(HELD_GROUPS):
+                            await self._send(conn, group)
+                            if not (group := self._take()):
+                                break
+                except DatabaseUnavailable as e:  # no connection came, or it was lost
+                    _settle(group, error=e)
+                    group = []
+                # Steps that came while the connection went back, or past HELD_GROUPS.
+                group = group or self._take()
         finally:
+            for step in group:  # this sender was cancelled: so are the steps it held
+                step.result.cancel()
             self._sending -= 1
-            if self._sending == 0:  # cancelled with steps queued: their callers must not hang
+            if self._sending == 0:  # and those still queued must not wait for nobody
                 for step in self._queue:
                     step.result.cancel()
                 self._queue.clear()
 
-    async def _send(self, group: list[_Step]) -> None:
+    async def _send(self, conn: asyncpg.Connection, group: list[_Step]) -> None:
+        """Send `group` on `conn` and settle each of its steps (DatabaseUnavailable, after
+        settling them, is raised on: the connection is gone)."""
         try:
-            async with self.db.connection() as conn:
-                row = await conn.fetchrow(
+            async with self.db.connection(conn) as typed:  # the driver's errors, typed
+                row = await typed.fetchrow(
                     self._statement(len(group)), *(a for s in group for a in s.arguments)
                 )
         except DatabaseUnavailable as e:  # committed or not: nobody can tell
             _settle(group, error=e)
+            raise
         except Exception as e:
             if len(group) == 1:
                 _settle(group, error=e)
@@ -117,11 +146,7 @@ class GroupedCalls:
                 error_type=type(e).__name__,
             )
             for step in group:
-                await self._send([step])
-        except BaseException:
-            for step in group:
-                step.result.cancel()
-            raise
+                await self._send(conn, [step])
         else:
             assert row is not None
             for step, value in zip(group, row.values(), strict=True):
