@@ -117,14 +117,21 @@ async def test_a_step_whose_caller_was_cancelled_before_it_was_sent_is_not_writt
 
 async def test_a_connection_lost_under_a_group_fails_every_step_of_it(db: Database) -> None:
     group = GroupedCalls(db, _APPEND_CALL, in_flight=1)
+    first, first_holder = await held_stream(db)
     blocked, holder = await held_stream(db)
     streams = [stream(), blocked, stream()]
     try:
-        # Queued in one turn of the loop, the three go as one group, which waits on the lock.
+        # The first step goes alone and waits; the three queue behind it and, once it is
+        # through, go as one group, which waits on the other held stream.
+        alone = asyncio.create_task(group.call(first, (*append_arguments(first, [EVENT], 0), None)))
+        await waiting_on_lock(db)
         steps = [
             asyncio.create_task(group.call(s, (*append_arguments(s, [EVENT], 0), None)))
             for s in streams
         ]
+        await asyncio.sleep(0.05)
+        await first_holder.execute("ROLLBACK")
+        assert await alone is not None
         pid = await waiting_on_lock(db)
         killer = await open_raw_connection(db.url)
         try:
@@ -133,6 +140,7 @@ async def test_a_connection_lost_under_a_group_fails_every_step_of_it(db: Databa
             await killer.close()
         results = await asyncio.gather(*steps, return_exceptions=True)
     finally:
+        await first_holder.close()
         await holder.close()
     assert [type(r) for r in results] == [DatabaseUnavailable] * 3
     assert await txids(db, streams) == []

@@ -4,8 +4,9 @@ A step that commits on a connection of its own (a new call's intent, a call's ou
 journal append) costs its caller a round trip and the server a transaction and a WAL flush.
 Steps that arrive while others are in flight are sent together: one statement that calls the
 function once per step, so they share the round trip, the transaction and the flush. Nothing
-waits to fill a group: a step that arrives while fewer than `in_flight` groups are being sent
-goes at once, alone if nothing else is queued, so a lone caller's latency is unchanged.
+waits to fill a group: a step that arrives while nothing is in flight is sent at once by its own
+caller, as it would be without groups, and one that arrives while fewer than `in_flight` groups
+are being sent goes at once too, with whatever else is queued.
 
 Each step has committed when its caller goes on (its result is what the function returned for
 it). A group is all or nothing, so when the server refuses its statement (then nothing of it
@@ -81,15 +82,33 @@ class GroupedCalls:
         """
         if len(arguments) != self.arity:
             raise TypeError(f"{self.call_text} takes {self.arity} arguments, not {len(arguments)}")
-        loop = asyncio.get_running_loop()
-        step = _Step(key, arguments, loop.create_future())
+        step = _Step(key, arguments, asyncio.get_running_loop().create_future())
+        if self._sending == 0:  # nothing in flight: the caller sends its own step, at once
+            self._sending += 1
+            try:
+                await self._send_alone(step)
+            finally:
+                self._sending -= 1
+                if self._queue:  # steps that came meanwhile, when no sender was left for them
+                    self._start_sender()
+            return step.result.result()
         self._queue.append(step)
         if self._sending < self.in_flight:
-            self._sending += 1
-            task = loop.create_task(self._drain(), name="signoff-group-commit")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start_sender()
         return await step.result
+
+    def _start_sender(self) -> None:
+        self._sending += 1
+        task = asyncio.get_running_loop().create_task(self._drain(), name="signoff-group-commit")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_alone(self, step: _Step) -> None:
+        try:
+            async with self.db.connection() as conn:
+                await self._send(conn, [step])
+        except DatabaseUnavailable as e:  # no connection came, or it was lost (settled)
+            _settle([step], error=e)
 
     def _take(self) -> list[_Step]:
         """The next group: the oldest steps whose callers still wait, in the order of keys."""
