@@ -115,6 +115,38 @@ async def test_a_step_whose_caller_was_cancelled_before_it_was_sent_is_not_writt
     assert len(await txids(db, [blocked])) == 1
 
 
+async def test_a_step_whose_caller_left_while_its_sender_waited_for_a_connection_is_not_sent(
+    db: Database,
+) -> None:
+    async with await Database.connect(db.url, pool_size=4) as small:
+        group = GroupedCalls(small, _APPEND_CALL)  # 2 senders at most: half the pool
+        first, holder = await held_stream(small)
+        left = stream()
+        try:
+            alone = asyncio.create_task(
+                group.call(first, (*append_arguments(first, [EVENT], 0), None))
+            )
+            await waiting_on_lock(small)  # one connection, in flight
+            taken = [await small.pool.acquire() for _ in range(3)]  # the rest of the pool
+            try:
+                queued = asyncio.create_task(
+                    group.call(left, (*append_arguments(left, [EVENT], 0), None))
+                )
+                await asyncio.sleep(0.05)  # its sender took it and waits for a connection
+                queued.cancel()
+                await asyncio.sleep(0.05)
+            finally:
+                for conn in taken:
+                    await small.pool.release(conn)
+            await holder.execute("ROLLBACK")
+            assert await alone is not None
+            await asyncio.sleep(0.1)  # time for the sender to send, if it still did
+        finally:
+            await holder.close()
+        assert queued.cancelled()
+        assert await txids(small, [left]) == []
+
+
 async def test_a_connection_lost_under_a_group_fails_every_step_of_it(db: Database) -> None:
     group = GroupedCalls(db, _APPEND_CALL, in_flight=1)
     first, first_holder = await held_stream(db)

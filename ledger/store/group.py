@@ -15,7 +15,13 @@ error, as if it had been alone. When the connection fails, whether the group com
 known, and every step's caller gets that error, as it would alone. A step whose caller was
 cancelled before its group was sent is dropped; one already sent commits with its group.
 Steps are sent in the order of their keys (stream ids), so that groups of several processes
-take their row locks in one order and never deadlock each other.
+take their rows' locks in one order; PostgreSQL breaks the rare cycle left (a group refused as
+`DeadlockDetected` is sent again step by step).
+
+A group waits as long as its slowest step: a step that waits on a lock (its stream written by a
+transaction still open) holds up the steps grouped with it. So a transaction that has written a
+stream must not wait, while open, for writes made on their own (an append without
+`connection=`): pass it the connection instead.
 """
 
 from __future__ import annotations
@@ -89,7 +95,7 @@ class GroupedCalls:
                 await self._send_alone(step)
             finally:
                 self._sending -= 1
-                if self._queue:  # steps that came meanwhile, when no sender was left for them
+                if self._queue and self._sending < self.in_flight:  # came meanwhile
                     self._start_sender()
             return step.result.result()
         self._queue.append(step)
@@ -101,7 +107,20 @@ class GroupedCalls:
         self._sending += 1
         task = asyncio.get_running_loop().create_task(self._drain(), name="signoff-group-commit")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._sender_done)
+
+    def _sender_done(self, task: asyncio.Task[None]) -> None:
+        """Counted here, not in `_drain`, which a task cancelled before it started never runs."""
+        self._tasks.discard(task)
+        self._sending -= 1
+        if not self._queue or self._sending > 0:
+            return
+        if task.cancelled():  # the loop is closing: the steps queued behind it go nowhere
+            for step in self._queue:
+                step.result.cancel()
+            self._queue.clear()
+        else:  # steps queued after it found the queue empty, before this callback ran
+            self._start_sender()
 
     async def _send_alone(self, step: _Step) -> None:
         try:
@@ -138,15 +157,13 @@ class GroupedCalls:
         finally:
             for step in group:  # this sender was cancelled: so are the steps it held
                 step.result.cancel()
-            self._sending -= 1
-            if self._sending == 0:  # and those still queued must not wait for nobody
-                for step in self._queue:
-                    step.result.cancel()
-                self._queue.clear()
 
     async def _send(self, conn: asyncpg.Connection, group: list[_Step]) -> None:
         """Send `group` on `conn` and settle each of its steps (DatabaseUnavailable, after
         settling them, is raised on: the connection is gone)."""
+        group = [s for s in group if not s.result.done()]  # callers gone while it waited
+        if not group:
+            return
         try:
             async with self.db.connection(conn) as typed:  # the driver's errors, typed
                 row = await typed.fetchrow(
@@ -156,7 +173,7 @@ class GroupedCalls:
             _settle(group, error=e)
             raise
         except Exception as e:
-            if len(group) == 1:
+            if len(group) == 1 or not _refused(e):
                 _settle(group, error=e)
                 return
             log.info(
@@ -177,6 +194,13 @@ class GroupedCalls:
             calls = (_renumbered(self.call_text, self.arity * k) for k in range(steps))
             statement = self._statements[steps] = "SELECT " + ", ".join(calls)
         return statement
+
+
+def _refused(error: Exception) -> bool:
+    """Whether nothing of a statement was written: it carries a SQLSTATE (the server refused it,
+    or the driver could not encode its arguments), the connection being fine. Any other error
+    may come after the commit (decoding the result, a client timeout)."""
+    return bool(getattr(error, "sqlstate", None))
 
 
 def _renumbered(call: str, offset: int) -> str:
