@@ -52,7 +52,7 @@ class CallRecorder:
         self.ring = ring
         self.lease_seconds = lease_seconds
         # Steps committed on their own: concurrent ones share a statement and a commit.
-        self._alone = grouped_writes(db, CALLS)
+        self._grouped = grouped_writes(db, CALLS)
 
     def seal(self, stream_id: str, part: str, value: Any) -> tuple[bytes, str]:
         """Encrypt a JSON value bound to its call's stream; return it with its keyed digest."""
@@ -70,7 +70,7 @@ class CallRecorder:
         """Write a new call and its first events, in one statement (on `conn`, else committed on
         its own); None when the call (or, once per run, the tool) is in the ledger already."""
         return await commit(
-            self._alone if conn is None else conn,
+            self._grouped if conn is None else conn,
             CALLS,
             stream_id,
             None,
@@ -92,7 +92,7 @@ class CallRecorder:
         committed on its own), if the row is still at the version `record` holds; None
         otherwise."""
         return await commit(
-            self._alone if conn is None else conn,
+            self._grouped if conn is None else conn,
             CALLS,
             CALLS.stream_of(record),
             record,

@@ -130,14 +130,11 @@ class GroupedCalls:
             _settle([step], error=e)
 
     def _take(self) -> list[_Step]:
-        """The next group: the oldest steps whose callers still wait, in the order of keys."""
-        while self._queue:
-            taken = self._queue[: self.most]
-            del self._queue[: self.most]
-            group = sorted((s for s in taken if not s.result.done()), key=lambda s: s.key)
-            if group:
-                return group
-        return []
+        """The next group: the oldest steps, in the order of their keys (`_send` drops those
+        whose callers have gone)."""
+        taken = self._queue[: self.most]
+        del self._queue[: self.most]
+        return sorted(taken, key=lambda s: s.key)
 
     async def _drain(self) -> None:
         group = self._take()
