@@ -11,10 +11,13 @@ extra; without one its figures are null). Prints one JSON object as its last lin
 intent and outcome, which concurrent calls share: group commit); `peer_ratio` is ours over
 agent-ledger's at 8 callers (target: >= 2);
 `dbos_workflow_ratio_1` / `_8` are ours over DBOS one-step workflows at 1 and 8 callers (target:
->= 4 at 1), `dbos_step_ratio_1` / `_8` ours over DBOS steps inside a running workflow. Ours and
-DBOS are measured in interleaved rounds (`--rounds`); each figure is the median over the rounds,
-each ratio the median of the rounds' ratios. DBOS stays launched through all rounds, in its
-own process, so neither system's figures include the other's threads.
+>= 4 at 1), `dbos_step_ratio_1` / `_8` ours over DBOS steps inside a running workflow.
+
+Every figure (raw commits, ours, agent-ledger, DBOS) is measured in each of `--rounds`
+interleaved rounds, so a slow spell of the machine hits them alike; each figure is the median
+over the rounds, each ratio the median of the rounds' own ratios (`ratio_rounds` and
+`peer_ratio_rounds` show the spread). DBOS stays launched through all rounds, in its own
+process, so neither system's figures include the other's threads.
 """
 
 from __future__ import annotations
@@ -165,51 +168,66 @@ def median(values: list[float], digits: int) -> float | None:
 
 async def main(seconds: float, rounds: int) -> dict[str, Any]:
     levels = (1, CALLERS)
-    ours_rates: dict[int, list[float]] = {n: [] for n in levels}
-    workflow_ratios: dict[int, list[float]] = {n: [] for n in levels}
-    step_ratios: dict[int, list[float]] = {n: [] for n in levels}
-    workflow_rates: dict[int, list[float]] = {n: [] for n in levels}
-    step_rates: dict[int, list[float]] = {n: [] for n in levels}
-    async with bench_database() as url:
-        baseline_1 = await raw_commit_rate(url, 1, seconds)
-        baseline = await raw_commit_rate(url, CALLERS, seconds)
-        async with dbos(url) as peer_dbos:
-            for _ in range(rounds):  # interleaved, so a slow spell of the machine hits both
-                for n in levels:
-                    calls = await ours(url, n, seconds)
-                    ours_rates[n].append(calls)
-                    if peer_dbos is None:
-                        continue
+    figures: dict[str, list[float]] = {}
+    ratios: dict[str, list[float]] = {}
+
+    def note(name: str, value: float | None) -> None:
+        if value is not None:
+            figures.setdefault(name, []).append(value)
+
+    def compare(name: str, ours_rate: float, other: float | None) -> None:
+        if other:
+            ratios.setdefault(name, []).append(ours_rate / other)
+
+    async with bench_database() as url, dbos(url) as peer_dbos:
+        # Every figure is measured in each round, in turn, and each ratio is taken within its
+        # round: this machine's speed drifts by a fifth within minutes, and a baseline measured
+        # once would carry its own moment's speed into every ratio.
+        for _ in range(rounds):
+            for n in levels:
+                suffix = "" if n == CALLERS else f"_{n}"
+                baseline = await raw_commit_rate(url, n, seconds)
+                calls = await ours(url, n, seconds)
+                note(f"baseline{suffix}", baseline)
+                note(f"ours{suffix}", calls)
+                compare(f"ratio{suffix}", calls, baseline)
+                if n == CALLERS:
+                    agent_ledger = await peer(url, n, seconds)
+                    note("peer", agent_ledger)
+                    compare("peer_ratio", calls, agent_ledger)
+                if peer_dbos is not None:
                     workflows = await peer_dbos.workflows(n, seconds)
                     steps = await peer_dbos.steps(n, seconds)
-                    workflow_rates[n].append(workflows)
-                    step_rates[n].append(steps)
-                    workflow_ratios[n].append(calls / workflows)
-                    step_ratios[n].append(calls / steps)
-        peer_8 = await peer(url, CALLERS, seconds)
-    ours_8 = statistics.median(ours_rates[CALLERS])
-    ours_1 = statistics.median(ours_rates[1])
-    result: dict[str, Any] = {
-        "ours": round(ours_8, 1),
-        "baseline": round(baseline, 1),
-        "ratio": round(ours_8 / baseline, 3),
+                    note(f"dbos_workflow_{n}", workflows)
+                    note(f"dbos_step_{n}", steps)
+                    compare(f"dbos_workflow_ratio_{n}", calls, workflows)
+                    compare(f"dbos_step_ratio_{n}", calls, steps)
+
+    def figure(name: str) -> float | None:
+        return median(figures.get(name, []), 1)
+
+    def ratio(name: str, digits: int) -> float | None:
+        return median(ratios.get(name, []), digits)
+
+    return {
+        "ours": figure("ours"),
+        "baseline": figure("baseline"),
+        "ratio": ratio("ratio", 3),
         "target_ratio": 0.33,
-        "ours_1": round(ours_1, 1),
-        "baseline_1": round(baseline_1, 1),
-        "ratio_1": round(ours_1 / baseline_1, 3),
-        "peer": None if peer_8 is None else round(peer_8, 1),
-        "peer_ratio": None if peer_8 is None else round(ours_8 / peer_8, 2),
-        "dbos_workflow_1": median(workflow_rates[1], 1),
-        "dbos_workflow_8": median(workflow_rates[CALLERS], 1),
-        "dbos_workflow_ratio_1": median(workflow_ratios[1], 2),
-        "dbos_workflow_ratio_8": median(workflow_ratios[CALLERS], 2),
-        "dbos_step_1": median(step_rates[1], 1),
-        "dbos_step_8": median(step_rates[CALLERS], 1),
-        "dbos_step_ratio_1": median(step_ratios[1], 2),
-        "dbos_step_ratio_8": median(step_ratios[CALLERS], 2),
+        "ours_1": figure("ours_1"),
+        "baseline_1": figure("baseline_1"),
+        "ratio_1": ratio("ratio_1", 3),
+        "peer": figure("peer"),
+        "peer_ratio": ratio("peer_ratio", 2),
+        **{f"dbos_workflow_{n}": figure(f"dbos_workflow_{n}") for n in levels},
+        **{f"dbos_workflow_ratio_{n}": ratio(f"dbos_workflow_ratio_{n}", 2) for n in levels},
+        **{f"dbos_step_{n}": figure(f"dbos_step_{n}") for n in levels},
+        **{f"dbos_step_ratio_{n}": ratio(f"dbos_step_ratio_{n}", 2) for n in levels},
+        # The spread of the headline ratios over the rounds.
+        "ratio_rounds": [round(r, 3) for r in ratios.get("ratio", [])],
+        "peer_ratio_rounds": [round(r, 2) for r in ratios.get("peer_ratio", [])],
         "rounds": rounds,
     }
-    return result
 
 
 if __name__ == "__main__":

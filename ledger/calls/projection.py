@@ -162,26 +162,29 @@ def _apply(state: CallRecord | None, event: Fact) -> CallRecord:
         )
     if state is None:
         raise ProjectionError(event.stream_id, f"{type_} before call.started")
+    # One `replace` an event: it copies every field, and a call's outcome is on the hot path.
     if type_ == "call.retried":
-        state = replace(state, attempts=data["attempt"], worker_id=data["worker_id"])
-    elif type_ in _OUTCOME:
-        state = replace(
+        return replace(
+            state, attempts=data["attempt"], worker_id=data["worker_id"], version=version
+        )
+    if type_ in _OUTCOME:
+        return replace(
             state,
             status=_OUTCOME[type_],
             finished_at=at,
             result_digest=data.get("result_digest"),
+            version=version,
         )
-    elif type_ == "call.resolved":
-        state = replace(
+    if type_ == "call.resolved":
+        return replace(
             state,
             status=CallStatus(data["status"]),
             resolved_by=data["by"],
             finished_at=at,
             result_digest=data["result_digest"],
+            version=version,
         )
-    else:
-        raise UnknownEventType(event.stream_id, type_)
-    return replace(state, version=version)
+    raise UnknownEventType(event.stream_id, type_)
 
 
 CALLS = CallProjection()
