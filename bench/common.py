@@ -20,6 +20,7 @@ from tests.support.scratch import scratch_database
 __all__ = [
     "Growth",
     "Op",
+    "Rounds",
     "bench_database",
     "percentile",
     "rate",
@@ -77,6 +78,39 @@ async def seconds_of(run: Callable[[], Awaitable[Any]], rounds: int) -> float:
         await run()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+class Rounds:
+    """Figures measured in turn in every round, each ratio taken within its round: this
+    machine's speed drifts by a fifth within minutes, and a baseline measured once would carry
+    its own moment's speed into every ratio. A figure is the median over the rounds, a ratio the
+    median of the rounds' own ratios."""
+
+    def __init__(self) -> None:
+        self.figures: dict[str, list[float]] = {}
+        self.ratios: dict[str, list[float]] = {}
+
+    def note(self, name: str, value: float | None) -> None:
+        """This round's `name` (None: not measured, e.g. a peer that is not installed)."""
+        if value is not None:
+            self.figures.setdefault(name, []).append(value)
+
+    def compare(self, name: str, ours: float, other: float | None) -> None:
+        """This round's ratio `name`: ours over `other` (None: not measured)."""
+        if other:
+            self.ratios.setdefault(name, []).append(ours / other)
+
+    def figure(self, name: str, digits: int = 1) -> float | None:
+        values = self.figures.get(name)
+        return round(statistics.median(values), digits) if values else None
+
+    def ratio(self, name: str, digits: int) -> float | None:
+        values = self.ratios.get(name)
+        return round(statistics.median(values), digits) if values else None
+
+    def spread(self, name: str, digits: int) -> list[float]:
+        """Each round's ratio `name`, in the order measured."""
+        return [round(r, digits) for r in self.ratios.get(name, [])]
 
 
 class Growth:

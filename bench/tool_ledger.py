@@ -27,14 +27,13 @@ import asyncio
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from bench.common import Op, bench_database, rate, raw_commit_rate
+from bench.common import Op, Rounds, bench_database, rate, raw_commit_rate
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing, LocalKek
@@ -162,53 +161,30 @@ async def dbos(url: str) -> AsyncIterator[DbosProcess | None]:
                 await process.wait()
 
 
-def median(values: list[float], digits: int) -> float | None:
-    return round(statistics.median(values), digits) if values else None
-
-
 async def main(seconds: float, rounds: int) -> dict[str, Any]:
     levels = (1, CALLERS)
-    figures: dict[str, list[float]] = {}
-    ratios: dict[str, list[float]] = {}
-
-    def note(name: str, value: float | None) -> None:
-        if value is not None:
-            figures.setdefault(name, []).append(value)
-
-    def compare(name: str, ours_rate: float, other: float | None) -> None:
-        if other:
-            ratios.setdefault(name, []).append(ours_rate / other)
-
+    measured = Rounds()
     async with bench_database() as url, dbos(url) as peer_dbos:
-        # Every figure is measured in each round, in turn, and each ratio is taken within its
-        # round: this machine's speed drifts by a fifth within minutes, and a baseline measured
-        # once would carry its own moment's speed into every ratio.
         for _ in range(rounds):
             for n in levels:
                 suffix = "" if n == CALLERS else f"_{n}"
                 baseline = await raw_commit_rate(url, n, seconds)
                 calls = await ours(url, n, seconds)
-                note(f"baseline{suffix}", baseline)
-                note(f"ours{suffix}", calls)
-                compare(f"ratio{suffix}", calls, baseline)
+                measured.note(f"baseline{suffix}", baseline)
+                measured.note(f"ours{suffix}", calls)
+                measured.compare(f"ratio{suffix}", calls, baseline)
                 if n == CALLERS:
                     agent_ledger = await peer(url, n, seconds)
-                    note("peer", agent_ledger)
-                    compare("peer_ratio", calls, agent_ledger)
+                    measured.note("peer", agent_ledger)
+                    measured.compare("peer_ratio", calls, agent_ledger)
                 if peer_dbos is not None:
                     workflows = await peer_dbos.workflows(n, seconds)
                     steps = await peer_dbos.steps(n, seconds)
-                    note(f"dbos_workflow_{n}", workflows)
-                    note(f"dbos_step_{n}", steps)
-                    compare(f"dbos_workflow_ratio_{n}", calls, workflows)
-                    compare(f"dbos_step_ratio_{n}", calls, steps)
-
-    def figure(name: str) -> float | None:
-        return median(figures.get(name, []), 1)
-
-    def ratio(name: str, digits: int) -> float | None:
-        return median(ratios.get(name, []), digits)
-
+                    measured.note(f"dbos_workflow_{n}", workflows)
+                    measured.note(f"dbos_step_{n}", steps)
+                    measured.compare(f"dbos_workflow_ratio_{n}", calls, workflows)
+                    measured.compare(f"dbos_step_ratio_{n}", calls, steps)
+    figure, ratio = measured.figure, measured.ratio
     return {
         "ours": figure("ours"),
         "baseline": figure("baseline"),
@@ -223,9 +199,8 @@ async def main(seconds: float, rounds: int) -> dict[str, Any]:
         **{f"dbos_workflow_ratio_{n}": ratio(f"dbos_workflow_ratio_{n}", 2) for n in levels},
         **{f"dbos_step_{n}": figure(f"dbos_step_{n}") for n in levels},
         **{f"dbos_step_ratio_{n}": ratio(f"dbos_step_ratio_{n}", 2) for n in levels},
-        # The spread of the headline ratios over the rounds.
-        "ratio_rounds": [round(r, 3) for r in ratios.get("ratio", [])],
-        "peer_ratio_rounds": [round(r, 2) for r in ratios.get("peer_ratio", [])],
+        "ratio_rounds": measured.spread("ratio", 3),
+        "peer_ratio_rounds": measured.spread("peer_ratio", 2),
         "rounds": rounds,
     }
 

@@ -16,7 +16,7 @@ BRIEF = {
     "checkpoints": ("--seconds", "0.1", "--rounds", "1"),
     "decisions": ("--seconds", "0.1"),
     "http_approvals": ("--seconds", "0.5"),
-    "journal_append": ("--seconds", "0.2"),
+    "journal_append": ("--seconds", "0.2", "--rounds", "1"),
     "scale_out": ("--levels", "1,2", "--seconds", "0.5", "--baseline-seconds", "0.2"),
     "table_growth": ("--sizes", "200,2000", "--rounds", "3"),
     "tool_ledger": ("--seconds", "0.2", "--rounds", "1"),

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -29,6 +30,7 @@ from ..journal.journal import _COLUMNS
 from ..keys import KeyRing, Purpose
 from ..keys.public import published_keys
 from ..store import Database
+from ..store.batches import batches
 from .merkle import (
     EMPTY_ROOT,
     RootBuilder,
@@ -285,20 +287,9 @@ async def _extend(
     txid = "0"
     if since.tree_size:
         txid = await conn.fetchval(_TXID_OF, since.last_position) or "0"
-    last = since.last_position
-    async for position, hash_ in conn.cursor(
-        _LEAVES_AFTER,
-        txid,
-        since.last_position,
-        horizon,
-        size - since.tree_size,
-        prefetch=_PREFETCH,
-    ):
-        builder.append(leaf_hash(hash_))
-        last = position
-        if progress is not None and builder.size % _PREFETCH == 0:
-            progress(_PREFETCH)
-    return last
+    arguments = (txid, since.last_position, horizon, size - since.tree_size)
+    last = await _add_leaves(conn, builder, progress, _LEAVES_AFTER, *arguments)
+    return since.last_position if last is None else last
 
 
 async def prove_inclusion(db: Database, position: int, digest: Digest) -> InclusionProof:
@@ -389,15 +380,28 @@ async def _root(
     one's position (0 if none) and the snapshot's time; memory stays O(log n)."""
     horizon, taken_at = await conn.fetchrow(_HORIZON)
     builder = RootBuilder()
-    last_position = 0
-    async for position, hash_ in conn.cursor(_LEAVES, horizon, size, prefetch=_PREFETCH):
-        builder.append(leaf_hash(hash_))
-        last_position = position
-        if progress is not None and builder.size % _PREFETCH == 0:
-            progress(_PREFETCH)
-    if progress is not None and builder.size % _PREFETCH:
-        progress(builder.size % _PREFETCH)
-    return builder, last_position, taken_at
+    last = await _add_leaves(conn, builder, progress, _LEAVES, horizon, size)
+    return builder, last or 0, taken_at
+
+
+async def _add_leaves(
+    conn: asyncpg.Connection,
+    builder: RootBuilder,
+    progress: Callable[[int], None] | None,
+    query: str,
+    *args: Any,
+) -> int | None:
+    """Append to `builder` the leaves of the (position, hash) rows of `query`; return the last
+    one's position (None: no rows)."""
+    last = None
+    async with batches(conn, query, *args, size=_PREFETCH) as rows_of:
+        async for rows in rows_of:
+            for _, hash_ in rows:
+                builder.append(leaf_hash(hash_))
+            last = rows[-1][0]
+            if progress is not None:
+                progress(len(rows))
+    return last
 
 
 def _check_root(root: bytes, digest: Digest) -> None:

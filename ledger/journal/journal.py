@@ -33,6 +33,7 @@ from ..canonical import GENESIS_HASH, chain_hash, event_bytes, jcs_json, timed_e
 from ..errors import InvalidEvent
 from ..limits import INT4, INT8, int_problem
 from ..store import Database
+from ..store.batches import batches
 from ..store.group import GroupedCalls
 
 __all__ = [
@@ -263,39 +264,20 @@ class Journal:
 
         `progress(n)`, when given, is called as the check goes: n more events checked.
         """
-        bad: list[BadEvent] = []
-        events = streams = 0
-        stream: str | None = None
-        previous_hash, previous_version = GENESIS_HASH, 0
-        async with self.db.transaction() as conn:
-            cursor = await conn.cursor(_VERIFY)
-            # Batches, not one `async for` step per row: the check itself is a few microseconds.
-            while rows := await cursor.fetch(_VERIFY_BATCH):
-                for position, stream_id, version, type_, data, actor, at, stored, tag in rows:
-                    if stream_id != stream:
-                        stream, streams = stream_id, streams + 1
-                        previous_hash, previous_version = GENESIS_HASH, 0
-                    if version != previous_version + 1:
-                        problem: str | None = (
-                            f"version {previous_version + 1} is missing before version {version}"
-                        )
-                    else:
-                        try:
-                            canonical = timed_event_bytes(
-                                stream_id, version, type_, actor, at, data, tag_version=tag
-                            )
-                        except InvalidEvent as e:  # a tag version no code knows
-                            problem = str(e)
-                        else:
-                            problem = _hash_problem(chain_hash(previous_hash, canonical), stored)
-                    if problem is not None:
-                        bad.append(BadEvent(stream_id, version, position, problem))
-                    # Chain from the stored hash, so one altered event is reported alone.
-                    previous_hash, previous_version = stored, version
+        chains = _Chains()
+        events = 0
+        # Batches, not one `async for` step per row: the check itself is a few microseconds, and
+        # the server reads the next batch meanwhile.
+        async with (
+            self.db.transaction() as conn,
+            batches(conn, _VERIFY, size=_VERIFY_BATCH) as rows_of,
+        ):
+            async for rows in rows_of:
+                chains.check(rows)
                 events += len(rows)
                 if progress is not None:
                     progress(len(rows))
-        return VerifyReport(events, streams, tuple(bad))
+        return VerifyReport(events, chains.streams, tuple(chains.bad))
 
     async def _cursor_of(self, position: int) -> tuple[int, int]:
         if int_problem(position, (0, INT8[1])) is not None:
@@ -307,6 +289,44 @@ class Journal:
         if txid is None:
             raise InvalidEvent(f"no event at position {position}")
         return (txid, position)
+
+
+class _Chains:
+    """Hash chains checked as their events come, in (stream, version) order."""
+
+    def __init__(self) -> None:
+        self.bad: list[BadEvent] = []
+        self.streams = 0
+        self.stream: str | None = None
+        self.previous_hash, self.previous_version = GENESIS_HASH, 0
+
+    def check(self, rows: list[asyncpg.Record]) -> None:
+        """Check `_VERIFY` rows, the next ones in order (in locals: this runs for every event)."""
+        bad, stream, streams = self.bad, self.stream, self.streams
+        previous_hash, previous_version = self.previous_hash, self.previous_version
+        for position, stream_id, version, type_, data, actor, at, stored, tag in rows:
+            if stream_id != stream:
+                stream, streams = stream_id, streams + 1
+                previous_hash, previous_version = GENESIS_HASH, 0
+            if version != previous_version + 1:
+                problem: str | None = (
+                    f"version {previous_version + 1} is missing before version {version}"
+                )
+            else:
+                try:
+                    canonical = timed_event_bytes(
+                        stream_id, version, type_, actor, at, data, tag_version=tag
+                    )
+                except InvalidEvent as e:  # a tag version no code knows
+                    problem = str(e)
+                else:
+                    problem = _hash_problem(chain_hash(previous_hash, canonical), stored)
+            if problem is not None:
+                bad.append(BadEvent(stream_id, version, position, problem))
+            # Chain from the stored hash, so one altered event is reported alone.
+            previous_hash, previous_version = stored, version
+        self.stream, self.streams = stream, streams
+        self.previous_hash, self.previous_version = previous_hash, previous_version
 
 
 def _check(event: Event, previous_hash: bytes, previous_version: int) -> str | None:
