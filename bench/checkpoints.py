@@ -1,7 +1,7 @@
 """Checkpoints per second of one LangGraph graph (20 supersteps, a few KB of state) on LangGraph's
 plain `AsyncPostgresSaver`, on the same saver with LangGraph's `EncryptedSerializer`, and on
-Signoff's `EncryptedPostgresSaver`, on the same server in the same run (rounds interleaved; the
-ratios are medians of each round's ratio).
+Signoff's `EncryptedPostgresSaver`, on the same server in the same run (rounds interleaved; each
+rate is the median over the rounds, each ratio the median of the rounds' own ratios).
 
 Prints one JSON object as its last line. The database comes from SIGNOFF_DATABASE_URL /
 DATABASE_URL, else the embedded server; a scratch database is created and dropped.
@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import time
 import uuid
 from typing import Any, TypedDict
@@ -31,7 +30,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from adapters.langgraph import EncryptedPostgresSaver
-from bench.common import bench_database
+from bench.common import Rounds, bench_database
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
 from ledger.store import Database
@@ -119,24 +118,21 @@ async def main(seconds: float, rounds: int) -> dict[str, Any]:
         state_bytes = len(json.dumps((await graphs["baseline"].aget_state(probe)).values))
         for graph in graphs.values():  # warm up every path
             await rate(graph, per_run, 0.5)
-        totals = {name: [0, 0.0] for name in graphs}
-        per_round: dict[str, list[float]] = {name: [] for name in graphs}
+        measured = Rounds()
         for _ in range(rounds):  # interleaved, so drift in the server hits all alike
+            now: dict[str, float] = {}
             for name, graph in graphs.items():
                 count, elapsed = await rate(graph, per_run, seconds)
-                totals[name][0] += count
-                totals[name][1] += elapsed
-                per_round[name].append(count / elapsed)
-    result: dict[str, Any] = {name: round(c / t, 1) for name, (c, t) in totals.items()}
-
-    def ratio(name: str, baseline: str = "baseline") -> float:
-        # The median of each round's ratio: neighbours in time share the server's mood.
-        pairs = zip(per_round[name], per_round[baseline], strict=True)
-        return round(statistics.median(a / b for a, b in pairs), 3)
-
-    result["ratio"] = ratio("ours")
-    result["langgraph_encrypted_ratio"] = ratio("langgraph_encrypted")
-    result["ours_vs_langgraph_encrypted"] = ratio("ours", "langgraph_encrypted")
+                now[name] = count / elapsed
+                measured.note(name, now[name])
+            measured.compare("ratio", now["ours"], now["baseline"])
+            measured.compare(
+                "langgraph_encrypted_ratio", now["langgraph_encrypted"], now["baseline"]
+            )
+            measured.compare("ours_vs_langgraph_encrypted", now["ours"], now["langgraph_encrypted"])
+    result: dict[str, Any] = {name: measured.figure(name) for name in graphs}
+    for name in ("ratio", "langgraph_encrypted_ratio", "ours_vs_langgraph_encrypted"):
+        result[name] = measured.ratio(name, 3)
     result.update(
         checkpoints_per_run=per_run,
         state_bytes=state_bytes,
