@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
+from playwright.async_api import Browser, ConsoleMessage, Page, Route, async_playwright
 
 from approvals import (
     ApprovalPolicy,
@@ -446,6 +446,30 @@ async def test_signing_out_after_the_signing_key_rotated_ends_the_session(
     await page.reload()
     await page.wait_for_selector("#sign-in:not([hidden])")
     assert await page.locator("#inbox").is_hidden()
+    assert watched.problems == []
+
+
+async def test_a_request_answered_after_signing_out_leaves_the_page_signed_out(
+    browser: Browser, inbox: Served, db: Database
+) -> None:
+    # Requests the page had in flight meet the ended session (401) once signing out is done:
+    # that is no session that ended under the reviewer, and must not replace "Signed out.".
+    watched = await open_inbox(browser, inbox)
+    page = watched.page
+    held: list[Route] = []
+    await page.route("**/v1/approvals?*", lambda route: held.append(route))  # its first read
+    await sign_in(watched, token_of(await token_for(db, unique("ann"))))
+    for _ in range(100):
+        if held:
+            break
+        await asyncio.sleep(0.05)
+    await page.click("#sign-out")
+    await page.locator("#sign-in-error").filter(has_text="Signed out.").wait_for()
+    async with page.expect_response("**/v1/approvals?*") as late:
+        await held[0].continue_()
+    assert (await late.value).status == 401
+    await page.evaluate("() => new Promise(done => setTimeout(done, 200))")  # page reads it
+    assert await page.locator("#sign-in-error").text_content() == "Signed out."
     assert watched.problems == []
 
 

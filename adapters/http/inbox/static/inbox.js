@@ -13,6 +13,7 @@
     lastEventId: null,
     streamAbort: null,
     refreshTimer: null,
+    signingOut: false, // requests in flight then meet the ending session: no news
   };
 
   const byId = (id) => document.getElementById(id);
@@ -111,7 +112,7 @@
         answer = await request(method, path, body, headers);
       }
     }
-    if (answer.status === 401) signedOut("Your session ended; sign in again.");
+    if (answer.status === 401) sessionEnded();
     return answer;
   }
 
@@ -160,10 +161,23 @@
     showText(byId("sign-in-error"), message || "");
   }
 
+  // A 401: the session ended under the reviewer. Not when they are signing out or have signed
+  // out: requests the page had in flight then meet the session they ended themselves.
+  function sessionEnded() {
+    if (state.session && !state.signingOut) signedOut("Your session ended; sign in again.");
+  }
+
   // Only the service can drop the HttpOnly cookie: say "Signed out" only once it has.
   async function signOut() {
-    const answer = await send("POST", "/inbox/session/end");
-    if (!state.session) return; // send signed the page out already (a 401)
+    state.signingOut = true;
+    let answer;
+    try {
+      answer = await send("POST", "/inbox/session/end");
+    } finally {
+      state.signingOut = false;
+    }
+    if (!state.session) return; // signed out meanwhile (another tab's sign-in link, say)
+    if (answer.status === 401) return signedOut("Your session ended; sign in again.");
     if (!answer.ok) return setStatus("Not signed out: " + messageOf(answer));
     signedOut("Signed out.");
   }
@@ -176,7 +190,7 @@
     for (let page = 0; page < 10; page += 1) {
       const query = "?limit=200" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
       const answer = await request("GET", "/v1/approvals" + query);
-      if (answer.status === 401) return signedOut("Your session ended; sign in again.");
+      if (answer.status === 401) return sessionEnded();
       if (!answer.ok) {
         showText(byId("approvals-note"), "Approvals cannot be read now: " + messageOf(answer));
         return;
@@ -389,7 +403,7 @@
           cache: "no-store",
           signal: abort.signal,
         });
-        if (response.status === 401) return signedOut("Your session ended; sign in again.");
+        if (response.status === 401) return sessionEnded();
         if (response.status === 422) state.lastEventId = null; // an id from another journal
         if (response.ok) {
           refreshSoon(); // whatever happened while no stream was open
