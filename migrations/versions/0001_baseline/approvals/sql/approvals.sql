@@ -1,0 +1,25 @@
+CREATE TABLE approvals (
+    approval_id text NOT NULL,
+    run_id text NOT NULL,
+    thread_id text,
+    tool text NOT NULL,
+    kind text NOT NULL,
+    call_id text NOT NULL,
+    args_digest text NOT NULL,
+    binding text NOT NULL,
+    requested_by text NOT NULL,
+    policy jsonb NOT NULL,
+    status signoff_approval_status NOT NULL,
+    reviews jsonb DEFAULT '[]'::jsonb NOT NULL,
+    decided_at timestamp with time zone,
+    expires_at timestamp with time zone,
+    consumed_by text,
+    consumed_at timestamp with time zone,
+    thread_config jsonb,
+    requested_at timestamp with time zone NOT NULL,
+    version integer NOT NULL,
+    decided_by text[],
+    CONSTRAINT approvals_pkey PRIMARY KEY (approval_id),
+    CONSTRAINT approvals_request_key UNIQUE (run_id, call_id, args_digest)
+);
+CREATE INDEX approvals_pending_idx ON approvals (requested_at) WHERE ((status)::text = 'pending'::text);

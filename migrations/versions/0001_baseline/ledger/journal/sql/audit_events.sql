@@ -1,0 +1,11 @@
+CREATE OR REPLACE VIEW audit_events AS
+ SELECT events."position",
+    events.stream_id,
+    events.version,
+    events.type,
+    events.data,
+    events.actor,
+    events.recorded_at,
+    events.hash,
+    COALESCE(events.tag_version::integer, 1)::smallint AS tag_version
+   FROM events;

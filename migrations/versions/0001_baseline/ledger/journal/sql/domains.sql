@@ -1,0 +1,23 @@
+CREATE DOMAIN signoff_stream_id AS text;
+ALTER DOMAIN signoff_stream_id
+    ADD CONSTRAINT signoff_stream_id_check CHECK (((VALUE <> ''::text) AND (length(VALUE) <= 200))) NOT VALID;
+
+CREATE DOMAIN signoff_event_version AS integer;
+ALTER DOMAIN signoff_event_version
+    ADD CONSTRAINT signoff_event_version_check CHECK ((VALUE > 0)) NOT VALID;
+
+CREATE DOMAIN signoff_event_type AS text;
+ALTER DOMAIN signoff_event_type
+    ADD CONSTRAINT signoff_event_type_check CHECK (((VALUE <> ''::text) AND (length(VALUE) <= 100))) NOT VALID;
+
+CREATE DOMAIN signoff_actor AS text;
+ALTER DOMAIN signoff_actor
+    ADD CONSTRAINT signoff_actor_check CHECK (((VALUE <> ''::text) AND (length(VALUE) <= 200))) NOT VALID;
+
+CREATE DOMAIN signoff_hash AS bytea;
+ALTER DOMAIN signoff_hash
+    ADD CONSTRAINT signoff_hash_check CHECK ((length(VALUE) = 32)) NOT VALID;
+
+CREATE DOMAIN signoff_tag_version AS smallint;
+ALTER DOMAIN signoff_tag_version
+    ADD CONSTRAINT signoff_tag_version_check CHECK ((VALUE = 2)) NOT VALID;
