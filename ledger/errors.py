@@ -50,6 +50,7 @@ __all__ = [
     "ResultTampered",
     "ReviewerKekMissing",
     "RowOutOfStep",
+    "SchemaFromPreRelease",
     "SchemaOutOfDate",
     "SerializationFailure",
     "SignoffError",
@@ -286,6 +287,18 @@ class SchemaOutOfDate(SignoffError):
         )
         self.current = current
         self.expected = expected
+
+
+class SchemaFromPreRelease(SignoffError):
+    """The database was made by a pre-release Signoff, whose revisions were squashed into the
+    0.1 baseline before release: there is no upgrade path, the database must be made anew."""
+
+    def __init__(self, current: str) -> None:
+        super().__init__(
+            f"database schema revision {current} was made by a pre-release Signoff and cannot "
+            "be upgraded: recreate the database, then run `signoff db upgrade`"
+        )
+        self.current = current
 
 
 class EmbeddedServerError(SignoffError):

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ledger.store import migrate
 from ledger.store.config import resolve_url
 
 # Concurrent `upgrade`s (several workers starting at once) take turns instead of racing.
@@ -33,11 +34,20 @@ def _run(connection: Connection) -> None:
     connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
     connection.commit()  # the session-level lock outlives this transaction
     try:
+        migrate.refuse_pre_release(_current_revision(connection))
         with context.begin_transaction():
             context.run_migrations()
     finally:
         connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
         connection.commit()
+
+
+def _current_revision(connection: Connection) -> str | None:
+    if connection.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None:
+        return None
+    revision = connection.execute(text("SELECT max(version_num) FROM alembic_version")).scalar()
+    connection.commit()
+    return None if revision is None else str(revision)
 
 
 async def _run_online() -> None:

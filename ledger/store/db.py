@@ -88,6 +88,7 @@ class Database:
             ConfigurationError: the URL is malformed.
             DatabaseUnavailable: the server is down or refuses us.
             SchemaOutOfDate: the schema is not at this code's revision (`check_schema`).
+            SchemaFromPreRelease: the database was made by a pre-release schema.
         """
         if settings is None:
             from .settings import Settings  # imported late: settings import the key modules
@@ -109,6 +110,7 @@ class Database:
         finally:
             await probe.close()
         if check_schema:
+            migrate.refuse_pre_release(current)
             expected = migrate.head_revision()
             if current != expected:
                 raise SchemaOutOfDate(current, expected)

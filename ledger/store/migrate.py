@@ -9,9 +9,21 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-__all__ = ["alembic_config", "downgrade", "head_revision", "upgrade"]
+from ..errors import SchemaFromPreRelease
+
+__all__ = ["alembic_config", "downgrade", "head_revision", "refuse_pre_release", "upgrade"]
 
 _MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+
+# The revision ids of the schema before it was squashed into the 0.1 baseline (none released).
+PRE_RELEASE_REVISIONS = frozenset(f"{n:04d}" for n in range(1, 23))
+
+
+def refuse_pre_release(current: str | None) -> None:
+    """Raise `SchemaFromPreRelease` for a database left at a pre-release revision id."""
+    if current in PRE_RELEASE_REVISIONS:
+        raise SchemaFromPreRelease(current)
 
 
 def alembic_config(url: str) -> Config:

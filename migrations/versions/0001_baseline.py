@@ -91,16 +91,17 @@ SOURCES = (
 DOWNGRADE = """
 DROP VIEW audit_events, audit_tool_calls, audit_approvals, audit_reviewers, audit_api_tokens,
     audit_webhook_deliveries;
-DROP TABLE events, event_rights, data_keys, tool_calls, tree_state, tree_tiles, approvals,
-    approval_grants, reviewers, api_tokens, webhook_deliveries, checkpoints, checkpoint_blobs,
-    checkpoint_writes, checkpoint_migrations;
-DROP FUNCTION signoff_refuse_change, signoff_append, signoff_write_events, signoff_key_create,
+DROP FUNCTION signoff_append, signoff_write_events, signoff_key_create,
     signoff_key_rotate, signoff_key_retire, signoff_key_rewrap, signoff_reserve_nonces,
     signoff_lock_call, signoff_lock_once_per_run, signoff_commit_call, signoff_renew_leases,
     signoff_count_waiter, signoff_tree_integrate, signoff_lock_approval, signoff_commit_approval,
     signoff_commit_reviewer, signoff_grant, signoff_token_use, signoff_api_tokens_active,
     signoff_webhook_latest, signoff_webhook_record, signoff_webhook_claim,
     signoff_webhook_attempted;
+DROP TABLE events, event_rights, data_keys, tool_calls, tree_state, tree_tiles, approvals,
+    approval_grants, reviewers, api_tokens, webhook_deliveries, checkpoints, checkpoint_blobs,
+    checkpoint_writes, checkpoint_migrations;
+DROP FUNCTION signoff_refuse_change;
 DROP DOMAIN signoff_stream_id, signoff_event_version, signoff_event_type, signoff_actor,
     signoff_hash, signoff_tag_version, signoff_call_effect, signoff_call_status,
     signoff_approval_status;

@@ -1,0 +1,105 @@
+"""The database's code is source: every function and view at head is the text of one `.sql` file
+in the package that owns it, so a file cannot drift from what the migrations install."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import asyncpg
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("ledger", "approvals", "adapters")
+
+_FUNCTION = re.compile(r"CREATE OR REPLACE FUNCTION public\.(\w+)\(")
+_VIEW = re.compile(r"CREATE OR REPLACE VIEW (\w+) AS\n")
+
+_FUNCTIONS = """
+SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p
+  JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
+"""
+_VIEWS = """
+SELECT c.relname, pg_get_viewdef(c.oid, true) FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'v'
+"""
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    kind: str  # "function" or "view"
+    name: str
+    text: str  # the definition as PostgreSQL prints it back
+
+
+def statement(path: Path) -> str:
+    """A file's statement: its leading `--` comments and its final `;` are not compared."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    while lines and (not lines[0].strip() or lines[0].startswith("--")):
+        lines.pop(0)
+    return "\n".join(lines).rstrip().removesuffix(";").rstrip()
+
+
+def sources() -> list[Source]:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).glob("**/sql/*.sql")):
+            text = statement(path)
+            if m := _FUNCTION.match(text):
+                found.append(Source(path, "function", m.group(1), text))
+            elif m := _VIEW.match(text):
+                found.append(Source(path, "view", m.group(1), text[m.end() :]))
+    return found
+
+
+async def definitions(url: str) -> dict[tuple[str, str], str]:
+    conn = await asyncpg.connect(url)
+    try:
+        functions = await conn.fetch(_FUNCTIONS)
+        views = await conn.fetch(_VIEWS)
+    finally:
+        await conn.close()
+    defined = {("function", r[0]): r[1].rstrip() for r in functions}
+    defined.update({("view", r[0]): r[1].rstrip().removesuffix(";") for r in views})
+    return defined
+
+
+def test_every_function_and_view_has_one_file() -> None:
+    names = [(s.kind, s.name) for s in sources()]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert ("function", "signoff_append") in names
+    assert ("view", "audit_events") in names
+
+
+def drift(defined: dict[tuple[str, str], str], files: list[Source]) -> list[str]:
+    """What differs between the database and the files, one line each."""
+    by_key = {(s.kind, s.name): s for s in files}
+    missing = [f"no file for {kind} {name}" for kind, name in sorted(set(defined) - set(by_key))]
+    extra = [
+        f"{s.path.relative_to(ROOT)}: not in the database"
+        for k, s in by_key.items()
+        if k not in defined
+    ]
+    differ = [
+        f"{s.path.relative_to(ROOT)}: differs"
+        for k, s in by_key.items()
+        if k in defined and defined[k] != s.text
+    ]
+    return missing + extra + differ
+
+
+async def test_the_database_at_head_runs_the_text_of_the_files(database_url: str) -> None:
+    # A file changed without a migration that installs a frozen copy of it shows here.
+    assert drift(await definitions(database_url), sources()) == []
+
+
+async def test_an_edited_file_or_a_missing_one_is_told_apart(database_url: str) -> None:
+    defined = await definitions(database_url)
+    files = sources()
+    append = next(s for s in files if s.name == "signoff_append")
+    edited = replace(append, text=append.text.replace("RETURN positions;", "RETURN NULL;"))
+    assert edited.text != append.text
+    others = [s for s in files if s is not append]
+    assert drift(defined, [*others, edited]) == ["ledger/journal/sql/append.sql: differs"]
+    assert drift(defined, others) == ["no file for function signoff_append"]
