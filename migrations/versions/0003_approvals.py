@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script
 
 revision: str = "0003"
 down_revision: str | None = "0002"

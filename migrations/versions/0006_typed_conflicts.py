@@ -17,9 +17,8 @@ subtransaction, so the common path costs one index probe more.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script, load_revision
 
 revision: str = "0006"
 down_revision: str | None = "0005"
@@ -95,7 +94,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # Back to 0001's function bodies (its triggers and grants are untouched by this revision).
-    journal = import_module("migrations.versions.0001_journal")
+    journal = load_revision(__file__, "0001_journal")
     refuse = journal.REFUSE_CHANGES.split("CREATE TRIGGER", 1)[0]
     for script in (refuse, journal.APPEND):
         execute_script(script.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))

@@ -32,9 +32,8 @@ Signoff's checkpointer: workers read and write them directly, the key administra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script, load_revision
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -533,7 +532,7 @@ END $$;
 
 
 def downgrade() -> None:
-    previous = import_module("migrations.versions.0006_typed_conflicts")
+    previous = load_revision(__file__, "0006_typed_conflicts")
     execute_script(DROP_EMPTY_CHECKPOINTS)
     execute_script(
         f"""

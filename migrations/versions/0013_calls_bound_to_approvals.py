@@ -21,10 +21,9 @@ bodies back.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 from types import ModuleType
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script, load_revision
 
 revision: str = "0013"
 down_revision: str | None = "0012"
@@ -65,7 +64,7 @@ _ONLY_LENGTHENED_END = "least(greatest(p_seconds, 1), 86400)))\n"
 
 
 def _least_privilege() -> ModuleType:
-    return import_module("migrations.versions.0010_least_privilege")
+    return load_revision(__file__, "0010_least_privilege")
 
 
 def _replaced(sql: str, old: str, new: str) -> str:

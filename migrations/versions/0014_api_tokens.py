@@ -18,9 +18,8 @@ not history (no event), like a call's lease. Auditors read `audit_api_tokens`, w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script, load_revision
 
 revision: str = "0014"
 down_revision: str | None = "0013"
@@ -89,7 +88,7 @@ _GUARDED_WITH_TOKENS = "'^(approval|call|reviewer|grant|token):'"
 
 def _append_function() -> str:
     """0010's `signoff_append` alone (CREATE OR REPLACE keeps its grants)."""
-    text: str = import_module("migrations.versions.0010_least_privilege").APPEND
+    text: str = load_revision(__file__, "0010_least_privilege").APPEND
     start = text.index("CREATE FUNCTION signoff_append(")
     body = text[start:]
     if body.count(_GUARDED) != 1:

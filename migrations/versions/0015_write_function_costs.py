@@ -26,9 +26,8 @@ function).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script, load_revision
 
 revision: str = "0015"
 down_revision: str | None = "0014"
@@ -198,7 +197,7 @@ def _at_top_level(sql: str) -> str:
 
 def _write_function() -> str:
     """0010's `signoff_write_events` alone, as CREATE OR REPLACE (which keeps its grants)."""
-    text: str = import_module("migrations.versions.0010_least_privilege").APPEND
+    text: str = load_revision(__file__, "0010_least_privilege").APPEND
     start = text.index("CREATE FUNCTION signoff_write_events(")
     end = text.index("-- What logins call:")
     return text[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
@@ -213,8 +212,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     # The texts they replace (CREATE OR REPLACE keeps the grants): 0014's append calls the
     # write function, 0010's locks are SQL.
-    tokens = import_module("migrations.versions.0014_api_tokens")
+    tokens = load_revision(__file__, "0014_api_tokens")
     execute_script(tokens._append_function().replace(tokens._GUARDED, tokens._GUARDED_WITH_TOKENS))
-    landed = import_module("migrations.versions.0010_least_privilege")
+    landed = load_revision(__file__, "0010_least_privilege")
     execute_script(landed.LOCKS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
     execute_script(_write_function())

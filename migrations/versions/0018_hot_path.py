@@ -33,9 +33,8 @@ The downgrade puts back 0013's `signoff_commit_call` and the CHECK constraints.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script, load_revision
 
 revision: str = "0018"
 down_revision: str | None = "0017"
@@ -489,8 +488,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    landed = import_module("migrations.versions.0013_calls_bound_to_approvals")
-    previous = import_module("migrations.versions.0010_least_privilege")
+    landed = load_revision(__file__, "0013_calls_bound_to_approvals")
+    previous = load_revision(__file__, "0010_least_privilege")
     call = landed._replaced(previous.COMMIT_CALL, landed._DECLARED, landed._DECLARED_WITH_APPROVAL)
     call = landed._replaced(call, landed._INSERTED, landed._APPROVED_BY_ITS_APPROVAL)
     for (function, old), text in zip(REPLACED, (call, previous.COMMIT_APPROVAL), strict=True):

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from alembic import op
 from sqlalchemy import text
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script
 
 revision: str = "0019"
 down_revision: str | None = "0018"

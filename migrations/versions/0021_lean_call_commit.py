@@ -29,9 +29,8 @@ The downgrade puts back the function as 0019 left it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import import_module
 
-from migrations.sqlscript import execute_script
+from ledger.store.sqlscript import execute_script, load_revision
 
 revision: str = "0021"
 down_revision: str | None = "0020"
@@ -40,7 +39,7 @@ depends_on: str | Sequence[str] | None = None
 
 # The function's parameters, its rights check, its row writes and its refusal of a stream that
 # is elsewhere are 0018's, as they are.
-_HOT = import_module("migrations.versions.0018_hot_path")
+_HOT = load_revision(__file__, "0018_hot_path")
 
 TAG = "signoff.event.v2"
 GENESIS = "'\\x" + "00" * 32 + "'::bytea"
