@@ -80,6 +80,24 @@ def test_migrations_import_only_the_ledger() -> None:
     assert offenders(("migrations",), ("approvals", "adapters")) == []
 
 
+# Alembic loads `migrations/` by path and the wheel ships it inside `ledger.store`: an installed
+# Signoff has no `migrations` package (an application may have its own), so nothing imports one,
+# not even by name at run time.
+_MIGRATIONS_BY_NAME = re.compile(r"[\"']migrations\.")
+
+
+def test_nothing_imports_the_migrations_folder_as_a_package() -> None:
+    folders = (*PACKAGES, "tests", "bench")
+    found = offenders(folders, ("migrations",))
+    found += [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in modules(*folders)
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _MIGRATIONS_BY_NAME.search(line)
+    ]
+    assert found == []
+
+
 def test_agent_frameworks_are_imported_only_under_their_adapters() -> None:
     found = [
         f"{path.relative_to(ROOT)} imports {name}"

@@ -13,7 +13,17 @@ from ..errors import SchemaFromPreRelease
 
 __all__ = ["alembic_config", "downgrade", "head_revision", "refuse_pre_release", "upgrade"]
 
-_MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+@cache
+def _folder() -> Path:
+    """The alembic folder: in an installed wheel, inside this package (the build maps the
+    repository's `migrations/` there); in a checkout or an editable install, the repository's.
+    It is read by path, never imported: an application may have a `migrations` package too."""
+    here = Path(__file__).resolve().parent
+    for folder in (here / "migrations", here.parents[1] / "migrations"):
+        if (folder / "env.py").is_file():
+            return folder
+    raise FileNotFoundError(f"no migrations beside {here} nor in its source tree")
 
 
 # The revision ids of the schema before it was squashed into the 0.1 baseline (none released).
@@ -29,7 +39,7 @@ def refuse_pre_release(current: str | None) -> None:
 def alembic_config(url: str) -> Config:
     """An alembic configuration for `url` that finds our migrations wherever we are installed."""
     config = Config()
-    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.set_main_option("script_location", str(_folder()))
     config.attributes["signoff_url"] = url
     return config
 
@@ -38,7 +48,7 @@ def alembic_config(url: str) -> Config:
 def head_revision() -> str:
     head = ScriptDirectory.from_config(alembic_config("")).get_current_head()
     if head is None:
-        raise RuntimeError(f"no migrations found in {_MIGRATIONS}")
+        raise RuntimeError(f"no migrations found in {_folder()}")
     return head
 
 

@@ -1,9 +1,14 @@
-"""Running multi-statement SQL (functions, triggers) from a migration."""
+"""Running multi-statement SQL (functions, triggers) from a revision in `migrations/versions`.
+
+The revisions are files that alembic loads by path, not an importable package: Signoff installs
+no top-level `migrations`, which would clash with an application's own."""
 
 from __future__ import annotations
 
 from alembic import op
 from sqlalchemy.util import await_only
+
+__all__ = ["execute_script"]
 
 
 def execute_script(sql: str) -> None:

@@ -22,10 +22,11 @@ def with_database(url: str, name: str) -> str:
 
 @asynccontextmanager
 async def scratch_database(
-    server_url: str, *, prefix: str = "signoff_scratch"
+    server_url: str, *, prefix: str = "signoff_scratch", migrated: bool = True
 ) -> AsyncIterator[str]:
-    """Create a uniquely named database on the server of `server_url`, migrate it to head, yield
-    its URL and drop it afterwards (closing any connection left open to it)."""
+    """Create a uniquely named database on the server of `server_url`, migrate it to head (unless
+    not `migrated`: empty, for a test that migrates it itself), yield its URL and drop it
+    afterwards (closing any connection left open to it)."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = await open_raw_connection(server_url)
     try:
@@ -34,7 +35,8 @@ async def scratch_database(
         await admin.close()
     url = with_database(server_url, name)
     try:
-        await asyncio.to_thread(migrate.upgrade, url)
+        if migrated:
+            await asyncio.to_thread(migrate.upgrade, url)
         yield url
     finally:
         admin = await open_raw_connection(server_url)
