@@ -1,3 +1,6 @@
+-- Sticky grants: requests for `tool` in `run_id` whose policy lets the granter approve them are
+-- approved until `expires_at`. Written only by signoff_grant, with the `approval.granted` event
+-- of stream `grant:<id>`, which carries the reviewer side's signature.
 CREATE TABLE approval_grants (
     grant_id text NOT NULL,
     run_id text NOT NULL,

@@ -1,3 +1,5 @@
+-- What auditors read of approvals: the request, its policy, its status, who decided and who
+-- consumed it; not the reviews, the thread config or the version.
 CREATE OR REPLACE VIEW audit_approvals AS
  SELECT approvals.approval_id,
     approvals.run_id,

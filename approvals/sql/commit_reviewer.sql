@@ -1,3 +1,5 @@
+-- Writes a reviewer directory row with its `reviewer.*` events; returns NULL when it wrote
+-- nothing. The directory is an administrator's: EXECUTE is the owner's alone.
 CREATE OR REPLACE FUNCTION public.signoff_commit_reviewer(p_insert boolean, p_row jsonb, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
  RETURNS bigint[]
  LANGUAGE plpgsql

@@ -1,3 +1,6 @@
+-- Locks an approval's row FOR UPDATE in the caller's transaction (a consumer inside its
+-- caller's transaction): FOR UPDATE needs UPDATE rights, which no role but the owner has.
+-- PL/pgSQL and ROWS 1 for the reasons of ledger/calls/sql/lock_call.sql.
 CREATE OR REPLACE FUNCTION public.signoff_lock_approval(p_id text)
  RETURNS SETOF approvals
  LANGUAGE plpgsql

@@ -1,3 +1,5 @@
+-- What auditors read of webhook deliveries: the target as the URL's host and port only, as a
+-- URL's path is often its secret.
 CREATE OR REPLACE VIEW audit_webhook_deliveries AS
  SELECT webhook_deliveries.delivery_id,
     webhook_deliveries."position",

@@ -1,3 +1,6 @@
+-- Claims up to p_limit due deliveries of one target, each leased for p_lease_seconds. SKIP
+-- LOCKED, so replicas claiming at once take different rows; a leased row is claimed again only
+-- once its lease has lapsed (its holder died mid-attempt).
 CREATE OR REPLACE FUNCTION public.signoff_webhook_claim(p_target text, p_limit integer, p_lease_seconds double precision)
  RETURNS SETOF webhook_deliveries
  LANGUAGE plpgsql

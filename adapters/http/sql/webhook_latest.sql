@@ -1,3 +1,5 @@
+-- The newest journal position recorded for a target: where the service goes on from when it
+-- starts.
 CREATE OR REPLACE FUNCTION public.signoff_webhook_latest(p_target text)
  RETURNS bigint
  LANGUAGE sql

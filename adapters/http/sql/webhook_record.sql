@@ -1,3 +1,6 @@
+-- Makes a delivery, due now, of each of some journal events to a target: only approval.requested
+-- and call.outcome_unknown events of the journal can be made one. An event already recorded
+-- for that target is left as it is. Returns how many it made.
 CREATE OR REPLACE FUNCTION public.signoff_webhook_record(p_positions bigint[], p_target text)
  RETURNS integer
  LANGUAGE plpgsql

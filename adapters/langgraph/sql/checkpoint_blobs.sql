@@ -1,3 +1,5 @@
+-- LangGraph's channel values, in the table langgraph-checkpoint-postgres 3.x makes: the
+-- workers' own state, like `checkpoints` (checkpoints.sql says who may do what with it).
 CREATE TABLE checkpoint_blobs (
     thread_id text NOT NULL,
     checkpoint_ns text DEFAULT ''::text NOT NULL,

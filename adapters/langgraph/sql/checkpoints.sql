@@ -1,3 +1,7 @@
+-- LangGraph's checkpoints, in the table langgraph-checkpoint-postgres 3.x makes, created by the
+-- migrations so workers need no CREATE right. The workers' own state: they read and write it
+-- directly, every row encrypted and authenticated by Signoff's checkpointer; the key
+-- administrator re-encrypts it.
 CREATE TABLE checkpoints (
     thread_id text NOT NULL,
     checkpoint_ns text DEFAULT ''::text NOT NULL,

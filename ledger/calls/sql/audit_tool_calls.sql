@@ -1,3 +1,5 @@
+-- What auditors read of tool calls: no sealed arguments or results, leases or waiters; who
+-- approved each call and where that approval's events are.
 CREATE OR REPLACE VIEW audit_tool_calls AS
  SELECT tool_calls.run_id,
     tool_calls.call_id,

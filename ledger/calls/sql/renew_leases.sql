@@ -1,3 +1,7 @@
+-- Renews the leases of the running calls a worker holds, at the versions it holds them, for
+-- 1 second to a day; returns how many it renewed. A renewal only lengthens a lease, so no
+-- worker cuts another's short to take over a call that still runs. Leases are not history:
+-- no event.
 CREATE OR REPLACE FUNCTION public.signoff_renew_leases(p_runs text[], p_calls text[], p_versions integer[], p_seconds double precision)
  RETURNS bigint
  LANGUAGE plpgsql

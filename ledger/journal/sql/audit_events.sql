@@ -1,3 +1,5 @@
+-- What auditors read of the journal, with all a hash needs to be recomputed: `tag_version`
+-- (1 or 2) says which tag starts the event's canonical bytes.
 CREATE OR REPLACE VIEW audit_events AS
  SELECT events."position",
     events.stream_id,

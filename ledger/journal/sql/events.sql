@@ -1,5 +1,14 @@
+-- The event journal: append-only (the triggers below refuse any other change), hash-chained per
+-- stream, written only through the append functions, which set `txid`, `recorded_at` and `hash`
+-- themselves, so an event's place in the global order and its time are the database's word.
+-- `hash` is SHA-256(the stream's previous hash || the event's canonical bytes), from 32 zero
+-- bytes (ledger/canonical.py). The unique (stream_id, version) fences racing appends. The
+-- checked columns are of domains (domains.sql), whose checks stay parsed for the session.
 CREATE TABLE events (
     "position" bigint GENERATED ALWAYS AS IDENTITY,
+    -- The appending transaction. Positions are handed out at insert, not in commit order, so
+    -- readers order by (txid, position) and read only below the oldest transaction still
+    -- running: an event committed late never lands behind a reader's cursor.
     txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     stream_id signoff_stream_id NOT NULL,
     version signoff_event_version NOT NULL,
@@ -8,6 +17,9 @@ CREATE TABLE events (
     actor signoff_actor NOT NULL,
     recorded_at timestamp with time zone NOT NULL,
     hash signoff_hash NOT NULL,
+    -- Which tag starts the canonical bytes: 2, `signoff.event.v2`, data in RFC 8785 form. The
+    -- hash covers the tag, so the column is never taken on its word: an event whose tag
+    -- version is changed fails verification.
     tag_version signoff_tag_version DEFAULT 2,
     CONSTRAINT events_pkey PRIMARY KEY ("position"),
     CONSTRAINT events_stream_version_key UNIQUE (stream_id, version)

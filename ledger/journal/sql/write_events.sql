@@ -1,3 +1,8 @@
+-- The journal write behind signoff_grant and signoff_commit_reviewer: what signoff_append
+-- checks and writes (event rights, version fence, canonical bytes and hash chain, top level),
+-- without its refusal of projected streams, so no login may call it (EXECUTE is granted to no
+-- role). Called from those functions it still checks the login (`session_user`) against
+-- `event_rights`, unless the login is the owner.
 CREATE OR REPLACE FUNCTION public.signoff_write_events(p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
  RETURNS bigint[]
  LANGUAGE plpgsql

@@ -1,3 +1,8 @@
+-- Makes a purpose's active key, for the key administrator (the ring appends its `key.created`
+-- event in the same transaction). A signing purpose carries its 32-byte Ed25519 public half,
+-- no other does. A decision key signs reviewers' decisions and is wrapped by the reviewer
+-- side's KEK, which workers never hold, so only a login of the reviewer side (a member of
+-- signoff_reviewer) makes one.
 CREATE OR REPLACE FUNCTION public.signoff_key_create(p_key_id text, p_purpose text, p_kek_id text, p_wrapped bytea, p_public_key bytea)
  RETURNS void
  LANGUAGE plpgsql

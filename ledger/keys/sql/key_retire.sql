@@ -1,3 +1,5 @@
+-- Retires a decrypt-only key (an active one is rotated first); returns whether it did. The row
+-- stays: a retired signing key's public half still checks what it signed.
 CREATE OR REPLACE FUNCTION public.signoff_key_retire(p_key_id text)
  RETURNS boolean
  LANGUAGE plpgsql

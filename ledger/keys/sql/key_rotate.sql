@@ -1,3 +1,5 @@
+-- Demotes the purpose's active key to decrypt-only and makes its successor, with
+-- signoff_key_create's checks; returns the demoted key's id (NULL when there is none).
 CREATE OR REPLACE FUNCTION public.signoff_key_rotate(p_key_id text, p_purpose text, p_kek_id text, p_wrapped bytea, p_public_key bytea)
  RETURNS text
  LANGUAGE plpgsql

@@ -1,3 +1,5 @@
+-- How many tokens could authenticate now: the service refuses to start with none. A count, no
+-- ids.
 CREATE OR REPLACE FUNCTION public.signoff_api_tokens_active()
  RETURNS bigint
  LANGUAGE sql

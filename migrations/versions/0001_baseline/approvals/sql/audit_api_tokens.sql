@@ -1,3 +1,4 @@
+-- What auditors read of API tokens: everything but the hashes of the secrets.
 CREATE OR REPLACE VIEW audit_api_tokens AS
  SELECT api_tokens.token_id,
     api_tokens.reviewer,

@@ -1,3 +1,4 @@
+-- What auditors read of the reviewer directory: all of it.
 CREATE OR REPLACE VIEW audit_reviewers AS
  SELECT reviewers.reviewer_id,
     reviewers.groups,

@@ -1,3 +1,10 @@
+-- Writes an approval's row and appends its events in one call, with signoff_append's checks
+-- (event rights, version fence, canonical bytes and hash chain, top level). The row must be
+-- what its events make it: reviews change only with a decision, which appends exactly one and
+-- changes none; who decided or closed it only with the events that say so; decisions and
+-- closing only while pending; a consumption only once. A new approval starts its own stream
+-- with approval.requested. Returns NULL when it wrote nothing (the request exists, or the row
+-- is not at the expected version).
 CREATE OR REPLACE FUNCTION public.signoff_commit_approval(p_insert boolean, p_approval_id text, p_run_id text, p_thread_id text, p_tool text, p_kind text, p_call_id text, p_args_digest text, p_binding text, p_requested_by text, p_policy jsonb, p_status text, p_reviews jsonb, p_decided_by text[], p_decided_at timestamp with time zone, p_expires_at timestamp with time zone, p_consumed_by text, p_consumed_at timestamp with time zone, p_thread_config jsonb, p_requested_at timestamp with time zone, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
  RETURNS bigint[]
  LANGUAGE plpgsql

@@ -1,3 +1,6 @@
+-- Records a sticky grant (requests for the tool in the run whose policy lets the granter
+-- approve them are approved until it expires): its row and its `approval.granted` event, the
+-- first of stream `grant:<id>`, in one call. For the reviewer side alone.
 CREATE OR REPLACE FUNCTION public.signoff_grant(p_grant_id text, p_run text, p_tool text, p_granted_by text, p_granted_at timestamp with time zone, p_expires_at timestamp with time zone, p_data json)
  RETURNS bigint[]
  LANGUAGE plpgsql

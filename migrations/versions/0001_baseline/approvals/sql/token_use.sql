@@ -1,3 +1,7 @@
+-- How the service's login checks an API token, never reading the table: the secret's hash,
+-- revocation and expiry, then it stamps `last_used_at` and returns one row (ROWS 1) saying who
+-- the token is for. `status` says why a token is refused; callers show one message outward,
+-- and revoked or expired is told only to whoever holds the secret.
 CREATE OR REPLACE FUNCTION public.signoff_token_use(p_token_id text, p_secret_hash bytea)
  RETURNS TABLE(status text, reviewer text, scope text, expires_at timestamp with time zone)
  LANGUAGE plpgsql

@@ -1,3 +1,5 @@
+-- Records one attempt's result, by the lease's holder alone (the claim's `leased_until` fences
+-- it): delivered, or due again in p_retry_seconds, or (NULL) given up. Returns whether it did.
 CREATE OR REPLACE FUNCTION public.signoff_webhook_attempted(p_id bigint, p_lease timestamp with time zone, p_status integer, p_error text, p_delivered boolean, p_retry_seconds double precision)
  RETURNS boolean
  LANGUAGE plpgsql

@@ -1,3 +1,11 @@
+-- Appends leaves to the stored Merkle tree. Appends to the journal do no tree work: the tree is
+-- integrated at digest time and in the background. It takes the state row's lock and writes
+-- only if the size is still p_old_size (else false: another integrator went first). It refuses
+-- a boundary at or above the horizon (an event still being written could sort before it), a
+-- leaf count other than the events in the range, tiles of the wrong width for the new size, a
+-- change to a stored hash, and level-0 tiles other than the hashes it computes from the events.
+-- Higher levels and the root are the caller's arithmetic; `ledger verify` recomputes every tile
+-- and the root from the events.
 CREATE OR REPLACE FUNCTION public.signoff_tree_integrate(p_old_size bigint, p_new_size bigint, p_last_txid text, p_last_position bigint, p_root bytea, p_levels integer[], p_indexes bigint[], p_tiles bytea[])
  RETURNS boolean
  LANGUAGE plpgsql

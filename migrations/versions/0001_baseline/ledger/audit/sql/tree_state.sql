@@ -1,3 +1,7 @@
+-- The stored tree's one row: how many leaves are integrated, the last leaf's journal boundary
+-- (`last_txid`, `last_position`: integration goes on after it in the global order) and the
+-- root. Integrators lock it, so they take turns. It starts as the empty tree, whose root is
+-- SHA-256 of nothing (RFC 6962).
 CREATE TABLE tree_state (
     singleton boolean DEFAULT true NOT NULL,
     tree_size bigint NOT NULL,

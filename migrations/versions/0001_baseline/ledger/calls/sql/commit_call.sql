@@ -1,3 +1,11 @@
+-- Writes a tool call's row and appends its events in one call, with signoff_append's checks
+-- (event rights, version fence, canonical bytes and hash chain, top level). The row must be
+-- what its events make it: the status the last event leaves; a new call starts its own stream
+-- with call.started; a later step moves only a running call or resolves an outcome_unknown
+-- one, so a finished call never runs again; a call names an approval and its deciders only in
+-- the transaction that consumed that approval. Returns NULL when it wrote nothing. Every step
+-- of every call runs it, so its fields are typed parameters and it evaluates few PL/pgSQL
+-- expressions: PL/pgSQL prepares each one again in every transaction.
 CREATE OR REPLACE FUNCTION public.signoff_commit_call(p_insert boolean, p_run_id text, p_call_id text, p_tool text, p_effect text, p_once_per_run boolean, p_request_digest text, p_args_digest text, p_idempotency_key text, p_approval_id text, p_status text, p_attempts integer, p_worker_id text, p_result_digest text, p_resolved_by text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_approved_by text[], p_approval_stream text, p_args_sealed bytea, p_result_sealed bytea, p_lease_seconds double precision, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
  RETURNS bigint[]
  LANGUAGE plpgsql

@@ -1,3 +1,12 @@
+-- What logins call to append events: in one round trip it checks the login's event rights,
+-- reads the stream's head, checks the expected version, sets the time and the txid, computes
+-- the canonical bytes (ledger/canonical.py) and chains the hashes. Streams of projections,
+-- grants and tokens (approval:, call:, reviewer:, grant:, token:) are the owner's alone here:
+-- the commit functions write them with their rows, so a row never falls behind its stream.
+-- A lost race is SG409: the first insert waits for a racing append and, once that committed,
+-- finds its version. An append in a savepoint is refused (SG425): the row's xmin would not be
+-- its txid, which `ledger verify` cannot tell from a forged one. It writes the events itself
+-- rather than call signoff_write_events, so the pinned search_path is switched once a call.
 CREATE OR REPLACE FUNCTION public.signoff_append(p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
  RETURNS bigint[]
  LANGUAGE plpgsql

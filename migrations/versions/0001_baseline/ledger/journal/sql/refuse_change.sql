@@ -1,3 +1,6 @@
+-- The trigger function that makes the journal append-only: an UPDATE, DELETE or TRUNCATE of
+-- `events` fails with SG403. Clients type errors by SQLSTATE alone (`ledger.errors`), so DETAIL
+-- says what the refusal is about as a JSON object: the table and the refused operation.
 CREATE OR REPLACE FUNCTION public.signoff_refuse_change()
  RETURNS trigger
  LANGUAGE plpgsql

@@ -1,3 +1,5 @@
+-- Wraps a key again under another KEK; returns whether the key exists. A decision key is
+-- wrapped by the reviewer side's KEK, so only a login of the reviewer side rewraps one.
 CREATE OR REPLACE FUNCTION public.signoff_key_rewrap(p_key_id text, p_kek_id text, p_wrapped bytea)
  RETURNS boolean
  LANGUAGE plpgsql

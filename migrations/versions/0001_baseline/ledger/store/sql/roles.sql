@@ -1,4 +1,5 @@
--- The roles, each with one job (DESIGN.md, "Trust model"); deployments grant them to logins.
+-- The roles, each with one job (README.md, "Roles and least privilege"); deployments grant
+-- them to logins.
 --   signoff_app        agent workers: request approvals, record calls, read and write checkpoints
 --   signoff_reviewer   the reviewer side: decide, resolve, reveal with a record, run webhooks
 --   signoff_key_admin  data keys: create, rotate, retire, rewrap
