@@ -153,7 +153,7 @@ BEGIN
                 || int4send(octet_length(convert_to(p_data[i]::text, 'UTF8'))) || convert_to(p_data[i]::text, 'UTF8')))
                 ON CONFLICT (stream_id, version) DO NOTHING
                 -- In a savepoint the row's xmin is the savepoint's, which `ledger verify`
-                -- cannot tell from a forged txid (0015).
+                -- cannot tell from a forged txid.
                 RETURNING position, hash,
                     xmin::text::bigint = pg_current_xact_id()::text::bigint % 4294967296
                 INTO pos, head_hash, top_level;

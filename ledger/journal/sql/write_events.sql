@@ -71,7 +71,7 @@ BEGIN
                 || int4send(octet_length(data_b)) || data_b;
             head_hash := sha256(head_hash || canonical);
             pos := NULL;
-            -- Only the first insert can meet a racing append (see 0006).
+            -- Only the first insert can meet a racing append: once it is in, a racer waits on it.
             INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)
                 VALUES (pg_current_xact_id(), p_stream, p_expected + i, p_types[i], p_data[i],
                         p_actors[i], at, head_hash)

@@ -157,7 +157,7 @@ BEGIN
                 RETURNING position, xmin INTO pos, inserted_xmin;
             IF pos IS NOT NULL THEN
                 -- In a savepoint the row's xmin is the savepoint's, which `ledger verify`
-                -- cannot tell from a forged txid (0015).
+                -- cannot tell from a forged txid.
                 IF inserted_xmin::text::bigint
                         <> pg_current_xact_id()::text::bigint % 4294967296 THEN
                     RAISE EXCEPTION 'events are appended at a transaction''s top level, '
