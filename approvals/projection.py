@@ -16,7 +16,7 @@ from typing import Any
 from ledger.errors import ProjectionError, UnknownEventType
 from ledger.journal.projection import Fact, Projection
 
-from .model import STATUS_OF, Approval, ApprovalPolicy, ApprovalStatus, DecisionKind, Review
+from .model import STATUS_OF, Approval, ApprovalPolicy, ApprovalStatus, Review
 
 __all__ = [
     "APPROVALS",
@@ -52,18 +52,13 @@ def _time(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
-def _deciders(
-    reviews: tuple[Review, ...], review: Review, recorded: list[str] | str
-) -> tuple[str, ...]:
-    """Who made a final decision: the event's list. Events written before that list existed
-    hold the names joined with commas, which a name may contain; the reviews (`review` the
-    last of them) say the same unambiguously (every approver of an approval, else the one
-    reviewer), so use them."""
-    if isinstance(recorded, list):
-        return tuple(recorded)
-    if review.decision is DecisionKind.APPROVE:
-        return tuple(sorted({r.reviewer for r in reviews if r.decision is DecisionKind.APPROVE}))
-    return (review.reviewer,)
+def _deciders(event: Fact) -> tuple[str, ...]:
+    """Who made a final decision: the event's list (whole names: a name may hold a comma)."""
+    recorded = event.data["decided_by"]
+    if not isinstance(recorded, list) or not all(isinstance(n, str) for n in recorded):
+        problem = f"version {event.version}: decided_by is not a list of names"
+        raise ProjectionError(event.stream_id, problem)
+    return tuple(recorded)
 
 
 def row_to_approval(row: Mapping[str, Any]) -> Approval:
@@ -209,7 +204,7 @@ def _apply(state: Approval | None, event: Fact) -> Approval:
             state,
             reviews=reviews,
             status=STATUS_OF[review.decision],
-            decided_by=_deciders(reviews, review, data["decided_by"]),
+            decided_by=_deciders(event),
             decided_at=review.at,
             version=version,
         )
