@@ -91,14 +91,14 @@ class ApprovalProjection(Projection[Approval]):
     """The `approvals` table. A second request for the same (run, call, arguments) meets the
     first one's row and writes nothing: the caller returns that approval. Only a decision
     changes the reviews, and only a decision, expiry or cancelling who decided, and only a
-    consumption who consumed (migration 0010's `signoff_commit_approval` checks it)."""
+    consumption who consumed (the database's `signoff_commit_approval` checks it)."""
 
     table = "approvals"
     key = ("approval_id",)
     stream_prefix = STREAM_PREFIX
     columns = COLUMNS
     write_function = "signoff_commit_approval"
-    # The columns of `to_row` but the version, which the function sets (migration 0018);
+    # The columns of `to_row` but the version, which the function sets;
     # `policy`, `reviews` and `thread_config` are JSON text for its jsonb parameters.
     row_parameters = (
         "approval_id",

@@ -32,7 +32,7 @@ class CallProjection(Projection[CallRecord]):
     stream_prefix = "call:"
     columns = sql.COLUMNS
     write_function = "signoff_commit_call"
-    # The columns of `to_row` but the version, which the function sets (migration 0018).
+    # The columns of `to_row` but the version, which the function sets.
     row_parameters = (
         "run_id",
         "call_id",

@@ -10,8 +10,8 @@ created seconds ago in another process still opens.
 
 Encryption and MACs are synchronous and use only the cache (callers on async paths first
 `await ring.fresh()`, which also reserves nonces: `.budget`); key administration (init, rotate,
-retire, rewrap) is serialized by one advisory lock, writes `data_keys` only through the key
-functions of migration 0008 and is recorded in the journal (stream `keys:<purpose>`; never the
+retire, rewrap) is serialized by one advisory lock, writes `data_keys` only through the
+database's key functions and is recorded in the journal (stream `keys:<purpose>`; never the
 key material) by `_record`, in the same transaction.
 
 A signing key's public half is derived from its private half whenever the key is unwrapped; a
@@ -106,7 +106,7 @@ SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_
 FROM data_keys ORDER BY created_at, key_id
 """
 _SELECT_ACTIVE = "SELECT key_id FROM data_keys WHERE purpose = $1 AND state = 'active'"
-# Every write to data_keys: the SECURITY DEFINER functions of migration 0008.
+# Every write to data_keys: the database's SECURITY DEFINER key functions.
 _CREATE = "SELECT signoff_key_create($1, $2, $3, $4, $5)"
 _ROTATE = "SELECT signoff_key_rotate($1, $2, $3, $4, $5)"  # returns the demoted key's id
 _RETIRE = "SELECT signoff_key_retire($1)"
