@@ -108,7 +108,7 @@ def review_statement(binding: str, approval_id: str, review: Review) -> Statemen
         kind=str(review.decision),
         payload=review.payload(),
         reviewer=review.reviewer,
-        groups=review.groups or (),
+        groups=review.groups,
         at=format_time(review.at),
     )
 
@@ -171,7 +171,7 @@ def policy_problem(
 ) -> str | None:
     """What the policy says against one more review (None: it allows it). Groups are the ones
     the signed review names."""
-    who = Reviewer(review.reviewer, frozenset(review.groups or ()))
+    who = Reviewer(review.reviewer, frozenset(review.groups))
     kind = review.decision
     if kind not in policy.allowed:
         return f"the policy does not allow {kind}"
@@ -389,7 +389,7 @@ async def _grant_problem(
     if (
         grant["grant_id"] != review.grant_id
         or grant["granted_by"] != review.reviewer
-        or tuple(grant["groups"]) != (review.groups or ())
+        or tuple(grant["groups"]) != review.groups
         or grant["run_id"] != request["run_id"]
         or grant["tool"] != request["tool"]
     ):

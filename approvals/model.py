@@ -214,7 +214,7 @@ class Review:
     message_sealed: str | None = None
     grant_id: str | None = None
     reason_sealed: str | None = None
-    groups: tuple[str, ...] | None = None
+    groups: tuple[str, ...] = ()
     signature: dict[str, str] | None = None
     grant: dict[str, Any] | None = None
 
@@ -230,8 +230,7 @@ class Review:
             value = getattr(self, name)
             if value is not None and (sealed or not name.endswith("_sealed")):
                 data[name] = value
-        if self.groups is not None:
-            data["groups"] = list(self.groups)
+        data["groups"] = list(self.groups)
         for name in ("signature", "grant"):
             if (value := getattr(self, name)) is not None:
                 data[name] = value
@@ -254,7 +253,7 @@ class Review:
             message_sealed=data.get("message_sealed"),
             grant_id=data.get("grant_id"),
             reason_sealed=data.get("reason_sealed"),
-            groups=None if data.get("groups") is None else tuple(data["groups"]),
+            groups=tuple(data["groups"]),
             signature=data.get("signature"),
             grant=data.get("grant"),
         )

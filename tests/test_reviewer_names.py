@@ -127,9 +127,10 @@ async def test_a_quorum_records_every_approver_by_whole_name(scratch_url: str) -
         await store.close()
 
 
-def test_deciders_joined_into_one_text_do_not_fold() -> None:
-    """`decided_by` is a list of whole names; one text (which a comma would split) is not read
-    as names: the stream does not fold, and verify reports it."""
+def test_a_decision_without_its_deciders_list_or_its_groups_does_not_fold() -> None:
+    """`decided_by` is a list of whole names, and a decision names the groups it was made with
+    (empty or not). One text of names (which a comma would split), or no groups, is not a
+    decision Signoff writes: the stream does not fold, and verify reports it."""
     at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC).isoformat()
     requested = {
         "run_id": "run-1",
@@ -144,18 +145,22 @@ def test_deciders_joined_into_one_text_do_not_fold() -> None:
         "requested_at": at,
         "expires_at": None,
     }
-    decided = {"reviewer": COMMA, "decision": "approve", "at": at, "final": True}
+    decided = {"reviewer": COMMA, "decision": "approve", "at": at, "groups": [], "final": True}
+    decided["decided_by"] = [COMMA]
     stream = stream_of("apr-1")
-    for deciders, folds in (([COMMA], True), (COMMA, False)):
+
+    def folded(data: dict[str, Any]) -> Any:
         events = [
             NewEvent("approval.requested", requested, actor="agent"),
-            NewEvent("approval.decided", decided | {"decided_by": deciders}, actor=COMMA),
+            NewEvent("approval.decided", data, actor=COMMA),
         ]
-        if folds:
-            assert fold(APPROVALS, facts(stream, events)).decided_by == (COMMA,)
-        else:
-            with pytest.raises(ProjectionError, match="decided_by is not a list"):
-                fold(APPROVALS, facts(stream, events))
+        return fold(APPROVALS, facts(stream, events))
+
+    assert folded(decided).decided_by == (COMMA,)
+    with pytest.raises(ProjectionError, match="decided_by is not a list"):
+        folded(decided | {"decided_by": COMMA})
+    with pytest.raises(ProjectionError, match="groups"):
+        folded({k: v for k, v in decided.items() if k != "groups"})
 
 
 def test_a_review_is_the_same_after_its_json_and_hides_ciphertexts_for_display() -> None:
@@ -169,4 +174,5 @@ def test_a_review_is_the_same_after_its_json_and_hides_ciphertexts_for_display()
         "decision": "edit",
         "at": at.isoformat(),
         "args_digest": "d" * 64,
+        "groups": [],
     }
