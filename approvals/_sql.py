@@ -1,10 +1,10 @@
 """The approval store's queries, in one place (its row writes are `projection.APPROVALS`'s).
 
-`BY_REQUEST` finds a request by its arguments' digest under any live value-MAC key (and the
-unkeyed SHA-256 of requests older than keyed digests): after a rotation the same (run, call id,
-arguments) still finds its approval, in one statement. (Two processes asking the same new
-question at the same moment within `key_refresh_seconds` of a rotation, one still on the old
-key, may record two requests; the tool-call ledger still runs the call at most once.)"""
+`BY_REQUEST` finds a request by its arguments' digest under any live value-MAC key: after a
+rotation the same (run, call id, arguments) still finds its approval, in one statement. (Two
+processes asking the same new question at the same moment within `key_refresh_seconds` of a
+rotation, one still on the old key, may record two requests; the tool-call ledger still runs the
+call at most once.)"""
 
 from functools import cache
 

@@ -15,15 +15,9 @@ from ledger.journal import Event, Projection
 from ledger.keys import KeyRing
 from ledger.store import Database
 
-from .integrity import ProblemKind, approval_problems
+from .integrity import approval_problems
 from .projection import APPROVALS
 from .reviewers import REVIEWERS
-
-UNSIGNED = ProblemKind.UNSIGNED
-_FIRST_DECISION_KEY = (
-    "SELECT min(recorded_at) FROM events WHERE stream_id = 'keys:decision_signing'"
-    " AND type = 'key.created'"
-)
 
 __all__ = ["PROJECTIONS", "STREAM_CHECKS", "verify_all"]
 
@@ -40,9 +34,9 @@ async def _approvals(db: Database) -> StreamChecker:
     ring = await _ring(db)
 
     async def check(stream_id: str, events: Sequence[Event]) -> list[str]:
-        # Approvals recorded before decisions were signed are history, not forgeries: consume
-        # refuses them, and `ApprovalStore.problems` still names them.
-        return [p.message for p in await approval_problems(ring, events) if p.kind is not UNSIGNED]
+        # Every problem counts, an unsigned decision or a missing MAC too: whatever names a
+        # person is signed by the reviewer side, and whatever a worker writes is MACed.
+        return [p.message for p in await approval_problems(ring, events)]
 
     return check
 
@@ -54,8 +48,8 @@ async def _resolutions(db: Database) -> StreamChecker:
         started = events[0].data if events and events[0].type == "call.started" else {}
         problems = []
         for event in events:
-            if event.type != "call.resolved" or "signature" not in event.data:
-                continue  # resolutions from before they were signed carry none
+            if event.type != "call.resolved":
+                continue
             digest = str(started.get("request_digest", ""))
             why = await resolution_problem(ring, stream_id, digest, event.data)
             if why is not None:

@@ -1,7 +1,7 @@
 """API tokens: who a request to the HTTP service comes from.
 
 A token is `sgf_<token id>_<secret>`: 32 random bytes of secret (base64url), shown once when it
-is made. The database keeps only the SHA-256 of the secret (`api_tokens`, migration 0014), so a
+is made. The database keeps only the SHA-256 of the secret (`api_tokens`), so a
 copy of the database holds no usable token. Making and revoking tokens is an administrator's (the
 owner's login): the row and its `token.created` / `token.revoked` event on the stream
 `token:<id>` are written in one transaction, with no secret or hash in the event. The service's

@@ -41,8 +41,8 @@ def _normal(value: str) -> str:
 
 
 def same_id(a: str, b: str) -> bool:
-    """Whether two ids name one reviewer once normalised (for ids recorded before ids were
-    checked: they are compared, never refused)."""
+    """Whether two ids name one reviewer once normalised (for a requester's name, which is
+    recorded as given: it is compared, never refused)."""
     return _normal(a) == _normal(b)
 
 

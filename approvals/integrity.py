@@ -17,7 +17,8 @@ fields), and is authenticated by the request's MAC and by every signature, which
 `approval_problems` checks a whole stream: every MAC and signature, the binding against the
 request, and the policy re-applied from the events alone (allowed kinds, approvers with the
 groups the signed decision names, no self-approval, a quorum of distinct reviewers, expiry).
-A stream recorded before records were signed is reported `unsigned`; workers refuse it too.
+An event that lacks its MAC or signature is reported `unsigned` (only a writer without the key
+makes one); workers refuse it too, and `ledger verify` reports it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ DECIDED = "approval.decided"
 
 
 class ProblemKind(StrEnum):
-    UNSIGNED = "unsigned"  # recorded before records were signed, or forged without a key
+    UNSIGNED = "unsigned"  # no MAC or signature: written by someone without the key
     FORGED = "forged"  # a bad MAC or signature, malformed, out of order
     POLICY = "policy"  # signed, but the policy does not allow it
 
@@ -107,7 +108,7 @@ def review_statement(binding: str, approval_id: str, review: Review) -> Statemen
         kind=str(review.decision),
         payload=review.payload(),
         reviewer=review.reviewer,
-        groups=review.groups or (),
+        groups=review.groups,
         at=format_time(review.at),
     )
 
@@ -170,7 +171,7 @@ def policy_problem(
 ) -> str | None:
     """What the policy says against one more review (None: it allows it). Groups are the ones
     the signed review names."""
-    who = Reviewer(review.reviewer, frozenset(review.groups or ()))
+    who = Reviewer(review.reviewer, frozenset(review.groups))
     kind = review.decision
     if kind not in policy.allowed:
         return f"the policy does not allow {kind}"
@@ -312,8 +313,8 @@ async def _step(
                 problem(event, ProblemKind.FORGED, f"{review.reviewer}'s decision: {why}")
         if event.actor != review.reviewer:
             problem(event, ProblemKind.FORGED, f"appended by {event.actor} for {review.reviewer}")
-        # The policy is re-applied to what is signed: an unsigned (legacy) decision records no
-        # groups and may name its deciders the old way, and is refused as unsigned anyway.
+        # The policy is re-applied to what is signed only: an unsigned decision's groups and
+        # deciders vouch for nothing, and it is reported as unsigned already.
         signed = not any(p.kind is ProblemKind.UNSIGNED for p in problem.found[before:])
         if signed:
             _decision_policy(req, tally, review, data, event, problem)
@@ -388,7 +389,7 @@ async def _grant_problem(
     if (
         grant["grant_id"] != review.grant_id
         or grant["granted_by"] != review.reviewer
-        or tuple(grant["groups"]) != (review.groups or ())
+        or tuple(grant["groups"]) != review.groups
         or grant["run_id"] != request["run_id"]
         or grant["tool"] != request["tool"]
     ):

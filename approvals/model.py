@@ -183,7 +183,7 @@ class Decision:
 
 
 _REVIEW_FIELDS = (
-    "reason", "reason_sealed", "args_digest", "args_sealed", "message_sealed", "grant_id",
+    "reason_sealed", "args_digest", "args_sealed", "message_sealed", "grant_id",
 )  # fmt: skip
 
 
@@ -195,9 +195,8 @@ class Review:
         reviewer: who decided (a reviewer id; any text a name may be, commas included).
         decision: what they decided.
         at: when.
-        reason: the reviewer's reason in clear, only in reviews recorded before reasons were
-            sealed; newer ones hold `reason_sealed` (the store opens it).
-        reason_sealed: the reviewer's reason (a reject's, or any decision's), sealed.
+        reason_sealed: the reviewer's reason (a reject's, or any decision's), sealed (the store
+            opens it: `ApprovalStore.reason_of`); a reason is never recorded in clear.
         args_digest, args_sealed: an edit's arguments (keyed digest, and sealed base64
             ciphertext).
         message_sealed: a respond's answer, sealed.
@@ -210,13 +209,12 @@ class Review:
     reviewer: str
     decision: DecisionKind
     at: datetime
-    reason: str | None = None
     args_digest: str | None = None
     args_sealed: str | None = None
     message_sealed: str | None = None
     grant_id: str | None = None
     reason_sealed: str | None = None
-    groups: tuple[str, ...] | None = None
+    groups: tuple[str, ...] = ()
     signature: dict[str, str] | None = None
     grant: dict[str, Any] | None = None
 
@@ -232,8 +230,7 @@ class Review:
             value = getattr(self, name)
             if value is not None and (sealed or not name.endswith("_sealed")):
                 data[name] = value
-        if self.groups is not None:
-            data["groups"] = list(self.groups)
+        data["groups"] = list(self.groups)
         for name in ("signature", "grant"):
             if (value := getattr(self, name)) is not None:
                 data[name] = value
@@ -251,13 +248,12 @@ class Review:
             reviewer=data["reviewer"],
             decision=DecisionKind(data["decision"]),
             at=datetime.fromisoformat(data["at"]),
-            reason=data.get("reason"),
             args_digest=data.get("args_digest"),
             args_sealed=data.get("args_sealed"),
             message_sealed=data.get("message_sealed"),
             grant_id=data.get("grant_id"),
             reason_sealed=data.get("reason_sealed"),
-            groups=None if data.get("groups") is None else tuple(data["groups"]),
+            groups=tuple(data["groups"]),
             signature=data.get("signature"),
             grant=data.get("grant"),
         )

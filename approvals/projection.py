@@ -16,7 +16,7 @@ from typing import Any
 from ledger.errors import ProjectionError, UnknownEventType
 from ledger.journal.projection import Fact, Projection
 
-from .model import STATUS_OF, Approval, ApprovalPolicy, ApprovalStatus, DecisionKind, Review
+from .model import STATUS_OF, Approval, ApprovalPolicy, ApprovalStatus, Review
 
 __all__ = [
     "APPROVALS",
@@ -52,18 +52,13 @@ def _time(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
-def _deciders(
-    reviews: tuple[Review, ...], review: Review, recorded: list[str] | str
-) -> tuple[str, ...]:
-    """Who made a final decision: the event's list. Events written before that list existed
-    hold the names joined with commas, which a name may contain; the reviews (`review` the
-    last of them) say the same unambiguously (every approver of an approval, else the one
-    reviewer), so use them."""
-    if isinstance(recorded, list):
-        return tuple(recorded)
-    if review.decision is DecisionKind.APPROVE:
-        return tuple(sorted({r.reviewer for r in reviews if r.decision is DecisionKind.APPROVE}))
-    return (review.reviewer,)
+def _deciders(event: Fact) -> tuple[str, ...]:
+    """Who made a final decision: the event's list (whole names: a name may hold a comma)."""
+    recorded = event.data["decided_by"]
+    if not isinstance(recorded, list) or not all(isinstance(n, str) for n in recorded):
+        problem = f"version {event.version}: decided_by is not a list of names"
+        raise ProjectionError(event.stream_id, problem)
+    return tuple(recorded)
 
 
 def row_to_approval(row: Mapping[str, Any]) -> Approval:
@@ -96,14 +91,14 @@ class ApprovalProjection(Projection[Approval]):
     """The `approvals` table. A second request for the same (run, call, arguments) meets the
     first one's row and writes nothing: the caller returns that approval. Only a decision
     changes the reviews, and only a decision, expiry or cancelling who decided, and only a
-    consumption who consumed (migration 0010's `signoff_commit_approval` checks it)."""
+    consumption who consumed (the database's `signoff_commit_approval` checks it)."""
 
     table = "approvals"
     key = ("approval_id",)
     stream_prefix = STREAM_PREFIX
     columns = COLUMNS
     write_function = "signoff_commit_approval"
-    # The columns of `to_row` but the version, which the function sets (migration 0018);
+    # The columns of `to_row` but the version, which the function sets;
     # `policy`, `reviews` and `thread_config` are JSON text for its jsonb parameters.
     row_parameters = (
         "approval_id",
@@ -209,7 +204,7 @@ def _apply(state: Approval | None, event: Fact) -> Approval:
             state,
             reviews=reviews,
             status=STATUS_OF[review.decision],
-            decided_by=_deciders(reviews, review, data["decided_by"]),
+            decided_by=_deciders(event),
             decided_at=review.at,
             version=version,
         )

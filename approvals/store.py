@@ -651,15 +651,14 @@ class ApprovalStore:
         raise ApprovalPending(approval.approval_id)
 
     async def reason_of(self, approval: Approval, review: Review) -> str | None:
-        """A review's reason in clear: opened from its sealed form, or as recorded in clear
-        before reasons were sealed.
+        """A review's reason in clear, opened from its sealed form; None when it gave none.
 
         Raises:
             UnknownKey, DecryptionFailed: the sealed reason is not this review's, or its key is
                 retired.
         """
         if review.reason_sealed is None:
-            return review.reason
+            return None
         part = _reason_part(review.decision, review.reviewer)
         return await self.records.open(review.reason_sealed, approval.approval_id, part)
 
@@ -825,9 +824,7 @@ class ApprovalStore:
         if policy.quorum > 1 and decision.kind in (DecisionKind.EDIT, DecisionKind.RESPOND):
             raise DecisionNotAllowed(approval_id, "with a quorum only approve or reject")
         approvers = set(approval.approvers)
-        # Reviews recorded before ids were normalised count once per normal form.
-        voted = any(same_id(who.id, a) for a in approvers)
-        if decision.kind is DecisionKind.APPROVE and voted:
+        if decision.kind is DecisionKind.APPROVE and who.id in approvers:
             raise DecisionNotAllowed(
                 approval_id,
                 f"{who.id} approved already; {policy.quorum} distinct reviewers needed",

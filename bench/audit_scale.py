@@ -11,7 +11,7 @@ and `verify_digest_since_new_ms`, that digest checked since the one before the n
 The big journals are written fast, as the table owner, with one INSERT ... SELECT over
 generate_series per 100,000 events: each event is version 1 of a stream of its own, so its
 chain hash is SHA-256 of 32 zero bytes and its canonical bytes, which the SELECT computes with
-the same expressions as `signoff_write_events` (revision 0010). `Journal.verify` accepts them
+the same expressions as `signoff_write_events`. `Journal.verify` accepts them
 (the quick run checks it). The database comes from SIGNOFF_DATABASE_URL / DATABASE_URL, else the
 embedded server; a scratch database is created and dropped.
 """

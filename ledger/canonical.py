@@ -4,36 +4,36 @@ Two canonical JSON forms:
 
 - `canonical_json`: `json.dumps(value, sort_keys=True, separators=(",", ":"),
   ensure_ascii=False, allow_nan=False)` encoded as UTF-8. Keys are sorted by code point, floats
-  use Python's shortest round-trip form (`1e-07`, `1e+21`, `1.0`). The data of events of tag
-  version 1, and what digests of arguments and results, MACs, resume tokens and signed statements
-  are computed over: those are checked by Signoff itself, with this same code, and already name
-  the key or format they belong to, so they keep this form.
+  use Python's shortest round-trip form (`1e-07`, `1e+21`, `1.0`). What digests of arguments
+  and results, MACs, resume tokens and signed statements are computed over: those are checked
+  by Signoff itself, with this same code, and already name the key or format they belong to.
 - `jcs_json`: RFC 8785, the JSON Canonicalization Scheme, which any auditor can reproduce with a
-  JCS library in another language. The data of events of tag version 2 (every event appended
-  since schema revision 0019). It differs from `canonical_json` in two places only: numbers
-  that are floats are written as ECMAScript writes them (`1e-7`, `1e+21`, `1`, `-0.0` as `0`,
-  `0.000001`, `123456789012345680000`), and object keys are sorted by their UTF-16 code units,
-  not their code points (which differ only for keys with characters beyond U+FFFF). Strings
-  escape the same: `"`, `\\`, `\\b \\f \\n \\r \\t` and the other controls below U+0020 as
-  lowercase `\\u00xx`; everything else (U+007F, U+2028, non-ASCII) is written as is.
-  Integers are written in full, as in version 1: RFC 8785 has numbers only as IEEE doubles,
-  and integers within +/-2**53 are written the same either way; beyond that (which I-JSON, and
-  so JCS, leaves out) Signoff keeps every digit rather than refuse or round them.
+  JCS library in another language. The data of every event (tag version 2). It differs from
+  `canonical_json` in two places only: numbers that are floats are written as ECMAScript
+  writes them (`1e-7`, `1e+21`, `1`, `-0.0` as `0`, `0.000001`, `123456789012345680000`), and
+  object keys are sorted by their UTF-16 code units, not their code points (which differ only
+  for keys with characters beyond U+FFFF). Strings escape the same: `"`, `\\`, `\\b \\f \\n \\r \\t`
+  and the other controls below U+0020 as lowercase `\\u00xx`; everything else (U+007F,
+  U+2028, non-ASCII) is written as is. Integers are written in full, as `canonical_json` writes
+  them: RFC 8785 has numbers only as IEEE doubles, and integers within +/-2**53 are written the
+  same either way; beyond that (which I-JSON, and so JCS, leaves out) Signoff keeps every digit
+  rather than refuse or round them.
 
 The journal stores the exact text in a `json` column (which keeps its input verbatim), so
 verification hashes the stored bytes and never encodes again. Both forms accept the same values
 (`ledger.limits`): string keys, no NUL or lone surrogate in any string, finite numbers, integers
-of at most 4300 digits, at most 64 nested arrays and objects. In version 1 each reads back as it
-was given, `1` and `1.0` different texts; in version 2 (as in JSON itself) they are the same
-number, and `1.0` reads back as the integer `1` (`jcs_read_back`), so a MAC or signature carried
-in event data is computed over the data as it reads back.
+of at most 4300 digits, at most 64 nested arrays and objects. In `canonical_json` each reads
+back as it was given, `1` and `1.0` different texts; in `jcs_json` (as in JSON itself) they are
+the same number, and `1.0` reads back as the integer `1` (`jcs_read_back`), so a MAC or
+signature carried in event data is computed over the data as it reads back.
 
-An event's canonical bytes are its tag, `signoff.event.v1` or `signoff.event.v2`
-(`EVENT_TAGS`, by the tag version recorded in `events.tag_version`), followed by six fields,
-each as a 4-byte big-endian length and its UTF-8 bytes: stream id, version (decimal), type,
-actor, recorded-at (`YYYY-MM-DDTHH:MM:SS.ffffffZ`, UTC) and the data's canonical JSON text in
-the form of that tag version. Length prefixes make the encoding unambiguous whatever the fields
-contain; the tag makes the recorded tag version part of what is hashed.
+An event's canonical bytes are its tag, `signoff.event.v2` (`EVENT_TAGS`, by the tag version
+recorded in `events.tag_version`; 2 is the only one), followed by six fields, each as a 4-byte
+big-endian length and its UTF-8 bytes: stream id, version (decimal), type, actor, recorded-at
+(`YYYY-MM-DDTHH:MM:SS.ffffffZ`, UTC) and the data's canonical JSON text (RFC 8785). Length
+prefixes make the encoding unambiguous whatever the fields contain; the tag makes the recorded
+tag version part of what is hashed, so an event whose recorded tag version is changed, or that
+names one no code knows, does not verify.
 
 Chain: `hash(event) = SHA-256(hash(previous event of the stream) || canonical bytes)`; the first
 event of a stream chains from 32 zero bytes (`GENESIS_HASH`).
@@ -68,7 +68,7 @@ __all__ = [
     "timed_event_bytes",
 ]
 
-EVENT_TAGS = {1: b"signoff.event.v1", 2: b"signoff.event.v2"}
+EVENT_TAGS = {2: b"signoff.event.v2"}
 """The tag that starts an event's canonical bytes, by tag version."""
 GENESIS_HASH = bytes(32)
 _LENGTH = struct.Struct(">I")
@@ -82,7 +82,7 @@ _PLACEHOLDER = re.compile(r'"\\u0000(\d+)"')
 
 
 def canonical_json(value: Any) -> str:
-    """Return the canonical JSON text of `value` (Python's form: tag version 1, digests).
+    """Return the canonical JSON text of `value` (Python's form: digests, MACs, signatures).
 
     Raises:
         InvalidJson: not a JSON value as `ledger.limits` defines it (sets, bytes, objects,
@@ -99,7 +99,7 @@ def canonical_json(value: Any) -> str:
 
 
 def jcs_json(value: Any) -> str:
-    """Return the RFC 8785 (JCS) text of `value` (the data of events of tag version 2).
+    """Return the RFC 8785 (JCS) text of `value` (the data of events).
 
     Raises:
         InvalidJson: as `canonical_json`: what is accepted is the same.
@@ -147,8 +147,6 @@ def _read_back(value: Any) -> Any:
 
 def event_json(value: Any, tag_version: int) -> str:
     """The canonical JSON of an event's data in the form of `tag_version`."""
-    if tag_version == 1:
-        return canonical_json(value)
     if tag_version == 2:
         return jcs_json(value)
     raise InvalidEvent(f"unknown event tag version {tag_version!r}")

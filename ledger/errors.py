@@ -462,12 +462,14 @@ class PublicKeyMismatch(KeyRingError):
 
 
 class PublicKeyUnrecorded(KeyRingError):
-    """A signing key made before public keys were journaled has no public key in the journal."""
+    """A signing key has no public key in the journal. Signoff records it in the same
+    transaction that makes the key, so this key is not one Signoff made: it is refused."""
 
     def __init__(self, key_id: str) -> None:
         super().__init__(
-            f"signing key {key_id} has no public key in the journal yet: a key administrator "
-            "records it with `signoff keys init` (which checks it against the private key)"
+            f"signing key {key_id} has no public key in the journal, which records one for "
+            "every key Signoff makes; the key is refused (rotate it out with `signoff keys "
+            "rotate`)"
         )
         self.key_id = key_id
 

@@ -1,6 +1,5 @@
 """`signoff_commit_call`, the one write of a tool call's steps, called as the ledger calls it:
-what it writes, and each refusal with its code (revision 0021 computes the same with fewer
-expressions)."""
+what it writes, and each refusal with its code."""
 
 from __future__ import annotations
 

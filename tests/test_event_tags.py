@@ -1,6 +1,7 @@
-"""Events of both tag versions in one journal: the migration that brought tag version 2 (RFC
-8785 data under `signoff.event.v2`), what verify, exports and the offline verifier make of each
-kind, and that the database's hashes of floats and wide keys are the ones Python recomputes."""
+"""Tag version 2 (RFC 8785 data under `signoff.event.v2`), the only one: the migration that
+brought it, that an event recorded with any other tag version is reported by verify and refused
+by the offline verifier, and that the database's hashes of floats and wide keys are the ones
+Python recomputes."""
 
 from __future__ import annotations
 
@@ -13,18 +14,16 @@ import asyncpg
 import pytest
 from alembic.script import ScriptDirectory
 
-from ledger.audit.export import export_events
-from ledger.audit.verifier import ExportedEvent
-from ledger.canonical import canonical_json, chain_hash, event_bytes, jcs_json
+from ledger.audit.verifier import ExportedEvent, MalformedDocument
+from ledger.canonical import chain_hash, event_bytes
 from ledger.journal import Journal, NewEvent
 from ledger.store import Database, migrate
 from ledger.store.logins import temporary_login
 
 from .processes import run_cli
-from .test_digest import settle
 from .test_jcs import load_event_vectors, reference_event_bytes, reference_jcs
 
-# Floats and a key beyond U+FFFF: their version 1 and version 2 texts differ.
+# Floats and a key beyond U+FFFF: where RFC 8785 and Python's sorted JSON differ.
 AWKWARD = {"small": 1e-07, "big": 1e21, "whole": 2.0, "\U0001f602": "x", "\ufb33": "y"}
 _FUNCTIONS = """
 SELECT p.proname, p.proacl::text, p.prosecdef, p.proconfig::text, p.prosrc
@@ -67,79 +66,6 @@ async def hashing_functions(url: str) -> dict[str, tuple[Any, ...]]:
         await conn.close()
 
 
-async def append_as_before(url: str, stream: str, datas: list[dict[str, Any]]) -> None:
-    """Append as the code of the revision before did: Python's sorted JSON text."""
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.fetchval(
-            "SELECT signoff_append($1, 0, $2, $3, $4, NULL)",
-            stream,
-            ["noted"] * len(datas),
-            [canonical_json(d) for d in datas],
-            ["auditor"] * len(datas),
-        )
-    finally:
-        await conn.close()
-
-
-async def test_events_from_before_tag_version_2_still_verify_beside_new_ones(
-    fresh_database_url: str,
-) -> None:
-    url = fresh_database_url
-    await asyncio.to_thread(migrate.downgrade, url, revision_before_tags())
-    mixed, old = f"note:{uuid.uuid4().hex[:8]}", f"note:{uuid.uuid4().hex[:8]}"
-    await append_as_before(url, mixed, [AWKWARD, {"n": 1}])
-    await append_as_before(url, old, [AWKWARD])
-
-    await asyncio.to_thread(migrate.upgrade, url, "head")
-    async with await Database.connect(url) as db:
-        journal = Journal(db)
-        await journal.append(mixed, [NewEvent("noted", AWKWARD, "auditor")], expected_version=2)
-        fresh = f"note:{uuid.uuid4().hex[:8]}"
-        await journal.append(fresh, [NewEvent("noted", AWKWARD, "auditor")], expected_version=0)
-        events = await journal.read_stream(mixed)
-        assert [e.tag_version for e in events] == [1, 1, 2]
-        assert events[0].data_json == canonical_json(AWKWARD) != events[2].data_json
-        assert events[2].data_json == jcs_json(AWKWARD)
-        report = await journal.verify()
-        assert report.ok and report.events == 5, report.bad
-
-        await settle(db)  # the export reads what is below the (cluster-wide) horizon
-        exported = [e async for e in export_events(db)]
-        assert sorted(e.tag_version for e in exported) == [1, 1, 1, 2, 2]
-        for event in exported:
-            assert event.recomputed_hash() == event.hash
-            # Parsed back from its document: what the offline verifier reads.
-            assert ExportedEvent.from_dict(json.loads(json.dumps(event.to_dict()))) == event
-            # A document from before tag version 2 has no tag_version: it means 1.
-            legacy = {k: v for k, v in event.to_dict().items() if k != "tag_version"}
-            matches = ExportedEvent.from_dict(legacy).recomputed_hash() == event.hash
-            assert matches == (event.tag_version == 1)
-
-    result = await run_cli("ledger", "verify", database_url=url)
-    assert result.code == 0, result.stdout + result.stderr
-    # An auditor recomputes every chain from the view alone.
-    async with temporary_login(url, "signoff_auditor") as auditor:
-        conn = await asyncpg.connect(auditor)
-        try:
-            rows = await conn.fetch(_AUDIT_EVENTS)
-        finally:
-            await conn.close()
-    assert sorted(r["tag_version"] for r in rows) == [1, 1, 1, 2, 2]
-    previous: dict[str, bytes] = {}
-    for r in rows:
-        fields = [r["stream_id"], r["version"], r["type"], r["actor"], r["recorded_at"], r["data"]]
-        raw = event_bytes(*fields, tag_version=r["tag_version"])
-        previous[r["stream_id"]] = chain_hash(previous.get(r["stream_id"], bytes(32)), raw)
-        assert previous[r["stream_id"]] == r["hash"]
-
-
-_AUDIT_EVENTS = """
-SELECT stream_id, version, type, data::text AS data, actor, recorded_at, hash, tag_version
-FROM audit_events ORDER BY stream_id, version
-"""
-
-
 async def tamper(url: str, sql: str, *args: Any) -> None:
     conn = await asyncpg.connect(url)
     try:
@@ -151,35 +77,57 @@ async def tamper(url: str, sql: str, *args: Any) -> None:
         await conn.close()
 
 
-async def test_a_flipped_tag_version_is_reported(fresh_database_url: str) -> None:
+async def test_a_tag_version_other_than_2_is_reported(fresh_database_url: str) -> None:
+    """The append functions record tag version 2 only. An event whose recorded version is
+    changed (to NULL, which reads as 1 as the auditors' view reads it, to 1, or to one no code
+    knows) is hashed under no tag this code knows, so verify reports it."""
     url = fresh_database_url
-    await asyncio.to_thread(migrate.downgrade, url, revision_before_tags())
-    old = f"note:{uuid.uuid4().hex[:8]}"
-    await append_as_before(url, old, [{"n": 1}])
-    await asyncio.to_thread(migrate.upgrade, url, "head")
-    new = f"note:{uuid.uuid4().hex[:8]}"
+    streams = [f"note:{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    nulled, one, seven, kept = streams
     async with await Database.connect(url) as db:
         journal = Journal(db)
-        # Data whose text is the same in both forms: only the tag tells them apart.
-        await journal.append(new, [NewEvent("noted", {"n": 1}, "auditor")], expected_version=0)
-        other = f"note:{uuid.uuid4().hex[:8]}"
-        await journal.append(other, [NewEvent("noted", {"n": 1}, "auditor")], expected_version=0)
+        for stream in streams:
+            event = NewEvent("noted", {"n": 1}, "auditor")
+            await journal.append(stream, [event], expected_version=0)
         assert (await journal.verify()).ok
 
         update = "UPDATE events SET tag_version = $2 WHERE stream_id = $1"
         unchecked = "ALTER DOMAIN signoff_tag_version DROP CONSTRAINT signoff_tag_version_check"
         await tamper(url, unchecked)
-        await tamper(url, update, new, None)  # 2 -> NULL, read as 1
-        await tamper(url, update, old, 2)  # NULL (1) -> 2
-        await tamper(url, update, other, 7)  # a version no code knows
+        await tamper(url, update, nulled, None)
+        await tamper(url, update, one, 1)
+        await tamper(url, update, seven, 7)
+        assert [e.tag_version for e in await journal.read_stream(nulled)] == [1]
         report = await journal.verify()
         bad = {b.stream_id: b.problem for b in report.bad}
-        assert set(bad) == {new, old, other}
-        assert bad[new].startswith("hash differs") and bad[old].startswith("hash differs")
-        assert "unknown event tag version 7" in bad[other]
+        assert set(bad) == {nulled, one, seven}
+        for stream, version in ((nulled, 1), (one, 1), (seven, 7)):
+            assert f"unknown event tag version {version}" in bad[stream], bad
 
     result = await run_cli("ledger", "verify", database_url=url)
-    assert result.code == 1 and new in result.stdout + result.stderr, result
+    assert result.code == 1 and one in result.stdout + result.stderr, result
+    assert kept not in result.stdout + result.stderr
+
+
+def test_the_offline_verifier_refuses_an_event_of_no_tag_version_or_another() -> None:
+    vectors = next(iter(load_event_vectors()["streams"]))
+    first = vectors["events"][0]
+    doc = {
+        "position": 1,
+        "txid": 1,
+        "stream_id": vectors["stream_id"],
+        **{k: first[k] for k in ("version", "type", "actor", "recorded_at", "data", "hash")},
+        "prev_hash": first["prev_hash"],
+        "tag_version": 2,
+    }
+    event = ExportedEvent.from_dict(doc)
+    assert event.recomputed_hash().hex() == first["hash"]
+    without = {k: v for k, v in doc.items() if k != "tag_version"}
+    with pytest.raises(MalformedDocument, match="tag_version"):
+        ExportedEvent.from_dict(without)
+    for version in (1, 3):
+        with pytest.raises(MalformedDocument, match=f"`tag_version` {version} is unknown"):
+            ExportedEvent.from_dict(doc | {"tag_version": version})
 
 
 async def test_new_rows_take_tag_version_2_and_nothing_else(fresh_database_url: str) -> None:

@@ -1,7 +1,6 @@
 """Keyed digests and sealed reasons: what an auditor or an export sees of arguments, results and
 a reviewer's reasons gives nothing away without the key, and everything that compares digests
-or needs the reason in clear still works, across a rotation of the value-MAC key and for
-records written before digests were keyed."""
+or needs the reason in clear still works, across a rotation of the value-MAC key."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -18,8 +16,6 @@ import pytest
 from adapters.langgraph.tools import tool_message
 from adapters.runtime import DecisionConflict, decide_once
 from approvals import (
-    ApprovalPolicy,
-    ApprovalStatus,
     ApprovalStore,
     Decision,
     TokenBindingMismatch,
@@ -28,14 +24,12 @@ from approvals import (
 from approvals.gate import approval_gate
 from approvals.projection import stream_of
 from ledger.audit.export import export_events
-from ledger.calls.model import CallContext, CallStatus, ToolCall, ToolPolicy, call_stream
+from ledger.calls.model import CallContext, CallStatus, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
 from ledger.canonical import canonical_json
 from ledger.errors import InvalidToolCall
-from ledger.journal import NewEvent
 from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.keys.digests import digest_key_id, matches, text_digest
-from ledger.keys.values import as_text, seal_value
 from ledger.store import Database
 
 from .processes import TEST_KEK
@@ -143,7 +137,7 @@ async def test_an_auditor_and_an_export_see_keyed_digests_that_no_guessing_loop_
     seen = [*await _as_auditor(kdb, run), *await _exported(kdb, run)]
     strings = set(_strings(seen))
     digests = {s for s in strings if s.startswith("hmac:")}
-    # The finding's loop: candidate order ids, hashed as the ledger used to, against every
+    # The finding's loop: candidate order ids, hashed with plain SHA-256, against every
     # digest and binding the auditor or an export shows (hex parts of keyed digests too).
     visible = strings | {d.rpartition(":")[2] for d in digests}
     candidates = [{"order_id": f"A-{n}", "amount": 120.0} for n in range(2000)]
@@ -261,6 +255,8 @@ async def test_requests_replays_tokens_and_edits_still_match_after_a_value_mac_r
     assert {digest_key_id(record.request_digest), digest_key_id(record.args_digest)} == {after}
     assert await matches(kring, record.args_digest, canonical_json(ARGS))
     assert not await matches(kring, record.args_digest, canonical_json(edited))
+    # Only keyed digests match: the plain SHA-256 of the same arguments matches nothing.
+    assert not await matches(kring, _sha(ARGS), canonical_json(ARGS))
 
 
 async def test_a_process_that_has_not_seen_the_new_value_mac_key_still_replays_its_calls(
@@ -281,77 +277,3 @@ async def test_a_process_that_has_not_seen_the_new_value_mac_key_still_replays_i
         assert replay.replayed and replay.result == first.result
     finally:
         await other.close()
-
-
-def _at() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-async def test_records_from_before_keyed_digests_still_match_and_replay(
-    kdb: Database, kring: KeyRing, kstore: ApprovalStore, kledger: ToolLedger
-) -> None:
-    """Events and rows as the code before keyed digests wrote them (plain SHA-256, a reason in
-    clear), through the same projection commits; then today's code meets them."""
-    run = _run()
-    result = {"refunded": ORDER_ID, "amount": 120.0}
-    stream = call_stream(run, "c1")
-    started = {
-        "run_id": run,
-        "call_id": "c1",
-        "tool": "refund",
-        "effect": "single_attempt",
-        "once_per_run": False,
-        "request_digest": _sha(ARGS),
-        "args_digest": _sha(ARGS),
-        "idempotency_key": f"{run}/0/c1",
-        "approval_id": None,
-        "approval_stream": None,
-        "approved_by": [],
-        "worker_id": "old-worker",
-        "at": _at(),
-    }
-    succeeded = {"attempt": 1, "result_digest": _sha(result), "at": _at()}
-    events = [
-        NewEvent("call.started", started, actor="old-worker"),
-        NewEvent("call.succeeded", succeeded, actor="old-worker"),
-    ]
-    sealed_args = seal_value(kring, stream, "args", canonical_json(ARGS))
-    sealed_result = seal_value(kring, stream, "result", canonical_json(result))
-    approval_id = f"apr-{uuid.uuid4().hex}"
-    requested = {
-        "run_id": run,
-        "thread_id": None,
-        "tool": "refund",
-        "kind": "tool_call",
-        "call_id": "c2",
-        "args_digest": _sha(ARGS),
-        "args_sealed": as_text(
-            seal_value(kring, stream_of(approval_id), "args", canonical_json(ARGS))
-        ),
-        "binding": binding_of(run, "refund", "tool_call", _sha(ARGS), "c2", approval_id),
-        "policy": ApprovalPolicy().to_json(),
-        "thread_config": None,
-        "requested_at": _at(),
-        "expires_at": None,
-    }
-    decided = {"reviewer": "alice", "decision": "reject", "at": _at(), "reason": "old reason"}
-    async with kdb.transaction() as conn:
-        assert await kledger.records.insert(conn, stream, events, sealed_args, sealed_result)
-        old = [
-            NewEvent("approval.requested", requested, actor="agent"),
-            NewEvent("approval.decided", decided | {"final": True, "decided_by": ["alice"]}, "a"),
-        ]
-        assert await kstore.records.commit(conn, approval_id, None, old)
-
-    replay = await kledger.execute(ToolCall(run, "c1", "refund", ARGS), _refund)
-    assert replay.replayed and replay.result == result
-    with pytest.raises(InvalidToolCall, match="other arguments"):
-        await kledger.execute(ToolCall(run, "c1", "refund", {**ARGS, "amount": 1.0}), _refund)
-    same = await kstore.request(
-        run_id=run, tool="refund", args=ARGS, call_id="c2", requested_by="agent"
-    )
-    assert same.approval_id == approval_id and same.status is ApprovalStatus.REJECTED
-    revealed = await kstore.get(approval_id, reveal=True)
-    assert revealed.decision is not None and revealed.decision.reason == "old reason"
-    assert await kledger.verify_projection() == []
-    assert await kstore.verify_projection() == []

@@ -225,10 +225,10 @@ def test_every_projection_is_verified() -> None:
 async def test_events_are_never_appended_in_a_savepoint_so_verify_stays_intact(
     db: Database, store: ApprovalStore
 ) -> None:
-    """An event inserted in a savepoint carries the savepoint's id as `xmin`, which verify
-    cannot tell from a forged `txid`: it used to be written, and reported for ever. Both the
-    plain append and the write functions behind projected streams refuse it, typed when the
-    connection block ends; the same append at a transaction's top level is written."""
+    """An event inserted in a savepoint would carry the savepoint's id as `xmin`, which verify
+    cannot tell from a forged `txid`. Both the plain append and the write functions behind
+    projected streams refuse it, typed when the connection block ends; the same append at a
+    transaction's top level is written."""
     journal, stream = Journal(db), f"savepoint-{uuid.uuid4().hex[:8]}"
     event = NewEvent("thing.happened", {"n": 1}, actor="test")
     run_id = f"sp-{uuid.uuid4().hex[:8]}"

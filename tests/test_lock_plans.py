@@ -1,7 +1,7 @@
 """The statements that lock a call or an approval, and the token check, are planned as the one row
-their functions return (revision 0022). Planned as 1,000 rows, the per-row read of the stream
-priced the locking statements above `jit_above_cost` once stream reads cost enough, and every
-execution was JIT-compiled (15 to 50 ms each, on every approved call)."""
+their functions return. Planned as 1,000 rows, the per-row read of the stream would price the
+locking statements above `jit_above_cost` once stream reads cost enough, and every execution
+would be JIT-compiled (15 to 50 ms each, on every approved call)."""
 
 from __future__ import annotations
 

@@ -20,11 +20,13 @@ from approvals import (
     Review,
     approval_gate,
 )
-from approvals.projection import stream_of
+from approvals.projection import APPROVALS, stream_of
 from ledger.audit.queries import CallFilter, call_story, find_calls
 from ledger.calls.model import CallContext, ToolCall
 from ledger.calls.service import ToolLedger
-from ledger.journal import Journal
+from ledger.errors import ProjectionError
+from ledger.journal import Journal, NewEvent
+from ledger.journal.projection import facts, fold
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
@@ -125,7 +127,40 @@ async def test_a_quorum_records_every_approver_by_whole_name(scratch_url: str) -
         await store.close()
 
 
-# -- data written under schema 0004, before names were arrays and calls said who approved --------
+def test_a_decision_without_its_deciders_list_or_its_groups_does_not_fold() -> None:
+    """`decided_by` is a list of whole names, and a decision names the groups it was made with
+    (empty or not). One text of names (which a comma would split), or no groups, is not a
+    decision Signoff writes: the stream does not fold, and verify reports it."""
+    at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC).isoformat()
+    requested = {
+        "run_id": "run-1",
+        "thread_id": None,
+        "tool": "refund",
+        "kind": "tool_call",
+        "call_id": "c-1",
+        "args_digest": "d" * 64,
+        "binding": "b" * 64,
+        "policy": ApprovalPolicy().to_json(),
+        "thread_config": None,
+        "requested_at": at,
+        "expires_at": None,
+    }
+    decided = {"reviewer": COMMA, "decision": "approve", "at": at, "groups": [], "final": True}
+    decided["decided_by"] = [COMMA]
+    stream = stream_of("apr-1")
+
+    def folded(data: dict[str, Any]) -> Any:
+        events = [
+            NewEvent("approval.requested", requested, actor="agent"),
+            NewEvent("approval.decided", data, actor=COMMA),
+        ]
+        return fold(APPROVALS, facts(stream, events))
+
+    assert folded(decided).decided_by == (COMMA,)
+    with pytest.raises(ProjectionError, match="decided_by is not a list"):
+        folded(decided | {"decided_by": COMMA})
+    with pytest.raises(ProjectionError, match="groups"):
+        folded({k: v for k, v in decided.items() if k != "groups"})
 
 
 def test_a_review_is_the_same_after_its_json_and_hides_ciphertexts_for_display() -> None:
@@ -139,4 +174,5 @@ def test_a_review_is_the_same_after_its_json_and_hides_ciphertexts_for_display()
         "decision": "edit",
         "at": at.isoformat(),
         "args_digest": "d" * 64,
+        "groups": [],
     }

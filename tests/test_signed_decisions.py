@@ -31,16 +31,14 @@ from approvals import (
     Review,
     Reviewer,
     approval_gate,
-    approval_problems,
-    binding_of,
 )
-from approvals.integrity import as_facts, every_approval_problem, review_statement, sign_review
+from approvals.checks import verify_all
+from approvals.integrity import as_facts, review_statement, sign_review
 from approvals.projection import APPROVALS, stream_of
 from approvals.reviewers import ReviewerDirectory
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
 from ledger.calls.resolution import every_resolution_problem, resolution_problem
 from ledger.calls.service import ToolLedger
-from ledger.canonical import json_digest
 from ledger.errors import ConfigurationError, ReviewerKekMissing, UnknownCall
 from ledger.journal import Journal, NewEvent
 from ledger.journal.journal import append_arguments
@@ -396,49 +394,73 @@ async def test_resolutions_are_signed(
     )
 
 
-async def test_approvals_recorded_before_signing_read_and_verify_as_unsigned(
-    db: Database, ring: KeyRing, store: ApprovalStore, ledger: ToolLedger
+async def test_verify_reports_an_unsigned_decision_and_an_unsigned_resolution(
+    fresh_database_url: str,
 ) -> None:
-    """A stream written the old way (no MACs, no signatures) is readable; verify says it is
-    unsigned, and a worker does not act on it."""
-    approval_id = f"apr-{uuid.uuid4().hex}"
-    run = f"run-{uuid.uuid4().hex[:8]}"
-    call = ToolCall(run, "c1", "refund", {"amount": 1})
-    digest = json_digest(call.args)  # as digests were before they were keyed
-    now = datetime.now(UTC)
-    sealed = store.records.seal(json.dumps(call.args), approval_id, "args")
-    requested = {
-        "run_id": run, "thread_id": None, "tool": "refund", "kind": "tool_call", "call_id": "c1",
-        "args_digest": digest, "args_sealed": sealed,
-        "binding": binding_of(run, "refund", "tool_call", digest, "c1", approval_id),
-        "policy": ApprovalPolicy().to_json(), "thread_config": None,
-        "requested_at": now.isoformat(), "expires_at": None,
-    }  # fmt: skip
-    decided = {
-        "reviewer": "alice",
-        "decision": "approve",
-        "at": now.isoformat(),
-        "final": True,
-        "decided_by": ["alice"],
-    }
-    events = [
-        NewEvent("approval.requested", requested, "agent"),
-        NewEvent("approval.decided", decided, "alice"),
-    ]
-    async with db.transaction() as conn:
-        await commit(conn, APPROVALS, stream_of(approval_id), None, events, expected_version=0)
-    legacy = await store.get(approval_id, reveal=True)
-    assert legacy.status == "approved" and legacy.args == call.args
-    problems = await store.problems(approval_id)
-    assert [p.kind for p in problems] == [ProblemKind.UNSIGNED, ProblemKind.UNSIGNED]
-    assert "carries no MAC" in str(problems[0]) and "unsigned" in str(problems[1])
-    stream_events = await Journal(db).read_stream(stream_of(approval_id))
-    assert await approval_problems(ring, stream_events) == problems
-    everything = await every_approval_problem(db, ring)  # what `ledger verify` reads
-    assert [p for p in everything if p.approval_id == approval_id] == problems
-    gate = approval_gate(store, approval_id, f"{run}/c1", call.args)
-    with pytest.raises(DecisionForged):
-        await ledger.execute(call, Tool(), WRITE, gate=gate)
+    """What only a writer without the reviewer side's key makes, as the table owner can: a
+    decision and a resolution with no signature, through the same projection commits as the
+    real ones. A worker refuses the decision, and `ledger verify` reports both (exit 1)."""
+    url = fresh_database_url
+    settings = Settings.from_env({**kek_env(), "SIGNOFF_DATABASE_URL": url})
+    async with await Database.connect(url, settings=settings) as db:
+        ring = await KeyRing.open(db)
+        store, ledger = ApprovalStore(db, ring), ToolLedger(db, ring)
+        run = f"run-{uuid.uuid4().hex[:8]}"
+        call = ToolCall(run, "c1", "refund", {"amount": 1})
+        approval = await store.request(
+            run_id=run, tool="refund", args=call.args, call_id="c1", requested_by="agent"
+        )
+        decided = _data(_vote(Reviewer("alice")), ["alice"])
+        async with db.transaction() as conn:
+            await commit(
+                conn,
+                APPROVALS,
+                stream_of(approval.approval_id),
+                approval,
+                [NewEvent("approval.decided", decided, "alice")],
+                expected_version=approval.version,
+            )
+        assert (await store.get(approval.approval_id)).status == "approved"
+        problems = await store.problems(approval.approval_id)
+        assert [(p.kind, p.message) for p in problems] == [
+            (ProblemKind.UNSIGNED, "alice's decision is unsigned")
+        ]
+        tool = Tool()
+        gate = approval_gate(store, approval.approval_id, f"{run}/c1", call.args)
+        with pytest.raises(DecisionForged, match="unsigned"):
+            await ledger.execute(call, tool, WRITE, gate=gate)
+        assert tool.runs == 0
+
+        async def dies(args: dict[str, Any], context: CallContext) -> None:
+            raise RuntimeError("the bank did not answer")
+
+        wire = ToolCall(run, "c2", "wire", {"n": 1})
+        await ledger.execute(wire, dies, WRITE)
+        record = await ledger.get(run, "c2")
+        assert record.status is CallStatus.OUTCOME_UNKNOWN
+        sealed, digest = ledger.records.seal(record.stream_id, "result", "resolved by mallory")
+        at = datetime.now(UTC).isoformat()
+        data = {"status": "succeeded", "by": "mallory", "result_digest": digest, "at": at}
+        async with db.transaction() as conn:
+            resolved = NewEvent("call.resolved", data, actor="mallory")
+            assert await ledger.records.advance(conn, record, [resolved], sealed) is not None
+        [unsigned] = await every_resolution_problem(db, ring)
+        assert (unsigned.stream_id, unsigned.message) == (record.stream_id, "unsigned")
+
+        report = await verify_all(db)
+        assert report.chains.ok and report.order.ok
+        assert all(c.skipped is None for c in report.stream_checks)
+        assert report.problems == [
+            f"decision signatures and policies: {stream_of(approval.approval_id)}: "
+            "alice's decision is unsigned",
+            f"signed resolutions: {record.stream_id}: version 3: the resolution unsigned",
+        ]
+        await ledger.close()
+        await store.close()
+
+    result = await run_cli("ledger", "verify", database_url=url, env=kek_env())
+    assert result.code == 1, result.stdout + result.stderr
+    assert result.stdout.startswith("ledger TAMPERED: 2 problem(s)"), result.stdout
 
 
 async def test_the_cli_decides_only_with_the_reviewer_kek(

@@ -1,4 +1,4 @@
-"""The stored Merkle tree (revision 0017): integrated incrementally and concurrently, the same
+"""The stored Merkle tree: integrated incrementally and concurrently, the same
 tree the events hash to, written only through its function, and every edit to it found."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The rules on the journal's and projections' columns hold for every writer, the owner too:
-they are domains (revision 0018), checked by the database whoever inserts or updates."""
+they are domains, checked by the database whoever inserts or updates."""
 
 from __future__ import annotations
 

@@ -68,7 +68,6 @@ _CALL = """
 SELECT run_id, call_id, tool, status FROM tool_calls
 WHERE run_id = $1 AND call_id = $2 AND stream_id = $3
 """
-_CALL_BY_STREAM = "SELECT run_id, call_id, tool, status FROM tool_calls WHERE stream_id = $1"
 
 
 def retry_delay(attempts: int, settings: WebhookSettings, rand: Callable[[], float]) -> float:
@@ -303,8 +302,6 @@ async def _call(conn: asyncpg.Connection, stream_id: str) -> dict[str, Any]:
     run_id, _, call_id = stream_id.removeprefix("call:").partition("/")
     decoded = [part.replace("%2F", "/").replace("%25", "%") for part in (run_id, call_id)]
     row = await conn.fetchrow(_CALL, *decoded, stream_id)
-    if row is None:  # a call recorded before streams were escaped (schema 0010)
-        row = await conn.fetchrow(_CALL_BY_STREAM, stream_id)
     if row is None:
         raise _Unsendable("no call for the event")
     return {k: row[k] for k in ("run_id", "call_id", "tool", "status")}

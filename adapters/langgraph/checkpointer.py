@@ -617,7 +617,7 @@ async def encrypted_checkpointer(
     db: Database, ring: KeyRing, *, allow_plaintext: bool = False, max_size: int = 10
 ) -> AsyncIterator[EncryptedPostgresSaver]:
     """An `EncryptedPostgresSaver` on its own psycopg pool to `db`, on the checkpoint tables
-    Signoff's schema made (migration 0010), so a worker login needs no CREATE right.
+    Signoff's schema made, so a worker login needs no CREATE right.
 
     Args:
         db: the Signoff database (its URL is used; LangGraph's saver needs psycopg).

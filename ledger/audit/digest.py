@@ -143,7 +143,7 @@ async def recorded_signing_keys(ring: KeyRing) -> dict[str, bytes]:
 
     Raises:
         PublicKeyMismatch: `data_keys` disagrees with the journal or with a private key.
-        PublicKeyUnrecorded: a key made before public keys were journaled (`keys init`).
+        PublicKeyUnrecorded: a key whose public key the journal never recorded.
     """
     return {
         info.key_id: public for info, public in await published_keys(ring, Purpose.DIGEST_SIGNING)

@@ -167,9 +167,8 @@ async def check_global_order(db: Database) -> OrderReport:
     id to be handed out (its epoch is not ahead of the server's).
 
     Events are appended at a transaction's top level: the append functions refuse a savepoint
-    (`AppendInSavepoint`, since revision 0015), whose id the row's `xmin` would carry. One
-    written in a savepoint before then is reported like a forged `txid`, since nothing in SQL
-    tells the two apart."""
+    (`AppendInSavepoint`), whose id the row's `xmin` would carry and which nothing in SQL tells
+    from a forged `txid`."""
     async with (
         db.connection() as conn,
         conn.transaction(isolation="repeatable_read", readonly=True),
@@ -196,8 +195,8 @@ def order_problem(row: Mapping[str, Any], xmax: int) -> str:
     # The newest full id below xmax whose low 32 bits are xmin: the inserting transaction.
     inserted_by = xmax - 1 - ((xmax - 1 - row["xmin"]) % _XID_WRAP)
     return (
-        f"txid {txid} is not the transaction that inserted it ({inserted_by}; or it was "
-        "appended in a savepoint, before revision 0015): it sits out of the global order"
+        f"txid {txid} is not the transaction that inserted it ({inserted_by}): it sits out of "
+        "the global order"
     )
 
 

@@ -1,5 +1,5 @@
-"""The journal's Merkle tree as PostgreSQL stores it (`tree_tiles`, `tree_state`, revision
-0017): integrating new events, reading roots and proofs, and checking it against the events.
+"""The journal's Merkle tree as PostgreSQL stores it (`tree_tiles`, `tree_state`): integrating
+new events, reading roots and proofs, and checking it against the events.
 
 Leaves are the digests' (`.digest`): one per event in `Journal.read_all` order, leaf data the
 chain hash. Integration reads only the events after the last integrated one and the right

@@ -32,11 +32,11 @@ cosignatures. The digest's own signature does not cover it, so cosignatures can 
 
 Exported event (JSON object; `ledger.audit.digest.export_event` makes it, for `ledger export` too):
 position, txid, stream_id, version, type, actor, recorded_at (canonical text), data (the
-canonical JSON text, verbatim), hash and prev_hash (hex), and tag_version (1 or 2: which tag
-starts the canonical bytes, `ledger.canonical.EVENT_TAGS`; a document without it is from before
-tag version 2 and means 1). Only stream id, version, type, actor, recorded_at and data are
-hashed, under the tag of tag_version, so an altered tag_version does not verify; position and
-txid are the database's bookkeeping and are not covered by any hash.
+canonical JSON text, verbatim), hash and prev_hash (hex), and tag_version (which tag starts
+the canonical bytes, `ledger.canonical.EVENT_TAGS`: 2; a document without it, or with another,
+is malformed). Only stream id, version, type, actor, recorded_at and data are hashed, under the
+tag of tag_version, so an altered tag_version does not verify; position and txid are the
+database's bookkeeping and are not covered by any hash.
 
 Tiles (`signoff ledger tiles export DIR`): the tree in the C2SP tlog-tiles layout of
 `ledger.audit.tiles` (`tile/<L>/<N>`, partial tiles `.p/<W>`, raw 32-byte hashes) and the signed
@@ -624,8 +624,6 @@ def _count(doc: dict[str, Any], name: str) -> int:
 
 
 def _tag_version(doc: dict[str, Any]) -> int:
-    if "tag_version" not in doc:
-        return 1  # exported before tag version 2 existed
     value = _count(doc, "tag_version")
     if value not in EVENT_TAGS:
         known = ", ".join(map(str, EVENT_TAGS))

@@ -17,9 +17,9 @@ RENEW = "SELECT signoff_renew_leases($1::text[], $2::text[], $3::int[], $4)"
 BY_ID = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
 ONCE_PER_RUN = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND tool = $2 AND once_per_run"
 
-# The ledger acts on a row only when the call's stream (the one the row names: calls made before
-# schema 0010 keep theirs) agrees with it, so the rows that are acted on come with their stream
-# in the same statement (a new call never reads one).
+# The ledger acts on a row only when the call's stream (the one the row names) agrees with it,
+# so the rows that are acted on come with their stream in the same statement (a new call never
+# reads one).
 _STREAM_COLUMN = """
 (SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
  FROM events e WHERE e.stream_id = t.stream_id) AS stream

@@ -145,7 +145,7 @@ class CallRecord:
     version: int = 0
     approved_by: tuple[str, ...] = ()
     approval_stream: str | None = None
-    stream_id: str = ""  # its stream (calls made before schema 0010 keep the one they had)
+    stream_id: str = ""  # its stream, as its row names it (default: `call_stream`)
 
     def __post_init__(self) -> None:
         if not self.stream_id:

@@ -32,7 +32,7 @@ class CallProjection(Projection[CallRecord]):
     stream_prefix = "call:"
     columns = sql.COLUMNS
     write_function = "signoff_commit_call"
-    # The columns of `to_row` but the version, which the function sets (migration 0018).
+    # The columns of `to_row` but the version, which the function sets.
     row_parameters = (
         "run_id",
         "call_id",
@@ -59,20 +59,14 @@ class CallProjection(Projection[CallRecord]):
         return record.stream_id
 
     def rows_of(self, stream_ids: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
-        """By primary key: every (run, call id) a stream id can name (a call's stream is
-        `call:<run>/<call id>`, percent-encoded since revision 0010, verbatim before, so every
-        `/` is a possible split), then `stream_id` picks the row."""
+        """By primary key: the (run, call id) a stream id names (`call:<run>/<call id>`, both
+        parts percent-encoded, so the one `/` splits them), and the row must name that stream."""
         runs, calls = [], []
         for stream_id in stream_ids:
-            body = stream_id.removeprefix(self.stream_prefix)
-            for at, char in enumerate(body):
-                if char == "/":
-                    for run, call in {
-                        (body[:at], body[at + 1 :]),
-                        (_unescaped(body[:at]), _unescaped(body[at + 1 :])),
-                    }:
-                        runs.append(run)
-                        calls.append(call)
+            run, sep, call = stream_id.removeprefix(self.stream_prefix).partition("/")
+            if sep:
+                runs.append(_unescaped(run))
+                calls.append(_unescaped(call))
         condition = (
             "(run_id, call_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
             " AND stream_id = ANY($3::text[])"
@@ -112,17 +106,6 @@ class CallProjection(Projection[CallRecord]):
     def apply(self, record: CallRecord | None, event: Fact) -> CallRecord:
         return _apply(record, event)
 
-    def as_verified(self, live: CallRecord, first: Fact) -> CallRecord:
-        """Calls started before `call.started` recorded who approved them (schema 0005) have
-        `approved_by` and `approval_stream` filled in by that migration from the approval they
-        consumed, which their own streams cannot confirm: for those calls the two are left out
-        of the comparison (the approval's stream is their evidence). The migration appends
-        nothing: the journal is history and a new event would bump the version a running
-        call's worker is fenced by."""
-        if "approved_by" in first.data:
-            return live
-        return replace(live, approved_by=(), approval_stream=None)
-
 
 _OUTCOME = {
     "call.succeeded": CallStatus.SUCCEEDED,
@@ -155,9 +138,8 @@ def _apply(state: CallRecord | None, event: Fact) -> CallRecord:
             worker_id=data["worker_id"],
             started_at=at,
             version=version,
-            # Absent from streams started before calls recorded them (see `as_verified`).
-            approved_by=tuple(data.get("approved_by", ())),
-            approval_stream=data.get("approval_stream"),
+            approved_by=tuple(data["approved_by"]),
+            approval_stream=data["approval_stream"],
             stream_id=event.stream_id,
         )
     if state is None:

@@ -104,8 +104,7 @@ class CallRecorder:
 
     async def outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
         """The outcome a row records, its result opened and checked against the journal's
-        digest (under the key that digest names, or as SHA-256 for a digest from before keyed
-        digests)."""
+        digest (under the key that digest names)."""
         record = call_record(row)
         if not record.status.final:
             return CallOutcome(

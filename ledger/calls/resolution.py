@@ -38,7 +38,6 @@ WHERE r.type = 'call.resolved' ORDER BY r.stream_id, r.version
 class ResolutionProblem:
     stream_id: str
     version: int
-    unsigned: bool  # recorded before resolutions were signed
     message: str
 
     def __str__(self) -> str:
@@ -70,7 +69,7 @@ async def resolution_problem(
     ring: KeyRing, stream_id: str, request_digest: str, data: Mapping[str, Any]
 ) -> str | None:
     """None when a `call.resolved` event's signature verifies; else what is wrong ("unsigned"
-    for one recorded before resolutions were signed)."""
+    for one that carries none)."""
     try:
         statement = resolution_statement(stream_id, request_digest, data)
     except (KeyError, TypeError, ValueError) as e:
@@ -89,7 +88,5 @@ async def every_resolution_problem(db: Database, ring: KeyRing) -> list[Resoluti
         data = json.loads(row["data"])
         why = await resolution_problem(ring, row["stream_id"], digest, data)
         if why is not None:
-            problems.append(
-                ResolutionProblem(row["stream_id"], row["version"], why == "unsigned", why)
-            )
+            problems.append(ResolutionProblem(row["stream_id"], row["version"], why))
     return problems

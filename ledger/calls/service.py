@@ -145,8 +145,7 @@ def _validate(call: ToolCall, policy: ToolPolicy) -> str:
 
 async def _same_request(ring: KeyRing, recorded: str, digest: str, args_text: str) -> bool:
     """Whether a call's recorded request digest is that of these arguments: the same text
-    under the active key, else recomputed under the key it names (written before a rotation),
-    or as SHA-256 (written before keyed digests)."""
+    under the active key, else recomputed under the key it names (written before a rotation)."""
     return recorded == digest or await matches(ring, recorded, args_text)
 
 

@@ -57,8 +57,9 @@ _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _APPEND_CALL = "signoff_append($1, $2, $3, $4, $5, $6)"
 _APPEND = f"SELECT {_APPEND_CALL}"
 _HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
-# The columns of `Event`, in its order. A NULL tag version is an event from before schema
-# revision 0019: tag version 1.
+# The columns of `Event`, in its order. The append functions record tag version 2 only; a NULL
+# reads as 1, as the auditors' view `audit_events` reads it, and any version but 2 names no tag
+# this code hashes with, so such an event does not verify.
 _COLUMNS = (
     "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash,"
     " coalesce(tag_version, 1)"
@@ -100,7 +101,7 @@ class NewEvent:
 @dataclass(frozen=True)
 class Event:
     """An event as recorded in the journal. `tag_version` says which canonical form its data
-    text and bytes are in (`ledger.canonical`: 1, Python's sorted JSON; 2, RFC 8785)."""
+    text and bytes are in (`ledger.canonical`: 2, RFC 8785, the only one)."""
 
     position: int
     txid: int

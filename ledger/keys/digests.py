@@ -11,14 +11,11 @@ the key it names (`matches`), not recomputed under the active key: equality of a
 now with one written before a rotation is decided by recomputing, never by comparing the text.
 The same value under the same key gives the same digest in every process (no salt, no place),
 so an approval and the call it allows still carry the same digest of the same arguments.
-
-Digests written before keyed digests existed are 64 hex digits, the SHA-256 of the canonical
-JSON; they are read and checked as such (`matches`), and nothing new is written that way.
+Anything that is not a keyed digest (a plain SHA-256, say) matches nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from typing import Any
 
@@ -28,7 +25,6 @@ from .ring import KeyRing, Purpose
 __all__ = [
     "DIGEST_PREFIX",
     "digest_key_id",
-    "is_legacy",
     "matches",
     "text_digest",
     "value_digest",
@@ -37,7 +33,6 @@ __all__ = [
 
 DIGEST_PREFIX = "hmac:"
 _TAG = b"signoff.value.v1|"
-_HEX = frozenset("0123456789abcdef")
 
 
 def text_digest(ring: KeyRing, text: str, key_id: str | None = None) -> str:
@@ -58,15 +53,9 @@ def value_digest(ring: KeyRing, value: Any) -> str:
 
 def value_digests(ring: KeyRing, text: str) -> list[str]:
     """Every digest canonical JSON `text` may be stored under: one per live value-MAC key
-    (the active one first) and the unkeyed SHA-256 of records older than keyed digests. For
-    finding a row by its digest in one statement, whatever key wrote it."""
-    keyed = [text_digest(ring, text, k) for k in ring.live_key_ids(Purpose.VALUE_MAC)]
-    return [*keyed, hashlib.sha256(text.encode()).hexdigest()]
-
-
-def is_legacy(digest: str) -> bool:
-    """Whether `digest` is an unkeyed SHA-256 (hex) from before keyed digests."""
-    return len(digest) == 64 and set(digest) <= _HEX
+    (the active one first). For finding a row by its digest in one statement, whatever key
+    wrote it."""
+    return [text_digest(ring, text, k) for k in ring.live_key_ids(Purpose.VALUE_MAC)]
 
 
 def digest_key_id(digest: str) -> str | None:
@@ -78,18 +67,14 @@ def digest_key_id(digest: str) -> str | None:
 
 
 async def matches(ring: KeyRing, digest: str, text: str) -> bool:
-    """Whether `digest` (keyed, or an unkeyed SHA-256 from before) is the digest of canonical
-    JSON `text`, recomputed under the key the digest names (constant-time comparison).
+    """Whether `digest` is the keyed digest of canonical JSON `text`, recomputed under the key
+    the digest names (constant-time comparison); anything else is not.
 
     Raises:
         UnknownKey: the digest names a value-MAC key that is unknown or retired.
     """
     key_id = digest_key_id(digest)
-    if key_id is not None:
-        tag = await ring.value_mac_fresh(_TAG + text.encode(), key_id)
-        expected = f"{DIGEST_PREFIX}{key_id}:{tag}"
-    elif is_legacy(digest):
-        expected = hashlib.sha256(text.encode()).hexdigest()
-    else:
+    if key_id is None:
         return False
-    return hmac.compare_digest(digest, expected)
+    tag = await ring.value_mac_fresh(_TAG + text.encode(), key_id)
+    return hmac.compare_digest(digest, f"{DIGEST_PREFIX}{key_id}:{tag}")

@@ -1,11 +1,10 @@
 """Signing public keys as the journal recorded them, and the check that `data_keys` agrees.
 
 A signing key's `key.created` (or `key.rotated`) event records its public key in hex, in the
-same transaction that stores the key; a key made before that (before migration 0008) gets a
-`key.public_recorded` event from the key administrator's `signoff keys init`, which derives the
-public key from the private key first. The journal is append-only and hash-chained, so a public
+same transaction that stores the key. The journal is append-only and hash-chained, so a public
 key changed in `data_keys` afterwards disagrees with it: `published_keys` refuses such a key,
-and a key with no record at all. Only the first record of a key counts.
+and a key with no record at all (one Signoff did not make). Only the first record of a key
+counts.
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from ..store import Database
 if TYPE_CHECKING:
     from .ring import KeyInfo, KeyRing
 
-__all__ = ["PUBLIC_RECORDED", "public_text", "published_keys", "recorded_public_keys"]
+__all__ = ["public_text", "published_keys", "recorded_public_keys"]
 
-PUBLIC_RECORDED = "key.public_recorded"
-_RECORDS = frozenset({"key.created", "key.rotated", PUBLIC_RECORDED})
+_RECORDS = frozenset({"key.created", "key.rotated"})
 
 
 def public_text(public_key: bytes) -> str:
@@ -63,7 +61,7 @@ async def published_keys(ring: KeyRing, purpose: str) -> list[tuple[KeyInfo, byt
 
     Raises:
         PublicKeyMismatch: `data_keys` disagrees with the journal or with the private key.
-        PublicKeyUnrecorded: a key's public key is not in the journal (`signoff keys init`).
+        PublicKeyUnrecorded: a key's public key is not in the journal.
     """
     recorded = await recorded_public_keys(ring.db, purpose)
     keys: list[tuple[KeyInfo, bytes]] = []

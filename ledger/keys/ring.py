@@ -10,8 +10,8 @@ created seconds ago in another process still opens.
 
 Encryption and MACs are synchronous and use only the cache (callers on async paths first
 `await ring.fresh()`, which also reserves nonces: `.budget`); key administration (init, rotate,
-retire, rewrap) is serialized by one advisory lock, writes `data_keys` only through the key
-functions of migration 0008 and is recorded in the journal (stream `keys:<purpose>`; never the
+retire, rewrap) is serialized by one advisory lock, writes `data_keys` only through the
+database's key functions and is recorded in the journal (stream `keys:<purpose>`; never the
 key material) by `_record`, in the same transaction.
 
 A signing key's public half is derived from its private half whenever the key is unwrapped; a
@@ -62,7 +62,7 @@ from ..log import get_logger
 from ..store import Database
 from .budget import NonceBudget
 from .kek import Kek, embedded_kek
-from .public import PUBLIC_RECORDED, public_text, recorded_public_keys
+from .public import public_text, recorded_public_keys
 from .sealing import key_id_of, open_sealed, seal
 
 __all__ = ["SIGNING_PURPOSES", "KeyInfo", "KeyRing", "KeyState", "Purpose"]
@@ -106,7 +106,7 @@ SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_
 FROM data_keys ORDER BY created_at, key_id
 """
 _SELECT_ACTIVE = "SELECT key_id FROM data_keys WHERE purpose = $1 AND state = 'active'"
-# Every write to data_keys: the SECURITY DEFINER functions of migration 0008.
+# Every write to data_keys: the database's SECURITY DEFINER key functions.
 _CREATE = "SELECT signoff_key_create($1, $2, $3, $4, $5)"
 _ROTATE = "SELECT signoff_key_rotate($1, $2, $3, $4, $5)"  # returns the demoted key's id
 _RETIRE = "SELECT signoff_key_retire($1)"
@@ -541,9 +541,7 @@ class KeyRing:
     # -- administration ----------------------------------------------------------------------
 
     async def init(self) -> list[str]:
-        """Create an active key for every purpose that has none, and record in the journal
-        the public key of every signing key made before public keys were journaled (derived
-        from its private key); return the new key ids."""
+        """Create an active key for every purpose that has none; return the new key ids."""
         created: list[str] = []
         async with self._admin() as conn:
             rows = await conn.fetch("SELECT purpose FROM data_keys WHERE state = 'active'")
@@ -551,7 +549,6 @@ class KeyRing:
             for purpose in self._creatable():
                 if purpose not in have:
                     created.append((await self._create(conn, purpose))[0])
-            await self._record_missing_publics(conn)
         await self.refresh()
         if created:
             log.info("data keys created", key_ids=created)
@@ -630,30 +627,11 @@ class KeyRing:
         await self._record(conn, purpose, "key.rotated" if rotate else "key.created", data)
         return key_id, replaces
 
-    async def _record_missing_publics(self, conn: asyncpg.Connection) -> None:
-        """Record `key.public_recorded` for each signing key whose public key the journal
-        lacks, after checking it against the private key (keys made before 0008)."""
-        rows = await conn.fetch(_SELECT_KEYS)
-        for purpose in {r["purpose"] for r in rows if r["purpose"] in SIGNING_PURPOSES}:
-            recorded = await recorded_public_keys(self.db, purpose, connection=conn)
-            for row in rows:
-                info = _info(row)
-                if info.purpose != purpose or info.key_id in recorded or info.public_key is None:
-                    continue
-                # A retired key is not unwrapped any more: its stored public key is recorded.
-                if (
-                    info.state is not KeyState.RETIRED
-                    and _derived_public(self._unwrap(info, row["wrapped"])) != info.public_key
-                ):
-                    raise PublicKeyMismatch(info.key_id, "its private key")
-                data = {"key_id": info.key_id, "public_key": public_text(info.public_key)}
-                await self._record(conn, info.purpose, PUBLIC_RECORDED, data)
-
     async def _record(
         self, conn: asyncpg.Connection, purpose: Purpose, type_: str, data: dict[str, Any]
     ) -> None:
         """The one place key events are appended (`key.created`, `key.rotated`,
-        `key.retired`, `key.rewrapped`, `key.public_recorded`): `signoff_append` on the key
+        `key.retired`, `key.rewrapped`): `signoff_append` on the key
         administrator's transaction."""
         stream = f"keys:{purpose}"
         journal = Journal(self.db)
