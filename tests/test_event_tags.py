@@ -1,69 +1,26 @@
-"""Tag version 2 (RFC 8785 data under `signoff.event.v2`), the only one: the migration that
-brought it, that an event recorded with any other tag version is reported by verify and refused
-by the offline verifier, and that the database's hashes of floats and wide keys are the ones
-Python recomputes."""
+"""Tag version 2 (RFC 8785 data under `signoff.event.v2`), the only one: that an event recorded
+with any other tag version is reported by verify and refused by the offline verifier, and that
+the database's hashes of floats and wide keys are the ones Python recomputes."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from typing import Any
 
 import asyncpg
 import pytest
-from alembic.script import ScriptDirectory
 
 from ledger.audit.verifier import ExportedEvent, MalformedDocument
 from ledger.canonical import chain_hash, event_bytes
 from ledger.journal import Journal, NewEvent
-from ledger.store import Database, migrate
-from ledger.store.logins import temporary_login
+from ledger.store import Database
 
 from .processes import run_cli
 from .test_jcs import load_event_vectors, reference_event_bytes, reference_jcs
 
 # Floats and a key beyond U+FFFF: where RFC 8785 and Python's sorted JSON differ.
 AWKWARD = {"small": 1e-07, "big": 1e21, "whole": 2.0, "\U0001f602": "x", "\ufb33": "y"}
-_FUNCTIONS = """
-SELECT p.proname, p.proacl::text, p.prosecdef, p.proconfig::text, p.prosrc
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname = 'public' AND p.prosrc LIKE '%signoff.event.v%'
-ORDER BY p.proname
-"""
-
-
-def revision_of_tags() -> str:
-    """The revision that added tag version 2."""
-    scripts = ScriptDirectory.from_config(migrate.alembic_config(""))
-    return next(
-        script.revision
-        for script in scripts.walk_revisions()
-        if getattr(script.module, "NEW_TAG", None) == "signoff.event.v2"
-    )
-
-
-def tags_revisions() -> tuple[str, str]:
-    """The revision that added tag version 2, and the one below it."""
-    scripts = ScriptDirectory.from_config(migrate.alembic_config(""))
-    for script in scripts.walk_revisions():
-        if getattr(script.module, "NEW_TAG", None) == "signoff.event.v2":
-            down = script.down_revision
-            assert isinstance(down, str)
-            return script.revision, down
-    raise AssertionError("no migration adds tag version 2")
-
-
-def revision_before_tags() -> str:
-    return tags_revisions()[1]
-
-
-async def hashing_functions(url: str) -> dict[str, tuple[Any, ...]]:
-    conn = await asyncpg.connect(url)
-    try:
-        return {r[0]: tuple(r[1:]) for r in await conn.fetch(_FUNCTIONS)}
-    finally:
-        await conn.close()
 
 
 async def tamper(url: str, sql: str, *args: Any) -> None:
@@ -78,12 +35,13 @@ async def tamper(url: str, sql: str, *args: Any) -> None:
 
 
 async def test_a_tag_version_other_than_2_is_reported(fresh_database_url: str) -> None:
-    """The append functions record tag version 2 only. An event whose recorded version is
-    changed (to NULL, which reads as 1 as the auditors' view reads it, to 1, or to one no code
-    knows) is hashed under no tag this code knows, so verify reports it."""
+    """The append functions record tag version 2 only, and the column holds nothing else (NOT
+    NULL, a domain that checks it). An event whose recorded version is changed all the same (by
+    the table's owner, with the check dropped: to 1, or to one no code knows) is hashed under no
+    tag this code knows, so verify reports it."""
     url = fresh_database_url
-    streams = [f"note:{uuid.uuid4().hex[:8]}" for _ in range(4)]
-    nulled, one, seven, kept = streams
+    streams = [f"note:{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    one, seven, kept = streams
     async with await Database.connect(url) as db:
         journal = Journal(db)
         for stream in streams:
@@ -93,15 +51,16 @@ async def test_a_tag_version_other_than_2_is_reported(fresh_database_url: str) -
 
         update = "UPDATE events SET tag_version = $2 WHERE stream_id = $1"
         unchecked = "ALTER DOMAIN signoff_tag_version DROP CONSTRAINT signoff_tag_version_check"
+        with pytest.raises(asyncpg.NotNullViolationError):
+            await tamper(url, update, one, None)
         await tamper(url, unchecked)
-        await tamper(url, update, nulled, None)
         await tamper(url, update, one, 1)
         await tamper(url, update, seven, 7)
-        assert [e.tag_version for e in await journal.read_stream(nulled)] == [1]
+        assert [e.tag_version for e in await journal.read_stream(one)] == [1]
         report = await journal.verify()
         bad = {b.stream_id: b.problem for b in report.bad}
-        assert set(bad) == {nulled, one, seven}
-        for stream, version in ((nulled, 1), (one, 1), (seven, 7)):
+        assert set(bad) == {one, seven}
+        for stream, version in ((one, 1), (seven, 7)):
             assert f"unknown event tag version {version}" in bad[stream], bad
 
     result = await run_cli("ledger", "verify", database_url=url)
@@ -138,70 +97,6 @@ async def test_new_rows_take_tag_version_2_and_nothing_else(fresh_database_url: 
                 " hash, tag_version) VALUES (pg_current_xact_id(), 'x', 1, 't', '{}', 'a', now(),"
                 " '\\x00', 1)"
             )
-
-
-async def test_the_migration_retags_the_functions_and_keeps_their_grants(
-    fresh_database_url: str,
-) -> None:
-    url = fresh_database_url
-    at_head = await hashing_functions(url)
-    assert {"signoff_append", "signoff_write_events"} <= set(at_head)
-    for name, (_, _, _, body) in at_head.items():
-        assert "'signoff.event.v2'" in body and "signoff.event.v1" not in body, name
-
-    # Later revisions may write some of them anew: compare with them as the retagging left them.
-    tags, before_tags = tags_revisions()
-    await asyncio.to_thread(migrate.downgrade, url, tags)
-    at_tags = await hashing_functions(url)
-    assert set(at_tags) == set(at_head)
-    await asyncio.to_thread(migrate.downgrade, url, before_tags)
-    before = await hashing_functions(url)
-    assert set(before) == set(at_tags)
-    for name, (acl, definer, config, body) in before.items():
-        assert "'signoff.event.v1'" in body and "signoff.event.v2" not in body, name
-        # Grants, SECURITY DEFINER and the pinned search_path survive, both ways.
-        assert (acl, definer, config) == at_tags[name][:3], name
-        assert body.replace("signoff.event.v1", "signoff.event.v2") == at_tags[name][3]
-    conn = await asyncpg.connect(url)
-    try:
-        column = "SELECT count(*) FROM pg_attribute WHERE attrelid = 'events'::regclass"
-        assert await conn.fetchval(column + " AND attname = 'tag_version'") == 0
-    finally:
-        await conn.close()
-
-    await asyncio.to_thread(migrate.upgrade, url, tags)
-    assert await hashing_functions(url) == at_tags
-    await asyncio.to_thread(migrate.upgrade, url, "head")
-    assert await hashing_functions(url) == at_head
-    # A worker's login still appends through them (a type it may append, to a stream of no
-    # projection).
-    async with (
-        temporary_login(url, "signoff_app") as app,
-        await Database.connect(app) as db,
-    ):
-        stream = f"note:{uuid.uuid4().hex[:8]}"
-        await Journal(db).append(
-            stream, [NewEvent("call.retried", AWKWARD, "w")], expected_version=0
-        )
-
-
-async def test_the_downgrade_refuses_while_events_of_tag_version_2_exist(
-    fresh_database_url: str,
-) -> None:
-    url = fresh_database_url
-    async with await Database.connect(url) as db:
-        stream = f"note:{uuid.uuid4().hex[:8]}"
-        await Journal(db).append(stream, [NewEvent("noted", {}, "a")], expected_version=0)
-    with pytest.raises(RuntimeError, match="1 events are of tag version 2"):
-        await asyncio.to_thread(migrate.downgrade, url, revision_before_tags())
-    conn = await asyncpg.connect(url)
-    try:
-        # The revisions above it went down; the one that added the tag refused and stays.
-        assert await conn.fetchval("SELECT version_num FROM alembic_version") == (
-            revision_of_tags()
-        )
-    finally:
-        await conn.close()
 
 
 async def test_the_database_hashes_the_vectors_as_python_and_the_reference_do(

@@ -57,12 +57,11 @@ _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _APPEND_CALL = "signoff_append($1, $2, $3, $4, $5, $6)"
 _APPEND = f"SELECT {_APPEND_CALL}"
 _HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
-# The columns of `Event`, in its order. The append functions record tag version 2 only; a NULL
-# reads as 1, as the auditors' view `audit_events` reads it, and any version but 2 names no tag
-# this code hashes with, so such an event does not verify.
+# The columns of `Event`, in its order. The append functions record tag version 2 only; any
+# other version names no tag this code hashes with, so such an event does not verify.
 _COLUMNS = (
     "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash,"
-    " coalesce(tag_version, 1)"
+    " tag_version"
 )
 _READ_STREAM = f"""
 SELECT {_COLUMNS} FROM events WHERE stream_id = $1 AND version > $2 ORDER BY version
@@ -83,7 +82,7 @@ ORDER BY txid DESC, position DESC LIMIT 1
 _VERIFY = """
 SELECT position, stream_id, version, type, data::text, actor,
        to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), hash,
-       coalesce(tag_version, 1)
+       tag_version
 FROM events ORDER BY stream_id, version
 """
 _VERIFY_BATCH = 5000

@@ -1,5 +1,5 @@
 -- What auditors read of the journal, with all a hash needs to be recomputed: `tag_version`
--- (1 or 2) says which tag starts the event's canonical bytes.
+-- says which tag starts the event's canonical bytes.
 CREATE OR REPLACE VIEW audit_events AS
  SELECT events."position",
     events.stream_id,
@@ -9,5 +9,5 @@ CREATE OR REPLACE VIEW audit_events AS
     events.actor,
     events.recorded_at,
     events.hash,
-    COALESCE(events.tag_version::integer, 1)::smallint AS tag_version
+    events.tag_version
    FROM events;

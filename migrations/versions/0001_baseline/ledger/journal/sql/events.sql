@@ -20,7 +20,7 @@ CREATE TABLE events (
     -- Which tag starts the canonical bytes: 2, `signoff.event.v2`, data in RFC 8785 form. The
     -- hash covers the tag, so the column is never taken on its word: an event whose tag
     -- version is changed fails verification.
-    tag_version signoff_tag_version DEFAULT 2,
+    tag_version signoff_tag_version NOT NULL DEFAULT 2,
     CONSTRAINT events_pkey PRIMARY KEY ("position"),
     CONSTRAINT events_stream_version_key UNIQUE (stream_id, version)
 );
