@@ -79,58 +79,60 @@ def _schema_name(schema: dict[str, Any]) -> str:
     return f"`{schema.get('type', 'any')}`"
 
 
+def _operation(method: str, path: str, op: dict[str, Any]) -> list[str]:
+    """One operation: its summary, parameters, request body and responses."""
+    out = [f"## `{method.upper()} {path}`", ""]
+    if op.get("summary"):
+        out += [f"**{op['summary']}**", ""]
+    if op.get("description"):
+        out += [op["description"].strip(), ""]
+    parameters = op.get("parameters", [])
+    if parameters:
+        out += ["| parameter | in | required | type | description |", "|---|---|---|---|---|"]
+        for p in parameters:
+            required = "yes" if p.get("required") else "no"
+            kind, text = _schema_name(p.get("schema", {})), _cell(p.get("description", ""))
+            out.append(f"| `{p['name']}` | {p['in']} | {required} | {kind} | {text} |")
+        out.append("")
+    for media, content in op.get("requestBody", {}).get("content", {}).items():
+        out += [f"Request body ({media}): {_schema_name(content.get('schema', {}))}", ""]
+    out += ["| status | description | body |", "|---|---|---|"]
+    for status, response in op.get("responses", {}).items():
+        bodies = response.get("content", {}).values()
+        shapes = ", ".join(_schema_name(c.get("schema", {})) for c in bodies) or "-"
+        out.append(f"| {status} | {_cell(response.get('description', ''))} | {shapes} |")
+    return [*out, ""]
+
+
+def _schema(name: str, schema: dict[str, Any]) -> list[str]:
+    """One component schema: its fields, or its values."""
+    out = [f"### {name}", ""]
+    if schema.get("description"):
+        out += [_cell(schema["description"]), ""]
+    properties = schema.get("properties", {})
+    if properties:
+        required = set(schema.get("required", []))
+        out += ["| field | type | required | description |", "|---|---|---|---|"]
+        for field, spec in properties.items():
+            kind, text = _schema_name(spec), _cell(spec.get("description", ""))
+            out.append(f"| `{field}` | {kind} | {'yes' if field in required else 'no'} | {text} |")
+        out.append("")
+    elif "enum" in schema:
+        out += [_schema_name(schema), ""]
+    return out
+
+
 def api_reference(document: dict[str, Any]) -> str:
-    """The document's operations, each with its parameters, body and responses, then its
-    schemas, as Markdown tables."""
+    """The document's operations, then its schemas, as Markdown tables."""
     out: list[str] = []
     for path, operations in document.get("paths", {}).items():
         for method, op in operations.items():
-            out += [f"## `{method.upper()} {path}`", ""]
-            if op.get("summary"):
-                out += [f"**{op['summary']}**", ""]
-            if op.get("description"):
-                out += [op["description"].strip(), ""]
-            parameters = op.get("parameters", [])
-            if parameters:
-                out += [
-                    "| parameter | in | required | type | description |",
-                    "|---|---|---|---|---|",
-                ]
-                for p in parameters:
-                    required = "yes" if p.get("required") else "no"
-                    kind, text = _schema_name(p.get("schema", {})), _cell(p.get("description", ""))
-                    out.append(f"| `{p['name']}` | {p['in']} | {required} | {kind} | {text} |")
-                out.append("")
-            body = op.get("requestBody", {}).get("content", {})
-            for media, content in body.items():
-                out += [f"Request body ({media}): {_schema_name(content.get('schema', {}))}", ""]
-            out += ["| status | description | body |", "|---|---|---|"]
-            for status, response in op.get("responses", {}).items():
-                content = response.get("content", {})
-                shapes = ", ".join(_schema_name(c.get("schema", {})) for c in content.values())
-                out.append(
-                    f"| {status} | {_cell(response.get('description', ''))} | {shapes or '-'} |"
-                )
-            out.append("")
+            out += _operation(method, path, op)
     schemas = document.get("components", {}).get("schemas", {})
     if schemas:
         out += ["## Schemas", ""]
     for name, schema in schemas.items():
-        out += [f"### {name}", ""]
-        if schema.get("description"):
-            out += [_cell(schema["description"]), ""]
-        properties = schema.get("properties", {})
-        if properties:
-            required = set(schema.get("required", []))
-            out += ["| field | type | required | description |", "|---|---|---|---|"]
-            for field, spec in properties.items():
-                out.append(
-                    f"| `{field}` | {_schema_name(spec)} | {'yes' if field in required else 'no'} "
-                    f"| {_cell(spec.get('description', ''))} |"
-                )
-            out.append("")
-        elif "enum" in schema:
-            out += [_schema_name(schema), ""]
+        out += _schema(name, schema)
     return "\n".join(out)
 
 
