@@ -96,7 +96,6 @@ class Decisions(StoreCore):
             _text(request_id, "request id")
         who = _reviewer(reviewer)
         payload = self._decision_payload(decision)
-        await self.ring.fresh()
         self.ring.require_decision_signer()  # before anything is written, expiry included
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
@@ -109,7 +108,8 @@ class Decisions(StoreCore):
                 deciding = Reviewer(who.id, read.reviewer_groups or frozenset())
             return [self._review(approval, decision, deciding, payload, request_id)]
 
-        approval, events = await self._advance(approval_id, step, reviewer=who.id)
+        async with self.ring.sealing():  # the step seals and signs the decision
+            approval, events = await self._advance(approval_id, step, reviewer=who.id)
         if events[0].type == "approval.expired":
             raise ApprovalExpired(approval_id)
         log.info(
@@ -148,7 +148,6 @@ class Decisions(StoreCore):
         """
         _text(approval_id, "approval id")
         _text(task_run_id, "task_run_id")
-        await self.ring.fresh()
 
         async def step(conn: asyncpg.Connection, read: Read) -> list[NewEvent]:
             approval = read.approval
@@ -169,24 +168,25 @@ class Decisions(StoreCore):
             events.append(NewEvent("approval.consumed", consumed, actor=task_run_id))
             return events
 
-        if connection is None:
-            approval, _ = await self._advance(approval_id, step, stream=True)
-        else:  # the caller's transaction: the row locked until it ends, so no step races it
-            async with self.db.transaction(connection) as conn:
-                read = await self.records.locked_with_stream(conn, approval_id)
-                if read is None:
-                    raise UnknownApproval(approval_id)
-                events = await step(conn, read)
-                approval = _committed(
-                    await self.records.commit(conn, approval_id, read.approval, events)
-                )
+        # The events it appends are MACed: the ring readied for that.
+        async with self.ring.sealing():
+            if connection is None:
+                approval, _ = await self._advance(approval_id, step, stream=True)
+            else:  # the caller's transaction: the row locked until it ends, so no step races it
+                async with self.db.transaction(connection) as conn:
+                    read = await self.records.locked_with_stream(conn, approval_id)
+                    if read is None:
+                        raise UnknownApproval(approval_id)
+                    events = await step(conn, read)
+                    approval = _committed(
+                        await self.records.commit(conn, approval_id, read.approval, events)
+                    )
         log.info("approval consumed", approval_id=approval_id, task_run_id=task_run_id)
         return replace(approval, decision=await self.final_decision(approval))
 
     async def problems(self, approval_id: str) -> list[StreamProblem]:
         """What is wrong with one approval's stream (`integrity.approval_problems`)."""
         _text(approval_id, "approval id")
-        await self.ring.fresh()
         events = await self.journal.read_stream(stream_of(approval_id))
         return await approval_problems(self.ring, events)
 

@@ -214,7 +214,6 @@ WHERE stream_id LIKE '{STREAM_PREFIX}%' ORDER BY stream_id, version
 
 async def every_approval_problem(db: Database, ring: KeyRing) -> list[StreamProblem]:
     """`approval_problems` of every approval stream in the journal, read in one snapshot."""
-    await ring.fresh()
     problems: list[StreamProblem] = []
     stream: list[Fact] = []
     async with (

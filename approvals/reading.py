@@ -57,7 +57,6 @@ class Reading(StoreCore):
         approval = row_to_approval(row)
         if not reveal:
             return approval
-        await self.ring.fresh()
         first = (await self.journal.read_stream(stream_of(approval_id)))[0]
         args = json.loads(await self.records.open(first.data["args_sealed"], approval_id, "args"))
         decision = await self.final_decision(approval) if approval.status.final else None
@@ -231,8 +230,8 @@ class Reading(StoreCore):
         approval = await self.get(approval_id)
         if not approval.status.final:
             raise ApprovalPending(approval_id)
-        await self.ring.fresh()
-        return sign_token(self.ring, approval_id, approval.binding, approval.status.value)
+        async with self.ring.sealing():
+            return sign_token(self.ring, approval_id, approval.binding, approval.status.value)
 
     async def verify_token(
         self,

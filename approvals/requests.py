@@ -90,14 +90,14 @@ class Requests(StoreCore):
             raise InvalidApprovalRequest(f"not an ApprovalPolicy: {type(policy).__name__}")
         json_object(policy.to_json(), "policy")
         expiry(policy, datetime.now(UTC))  # refuses an expiry out of range before any write
-        await self.ring.fresh()
-        digest = text_digest(self.ring, args_text)
-        # The same request may be recorded under an older value-MAC key: look for every form.
-        known = value_digests(self.ring, args_text)
         mark = self._listener.mark() if connection is None else None
         # No transaction of its own: the row and its events are one statement, and a request
-        # that loses the race to an identical one reads the winner's row afterwards.
-        async with self.db.connection(connection) as conn:
+        # that loses the race to an identical one reads the winner's row afterwards. The ring
+        # readied for the digests, the sealed arguments and the MACs.
+        async with self.ring.sealing(), self.db.connection(connection) as conn:
+            digest = text_digest(self.ring, args_text)
+            # The same request may be recorded under an older value-MAC key: look for every form.
+            known = value_digests(self.ring, args_text)
             now = datetime.now(UTC)
             found = await conn.fetchrow(
                 _sql.BY_REQUEST_WITH_GRANT, run_id, call_id, known, tool, now
@@ -171,9 +171,9 @@ class Requests(StoreCore):
             "at": now.isoformat(),
             "until": until.isoformat(),
         }
-        await self.ring.fresh()
-        self.ring.require_decision_signer()
-        data["signature"] = sign_statement(self.ring, grant_statement(data))
+        async with self.ring.sealing():
+            self.ring.require_decision_signer()
+            data["signature"] = sign_statement(self.ring, grant_statement(data))
         granted_by = who.id
         async with self.db.connection() as conn:  # the row and its `grant:<id>` event, at once
             await conn.execute(

@@ -189,19 +189,17 @@ class KeyCache:
 
     async def fresh(self) -> None:
         """Refresh the cache if it is older than `refresh_seconds`, and reserve nonces for the
-        active sealing keys when this process runs low (one round trip per block of seals)."""
+        active sealing keys when this process runs low (one round trip per block of seals).
+        What `sealing()` and every asynchronous operation of the ring do first."""
         if time.monotonic() - self._loaded_at >= self.refresh_seconds:
             await self.refresh()
         elif self.nonces.runs_low(self._sealing_keys()):
             async with self._lock, self.db.connection() as conn:
                 await self._reserve(conn)
 
-    async def fresh_active(self, purpose: Purpose) -> None:
-        """`fresh`, and a refresh now if the database's active key of `purpose` is not the
-        cached one (rotated moments ago by another process): for values every process must
-        derive alike at once, such as ids. One small query; keys are unwrapped only on a
-        change."""
-        await self.fresh()
+    async def _confirm_active(self, purpose: Purpose) -> None:
+        """Refresh now if the database's active key of `purpose` is not the cached one (rotated
+        moments ago by another process). One small query; keys are unwrapped only on a change."""
         async with self.db.connection() as conn:
             active = await conn.fetchval(_SELECT_ACTIVE, str(purpose))
         if active != self._active.get(purpose):
@@ -299,6 +297,9 @@ class KeyCache:
         return loaded
 
     async def _key_fresh(self, key_id: str, purpose: Purpose) -> _Loaded:
+        """The key, from a cache no older than `refresh_seconds` that has seen it if any
+        process made it."""
+        await self.fresh()
         if key_id not in self._keys and key_id not in self._all and key_id not in self._refused:
             await self.refresh()  # created moments ago in another process?
         return self._key(key_id, purpose)

@@ -1,23 +1,13 @@
 """The key ring: data keys in the database, wrapped by the KEK, cached in every process.
 
-Every process loads the keys it may use (active and decrypt-only) and refreshes them when the
-cache is older than `refresh_seconds` (the settings' `key_refresh_seconds`: default 10,
-`SIGNOFF_KEY_REFRESH_SECONDS`). That bounds
-rotation: within that time after `signoff keys rotate`, every running process encrypts with the
-new key, and all of them keep decrypting with the old one until it is retired. A key id that is
-not in the cache triggers one refresh before it is called unknown, so data written under a key
-created seconds ago in another process still opens.
+`KeyRing` composes three parts, one module each: the per-process cache (`cache`: loading,
+refreshing within `refresh_seconds`, nonce reservations), the keys' use (`use`: sealing and
+opening, MACs, signatures) and their administration (`admin`: create, rotate, retire, rewrap,
+as `signoff keys ...` runs them).
 
-Encryption and MACs are synchronous and use only the cache (callers on async paths first
-`await ring.fresh()`, which also reserves nonces: `.budget`); key administration (init, rotate,
-retire, rewrap) is serialized by one advisory lock, writes `data_keys` only through the
-database's key functions and is recorded in the journal (stream `keys:<purpose>`; never the
-key material) by `_record`, in the same transaction.
-
-A signing key's public half is derived from its private half whenever the key is unwrapped; a
-key whose stored public key differs is refused (`PublicKeyMismatch`): the ring neither signs
-with it nor publishes it. Its `key.created` event records the public key (hex), so auditors and
-`.public` can check `data_keys` against the journal.
+Sealing needs no ritual: the asynchronous operations ready the cache themselves, and the
+synchronous ones run inside `async with ring.sealing():`, which refreshes a stale cache and
+reserves nonces for the seals that follow (`budget`).
 
 Two KEKs. The worker KEK wraps every key but one: the `decision_signing` key, which signs
 reviewers' decisions, is wrapped by the reviewer-side KEK (`SIGNOFF_REVIEWER_KEK[_FILE]`), which

@@ -10,8 +10,11 @@ cache themselves when a key is one it has not seen.
 from __future__ import annotations
 
 import hmac
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from functools import lru_cache
 from hashlib import sha256
+from typing import Self
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -38,6 +41,33 @@ __all__ = ["KeyUse"]
 class KeyUse(KeyCache):
     """What a ring does with its keys."""
 
+    # -- readiness -------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def sealing(
+        self,
+        *,
+        current: Purpose | None = None,
+        keys: Iterable[tuple[str, Purpose]] = (),
+    ) -> AsyncIterator[Self]:
+        """The ring, ready for its synchronous operations (`encrypt`, `mac`, `value_mac`,
+        `sign`, and the helpers built on them) in the block: the cache refreshed when older than
+        `refresh_seconds` and nonces reserved for the seals that follow (a round trip only per
+        block of seals or refresh interval).
+
+        Args:
+            current: a purpose whose active key must be the database's now, not the cache's
+                (values every process must derive alike at once, such as ids): one query.
+            keys: (key id, purpose) pairs the block names: loaded if the cache has not seen
+                them (made moments ago in another process).
+        """
+        await self.fresh()
+        if current is not None:
+            await self._confirm_active(current)
+        for key_id, purpose in keys:
+            await self._key_fresh(key_id, purpose)
+        yield self
+
     # -- encryption ------------------------------------------------------------------------
 
     def encrypt(self, purpose: Purpose, plaintext: bytes, context: bytes) -> bytes:
@@ -45,15 +75,17 @@ class KeyUse(KeyCache):
 
         Raises:
             NonceBudgetExhausted: the key has sealed its budget (`signoff keys rotate`).
-            NoNonceReservation: more seals since the last `await ring.fresh()` than it reserved.
+            NoNonceReservation: far more seals than were reserved since `sealing()` was last
+                entered (`budget.MAX_CREDIT`).
         """
         loaded = self._key(self.active_key_id(purpose), purpose)
         aead = _aead_of(loaded)
         self.nonces.take(loaded.info.key_id, purpose)
         return seal(aead, purpose, loaded.info.key_id, plaintext, context)
 
-    def decrypt(self, purpose: Purpose, sealed: bytes, context: bytes, where: str) -> bytes:
-        """Open a sealed value; `where` names its place for the error if it does not open.
+    async def decrypt(self, purpose: Purpose, sealed: bytes, context: bytes, where: str) -> bytes:
+        """Open a sealed value; `where` names its place for the error if it does not open. A key
+        the cache has not seen (made moments ago in another process) is loaded first.
 
         Raises:
             DecryptionFailed: altered, or bound to another place.
@@ -62,17 +94,8 @@ class KeyUse(KeyCache):
         key_id = key_id_of(sealed)
         if key_id is None:
             raise UnknownKey("?", f"{where} is not a Signoff ciphertext")
-        loaded = self._key(key_id, purpose)
+        loaded = await self._key_fresh(key_id, purpose)
         return open_sealed(_aead_of(loaded), purpose, key_id, sealed, context, where)
-
-    async def decrypt_fresh(
-        self, purpose: Purpose, sealed: bytes, context: bytes, where: str
-    ) -> bytes:
-        """`decrypt`, refreshing the cache first if the key is one it has not seen."""
-        key_id = key_id_of(sealed)
-        if key_id is not None:
-            await self._key_fresh(key_id, purpose)
-        return self.decrypt(purpose, sealed, context, where)
 
     # -- MACs and signatures -----------------------------------------------------------------
 
@@ -93,8 +116,8 @@ class KeyUse(KeyCache):
 
     def value_mac(self, message: bytes, key_id: str | None = None) -> tuple[str, str]:
         """HMAC-SHA256 (hex) of `message` under a value-MAC key, the active one by default:
-        (key id, hex). Only the cache: callers that may name a key it has not seen use
-        `value_mac_fresh`.
+        (key id, hex). Only the cache: a key named that it may not have seen is loaded by
+        `sealing(keys=...)`.
 
         Raises:
             NoActiveKey: no active value-MAC key (and none named).
@@ -107,11 +130,6 @@ class KeyUse(KeyCache):
         mac = base.copy()
         mac.update(message)
         return key_id, mac.hexdigest()
-
-    async def value_mac_fresh(self, message: bytes, key_id: str) -> str:
-        """`value_mac` under `key_id`, refreshing the cache first if it has not seen the key."""
-        await self._key_fresh(key_id, Purpose.VALUE_MAC)
-        return self.value_mac(message, key_id)[1]
 
     def live_key_ids(self, purpose: Purpose) -> list[str]:
         """The keys of `purpose` that still open or verify: the active one first, then the
