@@ -1,0 +1,7 @@
+"""`python -m ledger.audit.verifier` (see `cli`)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
