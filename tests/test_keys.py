@@ -83,6 +83,33 @@ async def test_ciphertexts_carry_their_key_id_and_are_bound_to_their_place(
         await ring.decrypt(Purpose.RESULT, b"plain text", b"", "call c1")
 
 
+async def test_sealing_with_current_sees_a_rotation_made_elsewhere_at_once(
+    keys_db: Database,
+) -> None:
+    kek = new_kek()
+    worker = await KeyRing.open(keys_db, kek, create_missing=True)
+    worker.refresh_seconds = 3600.0  # its cache would otherwise hold the old key this long
+    admin = await KeyRing.open(keys_db, kek)
+    old_key = worker.active_key_id(Purpose.VALUE_MAC)
+    new_key = await admin.rotate(Purpose.VALUE_MAC)
+    async with worker.sealing():
+        assert worker.active_key_id(Purpose.VALUE_MAC) == old_key
+    async with worker.sealing(current=Purpose.VALUE_MAC):
+        assert worker.value_mac(b"x")[0] == new_key
+
+
+async def test_sealing_loads_a_named_key_made_elsewhere(keys_db: Database) -> None:
+    kek = new_kek()
+    worker = await KeyRing.open(keys_db, kek, create_missing=True)
+    worker.refresh_seconds = 3600.0
+    admin = await KeyRing.open(keys_db, kek)
+    new_key = await admin.rotate(Purpose.VALUE_MAC)
+    with pytest.raises(UnknownKey):
+        worker.value_mac(b"x", new_key)
+    async with worker.sealing(keys=[(new_key, Purpose.VALUE_MAC)]):
+        assert worker.value_mac(b"x", new_key) == admin.value_mac(b"x", new_key)
+
+
 async def test_rotation_reaches_a_running_process_and_old_data_still_opens(
     keys_db: Database,
 ) -> None:
