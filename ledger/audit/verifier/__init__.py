@@ -1,8 +1,9 @@
 """Check Signoff's signed digests and proofs with nothing but the public keys: no database.
 
 One module per job: `documents` (the formats and their parsing, specified in
-`docs/formats.md`), `checks` (what is verified), `failures` (what can be wrong, each with its
-fields, all `Invalid`), and the command line `cli` (`python -m ledger.audit.verifier`).
+`docs/pages/audit/formats.md`), `checks` (what is verified), `failures` (what can be wrong,
+each with its fields, all `Invalid`), and the command line `cli` (`python -m
+ledger.audit.verifier`).
 
 An auditor needs to trust only this package, `ledger/canonical.py`, `ledger/audit/merkle.py`,
 `ledger/audit/checkpoint.py` and `ledger/audit/tiles.py`: the standard library and

@@ -1,7 +1,8 @@
 """The documents the offline verifier reads: signed digests, exported events, inclusion and
 consistency proofs, and the public keys of `signoff keys export-public`, with their parsing.
 
-Their format is specified in `docs/formats.md`. Standard library and `cryptography` only.
+Their format is specified in `docs/pages/audit/formats.md`. Standard library and `cryptography`
+only.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 def digest_message(
     tree_size: int, root: bytes, last_position: int, taken_at: datetime, key_id: str
 ) -> bytes:
-    """The bytes a digest's signature covers (`docs/formats.md`, Digest)."""
+    """The bytes a digest's signature covers (`docs/pages/audit/formats.md`, Digest)."""
     parts = [DIGEST_TAG]
     fields = (str(tree_size), root.hex(), str(last_position), format_time(taken_at), key_id)
     for text in fields:
