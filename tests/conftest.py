@@ -25,9 +25,9 @@ from ledger.store.config import configured_url
 from ledger.store.embedded import default_home, server_status, stop_server
 from tests.support.scratch import migrated_template, scratch_database
 
-from .processes import REVIEWER_KEK_ENV, TEST_KEK
 from .support.embedded_homes import remove_session_base, servers_left
 from .support.forks import stop_fork_server
+from .support.processes import REVIEWER_KEK_ENV, TEST_KEK
 
 # The session decides approvals too: every database's settings (and every child) carry the
 # reviewer KEK. A worker's ring without it is built from explicit settings in the tests of it.

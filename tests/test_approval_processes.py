@@ -19,13 +19,13 @@ from ledger.store import Database, migrate
 from ledger.store.embedded import ensure_server, stop_server
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
 from .support.embedded_homes import private_home
+from .support.processes import TEST_KEK, finish, kek_env, run_cli, start_program
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:
-    """Start `python -m tests.approval_workers ARGS...` with the KEK in its environment."""
-    return await start_program("tests.approval_workers", *args, env=kek_env())
+    """Start `python -m tests.support.approval_workers ARGS...` with the KEK in its environment."""
+    return await start_program("tests.support.approval_workers", *args, env=kek_env())
 
 
 def last_json(output: str) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from ledger.store.db import open_raw_connection
 from ledger.store.embedded import ensure_server, stop_server
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
 from .support.embedded_homes import private_home
+from .support.processes import TEST_KEK
 
 
 @pytest.fixture(scope="module")

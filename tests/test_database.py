@@ -15,7 +15,7 @@ from ledger.store.config import configured_url, normalize_url
 from tests.support.pg_tools import client_tool
 from tests.support.scratch import scratch_database, with_database
 
-from .processes import run_cli
+from .support.processes import run_cli
 
 
 def free_port() -> int:

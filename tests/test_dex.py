@@ -82,9 +82,9 @@ from ledger.errors import UnknownCall
 from ledger.journal import Journal
 from ledger.store import Database
 
-from .dex_workers import APPROVAL, REFUND_ARGS
-from .processes import finish, kek_env, start_program
 from .support.dex_dispatch import TIMER_FIRED, SdkWorker, next_steps
+from .support.dex_workers import APPROVAL, REFUND_ARGS
+from .support.processes import finish, kek_env, start_program
 
 DEX_SERVER_ADDRESS = os.environ.get("DEX_SERVER_ADDRESS", "")
 FIVE_MINUTES = ApprovalPolicy(expires_in=timedelta(minutes=5))
@@ -593,7 +593,7 @@ async def start_call(
     database_url: str, flow_id: str, effect: Effect, *, sleep: float = 0.0, approval: bool = False
 ) -> asyncio.subprocess.Process:
     return await start_program(
-        "tests.dex_workers",
+        "tests.support.dex_workers",
         "call",
         database_url,
         flow_id,
@@ -666,7 +666,7 @@ async def deliver(
     database_url: str, flow_id: str, approval_id: str, kind: str, reviewer: str
 ) -> asyncio.subprocess.Process:
     return await start_program(
-        "tests.dex_workers",
+        "tests.support.dex_workers",
         "decide",
         database_url,
         flow_id,

@@ -24,8 +24,8 @@ import pytest
 from ledger.store import migrate
 from ledger.store.embedded import client_bin, default_home, ensure_server, stop_server
 
-from .processes import run_cli
 from .support.embedded_homes import kill_servers_in, new_base, private_home, servers_left
+from .support.processes import run_cli
 from .support.until import blocking_until
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ import pytest
 
 from ledger.store.embedded import ensure_server
 
-from .processes import CliResult, kek_env, run_cli
 from .support.embedded_homes import private_home, servers_left
+from .support.processes import CliResult, kek_env, run_cli
 from .support.until import until
 
 

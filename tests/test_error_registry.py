@@ -32,7 +32,7 @@ from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 
 
 async def double(args: dict[str, Any], context: CallContext) -> dict[str, Any]:

@@ -36,8 +36,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings, WebhookSettings
 
-from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.http import ask, token_for, unique
+from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.until import until
 
 SECRET = "whsec-test-0123456789abcdef"

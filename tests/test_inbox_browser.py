@@ -35,9 +35,9 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, start_program
 from .support.http import token_for, unique
 from .support.inbox import Served, served, token_of
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, start_program
 from .support.scratch import scratch_database
 
 GUARD = 60_000  # ms a step may wait before it fails instead of hanging; nothing here is timed
@@ -163,7 +163,13 @@ async def test_a_reviewer_approves_in_the_browser_and_a_waiting_agent_runs_the_t
     worker_env = {**kek_env(), "SIGNOFF_REVIEWER_KEK": ""}  # an agent worker holds none
     async with temporary_login(database_url, "signoff_app") as worker_url:
         process = await start_program(
-            "tests.http_workers", worker_url, approval_id, run_id, "c1", "120", env=worker_env
+            "tests.support.http_workers",
+            worker_url,
+            approval_id,
+            run_id,
+            "c1",
+            "120",
+            env=worker_env,
         )
         assert process.stdout is not None
         try:

@@ -50,10 +50,18 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 from tests.support.scratch import scratch_database
 
-from .agents import EFFECTS_TABLE, Harness, Kind, answer_all, effects_of, requests_of, thread
-from .checkpoint_workers import review_graph
-from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
-from .welt_workers import addressed
+from .support.agents import (
+    EFFECTS_TABLE,
+    Harness,
+    Kind,
+    answer_all,
+    effects_of,
+    requests_of,
+    thread,
+)
+from .support.checkpoint_workers import review_graph
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .support.welt_workers import addressed
 
 _ROWS = {
     "signoff_commit_call": ("tool_calls", CallProjection.row_parameters),

@@ -51,7 +51,7 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MARKER = re.compile(r"<!--\s*readme-test:(.*?)-->")

@@ -65,9 +65,9 @@ from ledger.calls.model import CallStatus
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.db import open_raw_connection
-from tests.processes import TEST_KEK, finish, kek_env, start_program
+from tests.support.processes import TEST_KEK, finish, kek_env, start_program
 from tests.support.scratch import scratch_database
-from tests.welt_workers import (
+from tests.support.welt_workers import (
     SCRIPT,
     ScriptedModel,
     WeltHarness,
@@ -640,7 +640,7 @@ def payload_file(tmp_path: Path, name: str, *ids: str) -> str:
 
 
 async def worker(*args: str) -> dict[str, Any]:
-    process = await start_program("tests.welt_workers", *args, env=kek_env())
+    process = await start_program("tests.support.welt_workers", *args, env=kek_env())
     result: dict[str, Any] = json.loads(await finish(process))
     return result
 
