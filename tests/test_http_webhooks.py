@@ -345,7 +345,7 @@ async def test_a_call_that_becomes_outcome_unknown_is_delivered(
                 task.cancel()  # the worker dies with the call running; its lease lapses
                 with pytest.raises(asyncio.CancelledError):
                     await task
-                await asyncio.sleep(1.2)
+                await asyncio.sleep(1.2)  # what is tested: the lease lapses by the server's clock
 
                 async def never(args: dict[str, Any], context: CallContext) -> str:
                     raise AssertionError("a write that may have happened is not repeated")

@@ -200,7 +200,7 @@ async def test_a_workers_own_approval_steps_need_only_the_worker_role(
     await reviewer.store.decide(approved, Decision.approve(), "alice")
     assert (await worker.store.consume(approved, "task-1")).consumed_by == "task-1"
     lapsing = await asked(ApprovalPolicy(expires_in=timedelta(milliseconds=200)))
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # what is tested: the expiry passes by the server's clock
     assert (await worker.store.wait(lapsing, 5)).status is ApprovalStatus.EXPIRED
     withdrawn = await asked(ApprovalPolicy())
     assert (await worker.store.cancel(withdrawn, "agent")).status is ApprovalStatus.CANCELLED
@@ -222,7 +222,7 @@ async def test_a_lapsed_single_attempt_call_is_outcome_unknown_and_a_reviewer_re
     task.cancel()  # the worker dies with the call running; its lease lapses
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(1.2)  # what is tested: the lease lapses by the server's clock
 
     async def never(args: dict[str, Any], context: CallContext) -> str:
         raise AssertionError("a write that may have happened is not repeated")

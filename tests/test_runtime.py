@@ -152,7 +152,7 @@ async def test_an_expired_approval_takes_no_decision_not_even_a_repeated_vote(
     policy = ApprovalPolicy(quorum=2, expires_in=timedelta(seconds=0.3))
     approval = await asked(store, policy)
     await decide_once(store, approval.approval_id, Decision.approve(), "alice")
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(0.4)  # what is tested: the expiry passes by the server's clock
     with pytest.raises(ApprovalExpired):
         await decide_once(store, approval.approval_id, Decision.approve(), "alice")
     with pytest.raises(DecisionConflict, match="already expired"):
@@ -231,7 +231,7 @@ async def test_an_expired_request_is_ready_and_runs_as_a_denial(
     spec = ToolSpec("refund", approval=ApprovalPolicy(expires_in=timedelta(seconds=0.2)))
     call = refund_call(new_run())
     approval = await ask(store, spec, call, "agent")
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # what is tested: the expiry passes by the server's clock
     assert ready(approval) and approval.status is ApprovalStatus.PENDING
     outcome = await run(ledger, store, spec, call, refund, approval.approval_id)
     assert outcome.status is CallStatus.DENIED
