@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,6 +40,7 @@ from ledger.journal import Journal
 from ledger.keys import KeyRing
 from ledger.store import Database
 
+from .support.activity import listeners
 from .support.until import until
 
 
@@ -416,13 +418,19 @@ async def test_a_wait_right_after_its_own_request_reads_only_once_woken(
     assert before_decision == [] and len(during_wait) == 1, statements[-1]
 
 
+async def _more(count: Awaitable[int], than: int) -> bool:
+    return await count > than
+
+
 async def listening_agent(own: Database, ring: KeyRing, store: ApprovalStore) -> ApprovalStore:
     """An agent's store on `own` that polls once a minute, its listener proven to listen: a
     wait of its was woken by a decision `store` made."""
     agent = ApprovalStore(own, ring, poll_interval=60)
     first = await ask(agent)
-    waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
-    await asyncio.sleep(0.3)
+    async with own.connection() as conn:
+        before = await listeners(conn, NOTIFY_CHANNEL)
+        waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
+        await until(lambda: _more(listeners(conn, NOTIFY_CHANNEL), before), what="it listens")
     await store.decide(first, Decision.approve(), "lead-1")
     await asyncio.wait_for(waiting, 10)  # sooner than the poll: woken by the listener
     return agent

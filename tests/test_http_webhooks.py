@@ -36,6 +36,7 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings, WebhookSettings
 
+from .support.activity import finished
 from .support.http import ask, token_for, unique
 from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.until import until
@@ -224,7 +225,13 @@ async def test_a_new_request_is_delivered_when_notified_not_at_the_next_poll(
         webhooks = Webhooks(db, ApprovalStore(db, ring), hook(receiver), poll_interval=60)
         await webhooks.start()
         try:
-            await asyncio.sleep(1.0)  # its first pass is over: it sleeps until notified
+            # Its first pass is over (it claimed what was due): it sleeps until notified.
+            watcher = await asyncpg.connect(reviewer_url)
+            try:
+                claimed = "SELECT * FROM signoff_webhook_claim("
+                await until(lambda: finished(watcher, claimed), what="the first pass")
+            finally:
+                await watcher.close()
             approval_id = await ask(store, "alice")
             await until(lambda: bool(receiver.of(for_approval(approval_id))))
         finally:

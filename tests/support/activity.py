@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
-__all__ = ["blocked_by", "listeners", "running"]
+__all__ = ["blocked_by", "finished", "listeners", "running"]
 
 
 async def listeners(conn: asyncpg.Connection, channel: str) -> int:
@@ -36,3 +36,14 @@ async def running(conn: asyncpg.Connection, pid: int, query_start: str) -> bool:
         query_start,
     )
     return active
+
+
+async def finished(conn: asyncpg.Connection, query_start: str) -> bool:
+    """Whether a session on this database sits idle after a statement that starts with
+    `query_start` (its last one)."""
+    done: bool = await conn.fetchval(
+        "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()"
+        " AND state = 'idle' AND starts_with(query, $1))",
+        query_start,
+    )
+    return done
