@@ -4,6 +4,10 @@ The server is SIGNOFF_DATABASE_URL / DATABASE_URL when set, else the embedded on
 session stops at its end when it started it. The session migrates one template database on it
 and every scratch database (`database_url`, `fresh_database_url`, `scratch_database`) is a copy
 of it; the tests of migrations themselves start from an empty database and migrate for real.
+
+Every test fails after 600 s (pytest-timeout; `timeout` in pyproject.toml), printing where it
+hung, so one stuck test cannot hang the run; a slower test says so with
+`@pytest.mark.timeout(seconds)`.
 """
 
 from __future__ import annotations

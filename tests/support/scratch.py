@@ -20,7 +20,7 @@ import asyncpg
 from ledger.store import migrate
 from ledger.store.db import open_raw_connection
 
-__all__ = ["migrated_template", "scratch_database", "with_database"]
+__all__ = ["migrated_template", "scratch_database", "template_of", "with_database"]
 
 # The server URL -> the name of its migrated template, while `migrated_template` is open.
 _templates: dict[str, str] = {}
@@ -86,6 +86,11 @@ async def migrated_template(server_url: str) -> AsyncIterator[str]:
         await _drop(server_url, name)
 
 
+def template_of(server_url: str) -> str | None:
+    """The name of the migrated template open for the server of `server_url`, if any."""
+    return _templates.get(server_url)
+
+
 @asynccontextmanager
 async def scratch_database(
     server_url: str, *, prefix: str = "signoff_scratch", migrated: bool = True
@@ -95,7 +100,7 @@ async def scratch_database(
     `migrated`, for a test that migrates it itself), yield its URL and drop it afterwards
     (closing any connection left open to it)."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    template = _templates.get(server_url) if migrated else None
+    template = template_of(server_url) if migrated else None
     await _create(server_url, name, template)
     url = with_database(server_url, name)
     try:
