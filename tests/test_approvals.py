@@ -238,7 +238,7 @@ async def test_wait_wakes_on_a_decision(store: ApprovalStore) -> None:
     approval_id = await ask(store)
 
     async def decide_later() -> None:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # lets the wait start first (it must end decided either way)
         await store.decide(approval_id, Decision.approve(), "alice")
 
     task = asyncio.create_task(decide_later())

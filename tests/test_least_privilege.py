@@ -170,7 +170,7 @@ async def test_a_worker_asks_a_reviewer_decides_and_the_worker_runs_the_call_onc
     spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
     approval = await ask(worker.store, spec, call, "agent")
     waiting = asyncio.ensure_future(await_final(worker.store, approval.approval_id, 30))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # lets the wait start first (it must end decided either way)
     await decide_once(reviewer.store, approval.approval_id, Decision.edit({"amount": 2}), "alice")
     assert (await waiting).status is ApprovalStatus.EDITED
     first = await run(worker.ledger, worker.store, spec, call, tool, approval.approval_id)

@@ -205,7 +205,7 @@ async def test_ask_wait_gate_execute_runs_the_tool_once_with_its_approval_consum
         await run(ledger, store, spec, call, refund, approval.approval_id)
 
     waiting = asyncio.ensure_future(await_final(store, approval.approval_id, 30))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # lets the wait start first (it must end decided either way)
     await decide_once(store, approval.approval_id, Decision.edit({"amount": 2}), "alice")
     final = await waiting
     assert ready(final) and final.status is ApprovalStatus.EDITED
