@@ -25,7 +25,7 @@ from ledger.keys.budget import MAX_CREDIT, MIN_LEFT
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
 
 RESULT_KEY = "SELECT key_id FROM data_keys WHERE purpose = 'result' AND state = 'active'"
 SIGNING_KEY = "SELECT key_id FROM data_keys WHERE purpose = 'digest_signing' AND state = 'active'"

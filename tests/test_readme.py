@@ -54,7 +54,7 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

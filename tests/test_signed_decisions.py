@@ -47,7 +47,7 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database, migrate
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, kek_env, run_cli
+from .support.processes import TEST_KEK, kek_env, run_cli
 
 WRITE = ToolPolicy(Effect.SINGLE_ATTEMPT)
 LEADS = ApprovalPolicy(approvers=frozenset({"group:leads"}))

@@ -1,6 +1,7 @@
-"""LangGraph programs the tests run as separate OS processes, through `tests.workers` (`review`,
-`checkpoint-loop`). Apart from `tests.workers` so its other programs start without importing
-LangGraph. The KEK comes from `SIGNOFF_KEK`; each program prints one JSON object."""
+"""LangGraph programs the tests run as separate OS processes, through `tests.support.workers`
+(`review`, `checkpoint-loop`). Apart from `tests.support.workers` so its other programs start
+without importing LangGraph. The KEK comes from `SIGNOFF_KEK`; each program prints one JSON
+object."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`python -m tests.seed_workers URL GRAPH THREAD RUNS_FILE [SLEEP LEASE]`: resume a paused
-thread of a graph of `tests.seed_graphs` in this process, with nothing (the store has the
+"""`python -m tests.support.seed_workers URL GRAPH THREAD RUNS_FILE [SLEEP LEASE]`: resume a paused
+thread of a graph of `tests.support.seed_graphs` in this process, with nothing (the store has the
 decision), and print `{"pid", "values", "paused"}` as JSON. SLEEP: refunds and payments sleep
 that long (announcing "effect refund" or "effect pay" first); LEASE: the ledger's lease. The
 KEK comes from SIGNOFF_KEK; URL is a worker's login."""

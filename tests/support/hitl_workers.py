@@ -1,5 +1,5 @@
 """LangChain's documented human-in-the-loop example, run as OS processes with `SignoffMiddleware`
-in place of `HumanInTheLoopMiddleware`: `python -m tests.hitl_workers URL MODE SHAPE SCRIPT
+in place of `HumanInTheLoopMiddleware`: `python -m tests.support.hitl_workers URL MODE SHAPE SCRIPT
 THREAD [RESUME_JSON] [--reviewer ID] [--store-only]`.
 
 MODE is `sync` (`agent.invoke`, both stores on loops of their own through `from_conn_string_sync`)
@@ -183,7 +183,7 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     configure_logging("WARNING")
-    parser = argparse.ArgumentParser(prog="python -m tests.hitl_workers")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.hitl_workers")
     parser.add_argument("url")
     parser.add_argument("mode", choices=["sync", "async"])
     parser.add_argument("shape", choices=["batched", "per_call"])

@@ -1,5 +1,5 @@
 """The graphs of `tests.test_langgraph_seeds`, built the same in the test process and in
-`tests.seed_workers`: a fan-out of `tool_task`s, and `one_use` nodes (async with `config`,
+`tests.support.seed_workers`: a fan-out of `tool_task`s, and `one_use` nodes (async with `config`,
 sync without) that record a step, ask for approval, then do another step.
 
 Everything that really runs appends a line to a side-effect file (`Runs`): the tools, the

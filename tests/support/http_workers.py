@@ -1,5 +1,5 @@
 """An agent worker the HTTP tests run as its own OS process:
-`python -m tests.http_workers URL APPROVAL_ID RUN_ID CALL_ID SECONDS`.
+`python -m tests.support.http_workers URL APPROVAL_ID RUN_ID CALL_ID SECONDS`.
 
 It waits for the approval's decision (woken by the deciding commit's NOTIFY), then runs the
 call through the tool-call ledger with the approval gate, and prints `ready` and then one JSON

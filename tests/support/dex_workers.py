@@ -1,4 +1,4 @@
-"""Dex-adapter programs the tests run as OS processes: `python -m tests.dex_workers ...`.
+"""Dex-adapter programs the tests run as OS processes: `python -m tests.support.dex_workers ...`.
 
 Each opens the database named on its command line with the KEK from SIGNOFF_KEK and runs what
 one Dex Step or RPC does (the plain functions of `adapters.dex.logic`), as a Worker would:

@@ -1,4 +1,4 @@
-"""Tool-ledger programs the tests run as OS processes: `python -m tests.tool_workers ...`.
+"""Tool-ledger programs the tests run as OS processes: `python -m tests.support.tool_workers ...`.
 
 Each one opens the database named on its command line with the KEK from SIGNOFF_KEK, runs one
 call through `ToolLedger.execute` with a tool that records its side effect in the table

@@ -1,6 +1,7 @@
-"""Dex agent-session programs the tests run as OS processes: `python -m tests.dex_session_workers
-...`. Each opens the database named on its command line (KEK from SIGNOFF_KEK), builds the
-session Flow as a Worker would, and runs one Step through the SDK's dispatcher:
+"""Dex agent-session programs the tests run as OS processes:
+`python -m tests.support.dex_session_workers ...`. Each opens the database named on its command
+line (KEK from SIGNOFF_KEK), builds the session Flow as a Worker would, and runs one Step through
+the SDK's dispatcher:
 
 - `run-model URL SESSION TURN CHECKPOINT SLOW`: the RunModel Step of `TURN`, from the checkpoint
   its input names. The model records each call in `dex_model_calls` (committed at once), prints
@@ -42,7 +43,7 @@ from .agents import (
     build_tools,
     open_harness,
 )
-from .support.dex_dispatch import SdkWorker
+from .dex_dispatch import SdkWorker
 
 MODEL_CALLS = (
     "CREATE TABLE IF NOT EXISTS dex_model_calls (session_id text, turn int, pid int,"

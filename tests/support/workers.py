@@ -1,4 +1,5 @@
-"""Programs the tests run as separate OS processes: `python -m tests.workers NAME ARGS...`."""
+"""Programs the tests run as separate OS processes:
+`python -m tests.support.workers NAME ARGS...`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""LangGraph agent programs the tests run as OS processes: `python -m tests.agent_workers NAME ...`.
+"""LangGraph agent programs the tests run as OS processes:
+`python -m tests.support.agent_workers NAME ...`.
 
 The KEK comes from SIGNOFF_KEK. Each program prints one JSON object as its last line (the
 `resume` program prints "effect refund" first when told to announce, so a test can kill it
@@ -51,7 +52,7 @@ async def resume(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     configure_logging("WARNING")
-    parser = argparse.ArgumentParser(prog="python -m tests.agent_workers")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.agent_workers")
     programs = parser.add_subparsers(dest="program", required=True)
     program = programs.add_parser("resume")
     program.add_argument("url")

@@ -1,5 +1,5 @@
 """The Welt agent the tests run, and the programs that answer or resume it as separate OS
-processes: `python -m tests.welt_workers NAME ARGS...` (KEK from `SIGNOFF_KEK`; each program
+processes: `python -m tests.support.welt_workers NAME ARGS...` (KEK from `SIGNOFF_KEK`; each program
 prints one JSON object).
 
 - `ScriptedModel`: a chat model with no API key; reply n when the conversation holds n AI

@@ -1,6 +1,6 @@
 """Approval programs the tests run as separate OS processes:
-`python -m tests.approval_workers NAME ARGS...`. The KEK comes from `SIGNOFF_KEK`; each program
-prints one JSON object (the `wait` program prints `ready` first)."""
+`python -m tests.support.approval_workers NAME ARGS...`. The KEK comes from `SIGNOFF_KEK`; each
+program prints one JSON object (the `wait` program prints `ready` first)."""
 
 from __future__ import annotations
 

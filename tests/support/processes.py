@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from .support.forks import fork_program, forks_enabled
+from .forks import fork_program, forks_enabled
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # One KEK for the whole test session: every database the tests make (the shared one included)
 # has its data keys wrapped by it, and child processes get it as SIGNOFF_KEK.
@@ -54,8 +54,8 @@ async def start_program(
 
 
 async def start_worker(*args: str) -> asyncio.subprocess.Process:
-    """Start `python -m tests.workers ARGS...`."""
-    return await start_program("tests.workers", *args)
+    """Start `python -m tests.support.workers ARGS...`."""
+    return await start_program("tests.support.workers", *args)
 
 
 async def finish(process: asyncio.subprocess.Process, within: float = 120) -> str:

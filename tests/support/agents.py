@@ -1,4 +1,4 @@
-"""The agents the LangGraph tests run, in the test process and in `tests.agent_workers`.
+"""The agents the LangGraph tests run, in the test process and in `tests.support.agent_workers`.
 
 - `ScriptedModel`: a chat model with no API key. Its reply is picked by how many AI messages the
   conversation already has, so a replayed or resumed turn gets the same reply in any process.

@@ -1,5 +1,5 @@
 """Agent sessions on the SDK's dispatcher, for the session tests: the database harness (store,
-ledger, encrypted checkpointer, the agents of `tests.agents`), a session Flow around one of
+ledger, encrypted checkpointer, the agents of `tests.support.agents`), a session Flow around one of
 those agents, and a `Run` that drives it through `tests.support.dex_dispatch.Driver`."""
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from .agents import (
     create_effects_table,
     open_harness,
 )
+from .dex_dispatch import Driver, SdkWorker
 from .processes import TEST_KEK
-from .support.dex_dispatch import Driver, SdkWorker
 
 __all__ = [
     "RECHECK",
@@ -58,7 +58,8 @@ RECHECK = timedelta(seconds=30)
 
 @asynccontextmanager
 async def session_harness(database_url: str) -> AsyncIterator[Harness]:
-    """The harness of `tests.agents` on `database_url`, with a 1 s lease and the effects table."""
+    """The harness of `tests.support.agents` on `database_url`, with a 1 s lease and the effects
+    table."""
     async with open_harness(database_url, LocalKek(TEST_KEK), lease_seconds=1.0) as opened:
         await create_effects_table(opened.db)
         yield opened
