@@ -20,7 +20,8 @@ environment); else, on the embedded server, its local KEK file, which every proc
 database of your own with no KEK configured gets a KEK file of the demo's, named by its KEK id,
 beside the embedded server's folder (`<embedded dir>/../keks/<kek id>`), but only while it has no
 data keys yet; later runs use that file, and a database whose keys another KEK wrapped is refused
-with the KEK it needs.
+with the KEK it needs. Those kept files are the library's (`ledger.keys.kek_files`): every
+command finds them by the KEK id the keys name, as the workers do.
 
 The reviewer side's KEK wraps the key that signs decisions: this process's service (the reviewer)
 holds it, the workers never do (it is taken out of their environment). It is
@@ -50,8 +51,7 @@ from urllib.parse import urlsplit
 import asyncpg
 
 import adapters
-from adapters.cli.migrating import migrate_database
-from adapters.cli.output import safe
+from adapters.terminal import safe
 from approvals import Approval, ReviewerDirectory
 from ledger import SignoffError
 from ledger.audit.digest import DigestCheck, signing_keys, take_digest, verify_digest
@@ -60,10 +60,11 @@ from ledger.calls.model import CallRecord, CallStatus
 from ledger.errors import KekMissing
 from ledger.journal import Journal, VerifyReport
 from ledger.keys import KeyRing, KeyState, LocalKek, Purpose
-from ledger.keys.kek import create_kek_file
+from ledger.keys.kek_files import kept_kek, kept_kek_folder, new_kept_kek
 from ledger.store import Database, migrate
 from ledger.store.config import masked
 from ledger.store.logins import temporary_login
+from ledger.store.migrating import migrate_database
 from ledger.store.settings import Settings
 
 from .review import DECIDE_PATH, Review, open_review
@@ -387,23 +388,21 @@ async def _keys(db: Database, reviewer_kek: LocalKek | None) -> Keys:
 
 
 def _reviewer_kek(settings: Settings, ring: KeyRing) -> LocalKek:
-    """The demo's file of the reviewer KEK that wraps this database's decision key, made now
-    if it has none."""
-    folder = settings.embedded_home.parent / "reviewer-keks"
+    """The kept reviewer KEK that wraps this database's decision key, made now if it has none."""
     wrapping = {
         k.kek_id
         for k in ring.all_keys()
         if k.purpose is Purpose.DECISION_SIGNING and k.state is not KeyState.RETIRED
     }
-    if wrapping:
-        path = folder / min(wrapping)
-        if not path.is_file():
-            raise DemoFailed(
-                f"this database's decisions are signed by a key wrapped by reviewer KEK "
-                f"{min(wrapping)}: set SIGNOFF_REVIEWER_KEK_FILE to it"
-            )
-        return LocalKek.from_file(path)
-    return _new_kek_file(folder)[1]
+    if not wrapping:
+        return new_kept_kek(settings, reviewer=True)[1]
+    kek = kept_kek(settings, min(wrapping), reviewer=True)
+    if kek is None:
+        raise DemoFailed(
+            f"this database's decisions are signed by a key wrapped by reviewer KEK "
+            f"{min(wrapping)}: set SIGNOFF_REVIEWER_KEK_FILE to it"
+        )
+    return kek
 
 
 async def _worker_keys(db: Database) -> Keys:
@@ -416,34 +415,25 @@ async def _worker_keys(db: Database) -> Keys:
     if (local := settings.embedded_kek_file) is not None:
         ring = await KeyRing.open(db)  # creates the local KEK file on first use, and says so
         return Keys(ring, note=f"wrapped by the embedded server's KEK file {local}")
-    try:
-        await KeyRing.open(db, create_missing=False)
+    try:  # the library's resolver finds the kept KEK file of the KEK the keys need
+        found = await KeyRing.open(db, create_missing=False)
     except KekMissing as e:
-        path = _demo_kek_dir(settings) / e.needed
-        if not path.is_file():
-            raise DemoFailed(
-                f"this database's data keys are wrapped by KEK {e.needed}: set SIGNOFF_KEK "
-                "(base64 of 32 bytes) or SIGNOFF_KEK_FILE to it"
-            ) from None
-        kek = LocalKek.from_file(path)
+        raise DemoFailed(
+            f"this database's data keys are wrapped by KEK {e.needed}: set SIGNOFF_KEK "
+            "(base64 of 32 bytes) or SIGNOFF_KEK_FILE to it"
+        ) from None
+    if isinstance(found.kek, LocalKek):
+        kek = found.kek
+        path = kept_kek_folder(settings) / kek.kek_id
         note = f"wrapped by {path}\n(the demo's KEK file for this database: no KEK is configured)"
     else:  # no data keys yet: make a KEK for this database, and keep it
-        path, kek = _new_kek_file(_demo_kek_dir(settings))
+        path, kek = new_kept_kek(settings)
         note = (
             f"wrapped by {path}, made now: no KEK is configured\n"
             f"(back it up; SIGNOFF_KEK_FILE={path} lets other commands use it)"
         )
     ring = await KeyRing.open(db, kek)
     return Keys(ring, {"SIGNOFF_KEK_FILE": str(path)}, note)
-
-
-def _new_kek_file(folder: Path) -> tuple[Path, LocalKek]:
-    draft = folder / f"new-{uuid.uuid4().hex}"
-    create_kek_file(draft)  # mode 0600
-    kek = LocalKek.from_file(draft)
-    path = folder / kek.kek_id
-    draft.rename(path)
-    return path, kek
 
 
 def _kek_id(ring: KeyRing) -> str:
