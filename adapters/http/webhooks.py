@@ -94,7 +94,7 @@ class Webhooks:
         self.settings = settings
         self.poll_interval = poll_interval
         self.journal = Journal(db)
-        self._listener = Listener(db.url, REQUESTS_CHANNEL, NOTIFY_CHANNEL, CALLS_CHANNEL)
+        self._listener = Listener.shared(db, REQUESTS_CHANNEL, NOTIFY_CHANNEL, CALLS_CHANNEL)
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._random = random.SystemRandom()

@@ -168,7 +168,7 @@ class ToolLedger:
         self.poll_interval = poll_interval
         self.records = CallRecorder(db, ring, lease_seconds)
         # Connects on first wait only: most processes never wait.
-        self._listener = Listener(db.url, sql.CHANNEL)
+        self._listener = Listener.shared(db, sql.CHANNEL)
         self._held: dict[tuple[str, str], int] = {}  # calls running here -> their version
         self._renewer: asyncio.Task[None] | None = None
 
