@@ -27,7 +27,6 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,6 +39,7 @@ from ledger import __version__
 from ledger.calls._sql import CHANNEL as CALLS_CHANNEL
 from ledger.errors import ConfigurationError, DatabaseUnavailable
 from ledger.journal import Journal
+from ledger.journal.reader import event_at
 from ledger.log import get_logger
 from ledger.store import Database
 from ledger.store.notify import Listener, woken
@@ -63,7 +63,6 @@ _LATEST = "SELECT signoff_webhook_latest($1)"
 _RECORD = "SELECT signoff_webhook_record($1::bigint[], $2)"
 _CLAIM = "SELECT * FROM signoff_webhook_claim($1, $2, $3)"
 _ATTEMPTED = "SELECT signoff_webhook_attempted($1, $2, $3, $4, $5, $6)"
-_EVENT = "SELECT stream_id, recorded_at FROM events WHERE position = $1"
 _CALL = """
 SELECT run_id, call_id, tool, status FROM tool_calls
 WHERE run_id = $1 AND call_id = $2 AND stream_id = $3
@@ -274,11 +273,10 @@ class Webhooks:
     async def _body(self, row: asyncpg.Record) -> dict[str, Any]:
         kind, position = row["kind"], row["position"]
         async with self.db.connection() as conn:
-            event = await conn.fetchrow(_EVENT, position)
+            event = await event_at(conn, position)
             if event is None:
                 raise _Unsendable(f"no event at position {position}")
-            stream_id: str = event["stream_id"]
-            at: datetime = event["recorded_at"]
+            stream_id, at = event.stream_id, event.recorded_at
             if kind == "call.outcome_unknown":
                 subject = await _call(conn, stream_id)
         if kind == "approval.requested":

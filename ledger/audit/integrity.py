@@ -26,8 +26,8 @@ from typing import Any
 
 from ..errors import ConfigurationError, KekMissing, PermissionDenied
 from ..journal import Event, Journal, Projection, VerifyReport
-from ..journal.journal import _COLUMNS
 from ..journal.projection import ProjectionCheck, check_projection
+from ..journal.reader import read_streams_with_prefix
 from ..store import Database
 from .tree import TreeCheck, check_stored_tree
 from .verifier import Digest
@@ -61,9 +61,6 @@ WHERE txid::text::bigint % 4294967296 <> xmin::text::bigint
    OR txid >= pg_snapshot_xmax(pg_current_snapshot())
 ORDER BY position
 """
-_STREAMS = (
-    f"SELECT {_COLUMNS} FROM events WHERE starts_with(stream_id, $1) ORDER BY stream_id, version"
-)
 
 StreamChecker = Callable[[str, Sequence[Event]], Awaitable[Sequence[str]]]
 """Checks one whole stream (its id, its events oldest first); returns its problems."""
@@ -260,8 +257,7 @@ async def _run_stream_check(db: Database, check: StreamCheck) -> StreamCheckRepo
             problems.extend(f"{stream_id}: {p}" for p in await checker(stream_id, current))
 
     async with db.transaction() as conn:
-        async for row in conn.cursor(_STREAMS, check.stream_prefix, prefetch=5000):
-            event = Event(*row)
+        async for event in read_streams_with_prefix(conn, check.stream_prefix):
             if current and current[0].stream_id != event.stream_id:
                 await finish()
                 current = []

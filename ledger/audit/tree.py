@@ -20,6 +20,7 @@ from typing import TypeVar
 import asyncpg
 
 from ..errors import DigestMismatch
+from ..journal.reader import txid_of
 from ..store import Database
 from .merkle import HASH_SIZE, leaf_hash
 from .tiles import (
@@ -65,7 +66,6 @@ WHERE (e.txid, e.position) > ($1::text::xid8, $2) AND e.txid < $3::text::xid8
 ORDER BY e.txid, e.position
 LIMIT $4
 """
-_EVENT_PLACE = "SELECT txid::text FROM events WHERE position = $1"
 # The level-0 tile whose first leaf is the last one at or before the event, then the event's
 # offset in it: two index lookups and at most 255 rows.
 _TILE_OF = """
@@ -239,10 +239,11 @@ class TreeView:
         if position in self.tail:
             index = self.state.size + self.tail.index(position)
             return index if index < self.size else None
-        txid = await self.conn.fetchval(_EVENT_PLACE, position)
-        if txid is None or (self.state.size, self.state.last_txid) == (0, "0"):
+        found = await txid_of(self.conn, position)
+        if found is None or (self.state.size, self.state.last_txid) == (0, "0"):
             return None
-        if (int(txid), position) > (int(self.state.last_txid), self.state.last_position):
+        txid = str(found)  # as the tile queries take it
+        if (found, position) > (int(self.state.last_txid), self.state.last_position):
             return None
         row = await self.conn.fetchrow(_TILE_OF, txid, position)
         if row is None:
@@ -332,14 +333,14 @@ async def check_stored_tree(
                 genuine = resumed.root() == root
             except LookupError:
                 genuine = False
-            txid = await conn.fetchval(_EVENT_PLACE, position)
+            txid = await txid_of(conn, position)
             if not genuine or txid is None:
                 problems.append(
                     f"stored tree: its first {size} leaves do not hash to the verified digest's "
                     "root: the stored tree was changed before it (check without --since-digest)"
                 )
                 return TreeCheck(state.size, 0, tuple(problems))
-            start, boundary, appender = size, (txid, position), resumed
+            start, boundary, appender = size, (str(txid), position), resumed
         last: tuple[str, int] = boundary
         compared = 0
         async for txid, position, hash_ in conn.cursor(
