@@ -51,6 +51,7 @@ from ..errors import (
 )
 from ..journal import NewEvent
 from ..journal.projection import Fact, disagreement, verify_projection
+from ..journal.reader import read_stream
 from ..keys import KeyRing
 from ..keys.digests import matches, text_digest
 from ..keys.values import seal_value
@@ -267,10 +268,19 @@ class ToolLedger:
         return await self.records.outcome(row, replayed=True)
 
     async def resolve(
-        self, run_id: str, call_id: str, *, succeeded: bool, by: str, note: str | None = None
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        succeeded: bool,
+        by: str,
+        note: str | None = None,
+        request_id: str | None = None,
     ) -> CallRecord:
         """A person's verdict on an `outcome_unknown` call (it is never run again), signed by
-        the reviewer side (`resolution`).
+        the reviewer side (`resolution`). `request_id`, a client's id for this request (the
+        HTTP service's), is recorded in the `call.resolved` event, so a retry finds its answer
+        (`resolution_of_request`), as a decision's does.
 
         Raises:
             UnknownCall; CallStateError when the call's outcome is known; ReviewerKekMissing
@@ -282,6 +292,8 @@ class ToolLedger:
             raise InvalidToolCall("resolving needs the name of who resolves it")
         if note is not None and (not isinstance(note, str) or text_problem(note) is not None):
             raise InvalidToolCall(f"a note must be text without NUL or lone surrogates: {note!r}")
+        if request_id is not None and name_problem(request_id, 200) is not None:
+            raise InvalidToolCall("a request id is text of 1 to 200 characters")
         await self.ring.fresh()
         self.ring.require_decision_signer()
         await self.reap()
@@ -300,6 +312,8 @@ class ToolLedger:
             data = {"status": str(status), "by": by, "result_digest": digest, "at": _now()}
             stream = call_stream(record.run_id, record.call_id)
             data = sign_resolution(self.ring, stream, record.request_digest, data)
+            if request_id is not None:  # unsigned: it only names the client's request
+                data["request_id"] = request_id
             resolved = await self.records.advance(
                 conn, record, [NewEvent("call.resolved", data, actor=by)], sealed
             )
@@ -307,6 +321,23 @@ class ToolLedger:
             raise CallStateError(f"call {call_id} of run {run_id} changed while resolving")
         log.info("call resolved", run_id=run_id, call_id=call_id, by=by, status=str(status))
         return resolved
+
+    async def resolution_of_request(
+        self, run_id: str, call_id: str, by: str, request_id: str
+    ) -> CallStatus | None:
+        """The verdict `by` recorded on this call with a client's `request_id`
+        (`resolve(..., request_id=)`), or None: how a retried request finds its answer."""
+        async with self.db.connection() as conn:
+            events = await read_stream(conn, call_stream(run_id, call_id))
+        for event in events:
+            data = event.data
+            if (
+                event.type == "call.resolved"
+                and data.get("by") == by
+                and data.get("request_id") == request_id
+            ):
+                return CallStatus(data["status"])
+        return None
 
     async def reap(self, limit: int = 1000) -> int:
         """Settle calls whose worker died and that may not run again: `outcome_unknown` for
