@@ -45,6 +45,7 @@ from ledger.store import Database
 from ledger.store.notify import Listener, woken
 from ledger.store.settings import WebhookSettings
 
+from . import _sql as sql
 from .shapes import approval_document
 from .webhook_bodies import encoded, signature_header, signoff_body, slack_body
 
@@ -58,15 +59,6 @@ KINDS = ("approval.requested", "call.outcome_unknown")
 _LEASE_MARGIN_SECONDS = 30.0  # a claim outlives its attempt's timeout by this much
 _CLAIM_LIMIT = 20
 _RECORD_BATCH = 500
-
-_LATEST = "SELECT signoff_webhook_latest($1)"
-_RECORD = "SELECT signoff_webhook_record($1::bigint[], $2)"
-_CLAIM = "SELECT * FROM signoff_webhook_claim($1, $2, $3)"
-_ATTEMPTED = "SELECT signoff_webhook_attempted($1, $2, $3, $4, $5, $6)"
-_CALL = """
-SELECT run_id, call_id, tool, status FROM tool_calls
-WHERE run_id = $1 AND call_id = $2 AND stream_id = $3
-"""
 
 
 def retry_delay(attempts: int, settings: WebhookSettings, rand: Callable[[], float]) -> float:
@@ -141,7 +133,7 @@ class Webhooks:
 
     async def _start_position(self) -> int:
         async with self.db.connection() as conn:
-            latest: int | None = await conn.fetchval(_LATEST, self.settings.url)
+            latest: int | None = await conn.fetchval(sql.LATEST, self.settings.url)
         return latest if latest is not None else await self.journal.last_position()
 
     async def _run(self, after: int) -> None:
@@ -184,7 +176,7 @@ class Webhooks:
 
     async def _insert(self, positions: list[int]) -> None:
         async with self.db.connection() as conn:
-            await conn.fetchval(_RECORD, positions, self.settings.url)
+            await conn.fetchval(sql.RECORD, positions, self.settings.url)
 
     async def _deliver_due(self) -> float | None:
         """Post every due delivery; the seconds until the soonest retry scheduled (None: no
@@ -193,7 +185,7 @@ class Webhooks:
         soonest: float | None = None
         while True:
             async with self.db.connection() as conn:
-                claimed = await conn.fetch(_CLAIM, self.settings.url, _CLAIM_LIMIT, lease)
+                claimed = await conn.fetch(sql.CLAIM, self.settings.url, _CLAIM_LIMIT, lease)
             if not claimed:
                 return soonest
             done = await asyncio.gather(
@@ -237,7 +229,7 @@ class Webhooks:
             retry = retry_delay(attempt, self.settings, self._random.random)
         async with self.db.connection() as conn:
             kept = await conn.fetchval(
-                _ATTEMPTED, delivery_id, row["leased_until"], status, error, delivered, retry
+                sql.ATTEMPTED, delivery_id, row["leased_until"], status, error, delivered, retry
             )
         if not kept:  # its lease lapsed and another replica claimed it
             bound.warning("webhook attempt outlived its lease", status=status)
@@ -299,7 +291,7 @@ async def _call(conn: asyncpg.Connection, stream_id: str) -> dict[str, Any]:
     """The call of stream `stream_id`: its run, id, tool and status (never its arguments)."""
     run_id, _, call_id = stream_id.removeprefix("call:").partition("/")
     decoded = [part.replace("%2F", "/").replace("%25", "%") for part in (run_id, call_id)]
-    row = await conn.fetchrow(_CALL, *decoded, stream_id)
+    row = await conn.fetchrow(sql.CALL, *decoded, stream_id)
     if row is None:
         raise _Unsendable("no call for the event")
     return {k: row[k] for k in ("run_id", "call_id", "tool", "status")}
