@@ -31,6 +31,7 @@ from ..keys import KeyRing, Purpose
 from ..keys.public import published_keys
 from ..store import Database
 from ..store.batches import batches
+from . import _sql as sql
 from .merkle import (
     EMPTY_ROOT,
     RootBuilder,
@@ -71,21 +72,6 @@ __all__ = [
     "verify_digest",
 ]
 
-_HORIZON = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, now()"
-# The first $2 leaves (all of them when $2 is NULL) in the journal's global order below $1.
-_LEAVES = """
-SELECT position, hash FROM events
-WHERE txid < $1::text::xid8
-ORDER BY txid, position
-LIMIT $2
-"""
-_HASH_OF = "SELECT hash FROM events WHERE stream_id = $1 AND version = $2"
-_LEAVES_AFTER = """
-SELECT position, hash FROM events
-WHERE (txid, position) > ($1::text::xid8, $2) AND txid < $3::text::xid8
-ORDER BY txid, position
-LIMIT $4
-"""
 _PREFETCH = 10_000
 
 
@@ -281,12 +267,12 @@ async def _extend(
 ) -> int:
     """Append to `builder` the leaves after the earlier digest's last event, up to `size`;
     return the last one's position."""
-    horizon, _ = await conn.fetchrow(_HORIZON)
+    horizon, _ = await conn.fetchrow(sql.HORIZON)
     txid = "0"
     if since.tree_size:
         txid = str(await txid_of(conn, since.last_position) or 0)
     arguments = (txid, since.last_position, horizon, size - since.tree_size)
-    last = await _add_leaves(conn, builder, progress, _LEAVES_AFTER, *arguments)
+    last = await _add_leaves(conn, builder, progress, sql.LEAVES_AFTER, *arguments)
     return since.last_position if last is None else last
 
 
@@ -310,7 +296,7 @@ async def prove_inclusion(db: Database, position: int, digest: Digest) -> Inclus
             raise NotInDigest(position, digest.tree_size)
         prev_hash: bytes | None = GENESIS_HASH
         if event.version > 1:
-            prev_hash = await conn.fetchval(_HASH_OF, event.stream_id, event.version - 1)
+            prev_hash = await conn.fetchval(sql.HASH_OF, event.stream_id, event.version - 1)
         found = index
 
         def read(reader: TileReader) -> tuple[bytes, bytes, list[bytes]]:
@@ -375,9 +361,9 @@ async def _root(
 ) -> tuple[RootBuilder, int, datetime]:
     """The root of the first `size` leaves (None: all) recomputed from the events, the last
     one's position (0 if none) and the snapshot's time; memory stays O(log n)."""
-    horizon, taken_at = await conn.fetchrow(_HORIZON)
+    horizon, taken_at = await conn.fetchrow(sql.HORIZON)
     builder = RootBuilder()
-    last = await _add_leaves(conn, builder, progress, _LEAVES, horizon, size)
+    last = await _add_leaves(conn, builder, progress, sql.LEAVES, horizon, size)
     return builder, last or 0, taken_at
 
 

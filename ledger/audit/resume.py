@@ -41,6 +41,7 @@ from ..journal.journal import _check
 from ..journal.projection import ProjectionCheck, check_projection_streams
 from ..journal.reader import read_streams, streams_after, txid_of
 from ..store import Database
+from . import _sql as sql
 from .integrity import (
     LedgerReport,
     OrderReport,
@@ -59,26 +60,6 @@ from .verifier import Digest, Invalid, check_digest
 __all__ = ["verify_resumed"]
 
 _BATCH = 1000  # touched streams read per query
-# The events after the boundary in the global order, and those after its position: a forged
-# txid can only hide a row inserted since among the second.
-_RECENT = """
-FROM events
-WHERE ((txid, position) > ($1::text::xid8, $2) OR position > $2)
-"""
-_ORDER = f"""
-SELECT count(*),
-       pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-       pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-       count(*) FILTER (WHERE txid >= pg_snapshot_xmin(pg_current_snapshot()))
-{_RECENT}
-"""
-_SUSPECTS = f"""
-SELECT position, stream_id, version, txid::text::bigint AS txid, xmin::text::bigint AS xmin
-{_RECENT}
-  AND (txid::text::bigint % 4294967296 <> xmin::text::bigint
-       OR txid >= pg_snapshot_xmax(pg_current_snapshot()))
-ORDER BY position
-"""
 
 
 @dataclass
@@ -193,8 +174,8 @@ async def _prepare(db: Database, check: StreamCheck) -> tuple[StreamChecker | No
 
 
 async def _order(conn: asyncpg.Connection, txid: str, position: int) -> OrderReport:
-    events, horizon, xmax, in_flight = await conn.fetchrow(_ORDER, txid, position)
-    suspects = await conn.fetch(_SUSPECTS, txid, position)
+    events, horizon, xmax, in_flight = await conn.fetchrow(sql.ORDER, txid, position)
+    suspects = await conn.fetch(sql.RECENT_SUSPECTS, txid, position)
     bad = tuple(
         OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], order_problem(r, xmax))
         for r in suspects
