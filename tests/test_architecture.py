@@ -222,3 +222,29 @@ def test_the_allowed_arrows_have_no_cycle() -> None:
         )
 
     assert [a for a in _ADAPTER_ARROWS if reaches(a, a)] == []
+
+
+def private_imports(path: Path) -> list[str]:
+    """What `path` imports from Signoff's packages that is private: a `_name`, or a module
+    with a `_` segment (relative imports inside its own package are its own business)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        if node.module.split(".")[0] not in ("ledger", "approvals", "adapters"):
+            continue
+        parts = node.module.split(".")
+        names = [alias.name for alias in node.names]
+        found += [f"{node.module}.{n}" for n in names if n.startswith("_")]
+        found += [node.module] if any(p.startswith("_") for p in parts) else []
+    return found
+
+
+def test_the_demo_uses_only_the_public_api() -> None:
+    assert private_imports(ROOT / "tests" / "test_group_commit.py")  # the reader sees them
+    found = {
+        str(path.relative_to(ROOT)): names
+        for path in modules("adapters/demo")
+        if (names := private_imports(path))
+    }
+    assert found == {}
