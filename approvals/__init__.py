@@ -38,6 +38,7 @@ from .model import (
     binding_of,
     check_decision,
 )
+from .policy import PolicyRefusal, PolicyRule, policy_problem
 from .projection import REQUESTS_CHANNEL
 from .reviewers import ReviewerDirectory, ReviewerEntry
 from .store import NOTIFY_CHANNEL, ApprovalStore
@@ -66,6 +67,8 @@ __all__ = [
     "InvalidApprovalRequest",
     "InvalidCredential",
     "InvalidReviewerId",
+    "PolicyRefusal",
+    "PolicyRule",
     "PolicyViolation",
     "ProblemKind",
     "Review",
@@ -88,5 +91,6 @@ __all__ = [
     "binding_of",
     "check_decision",
     "gate_result",
+    "policy_problem",
     "reviewer_id",
 ]

@@ -44,6 +44,7 @@ from ledger.keys.attest import (
 from ledger.store import Database
 
 from .model import ApprovalPolicy, DecisionKind, Review, Reviewer, binding_of
+from .policy import policy_problem
 from .projection import STREAM_PREFIX, approval_id_of
 
 __all__ = [
@@ -150,7 +151,7 @@ def mac_events(
     return out
 
 
-# -- the policy, re-applied ----------------------------------------------------------------
+# -- the policy, re-applied (`policy`: the rules the store decided by) --------------------
 
 
 @dataclass
@@ -160,32 +161,6 @@ class _Tally:
     approvers: list[str]
     final: bool = False
     consumed: bool = False
-
-
-def policy_problem(
-    policy: ApprovalPolicy,
-    requested_by: str,
-    expires_at: datetime | None,
-    approvers: Sequence[str],
-    review: Review,
-) -> str | None:
-    """What the policy says against one more review (None: it allows it). Groups are the ones
-    the signed review names."""
-    who = Reviewer(review.reviewer, frozenset(review.groups))
-    kind = review.decision
-    if kind not in policy.allowed:
-        return f"the policy does not allow {kind}"
-    if review.reviewer == requested_by and not policy.allow_self_approval:
-        return f"{review.reviewer} requested it and may not decide it"
-    if not who.matches(policy.approvers):
-        return f"{review.reviewer} is not an approver of this tool"
-    if policy.quorum > 1 and kind in (DecisionKind.EDIT, DecisionKind.RESPOND):
-        return "with a quorum only approve or reject"
-    if kind is DecisionKind.APPROVE and review.reviewer in approvers:
-        return f"{review.reviewer} approved twice; {policy.quorum} distinct reviewers needed"
-    if expires_at is not None and review.at >= expires_at:
-        return "decided after it expired"
-    return None
 
 
 async def approval_problems(ring: KeyRing, events: Sequence[Recorded]) -> list[StreamProblem]:
@@ -239,7 +214,6 @@ WHERE stream_id LIKE '{STREAM_PREFIX}%' ORDER BY stream_id, version
 
 async def every_approval_problem(db: Database, ring: KeyRing) -> list[StreamProblem]:
     """`approval_problems` of every approval stream in the journal, read in one snapshot."""
-    await ring.fresh()
     problems: list[StreamProblem] = []
     stream: list[Fact] = []
     async with (
@@ -350,8 +324,17 @@ def _decision_policy(
     if tally.final:
         problem(event, ProblemKind.POLICY, "a decision after the approval was final")
         return
-    if wrong := policy_problem(policy, req.requested_by, req.expires_at, tally.approvers, review):
-        problem(event, ProblemKind.POLICY, wrong)
+    refusal = policy_problem(
+        policy,
+        review.decision,
+        Reviewer(review.reviewer, frozenset(review.groups)),
+        earlier_approvers=tally.approvers,
+        requested_by=req.requested_by,
+        at=review.at,
+        expires_at=req.expires_at,
+    )
+    if refusal is not None:
+        problem(event, ProblemKind.POLICY, refusal.message)
     if review.decision is DecisionKind.APPROVE:
         approvers = {*tally.approvers, review.reviewer}
         final, deciders = len(approvers) >= policy.quorum, sorted(approvers)

@@ -489,12 +489,12 @@ class NonceBudgetExhausted(KeyRingError):
 
 class NoNonceReservation(KeyRingError):
     """This process has sealed far more under a key than it reserved since its last
-    `await ring.fresh()`, which reserves more."""
+    `ring.sealing()`, which reserves more."""
 
     def __init__(self, key_id: str) -> None:
         super().__init__(
             f"this process sealed too many messages under key {key_id} beyond its reservation: "
-            "`await ring.fresh()` between batches of seals"
+            "seal in `async with ring.sealing():` blocks, which reserve more"
         )
         self.key_id = key_id
 

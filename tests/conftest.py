@@ -1,7 +1,13 @@
 """Every test session gets a fresh database on a real PostgreSQL, migrated by alembic.
 
 The server is SIGNOFF_DATABASE_URL / DATABASE_URL when set, else the embedded one, which the
-session stops at its end when it started it.
+session stops at its end when it started it. The session migrates one template database on it
+and every scratch database (`database_url`, `fresh_database_url`, `scratch_database`) is a copy
+of it; the tests of migrations themselves start from an empty database and migrate for real.
+
+Every test fails after 600 s (pytest-timeout; `timeout` in pyproject.toml), printing where it
+hung, so one stuck test cannot hang the run; a slower test says so with
+`@pytest.mark.timeout(seconds)`.
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ from ledger.log import configure_logging
 from ledger.store import Database, resolve_url
 from ledger.store.config import configured_url
 from ledger.store.embedded import default_home, server_status, stop_server
-from tests.support.scratch import scratch_database
+from tests.support.scratch import migrated_template, scratch_database
 
-from .processes import REVIEWER_KEK_ENV, TEST_KEK
 from .support.embedded_homes import remove_session_base, servers_left
 from .support.forks import stop_fork_server
+from .support.processes import REVIEWER_KEK_ENV, TEST_KEK
 
 # The session decides approvals too: every database's settings (and every child) carry the
 # reviewer KEK. A worker's ring without it is built from explicit settings in the tests of it.
@@ -66,10 +72,13 @@ def no_embedded_server_left() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 async def server_url() -> AsyncIterator[str]:
-    """The configured server, else the embedded one, stopped at the end if this started it."""
+    """The configured server, else the embedded one, stopped at the end if this started it;
+    with the session's migrated template on it while the session lasts."""
     home = _session_home()
     was_running = home is not None and await asyncio.to_thread(_running, home) is not None
-    yield await asyncio.to_thread(resolve_url)
+    url = await asyncio.to_thread(resolve_url)
+    async with migrated_template(url):
+        yield url
     if home is not None and not was_running:
         await asyncio.to_thread(stop_server, home)
 

@@ -27,7 +27,7 @@ from ledger.journal import Journal, NewEvent
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 
-from .processes import run_cli
+from .support.processes import run_cli
 
 
 def reviewer_name() -> str:

@@ -5,27 +5,48 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from approvals import ApprovalStatus, ApprovalStore, Decision
+from approvals import NOTIFY_CHANNEL, ApprovalStatus, ApprovalStore, Decision
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database, migrate
 from ledger.store.embedded import ensure_server, stop_server
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
+from .support.activity import listeners
 from .support.embedded_homes import private_home
+from .support.processes import TEST_KEK, finish, kek_env, run_cli, start_program
+from .support.until import until
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:
-    """Start `python -m tests.approval_workers ARGS...` with the KEK in its environment."""
-    return await start_program("tests.approval_workers", *args, env=kek_env())
+    """Start `python -m tests.support.approval_workers ARGS...` with the KEK in its environment."""
+    return await start_program("tests.support.approval_workers", *args, env=kek_env())
+
+
+async def _more(count: Awaitable[int], than: int) -> bool:
+    return await count > than
+
+
+class Records(logging.Handler):
+    """The messages logged to the logger it is added to."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def messages(self) -> list[str]:
+        return [r.getMessage() for r in self.records]
 
 
 def last_json(output: str) -> dict[str, Any]:
@@ -109,11 +130,16 @@ async def test_wait_in_one_process_wakes_on_cli_decision_in_another(
     store: ApprovalStore, database_url: str
 ) -> None:
     approval_id, _ = await ask(store)
-    waiter = await start("wait", database_url, approval_id, "60")
-    assert waiter.stdout is not None
-    ready = await asyncio.wait_for(waiter.stdout.readline(), 60)
-    assert ready.strip() == b"ready"
-    await asyncio.sleep(0.5)
+    async with store.db.connection() as conn:
+        before = await listeners(conn, NOTIFY_CHANNEL)
+        waiter = await start("wait", database_url, approval_id, "60")
+        assert waiter.stdout is not None
+        ready = await asyncio.wait_for(waiter.stdout.readline(), 60)
+        assert ready.strip() == b"ready"
+        # Decided once the waiter listens: it must be woken, not find the decision at start.
+        await until(
+            lambda: _more(listeners(conn, NOTIFY_CHANNEL), before), what="the waiter listens"
+        )
     decided = await run_cli(
         "approvals", "decide", approval_id, "--approve", "--by", "bob", "--json",
         database_url=database_url, env=kek_env(),
@@ -209,10 +235,17 @@ async def test_waiter_survives_a_database_restart(home: Path) -> None:
     try:
         approval_id, _ = await ask(store)
         waiter = asyncio.create_task(store.wait(approval_id, 30))
-        await asyncio.sleep(0.5)
+        async with db.connection() as conn:
+            await until(lambda: _more(listeners(conn, NOTIFY_CHANNEL), 0), what="it listens")
         assert not waiter.done()
-        await asyncio.to_thread(stop_server, home)
-        await asyncio.sleep(1.0)  # the waiter polls a server that is down
+        handler, logger = Records(), logging.getLogger("signoff")
+        logger.addHandler(handler)
+        try:
+            await asyncio.to_thread(stop_server, home)
+            # The waiter polls the server that is down, and says so.
+            await until(lambda: "approval wait: database unavailable" in handler.messages())
+        finally:
+            logger.removeHandler(handler)
         assert not waiter.done(), waiter  # an error escaping the wait loop would end it here
         assert await asyncio.to_thread(ensure_server, home) == url
         started = time.monotonic()

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,6 +39,9 @@ from ledger.errors import UnknownKey, VersionConflict
 from ledger.journal import Journal
 from ledger.keys import KeyRing
 from ledger.store import Database
+
+from .support.activity import listeners
+from .support.until import until
 
 
 async def ask(store: ApprovalStore, policy: ApprovalPolicy | None = None, **over: object) -> str:
@@ -180,7 +184,7 @@ async def test_policy_rules(store: ApprovalStore) -> None:
 
 async def test_an_expired_request_is_denied(store: ApprovalStore) -> None:
     approval_id = await ask(store, ApprovalPolicy(expires_in=timedelta(milliseconds=50)))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # what is tested: the expiry passes by the server's clock
     with pytest.raises(ApprovalExpired):
         await store.decide(approval_id, Decision.approve(), "alice")
     assert (await store.get(approval_id)).status is ApprovalStatus.EXPIRED
@@ -234,7 +238,7 @@ async def test_wait_wakes_on_a_decision(store: ApprovalStore) -> None:
     approval_id = await ask(store)
 
     async def decide_later() -> None:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # lets the wait start first (it must end decided either way)
         await store.decide(approval_id, Decision.approve(), "alice")
 
     task = asyncio.create_task(decide_later())
@@ -367,14 +371,17 @@ async def test_a_new_request_wakes_feeds_not_the_agents_waiting_for_decisions(
         await store.decide(approval_id, Decision.approve(), "lead-1")
         await store.consume(approval_id, "task-1")
         stream = f"approval:{approval_id}"
-        for _ in range(100):
-            if len(heard) >= 2:
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.1)  # nothing more is coming
+        # Notifications arrive in commit order: once one sent after the consumption is heard,
+        # everything the three steps notified has been heard too.
+        await conn.execute("SELECT pg_notify($1, 'after')", NOTIFY_CHANNEL)
+        await until(lambda: (NOTIFY_CHANNEL, "after") in heard, what="the later notification")
     finally:
         await conn.close()
-    assert heard == [(REQUESTS_CHANNEL, stream), (NOTIFY_CHANNEL, stream)]
+    assert heard == [
+        (REQUESTS_CHANNEL, stream),
+        (NOTIFY_CHANNEL, stream),
+        (NOTIFY_CHANNEL, "after"),
+    ]
 
 
 async def test_a_wait_right_after_its_own_request_reads_only_once_woken(
@@ -393,8 +400,15 @@ async def test_a_wait_right_after_its_own_request_reads_only_once_woken(
             await asyncio.sleep(0)
             sent.clear()
             waiting = asyncio.create_task(agent.wait(approval_id, 10))
-            await asyncio.sleep(0.2)
-            before_decision = list(sent)
+            # One turn of the loop runs the wait up to its first pause: asleep on its event,
+            # or in a read that holds the pool's one connection. A statement of ours queues
+            # behind such a read, so once it is answered any read of the wait was logged.
+            await asyncio.sleep(0)
+            async with own.connection() as probe:
+                await probe.fetchval("SELECT 'probe'")
+            await until(lambda: any("'probe'" in q for q in sent), what="the probe logged")
+            before_decision = [q for q in sent if "'probe'" not in q]
+            sent.clear()
             await store.decide(approval_id, Decision.approve(), "lead-1")
             assert (await waiting).status is ApprovalStatus.APPROVED
             await asyncio.sleep(0)
@@ -404,13 +418,19 @@ async def test_a_wait_right_after_its_own_request_reads_only_once_woken(
     assert before_decision == [] and len(during_wait) == 1, statements[-1]
 
 
+async def _more(count: Awaitable[int], than: int) -> bool:
+    return await count > than
+
+
 async def listening_agent(own: Database, ring: KeyRing, store: ApprovalStore) -> ApprovalStore:
     """An agent's store on `own` that polls once a minute, its listener proven to listen: a
     wait of its was woken by a decision `store` made."""
     agent = ApprovalStore(own, ring, poll_interval=60)
     first = await ask(agent)
-    waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
-    await asyncio.sleep(0.3)
+    async with own.connection() as conn:
+        before = await listeners(conn, NOTIFY_CHANNEL)
+        waiting = asyncio.create_task(agent.wait(first, 30))  # starts the listener
+        await until(lambda: _more(listeners(conn, NOTIFY_CHANNEL), before), what="it listens")
     await store.decide(first, Decision.approve(), "lead-1")
     await asyncio.wait_for(waiting, 10)  # sooner than the poll: woken by the listener
     return agent

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from .processes import ROOT
+from .support.processes import ROOT
 
 PACKAGES = ("ledger", "approvals", "adapters", "migrations")
 # Third-party packages that only an adapter (and tests and benchmarks) may import.

@@ -24,7 +24,7 @@ from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import TEST_KEK, kek_env, run_cli
+from .support.processes import TEST_KEK, kek_env, run_cli
 
 
 @pytest.fixture(scope="module")

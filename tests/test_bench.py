@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from .processes import finish, start_program
+from .support.processes import finish, start_program
 
 BRIEF = {
     "approvals": ("--seconds", "0.5", "--baseline-seconds", "0.2"),

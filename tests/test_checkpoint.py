@@ -40,7 +40,7 @@ from ledger.store import Database
 from ledger.store.settings import Settings
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 from .test_digest import fill, settle
 
 VECTORS = Path(__file__).parent / "vectors"

@@ -40,7 +40,7 @@ from adapters.langgraph import EncryptedPostgresSaver, encrypted_checkpointer
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 from .support.worker_login import WorkerLogin, worker_login
 
 Check = Callable[[BaseCheckpointSaver[Any]], Coroutine[Any, Any, None]]

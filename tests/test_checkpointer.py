@@ -36,9 +36,9 @@ from ledger.errors import DecryptionFailed, KekMismatch
 from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 
-from .checkpoint_workers import review_graph
-from .processes import finish, run_cli, start_worker
+from .support.checkpoint_workers import review_graph
 from .support.pg_tools import client_tool
+from .support.processes import finish, run_cli, start_worker
 
 CANARY = "CANARY-4111-1111-1111-1111"
 Opened = tuple[Database, KeyRing, EncryptedPostgresSaver]

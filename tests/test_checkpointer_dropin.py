@@ -27,8 +27,8 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.settings import Settings
 
-from .checkpoint_workers import review_graph
-from .processes import TEST_KEK
+from .support.checkpoint_workers import review_graph
+from .support.processes import TEST_KEK
 from .support.worker_login import WorkerLogin, worker_login
 from .test_checkpointer import delta_graph
 

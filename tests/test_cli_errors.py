@@ -27,7 +27,7 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database, migrate
 from tests.support.scratch import scratch_database, with_database
 
-from .processes import ROOT, TEST_KEK
+from .support.processes import ROOT, TEST_KEK
 
 DOWN, MISSING, BEHIND, NO_KEK, WRONG_KEK = (
     "server down",

@@ -33,7 +33,7 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 from tests.support.scratch import scratch_database
 
-from .processes import ROOT, TEST_KEK
+from .support.processes import ROOT, TEST_KEK
 
 FORGED = "refund\x1b[2K\rforged-row   run-0   ok"
 FORMULA = '=HYPERLINK("http://evil.example","click")'

@@ -5,7 +5,6 @@ serves again afterwards."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,8 +22,10 @@ from ledger.store.db import open_raw_connection
 from ledger.store.embedded import ensure_server, stop_server
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
+from .support.activity import running
 from .support.embedded_homes import private_home
+from .support.processes import TEST_KEK
+from .support.until import until
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +51,14 @@ async def terminate(db: Database, conn: Any) -> None:
 
 async def noticed(conn: Any) -> None:
     """Until the client sees the connection closed (the pool then detaches it at once)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def closed() -> bool:
         try:
-            if conn.is_closed():
-                return
+            return bool(conn.is_closed())
         except asyncpg.InterfaceError:  # released back to the pool: closed
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the client never noticed its connection end")
+            return True
+
+    await until(closed, 10, "the client noticed its connection end")
 
 
 async def events(db: Database) -> int:
@@ -83,9 +83,9 @@ async def during_a_statement(db: Database) -> None:
     async with db.connection() as conn:
         pid = await conn.fetchval("SELECT pg_backend_pid()")
         sleeping = asyncio.create_task(conn.fetchval("SELECT pg_sleep(30)"))
-        await asyncio.sleep(0.3)
         killer = await open_raw_connection(db.url)
         try:
+            await until(lambda: running(killer, pid, "SELECT pg_sleep"), what="mid-statement")
             await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
         finally:
             await killer.close()

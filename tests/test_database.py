@@ -15,7 +15,7 @@ from ledger.store.config import configured_url, normalize_url
 from tests.support.pg_tools import client_tool
 from tests.support.scratch import scratch_database, with_database
 
-from .processes import run_cli
+from .support.processes import run_cli
 
 
 def free_port() -> int:
@@ -132,6 +132,25 @@ async def test_upgrade_after_downgrade_base_gives_the_same_schema(fresh_database
     finally:
         await conn.close()
     assert await schema_of(fresh_database_url) != at_head
+
+
+async def test_a_copy_of_the_session_template_is_a_database_migrated_from_empty(
+    server_url: str, fresh_database_url: str
+) -> None:
+    """The scratch databases are copies of one migrated template: a copy must be what a real
+    migration from an empty database gives, roles' rights included (`pg_dump` prints grants)."""
+    async with scratch_database(server_url, prefix="signoff_test", migrated=False) as url:
+        await asyncio.to_thread(migrate.upgrade, url)
+        migrated = await schema_of(url)
+    assert "GRANT " in migrated
+    assert await schema_of(fresh_database_url) == migrated
+    conn = await asyncpg.connect(fresh_database_url)
+    try:
+        assert await conn.fetchval("SELECT version_num FROM alembic_version") == (
+            migrate.head_revision()
+        )
+    finally:
+        await conn.close()
 
 
 async def test_every_downgrade_leaves_the_schema_of_the_revision_before(

@@ -27,7 +27,7 @@ from ledger.store.db import open_raw_connection
 from ledger.store.logins import temporary_login
 from tests.support.scratch import with_database
 
-from .processes import ROOT, kek_env, run_cli
+from .support.processes import ROOT, kek_env, run_cli
 
 APPROVED_OVER_HTTP = re.compile(
     r"\[3/5\] alice of support-leads approves over HTTP, as the API token's reviewer.*\n"

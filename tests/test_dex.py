@@ -82,9 +82,9 @@ from ledger.errors import UnknownCall
 from ledger.journal import Journal
 from ledger.store import Database
 
-from .dex_workers import APPROVAL, REFUND_ARGS
-from .processes import finish, kek_env, start_program
 from .support.dex_dispatch import TIMER_FIRED, SdkWorker, next_steps
+from .support.dex_workers import APPROVAL, REFUND_ARGS
+from .support.processes import finish, kek_env, start_program
 
 DEX_SERVER_ADDRESS = os.environ.get("DEX_SERVER_ADDRESS", "")
 FIVE_MINUTES = ApprovalPolicy(expires_in=timedelta(minutes=5))
@@ -294,7 +294,7 @@ async def test_the_expiry_timer_path_through_the_sdk_dispatcher_denies_the_call(
 
     waiting = (await worker.wait_for("AwaitToolApproval", flow_id, request)).waiting_condition
     assert [t.duration_seconds for t in waiting.timer_conditions] == [1]
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # what is tested: the expiry passes by the server's clock
     fired, _ = await worker.execute("AwaitToolApproval", flow_id, request, TIMER_FIRED)
     assert next_steps(fired) == ["CallTool"]
     done, _ = await worker.execute("CallTool", flow_id, request)
@@ -532,7 +532,7 @@ async def test_expiry_on_the_timer_path_denies_the_call(
     early = approval.expires_at - timedelta(milliseconds=200)  # Dex's clock ran ahead
     state = await await_approval(store, flow_id, request, tool.spec, now=early)
     assert (state.ready, state.timer) == (False, timedelta(seconds=1))
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # what is tested: the expiry passes by the server's clock
     state = await await_approval(store, flow_id, request, tool.spec)
     assert (state.ready, state.status) == (True, ApprovalStatus.PENDING)
 
@@ -555,7 +555,7 @@ async def test_a_decision_after_the_expiry_is_refused(store: ApprovalStore) -> N
         requested_by="agent",
         policy=ApprovalPolicy(expires_in=timedelta(seconds=0.2)),
     )
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # what is tested: the expiry passes by the server's clock
     request = DecideRequest.of(approval, Decision.approve(), "alice")
     with pytest.raises(ApprovalExpired):
         await decide_for_flow(store, flow_id, request)
@@ -593,7 +593,7 @@ async def start_call(
     database_url: str, flow_id: str, effect: Effect, *, sleep: float = 0.0, approval: bool = False
 ) -> asyncio.subprocess.Process:
     return await start_program(
-        "tests.dex_workers",
+        "tests.support.dex_workers",
         "call",
         database_url,
         flow_id,
@@ -666,7 +666,7 @@ async def deliver(
     database_url: str, flow_id: str, approval_id: str, kind: str, reviewer: str
 ) -> asyncio.subprocess.Process:
     return await start_program(
-        "tests.dex_workers",
+        "tests.support.dex_workers",
         "decide",
         database_url,
         flow_id,

@@ -2,7 +2,7 @@
 arguments that do not fit, or raising inside their bodies; a subgraph compiled with
 `checkpointer=False`; a model that fails (the failed turn's note); turns the session refuses;
 and Workers killed with SIGKILL inside a model call or a single-attempt tool (real OS
-processes, `tests/dex_session_workers.py`). Every Step goes through the SDK's dispatcher
+processes, `tests/support/dex_session_workers.py`). Every Step goes through the SDK's dispatcher
 (`tests/support/dex_dispatch.py`) on the real database.
 """
 
@@ -42,7 +42,7 @@ from adapters.dex.sessions import (
 from adapters.langgraph import SignoffMiddleware, ToolSpec, signoff_tool_node
 from ledger.calls.model import Effect
 
-from .agents import (
+from .support.agents import (
     SCRIPTS,
     AgentState,
     Effects,
@@ -55,9 +55,10 @@ from .agents import (
     calls_of,
     effects_of,
 )
-from .dex_session_workers import MODEL_CALLS, model_calls, session_flow
-from .processes import kek_env, start_program
-from .session_runs import (
+from .support.dex_dispatch import Driver, Pending, SdkWorker
+from .support.dex_session_workers import MODEL_CALLS, model_calls, session_flow
+from .support.processes import kek_env, start_program
+from .support.session_runs import (
     RECHECK,
     agent_session,
     blob_cache,
@@ -65,7 +66,6 @@ from .session_runs import (
     session_harness,
     start,
 )
-from .support.dex_dispatch import Driver, Pending, SdkWorker
 
 
 @pytest.fixture(scope="module")
@@ -401,7 +401,7 @@ async def killed_after(program: asyncio.subprocess.Process, line: bytes) -> None
 
 
 def program(*args: str) -> Any:
-    return start_program("tests.dex_session_workers", *args, env=kek_env())
+    return start_program("tests.support.dex_session_workers", *args, env=kek_env())
 
 
 @pytest.mark.usefixtures("model_calls_table")

@@ -56,7 +56,7 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 
-from .agents import (
+from .support.agents import (
     SCRIPTS,
     AgentState,
     Effects,
@@ -71,8 +71,10 @@ from .agents import (
     effects_of,
     open_harness,
 )
-from .processes import TEST_KEK, kek_env, run_cli
-from .session_runs import (
+from .support.dex_dispatch import SdkWorker
+from .support.processes import TEST_KEK, kek_env, run_cli
+from .support.scratch import scratch_database
+from .support.session_runs import (
     agent_session,
     blob_cache,
     new_session,
@@ -80,8 +82,6 @@ from .session_runs import (
     session_harness,
     start,
 )
-from .support.dex_dispatch import SdkWorker
-from .support.scratch import scratch_database
 
 DEX_SERVER_ADDRESS = os.environ.get("DEX_SERVER_ADDRESS", "")
 

@@ -48,7 +48,7 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from tests.support.scratch import scratch_database
 
-from .processes import ROOT, TEST_KEK, CliResult, kek_env, run_cli
+from .support.processes import ROOT, TEST_KEK, CliResult, kek_env, run_cli
 
 
 def no_kek_env() -> dict[str, str]:

@@ -15,8 +15,9 @@ import pytest
 
 from ledger.store.embedded import ensure_server
 
-from .processes import CliResult, kek_env, run_cli
 from .support.embedded_homes import private_home, servers_left
+from .support.processes import CliResult, kek_env, run_cli
+from .support.until import until
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ async def test_stop_stops_the_server_and_a_second_stop_is_no_error(home: Path) -
     result = await _embedded(home, "stop")
     assert result.code == 0, result.stderr
     assert f"stopped the embedded server (pid {pid})" in result.stdout
-    assert servers_left(home) == {}
+    await _until_no_server_in(home)
     again = await _embedded(home, "stop", "--json")
     assert again.code == 0, again.stderr
     assert json.loads(again.stdout) == {"home": str(home), "stopped": False, "pid": None}
@@ -133,7 +134,13 @@ async def test_the_demo_says_the_server_keeps_running_and_how_to_stop_it(home: P
     assert servers_left(home)
     stop = await _embedded(home, "stop")
     assert stop.code == 0, stop.stderr
-    assert servers_left(home) == {}
+    await _until_no_server_in(home)
+
+
+async def _until_no_server_in(home: Path) -> None:
+    """A stop returns once the postmaster removed its pid file, a moment before its last
+    process exits: wait for the processes, with a deadline."""
+    await until(lambda: servers_left(home) == {}, 30, f"no postgres process left in {home}")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root only")

@@ -32,7 +32,9 @@ from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import TEST_KEK
+from .support.activity import blocked_by, running
+from .support.processes import TEST_KEK
+from .support.until import until
 
 
 async def double(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
@@ -171,7 +173,12 @@ async def test_racing_appends_lose_with_the_version_they_found(database_url: str
             second = asyncio.create_task(
                 journal.append(stream, [NewEvent("test.lost", {}, actor="b")], expected_version=0)
             )
-            await asyncio.sleep(0.3)
+            pid = await first.fetchval("SELECT pg_backend_pid()")
+            watcher = await asyncpg.connect(database_url)  # the pool's two are both taken
+            try:
+                await until(lambda: blocked_by(watcher, pid), what="the second append waits")
+            finally:
+                await watcher.close()
             assert not second.done()
         with pytest.raises(VersionConflict) as caught:
             await second
@@ -247,7 +254,9 @@ async def test_a_backend_terminated_mid_statement_is_unavailable_with_its_sqlsta
                 sleeping = asyncio.create_task(conn.execute("SELECT pg_sleep(30)"))
                 killer = await asyncpg.connect(database_url)
                 try:
-                    await asyncio.sleep(0.2)
+                    await until(
+                        lambda: running(killer, pid, "SELECT pg_sleep"), what="mid-statement"
+                    )
                     assert await killer.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)
                 finally:
                     await killer.close()

@@ -16,7 +16,7 @@ from ledger.canonical import chain_hash, event_bytes
 from ledger.journal import Journal, NewEvent
 from ledger.store import Database
 
-from .processes import run_cli
+from .support.processes import run_cli
 from .test_jcs import load_event_vectors, reference_event_bytes, reference_jcs
 
 # Floats and a key beyond U+FFFF: where RFC 8785 and Python's sorted JSON differ.

@@ -14,7 +14,7 @@ import pytest
 from ledger.journal import Journal, NewEvent
 from ledger.store import Database
 
-from .processes import ROOT, CliResult, kek_env
+from .support.processes import ROOT, CliResult, kek_env
 
 CORE_MODULES = [
     "ledger",

@@ -19,6 +19,8 @@ from ledger.store import Database
 from ledger.store.db import open_raw_connection
 from ledger.store.group import HELD_GROUPS, GroupedCalls
 
+from .support.until import until
+
 EVENT = NewEvent("test.grouped", {"n": 1}, actor="tester")
 
 
@@ -76,6 +78,11 @@ async def held_stream(db: Database) -> tuple[str, asyncpg.Connection]:
     return blocked, holder
 
 
+def senders() -> list[asyncio.Task[Any]]:
+    """The group-commit senders running in this event loop (named so by `GroupedCalls`)."""
+    return [t for t in asyncio.all_tasks() if t.get_name() == "signoff-group-commit"]
+
+
 async def waiting_on_lock(db: Database) -> int:
     """The pid of the backend whose group waits on the held stream."""
     async with db.connection() as conn:
@@ -104,7 +111,7 @@ async def test_a_step_whose_caller_was_cancelled_before_it_was_sent_is_not_writt
         queued = asyncio.create_task(
             group.call(dropped, (*append_arguments(dropped, [EVENT], 0), None))
         )
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one turn of the loop: its call is queued behind the first
         queued.cancel()
         await holder.execute("ROLLBACK")  # the first group goes on
         assert await first is not None
@@ -133,15 +140,17 @@ async def test_a_step_whose_caller_left_while_its_sender_waited_for_a_connection
                 queued = asyncio.create_task(
                     group.call(left, (*append_arguments(left, [EVENT], 0), None))
                 )
-                await asyncio.sleep(0.05)  # its sender took it and waits for a connection
+                await until(lambda: bool(senders()), what="a sender for it")
+                await asyncio.sleep(0)  # its turn: the sender takes it, waits for a connection
                 queued.cancel()
-                await asyncio.sleep(0.05)
+                await asyncio.wait([queued])
             finally:
                 for conn in taken:
                     await small.pool.release(conn)
             await holder.execute("ROLLBACK")
             assert await alone is not None
-            await asyncio.sleep(0.1)  # time for the sender to send, if it still did
+            # Once no sender is left, the one that held the step has sent it or dropped it.
+            await until(lambda: not senders(), what="every sender done")
         finally:
             await holder.close()
         assert queued.cancelled()
@@ -162,7 +171,7 @@ async def test_a_connection_lost_under_a_group_fails_every_step_of_it(db: Databa
             asyncio.create_task(group.call(s, (*append_arguments(s, [EVENT], 0), None)))
             for s in streams
         ]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one turn of the loop: the three calls are queued
         await first_holder.execute("ROLLBACK")
         assert await alone is not None
         pid = await waiting_on_lock(db)

@@ -1,5 +1,5 @@
 """`SignoffMiddleware` in place of LangChain's `HumanInTheLoopMiddleware`: the documented example
-(`tests.hitl_workers`) with only the import and the constructor changed, paused in one OS
+(`tests.support.hitl_workers`) with only the import and the constructor changed, paused in one OS
 process and resumed in another, sync (`agent.invoke`) and async, batched and per-call; the
 store-only mode; a refused answer asked again and a valid one taken in another process."""
 
@@ -20,10 +20,10 @@ from approvals import ApprovalPolicy, ApprovalStatus, Decision
 from ledger.keys import LocalKek
 from tests.support.scratch import scratch_database
 
-from .agents import (
+from .support.agents import (
     SCRIPTS as AGENT_SCRIPTS,
 )
-from .agents import (
+from .support.agents import (
     SPECS,
     Effects,
     Harness,
@@ -36,11 +36,11 @@ from .agents import (
     open_harness,
     thread,
 )
-from .agents import (
+from .support.agents import (
     build_tools as agent_tools,
 )
-from .hitl_workers import EFFECTS_TABLE, SCRIPTS, build_tools
-from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
+from .support.hitl_workers import EFFECTS_TABLE, SCRIPTS, build_tools
+from .support.processes import TEST_KEK, finish, kek_env, run_cli, start_program
 
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
 WRITE_ARGS = {"path": "report.txt", "content": "Q3 numbers"}
@@ -70,7 +70,7 @@ async def step(
     args = [url, mode, shape, script, thread_id]
     if resume is not None:
         args.append(json.dumps(resume))
-    worker = await start_program("tests.hitl_workers", *args, *opts, env=kek_env())
+    worker = await start_program("tests.support.hitl_workers", *args, *opts, env=kek_env())
     result: dict[str, Any] = json.loads((await finish(worker, within=90)).splitlines()[-1])
     return result
 

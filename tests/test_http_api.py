@@ -33,8 +33,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli, start_program
 from .support.http import every_pending, token_for, unique
+from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli, start_program
 
 
 @dataclass
@@ -411,7 +411,7 @@ async def test_a_decision_by_api_wakes_a_worker_in_another_process_which_runs_th
     worker_env = {**kek_env(), "SIGNOFF_REVIEWER_KEK": ""}  # an agent worker holds none
     async with temporary_login(database_url, "signoff_app") as worker_url:
         process = await start_program(
-            "tests.http_workers", worker_url, approval_id, case.run_id, "c1", "120",
+            "tests.support.http_workers", worker_url, approval_id, case.run_id, "c1", "120",
             env=worker_env,
         )  # fmt: skip
         assert process.stdout is not None

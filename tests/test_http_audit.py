@@ -37,8 +37,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.http import token_for, unique
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 from .test_digest import settle
 
 

@@ -22,8 +22,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK, run_cli
 from .support.http import token_for, unique
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, run_cli
 from .test_digest import fill, settle
 
 ORIGIN = "example.com/signoff/http"
@@ -67,8 +67,8 @@ async def test_an_auditor_gets_a_checkpoint_signed_by_the_digest_key(
     note = SignedNote.parse(response.text)
     checkpoint = Checkpoint.parse(note.text)
     assert checkpoint.origin == ORIGIN and checkpoint.tree_size > 0
-    await ring.fresh()
-    keys = signing_keys(ring)
+    async with ring.sealing():
+        keys = signing_keys(ring)
     assert any(signed_by(note, VerifierKey(ORIGIN, ED25519, k)) for k in keys.values())
     assert (await client.get("/v1/ledger/checkpoint", headers=reviewer)).status_code == 403
     assert (await client.get("/v1/ledger/checkpoint")).status_code == 401

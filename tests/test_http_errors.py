@@ -39,8 +39,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.http import token_for, unique
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 
 # One example of every type the table lists, and the status it must answer: a type added to
 # the table without a row here fails `test_every_listed_error_has_an_example`.

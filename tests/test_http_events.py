@@ -25,8 +25,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.http import ask, token_for, unique
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 
 GUARD = 60  # seconds before a stuck step fails instead of hanging; nothing here is timed
 

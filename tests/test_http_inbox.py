@@ -19,9 +19,9 @@ from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.http import ask, every_pending, token_for, unique
 from .support.inbox import Served, served, sign_in, token_of
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 
 STRICT = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "

@@ -33,8 +33,8 @@ from ledger.store import Database, migrate
 from ledger.store.db import open_raw_connection
 from ledger.store.embedded import ensure_server
 
-from .processes import TEST_KEK, kek_env, run_cli
 from .support.embedded_homes import private_home
+from .support.processes import TEST_KEK, kek_env, run_cli
 
 GUARD = 60  # seconds before a stuck test fails instead of hanging; no test measures time
 

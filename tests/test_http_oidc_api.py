@@ -25,8 +25,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import OidcSettings, Settings
 
-from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.http import ask, bearer, every_pending, unique
+from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .test_http_oidc import AUDIENCE, ISSUER, Signer, jwks
 
 GUARD = 60  # seconds before a stuck step fails instead of hanging; nothing here is timed

@@ -36,8 +36,9 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings, WebhookSettings
 
-from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
+from .support.activity import finished
 from .support.http import ask, token_for, unique
+from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.until import until
 
 SECRET = "whsec-test-0123456789abcdef"
@@ -130,12 +131,41 @@ def for_approval(approval_id: str) -> Callable[[Any], bool]:
     return lambda body: body.get("approval", {}).get("approval_id") == approval_id
 
 
+async def all_recorded(db: Database, receiver: Receiver, count: int) -> None:
+    """Return once `count` deliveries to the receiver have their last attempt recorded: a post
+    is recorded after its answer, so every post counted there has been received."""
+
+    async def recorded() -> bool:
+        rows = await delivery_rows(db, receiver.url)
+        return len(rows) == count and all(r["delivered_at"] is not None for r in rows)
+
+    await until(recorded, what=f"{count} deliveries recorded")
+
+
+async def later_passes(store: ApprovalStore, receiver: Receiver) -> None:
+    """Return once the service has finished a pass that began after every post received so
+    far: a delivery that was still due would have been posted again by then. Each new request
+    is recorded by a pass after the one that posted the request before it, and passes run one
+    after the other, so two of them in turn are enough."""
+    for _ in range(2):
+        posted = for_approval(await ask(store, "alice"))
+        await until(lambda: bool(receiver.of(posted)), what="a later pass")  # noqa: B023
+
+
 async def delivery_rows(db: Database, target: str) -> list[asyncpg.Record]:
     async with db.connection() as conn:
         rows: list[asyncpg.Record] = await conn.fetch(
             "SELECT * FROM webhook_deliveries WHERE target = $1 ORDER BY delivery_id", target
         )
     return rows
+
+
+async def row_of(db: Database, receiver: Receiver, approval_id: str) -> asyncpg.Record:
+    """The one delivery row of the posts the receiver got for `approval_id`."""
+    [delivery] = {r.headers["X-Signoff-Delivery"] for r in receiver.of(for_approval(approval_id))}
+    rows = await delivery_rows(db, receiver.url)
+    [row] = [r for r in rows if r["delivery_id"] == int(delivery)]
+    return row
 
 
 class Records(logging.Handler):
@@ -161,7 +191,7 @@ async def test_a_new_approval_reaches_the_receiver_once_signed_and_without_argum
     async with webhook_service(reviewer_url, hook(receiver)):
         approval_id = await ask(store, "alice")
         await until(lambda: bool(receiver.of(for_approval(approval_id))))
-        await asyncio.sleep(1.5)  # a poll or two more: nothing is sent again
+        await later_passes(store, receiver)  # nothing is sent again
     [got] = receiver.of(for_approval(approval_id))
     assert hmac_ok(got)
     assert got.headers["Content-Type"] == "application/json"
@@ -195,7 +225,13 @@ async def test_a_new_request_is_delivered_when_notified_not_at_the_next_poll(
         webhooks = Webhooks(db, ApprovalStore(db, ring), hook(receiver), poll_interval=60)
         await webhooks.start()
         try:
-            await asyncio.sleep(1.0)  # its first pass is over: it sleeps until notified
+            # Its first pass is over (it claimed what was due): it sleeps until notified.
+            watcher = await asyncpg.connect(reviewer_url)
+            try:
+                claimed = "SELECT * FROM signoff_webhook_claim("
+                await until(lambda: finished(watcher, claimed), what="the first pass")
+            finally:
+                await watcher.close()
             approval_id = await ask(store, "alice")
             await until(lambda: bool(receiver.of(for_approval(approval_id))))
         finally:
@@ -214,7 +250,9 @@ async def test_a_failing_receiver_gets_the_third_attempt_and_the_record_shows_th
         async with webhook_service(reviewer_url, hook(receiver)):
             approval_id = await ask(store, "alice")
             await until(lambda: len(receiver.of(for_approval(approval_id))) >= 3)
-            await asyncio.sleep(0.5)
+            # Logged once the third attempt is recorded: delivered, so nothing is due again.
+            delivered = [("webhook delivered",)]
+            await until(lambda: [(r.getMessage(),) for r in handler.records][-1:] == delivered)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -244,9 +282,9 @@ async def test_a_receiver_that_never_answers_well_is_given_up_after_the_last_att
     async with webhook_service(reviewer_url, hook(receiver, max_attempts=2)):
         approval_id = await ask(store, "alice")
         await until(lambda: len(receiver.of(for_approval(approval_id))) >= 2)
-        await asyncio.sleep(1.2)
+        await later_passes(store, receiver)
     assert len(receiver.of(for_approval(approval_id))) == 2
-    [row] = await delivery_rows(db, receiver.url)
+    row = await row_of(db, receiver, approval_id)
     assert (row["attempts"], row["last_status"], row["last_error"]) == (2, 500, "HTTP 500")
     assert row["delivered_at"] is None and row["next_attempt_at"] is None
 
@@ -282,10 +320,10 @@ async def test_a_receiver_that_answers_too_late_gets_the_delivery_again(
     async with webhook_service(reviewer_url, hook(receiver, timeout_seconds=0.3)):
         approval_id = await ask(store, "alice")
         await until(lambda: len(receiver.of(for_approval(approval_id))) >= 2)
-        await asyncio.sleep(0.5)
+        await later_passes(store, receiver)
     first, second = receiver.of(for_approval(approval_id))
     assert first.headers["X-Signoff-Delivery"] == second.headers["X-Signoff-Delivery"]
-    [row] = await delivery_rows(db, receiver.url)
+    row = await row_of(db, receiver, approval_id)
     assert (row["attempts"], row["last_status"]) == (2, 200)
     assert row["delivered_at"] is not None
 
@@ -314,7 +352,7 @@ async def test_a_call_that_becomes_outcome_unknown_is_delivered(
                 task.cancel()  # the worker dies with the call running; its lease lapses
                 with pytest.raises(asyncio.CancelledError):
                     await task
-                await asyncio.sleep(1.2)
+                await asyncio.sleep(1.2)  # what is tested: the lease lapses by the server's clock
 
                 async def never(args: dict[str, Any], context: CallContext) -> str:
                     raise AssertionError("a write that may have happened is not repeated")
@@ -364,7 +402,7 @@ async def test_two_services_on_one_database_deliver_an_approval_once(
         approval_ids = [await ask(store, "alice") for _ in range(5)]
         for approval_id in approval_ids:
             await until(lambda: bool(receiver.of(for_approval(approval_id))))  # noqa: B023
-        await asyncio.sleep(1.5)
+        await all_recorded(db, receiver, len(approval_ids))
     for approval_id in approval_ids:
         assert len(receiver.of(for_approval(approval_id))) == 1
     rows = await delivery_rows(db, receiver.url)
@@ -397,7 +435,7 @@ async def test_two_serve_processes_deliver_each_approval_once(
         approval_ids = [await ask(store, "alice") for _ in range(6)]
         for approval_id in approval_ids:
             await until(lambda: bool(receiver.of(for_approval(approval_id))))  # noqa: B023
-        await asyncio.sleep(1.5)
+        await all_recorded(db, receiver, len(approval_ids))
     finally:
         for process in processes:
             if process.returncode is None:

@@ -35,10 +35,11 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, start_program
 from .support.http import token_for, unique
 from .support.inbox import Served, served, token_of
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, start_program
 from .support.scratch import scratch_database
+from .support.until import until
 
 GUARD = 60_000  # ms a step may wait before it fails instead of hanging; nothing here is timed
 
@@ -163,7 +164,13 @@ async def test_a_reviewer_approves_in_the_browser_and_a_waiting_agent_runs_the_t
     worker_env = {**kek_env(), "SIGNOFF_REVIEWER_KEK": ""}  # an agent worker holds none
     async with temporary_login(database_url, "signoff_app") as worker_url:
         process = await start_program(
-            "tests.http_workers", worker_url, approval_id, run_id, "c1", "120", env=worker_env
+            "tests.support.http_workers",
+            worker_url,
+            approval_id,
+            run_id,
+            "c1",
+            "120",
+            env=worker_env,
         )
         assert process.stdout is not None
         try:
@@ -459,10 +466,7 @@ async def test_a_request_answered_after_signing_out_leaves_the_page_signed_out(
     held: list[Route] = []
     await page.route("**/v1/approvals?*", lambda route: held.append(route))  # its first read
     await sign_in(watched, token_of(await token_for(db, unique("ann"))))
-    for _ in range(100):
-        if held:
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: bool(held), what="the inbox's first read")
     await page.click("#sign-out")
     await page.locator("#sign-in-error").filter(has_text="Signed out.").wait_for()
     async with page.expect_response("**/v1/approvals?*") as late:

@@ -15,7 +15,7 @@ from ledger.journal import Journal, NewEvent
 from ledger.journal.journal import MAX_DATA_BYTES
 from ledger.store import Database
 
-from .processes import finish, run_cli, start_worker
+from .support.processes import finish, run_cli, start_worker
 
 
 def new_stream() -> str:

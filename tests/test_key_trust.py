@@ -25,7 +25,7 @@ from ledger.keys.budget import MAX_CREDIT, MIN_LEFT
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
 
 RESULT_KEY = "SELECT key_id FROM data_keys WHERE purpose = 'result' AND state = 'active'"
 SIGNING_KEY = "SELECT key_id FROM data_keys WHERE purpose = 'digest_signing' AND state = 'active'"
@@ -107,7 +107,7 @@ async def test_the_ring_neither_signs_with_nor_publishes_a_key_whose_public_half
         ring.public_key(key_id)
     # The other purposes keep working, and a key administrator rotates the key out.
     sealed = ring.encrypt(Purpose.RESULT, b"x", b"here")
-    assert ring.decrypt(Purpose.RESULT, sealed, b"here", "here") == b"x"
+    assert await ring.decrypt(Purpose.RESULT, sealed, b"here", "here") == b"x"
     new_key = await ring.rotate(Purpose.DIGEST_SIGNING)
     assert ring.sign(b"anything")[0] == new_key
     assert ring.public_key(new_key)[1] != attacker
@@ -204,8 +204,8 @@ async def test_seals_are_counted_per_key_in_blocks_without_a_round_trip_per_seal
     ring = await KeyRing.open(owner, LocalKek(TEST_KEK))
     counts = [await fetchval(owner, sealed, key_id)]
     for i in range(3000):
-        await ring.fresh()
-        ring.encrypt(Purpose.RESULT, b"value", str(i).encode())
+        async with ring.sealing():
+            ring.encrypt(Purpose.RESULT, b"value", str(i).encode())
         if (count := await fetchval(owner, sealed, key_id)) != counts[-1]:
             counts.append(count)
     # Reserved ahead in growing blocks, always more than sealed: 3 round trips for 3000 seals.
@@ -226,15 +226,15 @@ async def test_past_its_budget_a_key_seals_nothing_until_it_is_rotated(
         ring.encrypt(Purpose.RESULT, b"value", str(i).encode())
     with pytest.raises(errors.NonceBudgetExhausted, match="signoff keys rotate result"):
         ring.encrypt(Purpose.RESULT, b"value", b"one more")
-    await ring.fresh()  # asks for no more under that key
-    with pytest.raises(errors.NonceBudgetExhausted):
-        ring.encrypt(Purpose.RESULT, b"value", b"one more")
+    async with ring.sealing():  # asks for no more under that key
+        with pytest.raises(errors.NonceBudgetExhausted):
+            ring.encrypt(Purpose.RESULT, b"value", b"one more")
     await ring.rotate(Purpose.RESULT)
     sealed = ring.encrypt(Purpose.RESULT, b"value", b"after")
-    assert ring.decrypt(Purpose.RESULT, sealed, b"after", "after") == b"value"
+    assert await ring.decrypt(Purpose.RESULT, sealed, b"after", "after") == b"value"
 
 
-async def test_seals_beyond_the_reservation_run_on_credit_the_next_fresh_counts(
+async def test_seals_beyond_the_reservation_run_on_credit_the_next_sealing_counts(
     owner: Database,
 ) -> None:
     sealed = "SELECT sealed FROM data_keys WHERE key_id = $1"
@@ -243,11 +243,12 @@ async def test_seals_beyond_the_reservation_run_on_credit_the_next_fresh_counts(
     before = await fetchval(owner, sealed, key_id)
     for i in range(MIN_LEFT + MAX_CREDIT):  # what it reserved, then all the credit it gets
         ring.encrypt(Purpose.CHECKPOINT, b"v", str(i).encode())
-    with pytest.raises(errors.NoNonceReservation, match="fresh"):
+    with pytest.raises(errors.NoNonceReservation, match="sealing"):
         ring.encrypt(Purpose.CHECKPOINT, b"v", b"one more")
-    await ring.fresh()  # counts the credit and reserves the next block (2048)
-    assert await fetchval(owner, sealed, key_id) == before + MAX_CREDIT + 2048  # type: ignore[operator]
-    ring.encrypt(Purpose.CHECKPOINT, b"v", b"one more")
+    async with ring.sealing():  # counts the credit and reserves the next block (2048)
+        counted = await fetchval(owner, sealed, key_id)
+        ring.encrypt(Purpose.CHECKPOINT, b"v", b"one more")
+    assert counted == before + MAX_CREDIT + 2048  # type: ignore[operator]
 
 
 # -- every write through the key functions ---------------------------------------------------------
@@ -290,7 +291,7 @@ async def test_a_worker_login_writes_no_key_and_still_seals(
         async with await Database.connect(url) as worker:
             ring = await KeyRing.open(worker, LocalKek(TEST_KEK), create_missing=False)
             sealed = ring.encrypt(Purpose.RESULT, b"refund 120 EUR", b"call:r/c")
-            assert ring.decrypt(Purpose.RESULT, sealed, b"call:r/c", "c") == b"refund 120 EUR"
+            assert await ring.decrypt(Purpose.RESULT, sealed, b"call:r/c", "c") == b"refund 120 EUR"
             with pytest.raises(errors.DatabaseError):
                 await ring.rotate(Purpose.RESULT)
     assert await fetchval(owner, RESULT_KEY) == key_id

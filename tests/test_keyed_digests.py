@@ -32,7 +32,7 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.keys.digests import digest_key_id, matches, text_digest
 from ledger.store import Database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 
 ORDER_ID = "A-1042"
 ARGS = {"order_id": ORDER_ID, "amount": 120.0}

@@ -70,16 +70,45 @@ async def test_ciphertexts_carry_their_key_id_and_are_bound_to_their_place(
     sealed = ring.encrypt(Purpose.RESULT, b"refund 120 EUR", b"call:run-1/c1")
     assert key_id_of(sealed) == ring.active_key_id(Purpose.RESULT)
     assert b"refund" not in sealed
-    assert ring.decrypt(Purpose.RESULT, sealed, b"call:run-1/c1", "call c1") == b"refund 120 EUR"
+    assert (
+        await ring.decrypt(Purpose.RESULT, sealed, b"call:run-1/c1", "call c1") == b"refund 120 EUR"
+    )
     with pytest.raises(DecryptionFailed, match="call c2"):
-        ring.decrypt(Purpose.RESULT, sealed, b"call:run-1/c2", "call c2")
+        await ring.decrypt(Purpose.RESULT, sealed, b"call:run-1/c2", "call c2")
     tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
     with pytest.raises(DecryptionFailed):
-        ring.decrypt(Purpose.RESULT, tampered, b"call:run-1/c1", "call c1")
+        await ring.decrypt(Purpose.RESULT, tampered, b"call:run-1/c1", "call c1")
     with pytest.raises(UnknownKey, match="not a checkpoint key"):
-        ring.decrypt(Purpose.CHECKPOINT, sealed, b"call:run-1/c1", "call c1")
+        await ring.decrypt(Purpose.CHECKPOINT, sealed, b"call:run-1/c1", "call c1")
     with pytest.raises(UnknownKey, match="not a Signoff ciphertext"):
-        ring.decrypt(Purpose.RESULT, b"plain text", b"", "call c1")
+        await ring.decrypt(Purpose.RESULT, b"plain text", b"", "call c1")
+
+
+async def test_sealing_with_current_sees_a_rotation_made_elsewhere_at_once(
+    keys_db: Database,
+) -> None:
+    kek = new_kek()
+    worker = await KeyRing.open(keys_db, kek, create_missing=True)
+    worker.refresh_seconds = 3600.0  # its cache would otherwise hold the old key this long
+    admin = await KeyRing.open(keys_db, kek)
+    old_key = worker.active_key_id(Purpose.VALUE_MAC)
+    new_key = await admin.rotate(Purpose.VALUE_MAC)
+    async with worker.sealing():
+        assert worker.active_key_id(Purpose.VALUE_MAC) == old_key
+    async with worker.sealing(current=Purpose.VALUE_MAC):
+        assert worker.value_mac(b"x")[0] == new_key
+
+
+async def test_sealing_loads_a_named_key_made_elsewhere(keys_db: Database) -> None:
+    kek = new_kek()
+    worker = await KeyRing.open(keys_db, kek, create_missing=True)
+    worker.refresh_seconds = 3600.0
+    admin = await KeyRing.open(keys_db, kek)
+    new_key = await admin.rotate(Purpose.VALUE_MAC)
+    with pytest.raises(UnknownKey):
+        worker.value_mac(b"x", new_key)
+    async with worker.sealing(keys=[(new_key, Purpose.VALUE_MAC)]):
+        assert worker.value_mac(b"x", new_key) == admin.value_mac(b"x", new_key)
 
 
 async def test_rotation_reaches_a_running_process_and_old_data_still_opens(
@@ -87,15 +116,15 @@ async def test_rotation_reaches_a_running_process_and_old_data_still_opens(
 ) -> None:
     kek = new_kek()
     worker = await KeyRing.open(keys_db, kek, create_missing=True)
-    worker.refresh_seconds = 0.0  # refresh on every `fresh()`
+    worker.refresh_seconds = 0.0  # refresh on every `sealing()`
     admin = await KeyRing.open(keys_db, kek)
     old_sealed = worker.encrypt(Purpose.CHECKPOINT, b"old", b"ctx")
     old_key = worker.active_key_id(Purpose.CHECKPOINT)
     new_key = await admin.rotate(Purpose.CHECKPOINT)
     assert new_key != old_key
-    await worker.fresh()
-    assert key_id_of(worker.encrypt(Purpose.CHECKPOINT, b"new", b"ctx")) == new_key
-    assert worker.decrypt(Purpose.CHECKPOINT, old_sealed, b"ctx", "row") == b"old"
+    async with worker.sealing():
+        assert key_id_of(worker.encrypt(Purpose.CHECKPOINT, b"new", b"ctx")) == new_key
+    assert await worker.decrypt(Purpose.CHECKPOINT, old_sealed, b"ctx", "row") == b"old"
     states = {k.key_id: k.state for k in admin.all_keys()}
     assert (states[old_key], states[new_key]) == (KeyState.DECRYPT_ONLY, KeyState.ACTIVE)
 
@@ -104,7 +133,7 @@ async def test_rotation_reaches_a_running_process_and_old_data_still_opens(
     await admin.retire(old_key)
     await worker.refresh()
     with pytest.raises(UnknownKey, match="retired"):
-        worker.decrypt(Purpose.CHECKPOINT, old_sealed, b"ctx", "row")
+        await worker.decrypt(Purpose.CHECKPOINT, old_sealed, b"ctx", "row")
     assert worker.active_key_id(Purpose.CHECKPOINT) == new_key, "retired keys never encrypt"
     types = [e.type for e in await Journal(keys_db).read_stream("keys:checkpoint")]
     assert types == ["key.created", "key.rotated", "key.retired"]
@@ -117,7 +146,7 @@ async def test_a_key_created_elsewhere_is_found_without_waiting(keys_db: Databas
     writer = await KeyRing.open(keys_db, kek)
     await writer.rotate(Purpose.RESULT)
     sealed = writer.encrypt(Purpose.RESULT, b"x", b"ctx")
-    assert await reader.decrypt_fresh(Purpose.RESULT, sealed, b"ctx", "row") == b"x"
+    assert await reader.decrypt(Purpose.RESULT, sealed, b"ctx", "row") == b"x"
 
 
 async def test_a_wrong_kek_names_the_kek_needed_and_writes_nothing(keys_db: Database) -> None:
@@ -180,7 +209,7 @@ async def test_rewrap_moves_every_key_to_a_new_kek_at_once(keys_db: Database) ->
     with pytest.raises(KekMismatch):
         await KeyRing.open(keys_db, old)
     reopened = await KeyRing.open(keys_db, new)
-    assert reopened.decrypt(Purpose.CHECKPOINT, sealed, b"ctx", "row") == b"state"
+    assert await reopened.decrypt(Purpose.CHECKPOINT, sealed, b"ctx", "row") == b"state"
     kek_ids = await count(
         keys_db,
         "SELECT count(DISTINCT kek_id) FROM data_keys WHERE purpose <> 'decision_signing'",

@@ -25,7 +25,7 @@ from approvals import ApprovalAlreadyDecided, ApprovalStatus, Decision, Decision
 from ledger.keys import LocalKek
 from tests.support.scratch import scratch_database
 
-from .agents import (
+from .support.agents import (
     SCRIPTS,
     Effects,
     Graph,
@@ -43,7 +43,7 @@ from .agents import (
     summary,
     thread,
 )
-from .processes import TEST_KEK, finish, kek_env, run_cli, start_program
+from .support.processes import TEST_KEK, finish, kek_env, run_cli, start_program
 
 KINDS = pytest.mark.parametrize("kind", list(Kind), ids=[k.value for k in Kind])
 ASK = "Please refund order A7."
@@ -99,9 +99,9 @@ async def refunds(harness: Harness, thread_id: str) -> list[dict[str, Any]]:
 async def resume_in_a_worker(
     url: str, kind: Kind, approval_id: str, value: str, *options: str
 ) -> dict[str, Any]:
-    """`tests.agent_workers resume` in its own process; what it printed."""
+    """`tests.support.agent_workers resume` in its own process; what it printed."""
     worker = await start_program(
-        "tests.agent_workers",
+        "tests.support.agent_workers",
         "resume",
         url,
         kind.value,
@@ -489,7 +489,7 @@ async def test_sigkill_during_a_single_attempt_write_surfaces_outcome_unknown_no
 
     # A worker resumes the thread; the refund records its effect, then sleeps: kill it there.
     victim = await start_program(
-        "tests.agent_workers",
+        "tests.support.agent_workers",
         "resume",
         agents_url,
         kind.value,

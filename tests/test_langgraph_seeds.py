@@ -2,7 +2,7 @@
 StateGraphs, encrypted checkpoints on real PostgreSQL, the graphs on a worker's login (only
 `signoff_app`), decisions made by the owner's store, and resumes in other OS processes.
 
-What runs is counted in a side-effect file (`tests.seed_graphs.Runs`): entries into nodes
+What runs is counted in a side-effect file (`tests.support.seed_graphs.Runs`): entries into nodes
 (LangGraph re-ran them) and the tools and steps inside them (Signoff ran those once)."""
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from ledger.keys import LocalKek, Purpose
 from ledger.store.logins import temporary_login
 from tests.support.scratch import scratch_database
 
-from .agents import Graph, Harness, calls_of, open_harness, thread
-from .processes import TEST_KEK, finish, kek_env, start_program
-from .seed_graphs import (
+from .support.agents import Graph, Harness, calls_of, open_harness, thread
+from .support.processes import TEST_KEK, finish, kek_env, start_program
+from .support.seed_graphs import (
     ORDERS,
     REFUNDS,
     SPECS,
@@ -86,9 +86,9 @@ def new_thread(what: str) -> str:
 
 
 async def resume_elsewhere(url: str, graph: str, thread_id: str, runs: Runs) -> dict[str, Any]:
-    """`tests.seed_workers` resumes the thread in its own process; what it printed."""
+    """`tests.support.seed_workers` resumes the thread in its own process; what it printed."""
     process = await start_program(
-        "tests.seed_workers", url, graph, thread_id, str(runs.path), env=kek_env()
+        "tests.support.seed_workers", url, graph, thread_id, str(runs.path), env=kek_env()
     )
     result: dict[str, Any] = json.loads((await finish(process, within=60)).splitlines()[-1])
     return result
@@ -217,7 +217,7 @@ async def test_a_send_whose_process_died_mid_call_is_not_run_again(
 
     # A worker resumes; the refund records its run, then sleeps: kill the worker there.
     victim = await start_program(
-        "tests.seed_workers",
+        "tests.support.seed_workers",
         *(worker_url, "fan-out", thread_id, str(runs.path), "60", "1"),
         env=kek_env(),
     )
@@ -394,7 +394,7 @@ async def test_a_one_use_node_whose_process_died_mid_step_does_not_run_it_again(
     await owner.store.decide(pause.value["approval_id"], Decision.approve(), "alice")
 
     victim = await start_program(
-        "tests.seed_workers",
+        "tests.support.seed_workers",
         *(worker_url, "settle-async", thread_id, str(runs.path), "60", "1"),
         env=kek_env(),
     )

@@ -50,10 +50,18 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 from tests.support.scratch import scratch_database
 
-from .agents import EFFECTS_TABLE, Harness, Kind, answer_all, effects_of, requests_of, thread
-from .checkpoint_workers import review_graph
-from .processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
-from .welt_workers import addressed
+from .support.agents import (
+    EFFECTS_TABLE,
+    Harness,
+    Kind,
+    answer_all,
+    effects_of,
+    requests_of,
+    thread,
+)
+from .support.checkpoint_workers import review_graph
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .support.welt_workers import addressed
 
 _ROWS = {
     "signoff_commit_call": ("tool_calls", CallProjection.row_parameters),
@@ -162,7 +170,7 @@ async def test_a_worker_asks_a_reviewer_decides_and_the_worker_runs_the_call_onc
     spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
     approval = await ask(worker.store, spec, call, "agent")
     waiting = asyncio.ensure_future(await_final(worker.store, approval.approval_id, 30))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # lets the wait start first (it must end decided either way)
     await decide_once(reviewer.store, approval.approval_id, Decision.edit({"amount": 2}), "alice")
     assert (await waiting).status is ApprovalStatus.EDITED
     first = await run(worker.ledger, worker.store, spec, call, tool, approval.approval_id)
@@ -192,7 +200,7 @@ async def test_a_workers_own_approval_steps_need_only_the_worker_role(
     await reviewer.store.decide(approved, Decision.approve(), "alice")
     assert (await worker.store.consume(approved, "task-1")).consumed_by == "task-1"
     lapsing = await asked(ApprovalPolicy(expires_in=timedelta(milliseconds=200)))
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # what is tested: the expiry passes by the server's clock
     assert (await worker.store.wait(lapsing, 5)).status is ApprovalStatus.EXPIRED
     withdrawn = await asked(ApprovalPolicy())
     assert (await worker.store.cancel(withdrawn, "agent")).status is ApprovalStatus.CANCELLED
@@ -214,7 +222,7 @@ async def test_a_lapsed_single_attempt_call_is_outcome_unknown_and_a_reviewer_re
     task.cancel()  # the worker dies with the call running; its lease lapses
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(1.2)  # what is tested: the lease lapses by the server's clock
 
     async def never(args: dict[str, Any], context: CallContext) -> str:
         raise AssertionError("a write that may have happened is not repeated")

@@ -28,7 +28,7 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 
-from .processes import TEST_KEK, kek_env, run_cli
+from .support.processes import TEST_KEK, kek_env, run_cli
 
 FUTURE_TXID = 9_000_000_000_000  # far beyond any transaction id this server will hand out
 

@@ -8,7 +8,7 @@ import json
 import sys
 import textwrap
 
-from .processes import ROOT, kek_env, run_cli
+from .support.processes import ROOT, kek_env, run_cli
 
 # A user's script: open the database and the key ring (which log at DEBUG and INFO), then log a
 # warning of our own through the library, with an id bound.

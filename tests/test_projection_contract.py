@@ -26,7 +26,7 @@ from ledger.keys.values import as_text, seal_value
 from ledger.store import Database
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 
 Commit = tuple[str, list[NewEvent], dict[str, Any]]  # stream, events, extra named values
 

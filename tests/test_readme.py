@@ -1,19 +1,22 @@
-"""Every ```python block of README.md runs as written, against a database of its own, and does
-what the README says it does.
+"""Every ```python block of README.md and of the documentation's pages (docs/pages/**/*.md) runs
+as written, against a database of its own, and does what the text says it does.
 
-- Blocks are cut from README.md as they are, and run with top-level await; a traceback points
-  at the README's own lines. Each runs in a fresh namespace on a fresh scratch database
+- Blocks are cut from the Markdown as they are, and run with top-level await; a traceback points
+  at the page's own lines. Each runs in a fresh namespace on a fresh scratch database
   (migrated), with `SIGNOFF_DATABASE_URL` pointing at it and the session's KEK as `SIGNOFF_KEK`,
   so `Database.from_env()` and `KeyRing.open(db)` in a block open that database.
 - A block may use the names it lists in `CASES` without defining them; `Given` supplies each as
   a real object on that database (see its docstring). Everything else the block imports or
   defines itself.
-- Every block has an entry in `CASES`, keyed `<section> #<n>` (the n-th block under that `##`
-  heading), whose check looks at what the block did: a block that runs but does nothing fails.
+- Every block has an entry in `CASES`, keyed `<page>:<section> #<n>` (the n-th block under
+  that `#` or `##` heading of README.md, or of a page named by its path under docs/pages),
+  whose check looks at what the block did: a block that runs but does nothing fails.
   A block without an entry, or an entry without a block, fails the suite.
 - A block that cannot run here is marked on the line before its fence with
   `<!-- readme-test: needs VARIABLE -->`: it is compiled always and run only when that variable
   is set. A block that continues another one (`follows`) runs in the namespace that one left.
+- A block that is a whole program (`as_script`) runs as `python file.py` would run it: as
+  `__main__`, in a thread of its own where its `asyncio.run` starts its own event loop.
 - Other blocks (sh, text, no language) are not run: the CLI has tests of its own.
 """
 
@@ -51,9 +54,11 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = ROOT / "docs" / "pages"
 MARKER = re.compile(r"<!--\s*readme-test:(.*?)-->")
 NEEDS = re.compile(r"\s*needs ([A-Z][A-Z0-9_]*)\s*")
 
@@ -65,22 +70,25 @@ Namespace = dict[str, Any]
 
 @dataclass(frozen=True)
 class Block:
-    """One ```python block: `key` is `<section> #<n>`, `line` the README line of its first line
-    of code, `needs` the environment variable it needs to run (None: it always runs)."""
+    """One ```python block: `key` is `<page>:<section> #<n>`, `line` the page's line of its
+    first line of code, `needs` the environment variable it needs to run (None: it always
+    runs), `file` the page it is on."""
 
     key: str
     line: int
     source: str
     needs: str | None = None
+    file: Path = README
 
     def compiled(self) -> Any:
-        # Blank lines in front, so a traceback names the README's own line numbers.
+        # Blank lines in front, so a traceback names the page's own line numbers.
         padded = "\n" * (self.line - 1) + self.source
-        return compile(padded, str(README), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        return compile(padded, str(self.file), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
 
-def python_blocks(text: str) -> list[Block]:
-    """The ```python blocks of a Markdown text, in order.
+def python_blocks(text: str, page: str | None = None, file: Path = README) -> list[Block]:
+    """The ```python blocks of a Markdown text, in order, keyed `<page>:<section> #<n>` (just
+    `<section> #<n>` without a page).
 
     Raises:
         ValueError: a block is not closed, or a readme-test marker is not one this test knows
@@ -94,41 +102,58 @@ def python_blocks(text: str) -> list[Block]:
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
-        if line.startswith("## "):
-            section = line[3:].strip()
+        if line.startswith(("# ", "## ")):
+            section = line.lstrip("#").strip()
         found = MARKER.fullmatch(stripped)
         if found:
             marker = (i + 1, found.group(1))
         elif stripped.startswith("```"):
             end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
             if end is None:
-                raise ValueError(f"README line {i + 1}: a code block is never closed")
+                raise ValueError(f"{file.name} line {i + 1}: a code block is never closed")
             language = stripped[3:].strip()
             if language.startswith("py") and language != "python":
-                raise ValueError(f"README line {i + 1}: write ```python, not {stripped}")
+                raise ValueError(f"{file.name} line {i + 1}: write ```python, not {stripped}")
             if language == "python":
                 counts[section] = counts.get(section, 0) + 1
                 needs = None
                 if marker is not None:
                     wanted = NEEDS.fullmatch(marker[1])
                     if wanted is None:
-                        raise ValueError(f"README line {marker[0]}: unknown marker {marker[1]!r}")
+                        raise ValueError(
+                            f"{file.name} line {marker[0]}: unknown marker {marker[1]!r}"
+                        )
                     needs = wanted.group(1)
                 source = "\n".join(lines[i + 1 : end]) + "\n"
-                blocks.append(Block(f"{section} #{counts[section]}", i + 2, source, needs))
+                key = f"{section} #{counts[section]}"
+                key = key if page is None else f"{page}:{key}"
+                blocks.append(Block(key, i + 2, source, needs, file))
             elif marker is not None:
-                raise ValueError(f"README line {marker[0]}: the marker stands before {stripped}")
+                raise ValueError(
+                    f"{file.name} line {marker[0]}: the marker stands before {stripped}"
+                )
             marker = None
             i = end
         elif stripped and marker is not None:
-            raise ValueError(f"README line {marker[0]}: the marker stands before no code block")
+            raise ValueError(
+                f"{file.name} line {marker[0]}: the marker stands before no code block"
+            )
         i += 1
     if marker is not None:
-        raise ValueError(f"README line {marker[0]}: the marker stands before no code block")
+        raise ValueError(f"{file.name} line {marker[0]}: the marker stands before no code block")
     return blocks
 
 
-BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+def documented_blocks() -> list[Block]:
+    """The blocks of README.md, then of every page of the documentation, by path."""
+    blocks = python_blocks(README.read_text(encoding="utf-8"), README.name)
+    for file in sorted(PAGES.rglob("*.md")):
+        page = file.relative_to(PAGES).as_posix()
+        blocks += python_blocks(file.read_text(encoding="utf-8"), page, file)
+    return blocks
+
+
+BLOCKS = documented_blocks()
 BY_KEY = {b.key: b for b in BLOCKS}
 
 
@@ -160,7 +185,7 @@ SLACK_USER = "slack:T0001:U0B055"
 
 
 class Given:
-    """The names README blocks use without defining them, each a real object on the block's
+    """The names blocks use without defining them, each a real object on the block's
     own database. A block gets only the names its `CASES` entry lists.
 
     - `db`, `ring`: the database (a `Database`) and its key ring under the session's KEK.
@@ -281,6 +306,21 @@ class Given:
 
 
 # -- what each block must have done ---------------------------------------------------------------
+
+
+async def the_agent_file_refunded_once_after_alice_approved(ns: Namespace, given: Given) -> None:
+    async with given.db.connection() as conn:
+        calls = await conn.fetch("SELECT run_id, tool, status, approved_by FROM tool_calls")
+        approvals = await conn.fetch("SELECT run_id, tool, status, consumed_by FROM approvals")
+    [run] = {c["run_id"] for c in calls}
+    assert run.startswith("support-")
+    assert sorted((c["tool"], c["status"], list(c["approved_by"])) for c in calls) == [
+        ("lookup_order", "succeeded", []),
+        ("refund", "succeeded", ["alice"]),
+    ]
+    [approval] = approvals
+    assert (approval["run_id"], approval["tool"], approval["status"]) == (run, "refund", "approved")
+    assert approval["consumed_by"] == f"{run}/call-refund"  # the refund used it, once
 
 
 async def the_event_is_in_its_stream(ns: Namespace, given: Given) -> None:
@@ -440,38 +480,53 @@ async def slack_is_asked_about_the_refund(ns: Namespace, given: Given) -> None:
 
 @dataclass(frozen=True)
 class Case:
-    """What a block may use without defining it, what it must have done, and the block whose
-    namespace it continues (a snippet split in two)."""
+    """What a block may use without defining it, what it must have done, the block whose
+    namespace it continues (a snippet split in two), and whether it is a whole program."""
 
     given: tuple[str, ...]
     check: Callable[[Namespace, Given], Awaitable[None]]
     follows: str | None = None
+    as_script: bool = False
 
+
+DEX, AGENT_SESSIONS = "guides/dex.md:Dex", "guides/dex.md:Agent sessions"
+LANGGRAPH = "guides/langgraph.md"
 
 CASES: dict[str, Case] = {
-    "The journal #1": Case((), the_event_is_in_its_stream),
-    "The tool-call ledger #1": Case(
+    "README.md:Add Signoff to your LangGraph agent #1": Case(
+        (), the_agent_file_refunded_once_after_alice_approved, as_script=True
+    ),
+    "concepts/approvals.md:Approvals #1": Case(
+        ("db",), the_quorum_approved_and_the_approval_is_used
+    ),
+    "concepts/journal.md:The journal #1": Case((), the_event_is_in_its_stream),
+    "concepts/tool-call-ledger.md:The tool-call ledger #1": Case(
         ("db", "ring", "refund", "store", "approval_id"), the_refund_ran_once_with_its_approval
     ),
-    "Approvals #1": Case(("db",), the_quorum_approved_and_the_approval_is_used),
-    "LangGraph agents #1": Case(("db", "ring", "model", "tools"), the_agent_paused_at_the_refund),
-    "LangGraph agents #2": Case(
-        ("db", "ring", "tools", "signoff"), the_fan_out_and_the_one_use_node_ran_once
+    "guides/checkpoints.md:Checkpoints #1": Case(
+        ("builder", "inputs"), the_checkpoints_are_stored_encrypted
     ),
-    "LangGraph agents #3": Case(
-        ("db", "ring", "model", "tools", "signoff"), the_drop_in_asked_once_and_ran_the_refund
-    ),
-    "Checkpoints #1": Case(("builder", "inputs"), the_checkpoints_are_stored_encrypted),
-    "Dex #1": Case(
+    f"{DEX} #1": Case(
         ("db", "ring", "refund", "lookup", "addr", "cache"), the_worker_is_built_with_both_tools
     ),
-    "Dex #2": Case((), the_flow_ran_the_approved_refund, follows="Dex #1"),
-    "Dex #3": Case(
+    f"{DEX} #2": Case((), the_flow_ran_the_approved_refund, follows=f"{DEX} #1"),
+    f"{AGENT_SESSIONS} #1": Case(
         ("db", "ring", "model", "tools", "signoff", "addr", "cache"),
         the_session_worker_finds_the_agents_tools,
     ),
-    "Dex #4": Case((), the_session_refunded_once_after_approval, follows="Dex #3"),
-    "Welt #1": Case(
+    f"{AGENT_SESSIONS} #2": Case(
+        (), the_session_refunded_once_after_approval, follows=f"{AGENT_SESSIONS} #1"
+    ),
+    f"{LANGGRAPH}:LangGraph agents #1": Case(
+        ("db", "ring", "model", "tools"), the_agent_paused_at_the_refund
+    ),
+    f"{LANGGRAPH}:Fan-outs and your own nodes #1": Case(
+        ("db", "ring", "tools", "signoff"), the_fan_out_and_the_one_use_node_ran_once
+    ),
+    f"{LANGGRAPH}:In place of HumanInTheLoopMiddleware #1": Case(
+        ("db", "ring", "model", "tools", "signoff"), the_drop_in_asked_once_and_ran_the_refund
+    ),
+    "guides/welt.md:Welt #1": Case(
         ("db", "ring", "model", "tools", "signoff", "store", "payload", "runtime_user_id"),
         slack_is_asked_about_the_refund,
     ),
@@ -481,8 +536,13 @@ CASES: dict[str, Case] = {
 # -- running them ---------------------------------------------------------------------------------
 
 
-async def run_block(block: Block, ns: Namespace) -> None:
-    """Run a block as written, with top-level await, in `ns`."""
+async def run_block(block: Block, ns: Namespace, as_script: bool = False) -> None:
+    """Run a block as written, with top-level await, in `ns`; a whole program as `__main__`,
+    in a thread of its own (its `asyncio.run` needs a thread with no event loop)."""
+    if as_script:
+        ns["__name__"] = "__main__"
+        await asyncio.to_thread(exec, block.compiled(), ns)
+        return
     result = eval(block.compiled(), ns)
     if inspect.iscoroutine(result):
         await result
@@ -522,9 +582,9 @@ async def scratch_url(server_url: str, monkeypatch: pytest.MonkeyPatch) -> Async
         yield url
 
 
-def test_every_python_block_of_the_readme_has_a_check() -> None:
-    assert BLOCKS, "README.md has no ```python block"
-    assert [b.key for b in BLOCKS] == list(CASES), "README blocks and CASES differ"
+def test_every_python_block_of_the_readme_and_the_docs_has_a_check() -> None:
+    assert BLOCKS, "README.md and the docs have no ```python block"
+    assert [b.key for b in BLOCKS] == list(CASES), "the blocks and CASES differ"
     for key, case in CASES.items():
         assert case.follows is None or case.follows in BY_KEY, key
         unknown = [n for n in case.given if not hasattr(Given, f"given_{n}")]
@@ -532,16 +592,17 @@ def test_every_python_block_of_the_readme_has_a_check() -> None:
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.key for b in BLOCKS])
-def test_every_python_block_of_the_readme_compiles(block: Block) -> None:
+def test_every_python_block_of_the_readme_and_the_docs_compiles(block: Block) -> None:
     block.compiled()
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.key for b in BLOCKS])
-async def test_a_readme_block_runs_as_written_and_does_what_it_says(
+async def test_a_documented_block_runs_as_written_and_does_what_it_says(
     block: Block, scratch_url: str, tmp_path: Path
 ) -> None:
     if block.needs and not os.environ.get(block.needs):
-        pytest.skip(f"compiled only: README line {block.line} needs {block.needs} to run")
+        where = block.file.relative_to(ROOT)
+        pytest.skip(f"compiled only: {where} line {block.line} needs {block.needs} to run")
     case = CASES[block.key]
     chain = [block]
     while CASES[chain[0].key].follows:
@@ -552,7 +613,7 @@ async def test_a_readme_block_runs_as_written_and_does_what_it_says(
         try:
             for part in chain:
                 ns.update(await given.namespace(CASES[part.key].given))
-                await run_block(part, ns)
+                await run_block(part, ns, CASES[part.key].as_script)
             await case.check(ns, given)
         finally:
             await close_what_it_opened(ns, given)
@@ -571,6 +632,15 @@ def test_blocks_are_keyed_by_section_and_a_marker_binds_the_next_block_only() ->
         Block("One #1", 3, "a = 1\n"),
         Block("One #2", 10, "b = 2\n", "SOME_SERVER"),
         Block("Two #1", 14, "c = 3\n"),
+    ]
+
+
+def test_a_page_keys_its_blocks_by_its_path_and_its_title_is_a_section() -> None:
+    page = PAGES / "guides" / "some.md"
+    text = "# Title\n```python\na = 1\n```\n## Part\n```python\nb = 2\n```\n"
+    assert python_blocks(text, "guides/some.md", page) == [
+        Block("guides/some.md:Title #1", 3, "a = 1\n", None, page),
+        Block("guides/some.md:Part #1", 7, "b = 2\n", None, page),
     ]
 
 

@@ -25,7 +25,7 @@ from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import TEST_KEK, CliResult, kek_env, run_cli
+from .support.processes import TEST_KEK, CliResult, kek_env, run_cli
 from .test_digest import settle
 from .test_ledger_verify import FUTURE_TXID, double, fill, forge_event
 

@@ -28,7 +28,7 @@ from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import TEST_KEK, kek_env, run_cli
+from .support.processes import TEST_KEK, kek_env, run_cli
 
 LEADS = frozenset({"group:leads"})
 

@@ -30,7 +30,7 @@ from ledger.journal.projection import facts, fold
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
-from .processes import TEST_KEK, kek_env, run_cli
+from .support.processes import TEST_KEK, kek_env, run_cli
 
 COMMA = "alice,mallory"
 

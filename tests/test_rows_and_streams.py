@@ -19,7 +19,7 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK
+from .support.processes import TEST_KEK
 
 WRITE = ToolPolicy(Effect.SINGLE_ATTEMPT)
 

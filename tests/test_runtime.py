@@ -152,7 +152,7 @@ async def test_an_expired_approval_takes_no_decision_not_even_a_repeated_vote(
     policy = ApprovalPolicy(quorum=2, expires_in=timedelta(seconds=0.3))
     approval = await asked(store, policy)
     await decide_once(store, approval.approval_id, Decision.approve(), "alice")
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(0.4)  # what is tested: the expiry passes by the server's clock
     with pytest.raises(ApprovalExpired):
         await decide_once(store, approval.approval_id, Decision.approve(), "alice")
     with pytest.raises(DecisionConflict, match="already expired"):
@@ -205,7 +205,7 @@ async def test_ask_wait_gate_execute_runs_the_tool_once_with_its_approval_consum
         await run(ledger, store, spec, call, refund, approval.approval_id)
 
     waiting = asyncio.ensure_future(await_final(store, approval.approval_id, 30))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # lets the wait start first (it must end decided either way)
     await decide_once(store, approval.approval_id, Decision.edit({"amount": 2}), "alice")
     final = await waiting
     assert ready(final) and final.status is ApprovalStatus.EDITED
@@ -231,7 +231,7 @@ async def test_an_expired_request_is_ready_and_runs_as_a_denial(
     spec = ToolSpec("refund", approval=ApprovalPolicy(expires_in=timedelta(seconds=0.2)))
     call = refund_call(new_run())
     approval = await ask(store, spec, call, "agent")
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # what is tested: the expiry passes by the server's clock
     assert ready(approval) and approval.status is ApprovalStatus.PENDING
     outcome = await run(ledger, store, spec, call, refund, approval.approval_id)
     assert outcome.status is CallStatus.DENIED

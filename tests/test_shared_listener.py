@@ -26,8 +26,8 @@ from ledger.store.embedded import ensure_server
 from ledger.store.notify import Listener
 from ledger.store.settings import Settings, WebhookSettings
 
-from .processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.embedded_homes import private_home
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 
 GUARD = 60.0  # seconds before a stuck wait fails the test; the polls would take an hour
 HOUR = 3600.0

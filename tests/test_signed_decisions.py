@@ -47,7 +47,7 @@ from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database, migrate
 from ledger.store.settings import Settings
 
-from .processes import TEST_KEK, kek_env, run_cli
+from .support.processes import TEST_KEK, kek_env, run_cli
 
 WRITE = ToolPolicy(Effect.SINGLE_ATTEMPT)
 LEADS = ApprovalPolicy(approvers=frozenset({"group:leads"}))
@@ -237,7 +237,7 @@ async def test_a_copied_signature_is_a_second_vote_of_the_same_reviewer(
     voted = await store.decide(approval.approval_id, Decision.approve(), LEAD_1.id)
     await _forge(db, voted, _data(voted.reviews[0], ["lead-1"]))  # replayed with final=True
     gate = approval_gate(store, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
-    with pytest.raises(PolicyViolation, match="approved twice"):
+    with pytest.raises(PolicyViolation, match="approved already"):
         await ledger.execute(call, Tool(), WRITE, gate=gate)
 
 

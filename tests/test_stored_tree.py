@@ -37,7 +37,7 @@ from ledger.store.settings import Settings
 from tests.support.http import token_for
 from tests.support.scratch import scratch_database
 
-from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
 from .test_digest import all_events, run_verifier, settle
 
 

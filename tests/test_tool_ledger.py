@@ -25,7 +25,7 @@ from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 
-from .processes import TEST_KEK, finish, kek_env, start_program
+from .support.processes import TEST_KEK, finish, kek_env, start_program
 
 READ, WRITE, IDEMPOTENT = (
     ToolPolicy(Effect.READ),
@@ -302,7 +302,7 @@ async def start_call(
     database_url: str, run_id: str, effect: Effect, sleep: float = 0.0, lease: float = 1.0
 ) -> asyncio.subprocess.Process:
     return await start_program(
-        "tests.tool_workers",
+        "tests.support.tool_workers",
         "execute",
         database_url,
         run_id,

@@ -65,9 +65,9 @@ from ledger.calls.model import CallStatus
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.db import open_raw_connection
-from tests.processes import TEST_KEK, finish, kek_env, start_program
+from tests.support.processes import TEST_KEK, finish, kek_env, start_program
 from tests.support.scratch import scratch_database
-from tests.welt_workers import (
+from tests.support.welt_workers import (
     SCRIPT,
     ScriptedModel,
     WeltHarness,
@@ -538,7 +538,7 @@ async def test_a_slack_user_the_policy_does_not_name_is_refused(store: ApprovalS
 
 async def test_a_late_answer_to_an_expired_approval_is_denied(store: ApprovalStore) -> None:
     approval = await requested(store, ApprovalPolicy(expires_in=timedelta(milliseconds=50)))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # what is tested: the expiry passes by the server's clock
     [outcome] = await deliver(store, fixture("answer_approve"), approval.approval_id)
 
     assert outcome.status is AnswerStatus.EXPIRED
@@ -640,7 +640,7 @@ def payload_file(tmp_path: Path, name: str, *ids: str) -> str:
 
 
 async def worker(*args: str) -> dict[str, Any]:
-    process = await start_program("tests.welt_workers", *args, env=kek_env())
+    process = await start_program("tests.support.welt_workers", *args, env=kek_env())
     result: dict[str, Any] = json.loads(await finish(process))
     return result
 

@@ -29,7 +29,7 @@ import pytest
 from ledger.store import migrate
 from tests.support.scratch import scratch_database
 
-from .processes import ROOT
+from .support.processes import ROOT
 
 # What the build reads: the metadata, the README it embeds, and the folders it packages.
 _SOURCES = ("pyproject.toml", "README.md", "ledger", "approvals", "adapters", "migrations")

@@ -23,7 +23,7 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 from tests.support.scratch import scratch_database
 
-from .processes import TEST_KEK, CliResult, kek_env, run_cli
+from .support.processes import TEST_KEK, CliResult, kek_env, run_cli
 from .test_digest import fill, run_verifier, settle
 
 ORIGIN = "example.com/signoff/witnessed"

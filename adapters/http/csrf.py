@@ -54,5 +54,5 @@ class CsrfKey:
             return False
         if hmac.compare_digest(self.token_for(credential).encode(), presented.encode()):
             return True
-        await self.ring.fresh()
-        return hmac.compare_digest(self.token_for(credential).encode(), presented.encode())
+        async with self.ring.sealing():
+            return hmac.compare_digest(self.token_for(credential).encode(), presented.encode())

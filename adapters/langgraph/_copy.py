@@ -104,9 +104,9 @@ async def _reseal(
     if parsed is None:
         raise UnsupportedCheckpoint(f"{env.describe(source)} {_NOT_SEALED}")
     serde_type, key_id = parsed
-    await sealer.ring.fresh()
     data = await sealer.open(key_id, serde_type, blob, source)
-    new_key_id, sealed = sealer.seal(serde_type, data, target)
+    async with sealer.ring.sealing():
+        new_key_id, sealed = sealer.seal(serde_type, data, target)
     return env.tag(serde_type, new_key_id), sealed
 
 
@@ -116,7 +116,7 @@ async def _reseal_document(
     if env.ENVELOPE not in document:
         raise UnsupportedCheckpoint(f"{env.describe(source)} {_NOT_SEALED}")
     key_id, serde_type, sealed = env.open_envelope(document, env.describe(source))
-    await sealer.ring.fresh()
     data = await sealer.open(key_id, serde_type, sealed, source)
-    new_key_id, new_sealed = sealer.seal(serde_type, data, target)
+    async with sealer.ring.sealing():
+        new_key_id, new_sealed = sealer.seal(serde_type, data, target)
     return {**document, env.ENVELOPE: env.envelope(serde_type, new_key_id, new_sealed)}

@@ -285,4 +285,4 @@ class CheckpointSealer:
         if sealed is None or key_id_of(sealed) != key_id:
             raise DecryptionFailed(key_id, f"{where}: its type tag and ciphertext disagree")
         associated = context(parts, serde_type)
-        return await self.ring.decrypt_fresh(Purpose.CHECKPOINT, sealed, associated, where)
+        return await self.ring.decrypt(Purpose.CHECKPOINT, sealed, associated, where)

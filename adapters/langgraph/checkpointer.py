@@ -234,7 +234,6 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Save a checkpoint, its new channel values and its metadata, encrypted."""
-        await self.ring.fresh()
         # Serializing in a thread keeps a large state from blocking the event loop, as
         # LangGraph's saver does for its blobs. Sealing runs here, on the loop: in the thread,
         # each of its calls that let go of the GIL (the cipher, the nonce from the OS) waited
@@ -242,7 +241,8 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         serialized = await asyncio.to_thread(
             self._serialize_put, config, checkpoint, metadata, new_versions
         )
-        row, rows = self._seal_put(serialized)
+        async with self.ring.sealing():
+            row, rows = self._seal_put(serialized)
         async with self._cursor(pipeline=True) as cur:
             if rows:
                 await cur.executemany(self.UPSERT_CHECKPOINT_BLOBS_SQL, rows)
@@ -321,7 +321,6 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
     ) -> None:
         """Save a task's pending writes, encrypted (serialized in a thread, sealed on the loop,
         as `aput` does; the statement is LangGraph's)."""
-        await self.ring.fresh()
         query = (
             self.UPSERT_CHECKPOINT_WRITES_SQL
             if all(w[0] in WRITES_IDX_MAP for w in writes)
@@ -330,7 +329,8 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         serialized = await asyncio.to_thread(self._serialize_writes, writes)
         configurable = config["configurable"]
         place = itemgetter("thread_id", "checkpoint_ns", "checkpoint_id")(configurable)
-        rows = self._seal_writes((*place, task_id, task_path), serialized)
+        async with self.ring.sealing():
+            rows = self._seal_writes((*place, task_id, task_path), serialized)
         async with self._cursor(pipeline=True) as cur:
             await cur.executemany(query, rows)
 
@@ -498,7 +498,6 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         return history
 
     async def _load_checkpoint_tuple(self, value: DictRow) -> CheckpointTuple:
-        await self.ring.fresh()
         return await self._rows.checkpoint_tuple(value)
 
     # Base helpers that decode database bytes without knowing their row: they cannot open

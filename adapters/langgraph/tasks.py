@@ -104,14 +104,14 @@ class SignoffToolTask:
         the store asked for its approval with, if either did (a rotation since), else under the
         active key."""
         ring = self.signoff.ledger.ring
-        # Not just `fresh()`: within its refresh interval after a rotation, this process would
-        # derive another id than one that has seen the new key, and run the call again.
-        await ring.fresh_active(Purpose.VALUE_MAC)
-        message = _TAG + canonical_json(args).encode()
-        ids = [
-            f"{self.tool.name}:{(await ring.value_mac_fresh(message, key_id))[:32]}"
-            for key_id in ring.live_key_ids(Purpose.VALUE_MAC)
-        ]
+        # `current`: within its refresh interval after a rotation, this process would derive
+        # another id than one that has seen the new key, and run the call again.
+        async with ring.sealing(current=Purpose.VALUE_MAC):
+            message = _TAG + canonical_json(args).encode()
+            ids = [
+                f"{self.tool.name}:{ring.value_mac(message, key_id)[1][:32]}"
+                for key_id in ring.live_key_ids(Purpose.VALUE_MAC)
+            ]
         run_id, older = run_id_of(config), ids[1:]  # older: the ids under decrypt-only keys
         for call_id in older:
             try:

@@ -147,7 +147,6 @@ async def take_digest(
     Raises:
         NoActiveKey: there is no active digest-signing key.
     """
-    await ring.fresh()
     async with db.connection() as conn:
         allowed = await may_integrate(conn)
     if allowed:
@@ -155,10 +154,11 @@ async def take_digest(
     async with _snapshot(db) as conn:
         view = await open_view(conn, progress=progress)
         root = await view.read(lambda reader: reader.root())
-    key_id = ring.active_key_id(Purpose.DIGEST_SIGNING)
     size, last_position, taken_at = view.size, view.last_position, view.taken_at
-    # The same cache, no await between: `sign` uses this very key.
-    _, signature = ring.sign(digest_message(size, root, last_position, taken_at, key_id))
+    async with ring.sealing():
+        key_id = ring.active_key_id(Purpose.DIGEST_SIGNING)
+        # The same cache, no await between: `sign` uses this very key.
+        _, signature = ring.sign(digest_message(size, root, last_position, taken_at, key_id))
     digest = Digest(size, root, last_position, taken_at, key_id, signature)
     return with_checkpoint(digest, ring, db.settings.log_origin)
 

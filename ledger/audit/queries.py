@@ -157,7 +157,6 @@ async def call_story(
         return story
     if ring is None:
         raise ConfigurationError("revealing needs the key ring")
-    await ring.fresh()
     reveal_stream = "reveal:" + call.stream_id.removeprefix("call:")
     await record_reveal(db, reveal_stream, reveal_by, run_id=run_id, call_id=call_id)
     async with db.connection() as conn:

@@ -74,7 +74,6 @@ async def resolution_problem(
 
 async def every_resolution_problem(db: Database, ring: KeyRing) -> list[ResolutionProblem]:
     """`resolution_problem` of every `call.resolved` event in the journal."""
-    await ring.fresh()
     async with db.connection() as conn:
         rows = await conn.fetch(sql.RESOLUTIONS)
     problems = []

@@ -213,17 +213,18 @@ class ToolLedger:
         """
         policy = policy or ToolPolicy()
         args_text = _validate(call, policy)
-        await self.ring.fresh()
-        request_digest = text_digest(self.ring, args_text)
-        while True:
-            step = await self._claim(call, policy, gate, request_digest, args_text)
-            if isinstance(step, _Replay):
-                return step.outcome
-            if isinstance(step, _Wait):
-                await self._wait(step.record)
-            elif isinstance(step, _Run):
-                return await self._run(step, fn)
-            # None: a concurrent claim won the insert; look again
+        # The ring readied for the digest, and for the seals and MACs of this call.
+        async with self.ring.sealing():
+            request_digest = text_digest(self.ring, args_text)
+            while True:
+                step = await self._claim(call, policy, gate, request_digest, args_text)
+                if isinstance(step, _Replay):
+                    return step.outcome
+                if isinstance(step, _Wait):
+                    await self._wait(step.record)
+                elif isinstance(step, _Run):
+                    return await self._run(step, fn)
+                # None: a concurrent claim won the insert; look again
 
     async def get(self, run_id: str, call_id: str) -> CallRecord:
         _check_id(run_id, "run_id")
@@ -294,10 +295,10 @@ class ToolLedger:
             raise InvalidToolCall(f"a note must be text without NUL or lone surrogates: {note!r}")
         if request_id is not None and name_problem(request_id, 200) is not None:
             raise InvalidToolCall("a request id is text of 1 to 200 characters")
-        await self.ring.fresh()
         self.ring.require_decision_signer()
         await self.reap()
-        async with self.db.transaction() as conn:
+        # The ring readied for the sealed note, its digest and the resolution's signature.
+        async with self.ring.sealing(), self.db.transaction() as conn:
             row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, run_id, call_id)
             if row is None:
                 raise UnknownCall(run_id, call_id)

@@ -3,11 +3,11 @@
 AES-256-GCM with random 96-bit nonces is safe for well under 2^32 messages per key (the chance
 of a repeated nonce grows with the square of the count). `data_keys.sealed` counts the messages
 sealed under each key, across every process. A process reserves counts in blocks before it seals
-(`KeyRing.refresh` and `KeyRing.fresh`, which callers await before they write), so sealing itself
+(`KeyRing.refresh`, and `KeyRing.sealing()` around the seals that follow), so sealing itself
 never waits for the database. Blocks start at `MIN_LEFT` and grow to `MAX_BLOCK`; a block
 reserved by a process that dies is lost, which only makes the count high.
 
-A caller that seals more between two awaits of `fresh()` than it had reserved (a re-encryption
+A caller that seals more within one `sealing()` block than it had reserved (a re-encryption
 batch, say) runs on credit, up to `MAX_CREDIT` messages, which the next reservation adds to the
 count; only a process that dies first leaves those uncounted, and the budget keeps half of 2^32
 in hand. Past `BUDGET` the ring refuses to seal under the key until it is rotated, and it logs a
@@ -28,10 +28,10 @@ __all__ = ["BUDGET", "MAX_BLOCK", "MAX_CREDIT", "MIN_LEFT", "NonceBudget"]
 BUDGET = 2**31
 """Messages one key may seal: half of 2^32."""
 MIN_LEFT = 1024
-"""Below this many messages left, `fresh()` reserves another block."""
+"""Below this many messages left, `sealing()` reserves another block."""
 MAX_BLOCK = 4096
 MAX_CREDIT = 65536
-"""Messages a process may seal beyond its reservation before its next `fresh()`."""
+"""Messages a process may seal beyond its reservation before its next `sealing()`."""
 
 
 @dataclass(slots=True)
@@ -53,7 +53,7 @@ class NonceBudget:
         self._lock = threading.Lock()
 
     def runs_low(self, key_ids: list[str]) -> bool:
-        """Whether any of these keys needs a reservation (what `fresh()` checks every time)."""
+        """Whether any of these keys needs a reservation (what `sealing()` checks every time)."""
         with self._lock:
             keys = [self._keys.get(k) for k in key_ids]
             return any(k is None or _low(k) for k in keys)
@@ -92,7 +92,7 @@ class NonceBudget:
         Raises:
             NonceBudgetExhausted: the key has sealed its budget; rotate it.
             NoNonceReservation: this process has sealed `MAX_CREDIT` messages beyond what it
-                reserved under the key since its last `fresh()`.
+                reserved under the key since it last entered `sealing()`.
         """
         with self._lock:
             key = self._keys.setdefault(key_id, _Key())

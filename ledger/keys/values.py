@@ -31,7 +31,7 @@ async def open_value(ring: KeyRing, stream_id: str, part: str, sealed: bytes) ->
         UnknownKey, DecryptionFailed: not ours, or altered, or sealed to another place.
     """
     context = _context(stream_id, part)
-    opened = await ring.decrypt_fresh(Purpose.RESULT, sealed, context.encode(), context)
+    opened = await ring.decrypt(Purpose.RESULT, sealed, context.encode(), context)
     return opened.decode()
 
 

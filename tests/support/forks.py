@@ -1,6 +1,6 @@
 """Test programs as forks of one process that has imported the libraries already.
 
-A test program (`python -m tests.hitl_workers ...`) spends most of its start importing
+A test program (`python -m tests.support.hitl_workers ...`) spends most of its start importing
 LangChain, LangGraph and the adapters: about 3 s of CPU, paid again by every worker a test
 starts. Here one process, started once per test session, imports them and then forks a child
 for each program: `runpy.run_module` runs the program as `python -m` would, in a real OS process

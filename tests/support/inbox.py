@@ -15,7 +15,7 @@ from adapters.http.service import Service, open_service
 from ledger.keys import LocalKek
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
-from tests.processes import TEST_KEK, TEST_REVIEWER_KEK
+from tests.support.processes import TEST_KEK, TEST_REVIEWER_KEK
 
 LENIENT = FailureLimit(1000)
 

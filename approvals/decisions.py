@@ -1,0 +1,307 @@
+"""Deciding and using approvals: decide, cancel, expire, consume.
+
+Decisions are signed by the reviewer side and checked by the one policy (`policy`); before a
+decision is consumed its stream is read and checked, signatures, MACs and policy, and the row
+must be the stream's fold: anything else is refused (`DecisionForged`, `PolicyViolation`).
+Inside a caller's transaction a consumer locks the row instead of racing, so the caller's later
+statements meet no conflict. Final decisions NOTIFY `signoff_approvals` (after commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from ledger.journal import NewEvent
+from ledger.journal.projection import Fact, fold, verify_projection
+from ledger.keys.digests import text_digest
+
+from .core import (
+    StoreCore,
+    _closing,
+    _committed,
+    _due,
+    _reason_part,
+    _reviewer,
+    _text,
+    log,
+)
+from .errors import (
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    ApprovalPending,
+    DecisionForged,
+    DecisionNotAllowed,
+    PolicyViolation,
+    UnknownApproval,
+)
+from .integrity import (
+    ProblemKind,
+    StreamProblem,
+    approval_problems,
+    as_facts,
+    sign_review,
+)
+from .model import (
+    Approval,
+    ApprovalStatus,
+    Decision,
+    DecisionKind,
+    Review,
+    Reviewer,
+    check_decision,
+    json_object,
+)
+from .policy import PolicyRule, policy_problem
+from .projection import APPROVALS, stream_of
+from .records import Read
+
+__all__ = ["Decisions"]
+
+
+class Decisions(StoreCore):
+    """Decisions on approvals and their single use."""
+
+    async def decide(
+        self,
+        approval_id: str,
+        decision: Decision,
+        reviewer: Reviewer | str,
+        *,
+        request_id: str | None = None,
+    ) -> Approval:
+        """Record one reviewer's decision. Final once the quorum approves or anyone rejects.
+
+        `request_id`, a client's id for this request (the HTTP service's), is recorded in the
+        `approval.decided` event, so a retry finds its answer (`decision_of_request`).
+
+        `reviewer` is the reviewer's id (normalised: `identity.reviewer_id`), or a `Reviewer`
+        without groups. Its groups are read from the reviewer directory with the approval it
+        decides, never taken from the caller: a policy's `group:<name>`
+        matches only a reviewer the directory puts in that group.
+
+        Raises:
+            UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
+            DecisionNotAllowed (policy; a reviewer outside the directory for a policy that
+            names groups), InvalidApprovalRequest (malformed decision; a `Reviewer` that
+            carries groups), InvalidReviewerId (a refused reviewer id),
+            ReviewerKekMissing (this store's ring cannot sign: an agent worker's).
+        """
+        _text(approval_id, "approval id")
+        if request_id is not None:
+            _text(request_id, "request id")
+        who = _reviewer(reviewer)
+        payload = self._decision_payload(decision)
+        self.ring.require_decision_signer()  # before anything is written, expiry included
+
+        async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            approval = read.approval
+            if approval.status is ApprovalStatus.PENDING and _due(approval):
+                return [_closing("approval.expired")]
+            deciding, policy = who, approval.policy
+            if not approval.status.final and policy.names_groups and who.id not in policy.approvers:
+                # Where a group could let this reviewer decide: its directory groups.
+                deciding = Reviewer(who.id, read.reviewer_groups or frozenset())
+            return [self._review(approval, decision, deciding, payload, request_id)]
+
+        async with self.ring.sealing():  # the step seals and signs the decision
+            approval, events = await self._advance(approval_id, step, reviewer=who.id)
+        if events[0].type == "approval.expired":
+            raise ApprovalExpired(approval_id)
+        log.info(
+            "approval decided",
+            approval_id=approval_id,
+            reviewer=who.id,
+            decision=str(decision.kind),
+            status=str(approval.status),
+        )
+        return approval
+
+    async def cancel(self, approval_id: str, by: str) -> Approval:
+        """Withdraw a pending request (it will never run)."""
+        _text(approval_id, "approval id")
+        _text(by, "by")
+
+        async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            if read.approval.status.final:
+                raise ApprovalAlreadyDecided(approval_id, f"already {read.approval.status}")
+            return [_closing("approval.cancelled", actor=by)]
+
+        approval, _ = await self._advance(approval_id, step)
+        return approval
+
+    async def consume(
+        self, approval_id: str, task_run_id: str, *, connection: asyncpg.Connection | None = None
+    ) -> Approval:
+        """Use the final decision, exactly once across all processes; returns the approval with
+        its `decision` (edited arguments and answers decrypted). An expired request is consumed
+        as a denial. Runs in `connection`'s transaction when given.
+
+        Raises:
+            UnknownApproval, ApprovalPending, ApprovalAlreadyDecided (used before),
+            DecisionForged / PolicyViolation (its stream does not prove its decision: nothing
+            is written, a warning is logged).
+        """
+        _text(approval_id, "approval id")
+        _text(task_run_id, "task_run_id")
+
+        async def step(conn: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            approval = read.approval
+            await self._proven(conn, approval, read.stream)
+            if approval.consumed:
+                raise ApprovalAlreadyDecided(
+                    approval_id,
+                    f"its decision was used already by {approval.consumed_by}",
+                    consumed_by=approval.consumed_by,
+                )
+            events = []
+            if approval.status is ApprovalStatus.PENDING:
+                if not _due(approval):
+                    raise ApprovalPending(approval_id)
+                events.append(_closing("approval.expired"))
+            at = datetime.now(UTC).isoformat()
+            consumed = {"task_run_id": task_run_id, "at": at}
+            events.append(NewEvent("approval.consumed", consumed, actor=task_run_id))
+            return events
+
+        # The events it appends are MACed: the ring readied for that.
+        async with self.ring.sealing():
+            if connection is None:
+                approval, _ = await self._advance(approval_id, step, stream=True)
+            else:  # the caller's transaction: the row locked until it ends, so no step races it
+                async with self.db.transaction(connection) as conn:
+                    read = await self.records.locked_with_stream(conn, approval_id)
+                    if read is None:
+                        raise UnknownApproval(approval_id)
+                    events = await step(conn, read)
+                    approval = _committed(
+                        await self.records.commit(conn, approval_id, read.approval, events)
+                    )
+        log.info("approval consumed", approval_id=approval_id, task_run_id=task_run_id)
+        return replace(approval, decision=await self.final_decision(approval))
+
+    async def problems(self, approval_id: str) -> list[StreamProblem]:
+        """What is wrong with one approval's stream (`integrity.approval_problems`)."""
+        _text(approval_id, "approval id")
+        events = await self.journal.read_stream(stream_of(approval_id))
+        return await approval_problems(self.ring, events)
+
+    async def verify_projection(self) -> list[str]:
+        """Rebuild every approval from its stream and compare with the `approvals` table;
+        return the differences (none when the projection is true to the journal)."""
+        return await verify_projection(self.db, APPROVALS)
+
+    async def _proven(
+        self, conn: asyncpg.Connection, approval: Approval, stream: Sequence[Fact]
+    ) -> None:
+        """Refuse an approval whose stream does not prove it: a bad or missing MAC or signature,
+        a policy its decisions break, a row that is not its stream's fold. Logged.
+
+        `stream` was read with the locked row, in a snapshot from before the lock: when it
+        does not prove the row, the stream is read again and only that verdict counts."""
+        approval_id = approval.approval_id
+        problems = await self._stream_problems(approval, stream) if stream else None
+        if problems is None or problems:
+            events = await self.journal.read_stream(stream_of(approval_id), connection=conn)
+            problems = await self._stream_problems(approval, as_facts(events))
+        if not problems:
+            return
+        first = problems[0]
+        log.warning(
+            "approval refused: its stream does not prove it",
+            approval_id=approval_id,
+            version=first.version,
+            problem=first.message,
+            problems=len(problems),
+        )
+        error = PolicyViolation if first.kind is ProblemKind.POLICY else DecisionForged
+        raise error(approval_id, f"refused: {first.message} (version {first.version})")
+
+    async def _stream_problems(
+        self, approval: Approval, stream: Sequence[Fact]
+    ) -> list[StreamProblem]:
+        problems = await approval_problems(self.ring, stream)
+        if not problems and fold(APPROVALS, stream) != approval:
+            problems = [
+                StreamProblem(
+                    approval.approval_id,
+                    approval.version,
+                    ProblemKind.FORGED,
+                    "its row is not its stream",
+                )
+            ]
+        return problems
+
+    def _decision_payload(self, decision: Decision) -> dict[str, Any]:
+        check_decision(decision)
+        if decision.kind is DecisionKind.EDIT:
+            return {"args_text": json_object(decision.args, "edited args")}
+        if decision.kind is DecisionKind.RESPOND:
+            return {"message": decision.message}
+        return {}
+
+    def _review(
+        self,
+        approval: Approval,
+        decision: Decision,
+        who: Reviewer,
+        payload: dict[str, Any],
+        request_id: str | None = None,
+    ) -> NewEvent:
+        """The `approval.decided` event for a decision the policy allows."""
+        approval_id, policy = approval.approval_id, approval.policy
+        if approval.status.final:
+            raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
+        at = datetime.now(UTC)  # the time the policy judges is the time signed
+        refusal = policy_problem(
+            policy,
+            decision.kind,
+            who,
+            earlier_approvers=approval.approvers,
+            requested_by=approval.requested_by,
+            at=at,
+            expires_at=approval.expires_at,
+        )
+        if refusal is not None:
+            hint = ""
+            if refusal.rule is PolicyRule.APPROVER and policy.names_groups:
+                hint = (
+                    " (groups are the reviewer directory's, and it puts this reviewer in none "
+                    "of the policy's)"
+                )
+            raise DecisionNotAllowed(approval_id, f"{refusal.message}{hint}")
+        approvers = set(approval.approvers)
+        edited, answer = payload.get("args_text"), payload.get("message")
+        review = Review(
+            reviewer=who.id,
+            decision=decision.kind,
+            at=at,
+            reason_sealed=None
+            if decision.reason is None
+            else self.records.seal(
+                decision.reason, approval_id, _reason_part(decision.kind, who.id)
+            ),
+            args_digest=None if edited is None else text_digest(self.ring, edited),
+            args_sealed=None
+            if edited is None
+            else self.records.seal(edited, approval_id, f"edit:{who.id}"),
+            message_sealed=None
+            if answer is None
+            else self.records.seal(answer, approval_id, "respond"),
+            groups=tuple(sorted(who.groups)),
+        )
+        review = sign_review(self.ring, approval.binding, approval_id, review)
+        final = decision.kind is not DecisionKind.APPROVE or len(approvers) + 1 >= policy.quorum
+        data = review.to_json() | {"final": final}
+        if who.groups:  # the directory's groups this decision was allowed by, for auditors
+            data["reviewer_groups"] = sorted(who.groups)
+        if final:
+            deciders = {*approvers, who.id} if decision.kind is DecisionKind.APPROVE else {who.id}
+            data["decided_by"] = sorted(deciders)
+        if request_id is not None:  # unsigned: it only names the client's request, for retries
+            data["request_id"] = request_id
+        return NewEvent("approval.decided", data, actor=who.id)
