@@ -73,7 +73,7 @@ class StoreCore:
         self.records = ApprovalRecorder(db, ring)
         self.poll_interval = poll_interval
         # Connects on first wait only: most processes never wait.
-        self._listener = Listener(db.url, NOTIFY_CHANNEL)
+        self._listener = Listener.shared(db, NOTIFY_CHANNEL)
         # New requests of this store, as recorded, with where the listener stood before they
         # were made: a wait that follows needs no first read while nothing was notified since.
         self._requested: dict[str, tuple[Approval, tuple[int, int]]] = {}

@@ -158,3 +158,93 @@ def test_adapters_build_no_task_run_id_of_their_own() -> None:
         if _TASK_RUN_ID.search(line)
     ]
     assert found == []
+
+
+# Adapters may import each other only along these arrows; every other adapter-to-adapter import
+# fails. `extras` (naming a missing extra), `terminal` (escaping for a screen) and `runtime` (the
+# one flow of a tool call) are shared by all; the rest:
+_ADAPTER_ARROWS = {
+    # The command line is the outermost layer: it serves, checkpoints, and runs the demo.
+    "cli": {"demo", "http", "langgraph"},
+    # The demo runs a LangGraph agent and decides through the HTTP service, on the library's
+    # public API; it never borrows the CLI's insides (the CLI imports the demo, not back).
+    "demo": {"http", "langgraph"},
+    # Dex sessions and Welt threads are LangGraph graphs underneath.
+    "dex": {"langgraph"},
+    "welt": {"langgraph"},
+}
+_SHARED_BY_ADAPTERS = {"extras", "terminal", "runtime"}
+
+
+def adapter_of(path_or_module: str) -> str:
+    """`adapters/cli/demo.py` or `adapters.cli.demo` -> `cli`; a top-level module's own name."""
+    parts = path_or_module.removesuffix(".py").replace("/", ".").split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def adapter_arrows() -> set[tuple[str, str]]:
+    """Every (importer, imported) pair of adapters, read from the imports."""
+    arrows: set[tuple[str, str]] = set()
+    for path in modules("adapters"):
+        source = adapter_of(str(path.relative_to(ROOT)))
+        for name in imported(path):
+            if name.startswith("adapters.") and (target := adapter_of(name)) != source:
+                arrows.add((source, target))
+    return arrows
+
+
+def forbidden_arrows(arrows: set[tuple[str, str]]) -> list[str]:
+    return sorted(
+        f"adapters.{source} imports adapters.{target}"
+        for source, target in arrows
+        if target not in _SHARED_BY_ADAPTERS and target not in _ADAPTER_ARROWS.get(source, set())
+    )
+
+
+def test_adapters_import_each_other_only_along_the_allowed_arrows() -> None:
+    arrows = adapter_arrows()
+    assert ("cli", "demo") in arrows  # the reader sees the lazy import of `signoff demo`
+    assert forbidden_arrows(arrows) == []
+
+
+def test_the_demo_importing_the_cli_would_fail() -> None:
+    # The import the demo once had: a cycle with the CLI's lazy import of the demo.
+    assert forbidden_arrows({("demo", "cli"), ("cli", "demo")}) == [
+        "adapters.demo imports adapters.cli"
+    ]
+
+
+def test_the_allowed_arrows_have_no_cycle() -> None:
+    def reaches(start: str, goal: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(
+            nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt}))
+            for nxt in _ADAPTER_ARROWS.get(start, set())
+        )
+
+    assert [a for a in _ADAPTER_ARROWS if reaches(a, a)] == []
+
+
+def private_imports(path: Path) -> list[str]:
+    """What `path` imports from Signoff's packages that is private: a `_name`, or a module
+    with a `_` segment (relative imports inside its own package are its own business)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        if node.module.split(".")[0] not in ("ledger", "approvals", "adapters"):
+            continue
+        parts = node.module.split(".")
+        names = [alias.name for alias in node.names]
+        found += [f"{node.module}.{n}" for n in names if n.startswith("_")]
+        found += [node.module] if any(p.startswith("_") for p in parts) else []
+    return found
+
+
+def test_the_demo_uses_only_the_public_api() -> None:
+    assert private_imports(ROOT / "tests" / "test_group_commit.py")  # the reader sees them
+    found = {
+        str(path.relative_to(ROOT)): names
+        for path in modules("adapters/demo")
+        if (names := private_imports(path))
+    }
+    assert found == {}

@@ -13,7 +13,8 @@ import pytest
 from ledger import DatabaseUnavailable, VersionConflict
 from ledger.calls import CallContext, CallStatus, ToolCall, ToolLedger
 from ledger.journal import Journal, NewEvent
-from ledger.journal.journal import _APPEND_CALL, append_arguments
+from ledger.journal._sql import APPEND_CALL as _APPEND_CALL
+from ledger.journal.journal import append_arguments
 from ledger.store import Database
 from ledger.store.db import open_raw_connection
 from ledger.store.group import HELD_GROUPS, GroupedCalls

@@ -480,3 +480,32 @@ async def test_the_export_pages_through_the_journal_with_hashes_that_recompute(
         "/v1/ledger/export", params={"after": 10**12}, headers=api.auditor
     )
     assert unknown.status_code == 422, unknown.text
+
+
+async def test_a_resolution_with_an_idempotency_key_records_it_and_replays_by_it(
+    api: Api, worker: ToolLedger, journal: Journal
+) -> None:
+    """Resolve as decide does: the key is in the `call.resolved` event; the same key again
+    gets the same answer and records nothing; the same key with another verdict is 409 (the
+    key names a request whose answer is recorded: the new body conflicts with that record, it
+    is not malformed); a new key for the settled call is a new request, and conflicts too."""
+    call = await unknown_call(worker)
+    key = {"Idempotency-Key": unique("resolve")}
+    body = resolution(call, request_id=None)  # the key in its header alone
+    first = await api.client.post("/v1/calls/resolve", json=body, headers=api.reviewer | key)
+    assert first.status_code == 200, first.text
+    stream = call_stream(call.run_id, call.call_id)
+    events = await journal.read_stream(stream)
+    assert events[-1].type == "call.resolved"
+    assert events[-1].data["request_id"] == key["Idempotency-Key"]
+
+    retry = await api.client.post("/v1/calls/resolve", json=body, headers=api.reviewer | key)
+    assert (retry.status_code, retry.json()) == (200, first.json())
+    assert retry.headers["idempotent-replayed"] == "true"
+    other = resolution(call, "failed", request_id=None)
+    changed = await api.client.post("/v1/calls/resolve", json=other, headers=api.reviewer | key)
+    assert changed.status_code == 409 and changed.json()["error"] == "conflict"
+    again = {"Idempotency-Key": unique("resolve")}
+    new = await api.client.post("/v1/calls/resolve", json=body, headers=api.reviewer | again)
+    assert new.status_code == 409 and new.json()["error"] == "conflict"
+    assert len(await journal.read_stream(stream)) == len(events)

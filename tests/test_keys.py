@@ -17,6 +17,7 @@ from ledger import ConfigurationError
 from ledger.errors import DecryptionFailed, KekMismatch, KekMissing, KeyStateError, UnknownKey
 from ledger.journal import Journal
 from ledger.keys import KeyRing, KeyState, LocalKek, Purpose, embedded_kek, key_id_of
+from ledger.keys.kek_files import kept_kek_folder, new_kept_kek
 from ledger.store import Database, migrate
 from ledger.store.embedded import ensure_server
 from ledger.store.settings import Settings
@@ -243,3 +244,28 @@ def test_kek_from_environment(tmp_path: Path) -> None:
     assert stat.S_IMODE(local.stat().st_mode) == 0o600
     again = embedded_kek(local)
     assert again.kek_id == created.kek_id
+
+
+async def test_a_kept_kek_file_opens_a_database_for_which_no_kek_is_configured(
+    fresh_database_url: str, tmp_path: Path
+) -> None:
+    """The one resolver (`ledger.keys.kek_files`): with no KEK configured, the key ring finds the
+    kept file named by the KEK its keys need (as `signoff demo` keeps one), never another."""
+    settings = Settings(database_url=fresh_database_url, embedded_home=tmp_path / "embedded")
+    async with await Database.connect(fresh_database_url, settings=settings) as db:
+        path, kek = new_kept_kek(settings)
+        assert path == kept_kek_folder(settings) / kek.kek_id and path.parent.name == "keks"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        await KeyRing.open(db, kek)  # the keys, wrapped by the kept KEK
+
+        found = await KeyRing.open(db, create_missing=False)
+        assert found.kek is not None and found.kek.kek_id == kek.kek_id
+
+        other_path, _ = new_kept_kek(settings)  # another kept KEK is never taken for it
+        path.unlink()
+        with pytest.raises(KekMissing) as caught:
+            await KeyRing.open(db, create_missing=False)
+        assert caught.value.needed == kek.kek_id
+        other_path.rename(path)  # a file under the id it does not hold
+        with pytest.raises(KekMissing):
+            await KeyRing.open(db, create_missing=False)

@@ -17,7 +17,8 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 
 from adapters.cli import main
-from adapters.demo.flow import Keys, _worker_env
+from adapters.demo.keys import Keys
+from adapters.demo.processes import worker_env as _worker_env
 from ledger import ConfigurationError
 from ledger.errors import KekMissing
 from ledger.keys import KeyRing, LocalKek
@@ -37,11 +38,11 @@ ALLOWED = {
         "kept = {k: v for k, v in os.environ.items() if _LOCALE_VARS.fullmatch(k)}",
     ): "the server and its tools get the caller's locale and time zone, nothing else",
     (
-        "flow.py",
+        "processes.py",
         'path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)',
     ): "the demo's worker processes get this environment, their settings come from it",
     (
-        "flow.py",
+        "processes.py",
         'env = {**os.environ, "PYTHONPATH": path, **keys.env}',
     ): "the demo's worker processes get this environment, their settings come from it",
 }

@@ -22,6 +22,7 @@ from ledger.audit.queries import (
 )
 from ledger.calls.model import CallStatus
 from ledger.calls.service import ToolLedger
+from ledger.journal.reader import newest_position
 from ledger.keys import KeyRing
 from ledger.store import Database
 
@@ -243,8 +244,7 @@ async def _export(args: argparse.Namespace) -> int:
 async def _events_after(db: Database, after: int) -> int:
     """About how many events follow `after` (positions have gaps; enough for a bar)."""
     async with db.connection() as conn:
-        last: int | None = await conn.fetchval("SELECT max(position) FROM events")
-    return max(0, (last or 0) - after)
+        return max(0, await newest_position(conn) - after)
 
 
 async def _resolve(args: argparse.Namespace) -> int:

@@ -7,10 +7,10 @@ import asyncio
 
 from ledger.store import migrate
 from ledger.store.config import masked
+from ledger.store.migrating import migrate_database, schema_revision, steps_between
 
 from .arguments import identifier
 from .context import settings_of
-from .migrating import migrate_database, schema_revision, steps_between
 from .output import add_json_flag, emit
 from .progress import progress_bar, shows_progress
 

@@ -30,6 +30,7 @@ from ledger.audit.verifier import (
     check_witnesses,
     load_public_keys,
 )
+from ledger.journal.reader import newest_position
 from ledger.keys import KeyRing
 from ledger.store import Database
 
@@ -357,8 +358,7 @@ async def _journal_size(args: argparse.Namespace, db: Database) -> int | None:
     if not shows_progress(args):
         return None
     async with db.connection() as conn:
-        last: int | None = await conn.fetchval("SELECT max(position) FROM events")
-    return last or 0
+        return await newest_position(conn)
 
 
 async def _digest(args: argparse.Namespace) -> int:

@@ -20,7 +20,8 @@ environment); else, on the embedded server, its local KEK file, which every proc
 database of your own with no KEK configured gets a KEK file of the demo's, named by its KEK id,
 beside the embedded server's folder (`<embedded dir>/../keks/<kek id>`), but only while it has no
 data keys yet; later runs use that file, and a database whose keys another KEK wrapped is refused
-with the KEK it needs.
+with the KEK it needs. Those kept files are the library's (`ledger.keys.kek_files`): every
+command finds them by the KEK id the keys name, as the workers do.
 
 The reviewer side's KEK wraps the key that signs decisions: this process's service (the reviewer)
 holds it, the workers never do (it is taken out of their environment). It is
@@ -35,126 +36,38 @@ import asyncio
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import asyncpg
-
-import adapters
-from adapters.cli.migrating import migrate_database
-from adapters.cli.output import safe
 from approvals import Approval, ReviewerDirectory
-from ledger import SignoffError
 from ledger.audit.digest import DigestCheck, signing_keys, take_digest, verify_digest
 from ledger.audit.queries import CallFilter, find_calls
 from ledger.calls.model import CallRecord, CallStatus
-from ledger.errors import KekMissing
 from ledger.journal import Journal, VerifyReport
-from ledger.keys import KeyRing, KeyState, LocalKek, Purpose
-from ledger.keys.kek import create_kek_file
+from ledger.keys import LocalKek
 from ledger.store import Database, migrate
 from ledger.store.config import masked
-from ledger.store.logins import temporary_login
+from ledger.store.migrating import migrate_database
 from ledger.store.settings import Settings
 
+from .keys import Keys, demo_keys
+from .processes import Launch, Logins, open_logins, run_worker, worker_env
 from .review import DECIDE_PATH, Review, open_review
+from .screen import DemoFailed, Screen
 from .script import LEADS, REFUND_CALL, REVIEWER, recorded_payments
 
 __all__ = ["INBOX_WAIT", "DemoFailed", "run_demo"]
 
-STEPS = 5
-WIDTH = 88  # step times are right-aligned to this column
-WORKER_TIMEOUT = 300.0
 INBOX_WAIT = 15 * 60.0
 """How long `--inbox` waits for a person to decide, by default (seconds)."""
 TOKEN_SLACK = timedelta(minutes=10)  # the token outlives the wait by this much, then expires
-
-
-class DemoFailed(SignoffError):
-    """A step of the demo could not be done."""
-
-
-@dataclass
-class Screen:
-    """Progress on stdout, one line per step and per thing a worker reports; silent with
-    `--json`."""
-
-    quiet: bool
-    step_no: int = 0
-
-    def line(self, text: str = "") -> None:
-        """Values from the model and the database are escaped for the terminal here."""
-        if not self.quiet:
-            print(safe(text), flush=True)
-
-    def notice(self, text: str) -> None:
-        """A line a person must see even with `--json` (then on stderr, so that stdout stays one
-        JSON document)."""
-        print(safe(text), flush=True, file=sys.stderr if self.quiet else sys.stdout)
-
-    def step(self, text: str, seconds: float | None = None) -> None:
-        self.step_no += 1
-        head = f"[{self.step_no}/{STEPS}] {text}"
-        if seconds is not None:
-            head = f"{head:<{WIDTH - 7}}{seconds:>5.1f} s"
-        self.line(head)
-
-    def detail(self, label: str, text: str) -> None:
-        self.line(f"      {label:<9} {text}")
-
-    def done(self, text: str, seconds: float) -> None:
-        self.line(f"{'      ' + text:<{WIDTH - 7}}{seconds:>5.1f} s")
-
-
-@dataclass
-class Keys:
-    """The key ring, what the workers need added to the environment to open it, and a note."""
-
-    ring: KeyRing
-    env: dict[str, str] = field(default_factory=dict)
-    note: str = ""
-    reviewer_kek: LocalKek | None = None  # this process's: it decides, the workers never do
-
-
-@dataclass
-class Logins:
-    """The URLs the workers and the reviewer log in with: logins of one role each, or None
-    each when the demo's own login may not make them (then every process uses that one)."""
-
-    worker: str | None
-    reviewer: str | None
-
-    def lines(self, own: str) -> list[str]:
-        if self.worker is None or self.reviewer is None:
-            return [
-                f"every process logs in as {own}, which may not create roles (CREATEROLE):",
-                "the workers hold all its rights, not only signoff_app's",
-            ]
-        return [
-            f"workers  {_user(self.worker)} (only signoff_app)",
-            f"reviewer {_user(self.reviewer)} (only signoff_reviewer); both for this run",
-        ]
-
-
-@dataclass
-class Worker:
-    number: int
-    pid: int
-    events: list[dict[str, Any]]
-
-    @property
-    def login(self) -> str | None:
-        """The database's `session_user` of the process, as it reported it."""
-        return next((e["user"] for e in self.events if e["event"] == "login"), None)
 
 
 @dataclass
@@ -173,15 +86,6 @@ class Decided:
             "status": self.approval.status.value,
             "decided_by": list(self.approval.decided_by),
         }
-
-
-@dataclass
-class Launch:
-    """How to start a worker: its environment, log level and the file the refund pays into."""
-
-    env: dict[str, str]
-    log_level: str
-    payments: Path
 
 
 def run_demo(
@@ -238,10 +142,10 @@ async def _demo(
     owner = dataclasses.replace(settings, reviewer_kek=None)
     async with (
         await Database.connect(url, pool_size=2, settings=owner) as db,
-        _logins(url) as logins,
+        open_logins(url) as logins,
         AsyncExitStack() as stack,
     ):
-        keys = await _keys(db, settings.reviewer_kek)
+        keys = await demo_keys(db, settings.reviewer_kek)
         lifetime = TOKEN_SLACK + timedelta(seconds=inbox_wait or 0)
         service_settings = _service_settings(settings, url, keys, logins)
         review = await open_review(
@@ -258,9 +162,11 @@ async def _demo(
         )
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="signoff-demo-")))
         payments = folder / "payments.jsonl"
-        launch = Launch(_worker_env(settings, url, keys, logins.worker), log_level, payments)
+        launch = Launch(worker_env(settings, url, keys, logins.worker), log_level, payments)
 
-        first = await _worker(screen, launch, 1, "runs the agent until it pauses", "start", run_id)
+        first = await run_worker(
+            screen, launch, 1, "runs the agent until it pauses", "start", run_id
+        )
         await ReviewerDirectory(db).add(REVIEWER, [LEADS], by="signoff-demo")
         if inbox_wait is None:
             decided = await _approve(screen, review, run_id)
@@ -268,7 +174,7 @@ async def _demo(
             decided = await _person_decides(screen, review, run_id, inbox_wait)
         approval_id = decided.approval.approval_id
         what = "resumes the thread stored with the approval"
-        second = await _worker(screen, launch, 2, what, "resume", approval_id)
+        second = await run_worker(screen, launch, 2, what, "resume", approval_id)
         pids = {first.pid: 1, second.pid: 2}
 
         paid_by = [int(payment["pid"]) for payment in recorded_payments(payments)]
@@ -331,32 +237,6 @@ def _show_lines(screen: Screen, label: str, lines: list[str]) -> None:
         screen.line(f"  {label if i == 0 else '':<9} {line}")
 
 
-# -- logins --------------------------------------------------------------------------------------
-
-
-def _user(url: str) -> str:
-    return urlsplit(url).username or "?"
-
-
-@asynccontextmanager
-async def _logins(url: str) -> AsyncIterator[Logins]:
-    """A worker login (only `signoff_app`) and a reviewer login (only `signoff_reviewer`) for
-    this run, dropped when it ends; none when `url`'s login may not make them."""
-    async with AsyncExitStack() as stack:
-        try:
-            worker = await stack.enter_async_context(
-                temporary_login(url, "signoff_app", prefix="signoff_demo_worker")
-            )
-            reviewer = await stack.enter_async_context(
-                temporary_login(url, "signoff_reviewer", prefix="signoff_demo_reviewer")
-            )
-        except asyncpg.InsufficientPrivilegeError:
-            logins = Logins(None, None)
-        else:
-            logins = Logins(worker, reviewer)
-        yield logins
-
-
 def _service_settings(settings: Settings, url: str, keys: Keys, logins: Logins) -> Settings:
     """The service's settings: the reviewer's login (else the demo's own), and the KEKs this
     process holds, the reviewer side's too (it signs the decision)."""
@@ -367,194 +247,6 @@ def _service_settings(settings: Settings, url: str, keys: Keys, logins: Logins) 
         kek=kek if isinstance(kek, LocalKek) else settings.kek,  # the demo's KEKs are local
         reviewer_kek=keys.reviewer_kek,
     )
-
-
-# -- keys ----------------------------------------------------------------------------------------
-
-
-def _demo_kek_dir(settings: Settings) -> Path:
-    return settings.embedded_home.parent / "keks"
-
-
-async def _keys(db: Database, reviewer_kek: LocalKek | None) -> Keys:
-    """The workers' key ring and the reviewer KEK this process signs with (see the module's
-    docstring): `reviewer_kek` when one is configured. Makes the keys a new database lacks,
-    the decision key too (a key administrator's job, and the reviewer side's: the owner's)."""
-    keys = await _worker_keys(db)
-    keys.reviewer_kek = reviewer_kek or _reviewer_kek(db.settings, keys.ring)
-    await KeyRing.open(db, keys.ring.kek, reviewer_kek=keys.reviewer_kek)
-    return keys
-
-
-def _reviewer_kek(settings: Settings, ring: KeyRing) -> LocalKek:
-    """The demo's file of the reviewer KEK that wraps this database's decision key, made now
-    if it has none."""
-    folder = settings.embedded_home.parent / "reviewer-keks"
-    wrapping = {
-        k.kek_id
-        for k in ring.all_keys()
-        if k.purpose is Purpose.DECISION_SIGNING and k.state is not KeyState.RETIRED
-    }
-    if wrapping:
-        path = folder / min(wrapping)
-        if not path.is_file():
-            raise DemoFailed(
-                f"this database's decisions are signed by a key wrapped by reviewer KEK "
-                f"{min(wrapping)}: set SIGNOFF_REVIEWER_KEK_FILE to it"
-            )
-        return LocalKek.from_file(path)
-    return _new_kek_file(folder)[1]
-
-
-async def _worker_keys(db: Database) -> Keys:
-    """The key ring, opened the way every worker will open it (see the module's docstring)."""
-    settings = db.settings
-    if settings.kek is not None:
-        ring = await KeyRing.open(db)
-        source = (settings.kek.source or "").partition("=")[0]  # the variable, not the path
-        return Keys(ring, note=f"wrapped by KEK {_kek_id(ring)} from {source}")
-    if (local := settings.embedded_kek_file) is not None:
-        ring = await KeyRing.open(db)  # creates the local KEK file on first use, and says so
-        return Keys(ring, note=f"wrapped by the embedded server's KEK file {local}")
-    try:
-        await KeyRing.open(db, create_missing=False)
-    except KekMissing as e:
-        path = _demo_kek_dir(settings) / e.needed
-        if not path.is_file():
-            raise DemoFailed(
-                f"this database's data keys are wrapped by KEK {e.needed}: set SIGNOFF_KEK "
-                "(base64 of 32 bytes) or SIGNOFF_KEK_FILE to it"
-            ) from None
-        kek = LocalKek.from_file(path)
-        note = f"wrapped by {path}\n(the demo's KEK file for this database: no KEK is configured)"
-    else:  # no data keys yet: make a KEK for this database, and keep it
-        path, kek = _new_kek_file(_demo_kek_dir(settings))
-        note = (
-            f"wrapped by {path}, made now: no KEK is configured\n"
-            f"(back it up; SIGNOFF_KEK_FILE={path} lets other commands use it)"
-        )
-    ring = await KeyRing.open(db, kek)
-    return Keys(ring, {"SIGNOFF_KEK_FILE": str(path)}, note)
-
-
-def _new_kek_file(folder: Path) -> tuple[Path, LocalKek]:
-    draft = folder / f"new-{uuid.uuid4().hex}"
-    create_kek_file(draft)  # mode 0600
-    kek = LocalKek.from_file(draft)
-    path = folder / kek.kek_id
-    draft.rename(path)
-    return path, kek
-
-
-def _kek_id(ring: KeyRing) -> str:
-    return ring.kek.kek_id if ring.kek is not None else "(none)"
-
-
-# -- the worker processes ------------------------------------------------------------------------
-
-
-def _worker_env(
-    settings: Settings, url: str, keys: Keys, login: str | None = None
-) -> dict[str, str]:
-    """This environment, the demo's database (on the workers' `login` when there is one), the
-    demo's KEK file if it made one, and a PYTHONPATH that finds this package however it was
-    installed. SIGNOFF_KEK passes through only when it is set. On the embedded server a worker
-    with a login of its own is given the server's KEK file (a URL never selects it); one without
-    gets the server's home, not its URL, so its settings name that file as the demo's do."""
-    source = str(Path(adapters.__file__).resolve().parent.parent)
-    path = os.pathsep.join(p for p in (source, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, **keys.env}
-    for name in ("SIGNOFF_REVIEWER_KEK", "SIGNOFF_REVIEWER_KEK_FILE"):
-        env.pop(name, None)  # workers verify decisions; only this process signs them
-    env.pop("DATABASE_URL", None)
-    if login is not None:
-        env["SIGNOFF_DATABASE_URL"] = login
-        if (local := settings.embedded_kek_file) is not None:
-            env["SIGNOFF_KEK_FILE"] = str(local)
-    elif settings.embedded:
-        env.pop("SIGNOFF_DATABASE_URL", None)
-        env["SIGNOFF_EMBEDDED_DIR"] = str(settings.embedded_home)
-    else:
-        env["SIGNOFF_DATABASE_URL"] = url
-    return env
-
-
-async def _worker(screen: Screen, launch: Launch, number: int, what: str, *args: str) -> Worker:
-    """Run one worker process to its end, showing what it reports as it goes."""
-    started = time.perf_counter()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "adapters.demo.worker",
-        "--log-level",
-        launch.log_level,
-        *args,
-        str(launch.payments),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=launch.env,
-    )
-    screen.step(f"process {number} (pid {process.pid}) {what}")
-    events: list[dict[str, Any]] = []
-    assert process.stdout is not None and process.stderr is not None
-    errors = asyncio.ensure_future(process.stderr.read())  # read along, so it never fills
-    try:
-        async with asyncio.timeout(WORKER_TIMEOUT):
-            async for raw in process.stdout:
-                text = raw.decode(errors="replace").rstrip()
-                try:
-                    event = json.loads(text)
-                except ValueError:
-                    screen.detail("", text)
-                    continue
-                events.append(event)
-                _show_event(screen, event)
-            code = await process.wait()
-    except TimeoutError:
-        raise DemoFailed(
-            f"process {number} (pid {process.pid}) did not finish in {WORKER_TIMEOUT:g} s"
-        ) from None
-    finally:
-        if process.returncode is None:  # timed out, interrupted, or we failed: stop it
-            process.kill()
-            await process.wait()
-        stderr = (await errors).decode(errors="replace")
-    if code != 0:
-        # The worker's own one-line error says why; the demo's error carries it.
-        last = next((ln for ln in reversed(stderr.splitlines()) if ln.strip()), "")
-        why = last.removeprefix("error: ") if last else f"exit {code}"
-        raise DemoFailed(f"process {number} (pid {process.pid}) failed: {why}")
-    if stderr.strip():  # warnings of a worker that succeeded: pass them on
-        sys.stderr.write(stderr)
-    paused = any(e["event"] == "paused" for e in events)
-    screen.done(
-        f"process {number} exited{', paused: nothing refunded yet' if paused else ''}",
-        time.perf_counter() - started,
-    )
-    return Worker(number, process.pid, events)
-
-
-def _short(value: Any, width: int = 72) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _show_event(screen: Screen, event: dict[str, Any]) -> None:
-    kind = event["event"]
-    if kind == "customer":
-        screen.detail("customer", event["text"])
-    elif kind == "asks":
-        args = ", ".join(f"{k}={v!r}" for k, v in event["args"].items())
-        screen.detail("agent", f"calls {event['tool']}({args})")
-    elif kind == "says":
-        screen.detail("agent", _short(event["text"]))
-    elif kind == "tool":
-        failed = " (error)" if event.get("status") == "error" else ""
-        screen.detail("tool", f"{event['tool']}{failed}: {_short(event['content'])}")
-    elif kind == "paused":
-        screen.detail("paused", f"{event['name']} waits for approval {event['approval_id']}")
-    elif kind == "resumes":
-        screen.detail("resumes", f"thread {event['thread_id']}, approval {event['status']}")
 
 
 # -- the reviewer, the checks and the record -----------------------------------------------------

@@ -29,7 +29,6 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from approvals import (
     Approval,
     ApprovalAlreadyDecided,
-    ApprovalExpired,
     DecisionNotAllowed,
     Identity,
     InvalidApprovalRequest,
@@ -40,7 +39,7 @@ from approvals.store import PageCursor
 from ledger.audit.queries import record_reveal
 from ledger.log import get_logger
 
-from .errors import ApiError
+from .errors import ApiError, reason
 from .service import Service
 from .shapes import approval_document, decision_from_body
 
@@ -168,16 +167,13 @@ async def pending(
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
 ) -> dict[str, Any]:
     service = service_of(request)
-    try:
-        page, after = await service.store.pending_page(
-            reviewer=identity.reviewer if identity.may_decide else None,
-            run_id=run_id,
-            tool=tool,
-            after=_cursor_of(cursor),
-            limit=limit,
-        )
-    except InvalidApprovalRequest as e:
-        raise ApiError(422, "invalid", str(e)) from e
+    page, after = await service.store.pending_page(
+        reviewer=identity.reviewer if identity.may_decide else None,
+        run_id=run_id,
+        tool=tool,
+        after=_cursor_of(cursor),
+        limit=limit,
+    )
     documents = [approval_document(a, args=None) for a in page]
     return {"approvals": documents, "next_cursor": _cursor_text(after)}
 
@@ -220,12 +216,7 @@ async def decide(
     if not identity.may_decide:
         raise ApiError(403, "forbidden", "an auditor's token reads and never decides")
     shown = await _visible(service, identity, approval_id)
-    try:
-        decision = decision_from_body(body, shown)
-    except DecisionNotAllowed as e:
-        raise ApiError(403, "forbidden", _reason(e)) from e
-    except InvalidApprovalRequest as e:
-        raise ApiError(422, "invalid", _reason(e)) from e
+    decision = decision_from_body(body, shown)  # refusals by the error table
 
     async def replayed() -> dict[str, Any] | None:
         """The answer to this request if it was recorded before (a retry), else None."""
@@ -256,17 +247,7 @@ async def decide(
         )
         status, code = (409, "conflict") if conflict else (403, "forbidden")
         bound.info("decision refused", status=status, problem=type(e).__name__)
-        raise ApiError(status, code, _reason(e)) from e
-    except ApprovalExpired as e:
-        raise ApiError(409, "expired", "the approval expired before a decision") from e
-    except InvalidApprovalRequest as e:
-        raise ApiError(422, "invalid", _reason(e)) from e
+        raise ApiError(status, code, reason(e)) from e
     service.metrics.decisions.labels(decision=str(decision.kind)).inc()
     bound.info("decided", decision=str(decision.kind), status=str(approval.status))
     return approval_document(approval, args=None)
-
-
-def _reason(error: Exception) -> str:
-    """The store's message without its `approval <id>: ` prefix (the URL names it)."""
-    text = str(error)
-    return text.split(": ", 1)[1] if text.startswith("approval ") and ": " in text else text

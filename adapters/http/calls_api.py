@@ -31,7 +31,7 @@ from ledger.audit.queries import (
     story_summary,
 )
 from ledger.calls.model import CallRecord, CallStatus
-from ledger.errors import CallStateError, InvalidToolCall, UnknownCall
+from ledger.errors import CallStateError
 from ledger.limits import name_problem
 from ledger.log import get_logger
 
@@ -160,10 +160,7 @@ async def _may_resolve(service: Service, identity: Identity, call: CallRecord) -
 async def story(request: Request, identity: Caller, run_id: Id, call_id: Id) -> dict[str, Any]:
     _auditor(identity, "a call's story")
     _names(run_id=run_id, call_id=call_id)
-    try:
-        found = await call_story(service_of(request).db, run_id, call_id)
-    except UnknownCall as e:
-        raise ApiError(404, "not_found", f"no call {call_id} in run {run_id}") from e
+    found = await call_story(service_of(request).db, run_id, call_id)
     return story_summary(found)
 
 
@@ -182,12 +179,9 @@ async def reveal(request: Request, body: CallRef, identity: Caller) -> dict[str,
     _auditor(identity, "revealing a call")
     _names(run_id=body.run_id, call_id=body.call_id)
     service = service_of(request)
-    try:
-        found = await call_story(
-            service.db, body.run_id, body.call_id, reveal_by=identity.reviewer, ring=service.ring
-        )
-    except UnknownCall as e:
-        raise ApiError(404, "not_found", f"no call {body.call_id} in run {body.run_id}") from e
+    found = await call_story(
+        service.db, body.run_id, body.call_id, reveal_by=identity.reviewer, ring=service.ring
+    )
     log.info("call revealed", run_id=body.run_id, call_id=body.call_id, by=identity.reviewer)
     return story_summary(found, revealed=True)
 
@@ -217,12 +211,29 @@ async def resolve(
         raise ApiError(422, "invalid", f"{IDEMPOTENCY_HEADER} and request_id differ")
     service = service_of(request)
     run_id, call_id, verdict = body.run_id, body.call_id, CallStatus(body.status)
+    request_id = idempotency_key or body.request_id
     bound = log.bind(
-        run_id=run_id,
-        call_id=call_id,
-        reviewer=identity.reviewer,
-        request_id=idempotency_key or body.request_id,
+        run_id=run_id, call_id=call_id, reviewer=identity.reviewer, request_id=request_id
     )
+
+    async def replayed() -> dict[str, Any] | None:
+        """The answer to this request if it was recorded before (a retry), else None; as a
+        decision's: the request id is in the `call.resolved` event."""
+        if request_id is None:
+            return None
+        earlier = await service.ledger.resolution_of_request(
+            run_id, call_id, identity.reviewer, request_id
+        )
+        if earlier is None:
+            return None
+        if earlier is not verdict:  # the key names a request whose answer is recorded
+            raise ApiError(409, "conflict", f"request id {request_id!r} resolved as {earlier}")
+        response.headers["Idempotent-Replayed"] = "true"
+        bound.info("resolution replayed", status=str(verdict))
+        return call_summary(await service.ledger.get(run_id, call_id))
+
+    if (answer := await replayed()) is not None:
+        return answer
     try:
         if not await _may_resolve(service, identity, await service.ledger.get(run_id, call_id)):
             raise ApiError(
@@ -234,15 +245,16 @@ async def resolve(
             succeeded=verdict is CallStatus.SUCCEEDED,
             by=identity.reviewer,
             note=body.note,
+            request_id=request_id,
         )
-    except UnknownCall as e:
-        raise ApiError(404, "not_found", f"no call {call_id} in run {run_id}") from e
-    except InvalidToolCall as e:
-        raise ApiError(422, "invalid", str(e)) from e
-    except CallStateError as e:
+    except CallStateError as e:  # the answer depends on who settled it, and how
+        if (answer := await replayed()) is not None:  # the same request, racing itself
+            return answer
         current = await service.ledger.get(run_id, call_id)
-        if current.resolved_by == identity.reviewer and current.status is verdict:
-            # The same verdict again (a retry): the resolution it made, nothing recorded.
+        # A client that sends no request id: the same verdict by the same reviewer is taken
+        # for its retry, as before request ids were recorded.
+        same = current.resolved_by == identity.reviewer and current.status is verdict
+        if request_id is None and same:
             response.headers["Idempotent-Replayed"] = "true"
             bound.info("resolution replayed", status=str(verdict))
             return call_summary(current)

@@ -1,23 +1,53 @@
 """The API's errors: one JSON shape, `{"error": CODE, "message": TEXT}`, for every refusal.
 
-Handlers turn `ApiError`, the framework's HTTP errors and validation errors into it; a library
-error that reaches a handler unmapped is a 500 whose message names no value (its type only is
-logged).
+Handlers turn `ApiError`, the framework's HTTP errors and validation errors into it, and the
+library's typed errors by `ERROR_TABLE`, the one table from error type to status, code and
+message: a route lets a library error through unless what it means depends on the route (an
+approval id that is no id is "not found" where it is in the path; resolving a settled call says
+who settled it). A library error the table does not name is a 500 whose message names no value
+(its type only is logged).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ledger.errors import DatabaseUnavailable
+from approvals.errors import (
+    ApprovalAlreadyDecided,
+    ApprovalExpired,
+    DecisionNotAllowed,
+    InvalidApprovalRequest,
+    UnknownApproval,
+)
+from ledger.errors import (
+    CallStateError,
+    DatabaseUnavailable,
+    DigestError,
+    DigestMismatch,
+    InvalidEvent,
+    InvalidToolCall,
+    NoActiveKey,
+    NotInDigest,
+    SignoffError,
+    UnknownCall,
+)
 from ledger.log import get_logger
 
-__all__ = ["ApiError", "install_error_handlers", "problem"]
+__all__ = [
+    "ERROR_TABLE",
+    "ApiError",
+    "Refusal",
+    "install_error_handlers",
+    "problem",
+    "reason",
+    "refusal_of",
+]
 
 log = get_logger(__name__)
 
@@ -52,6 +82,71 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
 
+def reason(error: BaseException) -> str:
+    """The error's message without an `approval <id>: ` prefix (the URL names the approval)."""
+    text = str(error)
+    return text.split(": ", 1)[1] if text.startswith("approval ") and ": " in text else text
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """How the API answers one type of library error. `warn`: the log event an operator should
+    see (a finding or an outage, not a caller's mistake)."""
+
+    status: int
+    code: str
+    message: Callable[[Exception], str] = reason
+    warn: str | None = None
+
+
+def _no_call(error: Exception) -> str:
+    assert isinstance(error, UnknownCall)
+    return f"no call {error.call_id} in run {error.run_id}"
+
+
+def _no_key(error: Exception) -> str:
+    assert isinstance(error, NoActiveKey)
+    return f"there is no active {error.purpose.replace('_', '-')} key"
+
+
+ERROR_TABLE: Mapping[type[SignoffError], Refusal] = {
+    UnknownApproval: Refusal(404, "not_found"),
+    UnknownCall: Refusal(404, "not_found", _no_call),
+    NotInDigest: Refusal(404, "not_found"),
+    DecisionNotAllowed: Refusal(403, "forbidden"),
+    ApprovalAlreadyDecided: Refusal(409, "conflict"),
+    ApprovalExpired: Refusal(409, "expired", lambda e: "the approval expired before a decision"),
+    CallStateError: Refusal(409, "conflict"),
+    # The database no longer matches the digest: no proof exists (a finding, not a typo).
+    DigestMismatch: Refusal(
+        409,
+        "digest_mismatch",
+        lambda e: f"the journal does not match the digest: {e}",
+        warn="digest does not match the journal",
+    ),
+    DigestError: Refusal(422, "invalid"),
+    InvalidApprovalRequest: Refusal(422, "invalid"),
+    InvalidToolCall: Refusal(422, "invalid"),
+    InvalidEvent: Refusal(422, "invalid"),
+    NoActiveKey: Refusal(503, "unavailable", _no_key),
+    DatabaseUnavailable: Refusal(
+        503,
+        "unavailable",
+        lambda e: "the database is unavailable; try again",
+        warn="database unavailable",
+    ),
+}
+"""Library error type -> the answer; the most derived type listed wins."""
+
+
+def refusal_of(error: BaseException) -> Refusal | None:
+    """The table's answer to `error` (by its most derived type in the table), or None."""
+    for kind in type(error).__mro__:
+        if (refusal := ERROR_TABLE.get(kind)) is not None:
+            return refusal
+    return None
+
+
 def problem(
     status: int, code: str, message: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
@@ -82,11 +177,16 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=422,
         )
 
-    async def unavailable(request: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unavailable", error=type(exc).__name__)
-        return problem(503, "unavailable", "the database is unavailable; try again")
+    async def refused(request: Request, exc: Exception) -> JSONResponse:
+        refusal = refusal_of(exc)
+        assert refusal is not None  # registered for the table's types only
+        message = refusal.message(exc)
+        if refusal.warn is not None:
+            log.warning(refusal.warn, error=type(exc).__name__, problem=message)
+        return problem(refusal.status, refusal.code, message)
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid)
-    app.add_exception_handler(DatabaseUnavailable, unavailable)
+    for kind in ERROR_TABLE:
+        app.add_exception_handler(kind, refused)

@@ -95,7 +95,7 @@ class ApprovalFeed:
         self.journal = Journal(db)
         self.poll_interval = poll_interval
         self.batch_size = batch_size
-        self._listener = Listener(db.url, NOTIFY_CHANNEL, REQUESTS_CHANNEL)
+        self._listener = Listener.shared(db, NOTIFY_CHANNEL, REQUESTS_CHANNEL)
         self._on_delay = on_delay
         self._measured = 0  # the last position measured: each event once, by its first stream
 

@@ -27,6 +27,7 @@ from ledger.log import get_logger
 from ledger.store import Database
 from ledger.store.settings import Settings
 
+from . import _sql as sql
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
 from .csrf import CsrfKey
 from .limits import DEFAULT_FAILURE_LIMIT, FailureLimit, FailureLimiter
@@ -56,7 +57,6 @@ STREAM_SECONDS = 300.0
 authenticated again, so a revoked or expired token stops streaming within this time."""
 
 _ROLE = "signoff_reviewer"
-_HAS_ROLE = "SELECT pg_has_role(session_user, $1, 'MEMBER')"
 
 
 class ServiceMisconfigured(ConfigurationError):
@@ -158,7 +158,7 @@ async def open_service(
     db = await Database.from_settings(settings, pool_size=pool_size)
     try:
         async with db.connection() as conn:
-            if not await conn.fetchval(_HAS_ROLE, _ROLE):
+            if not await conn.fetchval(sql.HAS_ROLE, _ROLE):
                 login = await conn.fetchval("SELECT session_user")
                 raise ServiceMisconfigured(
                     f"signoff serve decides as reviewers: its login {login} needs the role "

@@ -27,7 +27,6 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,11 +39,13 @@ from ledger import __version__
 from ledger.calls._sql import CHANNEL as CALLS_CHANNEL
 from ledger.errors import ConfigurationError, DatabaseUnavailable
 from ledger.journal import Journal
+from ledger.journal.reader import event_at
 from ledger.log import get_logger
 from ledger.store import Database
 from ledger.store.notify import Listener, woken
 from ledger.store.settings import WebhookSettings
 
+from . import _sql as sql
 from .shapes import approval_document
 from .webhook_bodies import encoded, signature_header, signoff_body, slack_body
 
@@ -58,16 +59,6 @@ KINDS = ("approval.requested", "call.outcome_unknown")
 _LEASE_MARGIN_SECONDS = 30.0  # a claim outlives its attempt's timeout by this much
 _CLAIM_LIMIT = 20
 _RECORD_BATCH = 500
-
-_LATEST = "SELECT signoff_webhook_latest($1)"
-_RECORD = "SELECT signoff_webhook_record($1::bigint[], $2)"
-_CLAIM = "SELECT * FROM signoff_webhook_claim($1, $2, $3)"
-_ATTEMPTED = "SELECT signoff_webhook_attempted($1, $2, $3, $4, $5, $6)"
-_EVENT = "SELECT stream_id, recorded_at FROM events WHERE position = $1"
-_CALL = """
-SELECT run_id, call_id, tool, status FROM tool_calls
-WHERE run_id = $1 AND call_id = $2 AND stream_id = $3
-"""
 
 
 def retry_delay(attempts: int, settings: WebhookSettings, rand: Callable[[], float]) -> float:
@@ -94,7 +85,7 @@ class Webhooks:
         self.settings = settings
         self.poll_interval = poll_interval
         self.journal = Journal(db)
-        self._listener = Listener(db.url, REQUESTS_CHANNEL, NOTIFY_CHANNEL, CALLS_CHANNEL)
+        self._listener = Listener.shared(db, REQUESTS_CHANNEL, NOTIFY_CHANNEL, CALLS_CHANNEL)
         self._task: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._random = random.SystemRandom()
@@ -142,7 +133,7 @@ class Webhooks:
 
     async def _start_position(self) -> int:
         async with self.db.connection() as conn:
-            latest: int | None = await conn.fetchval(_LATEST, self.settings.url)
+            latest: int | None = await conn.fetchval(sql.LATEST, self.settings.url)
         return latest if latest is not None else await self.journal.last_position()
 
     async def _run(self, after: int) -> None:
@@ -185,7 +176,7 @@ class Webhooks:
 
     async def _insert(self, positions: list[int]) -> None:
         async with self.db.connection() as conn:
-            await conn.fetchval(_RECORD, positions, self.settings.url)
+            await conn.fetchval(sql.RECORD, positions, self.settings.url)
 
     async def _deliver_due(self) -> float | None:
         """Post every due delivery; the seconds until the soonest retry scheduled (None: no
@@ -194,7 +185,7 @@ class Webhooks:
         soonest: float | None = None
         while True:
             async with self.db.connection() as conn:
-                claimed = await conn.fetch(_CLAIM, self.settings.url, _CLAIM_LIMIT, lease)
+                claimed = await conn.fetch(sql.CLAIM, self.settings.url, _CLAIM_LIMIT, lease)
             if not claimed:
                 return soonest
             done = await asyncio.gather(
@@ -238,7 +229,7 @@ class Webhooks:
             retry = retry_delay(attempt, self.settings, self._random.random)
         async with self.db.connection() as conn:
             kept = await conn.fetchval(
-                _ATTEMPTED, delivery_id, row["leased_until"], status, error, delivered, retry
+                sql.ATTEMPTED, delivery_id, row["leased_until"], status, error, delivered, retry
             )
         if not kept:  # its lease lapsed and another replica claimed it
             bound.warning("webhook attempt outlived its lease", status=status)
@@ -274,11 +265,10 @@ class Webhooks:
     async def _body(self, row: asyncpg.Record) -> dict[str, Any]:
         kind, position = row["kind"], row["position"]
         async with self.db.connection() as conn:
-            event = await conn.fetchrow(_EVENT, position)
+            event = await event_at(conn, position)
             if event is None:
                 raise _Unsendable(f"no event at position {position}")
-            stream_id: str = event["stream_id"]
-            at: datetime = event["recorded_at"]
+            stream_id, at = event.stream_id, event.recorded_at
             if kind == "call.outcome_unknown":
                 subject = await _call(conn, stream_id)
         if kind == "approval.requested":
@@ -301,7 +291,7 @@ async def _call(conn: asyncpg.Connection, stream_id: str) -> dict[str, Any]:
     """The call of stream `stream_id`: its run, id, tool and status (never its arguments)."""
     run_id, _, call_id = stream_id.removeprefix("call:").partition("/")
     decoded = [part.replace("%2F", "/").replace("%25", "%") for part in (run_id, call_id)]
-    row = await conn.fetchrow(_CALL, *decoded, stream_id)
+    row = await conn.fetchrow(sql.CALL, *decoded, stream_id)
     if row is None:
         raise _Unsendable("no call for the event")
     return {k: row[k] for k in ("run_id", "call_id", "tool", "status")}

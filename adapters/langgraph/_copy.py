@@ -16,23 +16,12 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from . import _envelope as env
+from . import _sql as sql
 from ._envelope import CheckpointSealer
 from .errors import UnsupportedCheckpoint
 
 __all__ = ["copy_thread_rows"]
 
-_CHECKPOINTS = """
-SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata
-FROM checkpoints WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id
-"""
-_BLOBS = """
-SELECT checkpoint_ns, channel, version, type, blob
-FROM checkpoint_blobs WHERE thread_id = %s ORDER BY checkpoint_ns, channel, version
-"""
-_WRITES = """
-SELECT checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
-FROM checkpoint_writes WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id, task_id, idx
-"""
 
 _NOT_SEALED = (
     "is not encrypted: run `signoff checkpoints reencrypt --include-plaintext` before copying "
@@ -57,7 +46,7 @@ async def copy_thread_rows(
         UnsupportedCheckpoint: a source row is not encrypted.
     """
     insert_checkpoint, insert_blob, insert_write = statements
-    await cur.execute(_BLOBS, (source,))
+    await cur.execute(sql.BLOBS, (source,))
     blobs = []
     for row in await cur.fetchall():
         ns, channel, version = row["checkpoint_ns"], row["channel"], row["version"]
@@ -66,7 +55,7 @@ async def copy_thread_rows(
         type_tag, sealed = await _reseal(sealer, row["type"], row["blob"], old, new)
         blobs.append((target, ns, channel, version, type_tag, sealed))
 
-    await cur.execute(_WRITES, (source,))
+    await cur.execute(sql.WRITES, (source,))
     writes = []
     for row in await cur.fetchall():
         ns, checkpoint_id, task_id = row["checkpoint_ns"], row["checkpoint_id"], row["task_id"]
@@ -76,7 +65,7 @@ async def copy_thread_rows(
         type_tag, sealed = await _reseal(sealer, row["type"], row["blob"], old, new)
         writes.append((target, ns, checkpoint_id, task_id, path, idx, channel, type_tag, sealed))
 
-    await cur.execute(_CHECKPOINTS, (source,))
+    await cur.execute(sql.CHECKPOINTS, (source,))
     checkpoints = []
     for row in await cur.fetchall():
         ns, checkpoint_id = row["checkpoint_ns"], row["checkpoint_id"]

@@ -27,7 +27,7 @@ from contextlib import (
 )
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -39,7 +39,6 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
     PendingWrite,
     get_serializable_checkpoint_metadata,
-    writes_sort_key,
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -49,7 +48,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ledger.errors import DecryptionFailed, SchemaOutOfDate
+from ledger.errors import SchemaOutOfDate
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store.config import normalize_url
@@ -60,13 +59,12 @@ from . import _envelope as env
 from ._copy import copy_thread_rows
 from ._envelope import CheckpointSealer
 from ._loop_thread import held_on_loop_thread
-from .errors import PlaintextCheckpoint, UnsupportedCheckpoint
+from ._rows import RowOpener
+from .errors import UnsupportedCheckpoint
 
 __all__ = ["EncryptedPostgresSaver", "encrypted_checkpointer"]
 
 log = get_logger(__name__)
-
-_EMPTY = object()  # LangGraph's "empty" blob: the channel has no value
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +117,18 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
     ) -> None:
         super().__init__(conn, pipe=pipe, serde=serde)
         self.ring = ring
-        self.allow_plaintext = allow_plaintext
         self.sealer = CheckpointSealer(ring, self.serde)
+        self._rows = RowOpener(self.sealer, self.serde, allow_plaintext)
         self._list_page_size = list_page_size
-        self._warned_plaintext = False
+
+    @property
+    def allow_plaintext(self) -> bool:
+        """Whether rows Signoff did not encrypt are read (see the class's Args)."""
+        return self._rows.allow_plaintext
+
+    @allow_plaintext.setter
+    def allow_plaintext(self, allow: bool) -> None:
+        self._rows.allow_plaintext = allow
 
     @classmethod
     @asynccontextmanager
@@ -492,95 +498,7 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         return history
 
     async def _load_checkpoint_tuple(self, value: DictRow) -> CheckpointTuple:
-        thread_id, ns = value["thread_id"], value["checkpoint_ns"]
-        checkpoint_id = value["checkpoint_id"]
-        parts = env.checkpoint_parts(thread_id, ns, checkpoint_id)
-        checkpoint = await self._open_document(value["checkpoint"], parts)
-        if env.ENVELOPE in value["checkpoint"]:
-            kid = env.envelope_key_id(value["checkpoint"]) or "?"
-            env.verify_checkpoint(value["checkpoint"], checkpoint, kid, env.describe(parts))
-        meta_parts = env.metadata_parts(thread_id, ns, checkpoint_id)
-        metadata = await self._open_document(value["metadata"], meta_parts)
-        if env.ENVELOPE in value["metadata"]:
-            kid = env.envelope_key_id(value["metadata"]) or "?"
-            env.verify_metadata(value["metadata"], metadata, kid, env.describe(meta_parts))
-
-        channel_values = dict(checkpoint.get("channel_values") or {})
-        versions = checkpoint["channel_versions"]
-        for channel_b, tag_b, blob in value["channel_values"] or []:
-            channel = channel_b.decode()
-            blob_parts = env.blob_parts(thread_id, ns, channel, str(versions[channel]))
-            decoded = await self._open_value(tag_b.decode(), blob, blob_parts)
-            if decoded is not _EMPTY:
-                channel_values[channel] = decoded
-        checkpoint["channel_values"] = channel_values
-
-        writes: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
-        for task_b, channel_b, tag_b, blob, path_b, idx_b in value["pending_writes"] or []:
-            task_id, channel, path = task_b.decode(), channel_b.decode(), path_b.decode()
-            idx = int(idx_b.decode())
-            write_parts = env.write_parts(thread_id, ns, checkpoint_id, task_id, path, idx, channel)
-            type_tag = tag_b.decode() if tag_b is not None else None
-            decoded = await self._open_value(type_tag, blob, write_parts)
-            writes.append((writes_sort_key(path, task_id, idx), (task_id, channel, decoded)))
-        writes.sort(key=itemgetter(0))
-
-        parent_id = value["parent_checkpoint_id"]
-        return CheckpointTuple(
-            {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": checkpoint_id,
-                }
-            },
-            cast(Checkpoint, checkpoint),
-            cast(CheckpointMetadata, metadata),
-            {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": parent_id,
-                }
-            }
-            if parent_id
-            else None,
-            [write for _, write in writes],
-        )
-
-    async def _open_document(self, document: dict[str, Any], parts: env.Parts) -> dict[str, Any]:
-        """A checkpoint or metadata JSONB column as LangGraph wrote it (sealed part opened)."""
-        if env.ENVELOPE not in document:
-            self._plaintext(parts, "no Signoff envelope")
-            return dict(document)
-        key_id, serde_type, sealed = env.open_envelope(document, env.describe(parts))
-        data = await self.sealer.open(key_id, serde_type, sealed, parts)
-        opened = self.serde.loads_typed((serde_type, data))
-        if not isinstance(opened, dict):
-            raise DecryptionFailed(key_id, f"{env.describe(parts)}: not a document")
-        return opened
-
-    async def _open_value(self, type_tag: str | None, blob: bytes | None, parts: env.Parts) -> Any:
-        parsed = env.parse_tag(type_tag)
-        if parsed is None:
-            self._plaintext(parts, f"type {type_tag!r}")
-            if type_tag == "empty" or type_tag is None or blob is None:
-                return _EMPTY
-            return self.serde.loads_typed((type_tag, blob))
-        serde_type, key_id = parsed
-        data = await self.sealer.open(key_id, serde_type, blob, parts)
-        return _EMPTY if serde_type == "empty" else self.serde.loads_typed((serde_type, data))
-
-    def _plaintext(self, parts: env.Parts, found: str) -> None:
-        if not self.allow_plaintext:
-            raise PlaintextCheckpoint(env.describe(parts), found)
-        if not self._warned_plaintext:
-            self._warned_plaintext = True
-            log.warning(
-                "reading plaintext checkpoint rows (allow_plaintext); convert them with "
-                "`signoff checkpoints reencrypt --include-plaintext`",
-                thread_id=parts[1],
-            )
+        return await self._rows.checkpoint_tuple(value)
 
     # Base helpers that decode database bytes without knowing their row: they cannot open
     # sealed values, so they refuse instead of being reached by some future code path.

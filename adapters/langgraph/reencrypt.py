@@ -29,6 +29,7 @@ from ledger.keys import Purpose
 from ledger.log import get_logger
 
 from . import _envelope as env
+from . import _sql as sql
 from ._envelope import CheckpointSealer
 from .checkpointer import EncryptedPostgresSaver
 from .errors import UnsupportedCheckpoint
@@ -38,79 +39,6 @@ __all__ = ["KeyUsage", "ReencryptReport", "TableCounts", "key_usage", "reencrypt
 log = get_logger(__name__)
 
 TABLES = ("checkpoint_blobs", "checkpoint_writes", "checkpoints")
-
-# A tag's key id is what follows "+signoff:"; NULL means plaintext (see `_envelope`).
-_TAG_KEY = "CASE WHEN strpos(type, '+signoff:') > 0 THEN split_part(type, '+signoff:', 2) END"
-
-_SELECT_BLOBS = f"""
-SELECT thread_id, checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs
-WHERE (thread_id, checkpoint_ns, channel, version) > (%(k0)s, %(k1)s, %(k2)s, %(k3)s)
-AND coalesce({_TAG_KEY} <> %(active)s, %(plaintext)s)
-ORDER BY thread_id, checkpoint_ns, channel, version LIMIT %(limit)s
-"""
-_UPDATE_BLOBS = """
-UPDATE checkpoint_blobs AS b SET type = u.new_type, blob = u.new_blob
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[],
-            %s::text[], %s::bytea[])
-    AS u(thread_id, checkpoint_ns, channel, version, old_type, old_blob, new_type, new_blob)
-WHERE b.thread_id = u.thread_id AND b.checkpoint_ns = u.checkpoint_ns
-AND b.channel = u.channel AND b.version = u.version
-AND b.type IS NOT DISTINCT FROM u.old_type AND b.blob IS NOT DISTINCT FROM u.old_blob
-"""
-_SELECT_WRITES = f"""
-SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, type, blob
-FROM checkpoint_writes
-WHERE (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-    > (%(k0)s, %(k1)s, %(k2)s, %(k3)s, %(k4)s)
-AND coalesce({_TAG_KEY} <> %(active)s, %(plaintext)s)
-ORDER BY thread_id, checkpoint_ns, checkpoint_id, task_id, idx LIMIT %(limit)s
-"""
-_UPDATE_WRITES = """
-UPDATE checkpoint_writes AS w SET type = u.new_type, blob = u.new_blob
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::bytea[],
-            %s::text[], %s::bytea[])
-    AS u(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, old_type, old_blob,
-         new_type, new_blob)
-WHERE w.thread_id = u.thread_id AND w.checkpoint_ns = u.checkpoint_ns
-AND w.checkpoint_id = u.checkpoint_id AND w.task_id = u.task_id AND w.idx = u.idx
-AND w.type IS NOT DISTINCT FROM u.old_type AND w.blob = u.old_blob
-"""
-# A plaintext checkpoint's `true` values with a blob behind them are DeltaChannel snapshot
-# markers (LangGraph's saver tells them from a plain True the same way).
-_SELECT_CHECKPOINTS = """
-SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id,
-    c.checkpoint::text AS checkpoint, c.metadata::text AS metadata,
-    CASE WHEN NOT c.checkpoint ? '__signoff' THEN ARRAY(
-        SELECT v.key FROM jsonb_each(c.checkpoint -> 'channel_values') AS v
-        WHERE v.value = 'true'::jsonb AND EXISTS (
-            SELECT 1 FROM checkpoint_blobs b
-            WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
-            AND b.channel = v.key AND b.version = c.checkpoint -> 'channel_versions' ->> v.key
-        )
-    ) END AS snapshot_channels
-FROM checkpoints AS c
-WHERE (c.thread_id, c.checkpoint_ns, c.checkpoint_id) > (%(k0)s, %(k1)s, %(k2)s)
-AND CASE WHEN c.checkpoint ? '__signoff' AND c.metadata ? '__signoff'
-    THEN c.checkpoint #>> '{__signoff,kid}' IS DISTINCT FROM %(active)s
-        OR c.metadata #>> '{__signoff,kid}' IS DISTINCT FROM %(active)s
-    ELSE %(plaintext)s END
-ORDER BY c.thread_id, c.checkpoint_ns, c.checkpoint_id LIMIT %(limit)s
-"""
-_UPDATE_CHECKPOINTS = """
-UPDATE checkpoints AS c SET checkpoint = u.new_checkpoint::jsonb, metadata = u.new_metadata::jsonb
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])
-    AS u(thread_id, checkpoint_ns, checkpoint_id, old_checkpoint, old_metadata,
-         new_checkpoint, new_metadata)
-WHERE c.thread_id = u.thread_id AND c.checkpoint_ns = u.checkpoint_ns
-AND c.checkpoint_id = u.checkpoint_id
-AND c.checkpoint = u.old_checkpoint::jsonb AND c.metadata = u.old_metadata::jsonb
-"""
-_KEY_USAGE = f"""
-SELECT 'checkpoints' AS tbl, checkpoint #>> '{{__signoff,kid}}' AS key_id, count(*) AS n
-FROM checkpoints GROUP BY 2
-UNION ALL SELECT 'checkpoint_blobs', {_TAG_KEY}, count(*) FROM checkpoint_blobs GROUP BY 2
-UNION ALL SELECT 'checkpoint_writes', {_TAG_KEY}, count(*) FROM checkpoint_writes GROUP BY 2
-"""
 
 
 @dataclass
@@ -235,20 +163,25 @@ _WRITE_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")
 _CHECKPOINT_KEY = ("thread_id", "checkpoint_ns", "checkpoint_id")
 _SPECS = (
     _Table(
-        "checkpoint_blobs", _SELECT_BLOBS, _UPDATE_BLOBS, _BLOB_KEY, ("type", "blob"), _convert_blob
+        "checkpoint_blobs",
+        sql.SELECT_BLOBS,
+        sql.UPDATE_BLOBS,
+        _BLOB_KEY,
+        ("type", "blob"),
+        _convert_blob,
     ),
     _Table(
         "checkpoint_writes",
-        _SELECT_WRITES,
-        _UPDATE_WRITES,
+        sql.SELECT_WRITES,
+        sql.UPDATE_WRITES,
         _WRITE_KEY,
         ("type", "blob"),
         _convert_write,
     ),
     _Table(
         "checkpoints",
-        _SELECT_CHECKPOINTS,
-        _UPDATE_CHECKPOINTS,
+        sql.SELECT_CHECKPOINTS,
+        sql.UPDATE_CHECKPOINTS,
         _CHECKPOINT_KEY,
         ("checkpoint", "metadata"),
         _convert_checkpoint,
@@ -317,7 +250,7 @@ async def key_usage(saver: EncryptedPostgresSaver) -> KeyUsage:
     """How many rows of each checkpoint table are under each key id (None: plaintext)."""
     usage: dict[str, dict[str | None, int]] = {name: {} for name in TABLES}
     async with saver._cursor() as cur:
-        await cur.execute(_KEY_USAGE)
+        await cur.execute(sql.KEY_USAGE)
         for row in await cur.fetchall():
             usage[row["tbl"]][row["key_id"]] = int(row["n"])
     return KeyUsage(usage)

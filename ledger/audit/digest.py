@@ -26,11 +26,12 @@ import asyncpg
 from ..canonical import GENESIS_HASH, format_time
 from ..errors import DigestError, DigestMismatch, NotInDigest
 from ..journal import Event
-from ..journal.journal import _COLUMNS
+from ..journal.reader import event_at, txid_of
 from ..keys import KeyRing, Purpose
 from ..keys.public import published_keys
 from ..store import Database
 from ..store.batches import batches
+from . import _sql as sql
 from .merkle import (
     EMPTY_ROOT,
     RootBuilder,
@@ -71,23 +72,6 @@ __all__ = [
     "verify_digest",
 ]
 
-_HORIZON = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, now()"
-# The first $2 leaves (all of them when $2 is NULL) in the journal's global order below $1.
-_LEAVES = """
-SELECT position, hash FROM events
-WHERE txid < $1::text::xid8
-ORDER BY txid, position
-LIMIT $2
-"""
-_EVENT = f"SELECT {_COLUMNS} FROM events WHERE position = $1"  # the columns of `Event`
-_HASH_OF = "SELECT hash FROM events WHERE stream_id = $1 AND version = $2"
-_TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
-_LEAVES_AFTER = """
-SELECT position, hash FROM events
-WHERE (txid, position) > ($1::text::xid8, $2) AND txid < $3::text::xid8
-ORDER BY txid, position
-LIMIT $4
-"""
 _PREFETCH = 10_000
 
 
@@ -283,12 +267,12 @@ async def _extend(
 ) -> int:
     """Append to `builder` the leaves after the earlier digest's last event, up to `size`;
     return the last one's position."""
-    horizon, _ = await conn.fetchrow(_HORIZON)
+    horizon, _ = await conn.fetchrow(sql.HORIZON)
     txid = "0"
     if since.tree_size:
-        txid = await conn.fetchval(_TXID_OF, since.last_position) or "0"
+        txid = str(await txid_of(conn, since.last_position) or 0)
     arguments = (txid, since.last_position, horizon, size - since.tree_size)
-    last = await _add_leaves(conn, builder, progress, _LEAVES_AFTER, *arguments)
+    last = await _add_leaves(conn, builder, progress, sql.LEAVES_AFTER, *arguments)
     return since.last_position if last is None else last
 
 
@@ -303,17 +287,16 @@ async def prove_inclusion(db: Database, position: int, digest: Digest) -> Inclus
     async with _snapshot(db) as conn:
         view = await open_view(conn, digest.tree_size)
         index = await view.index_of(position) if view.size == digest.tree_size else None
-        row = await conn.fetchrow(_EVENT, position) if index is not None else None
+        event = await event_at(conn, position) if index is not None else None
         if view.size < digest.tree_size:
             raise DigestMismatch(
                 f"the journal holds {view.size} events, the digest covers {digest.tree_size}"
             )
-        if index is None or row is None:
+        if index is None or event is None:
             raise NotInDigest(position, digest.tree_size)
-        event = Event(*row)
         prev_hash: bytes | None = GENESIS_HASH
         if event.version > 1:
-            prev_hash = await conn.fetchval(_HASH_OF, event.stream_id, event.version - 1)
+            prev_hash = await conn.fetchval(sql.HASH_OF, event.stream_id, event.version - 1)
         found = index
 
         def read(reader: TileReader) -> tuple[bytes, bytes, list[bytes]]:
@@ -378,9 +361,9 @@ async def _root(
 ) -> tuple[RootBuilder, int, datetime]:
     """The root of the first `size` leaves (None: all) recomputed from the events, the last
     one's position (0 if none) and the snapshot's time; memory stays O(log n)."""
-    horizon, taken_at = await conn.fetchrow(_HORIZON)
+    horizon, taken_at = await conn.fetchrow(sql.HORIZON)
     builder = RootBuilder()
-    last = await _add_leaves(conn, builder, progress, _LEAVES, horizon, size)
+    last = await _add_leaves(conn, builder, progress, sql.LEAVES, horizon, size)
     return builder, last or 0, taken_at
 
 

@@ -12,16 +12,11 @@ from collections.abc import AsyncIterator
 from ..canonical import GENESIS_HASH
 from ..journal import Event, Journal
 from ..store import Database
+from . import _sql as sql
 from .digest import export_event
 from .verifier import ExportedEvent
 
 __all__ = ["export_events"]
-
-_PREVIOUS = """
-SELECT p.stream_id, p.version, p.hash
-FROM unnest($1::text[], $2::int[]) AS wanted(stream_id, version)
-JOIN events p ON p.stream_id = wanted.stream_id AND p.version = wanted.version
-"""
 
 
 async def export_events(
@@ -43,7 +38,7 @@ async def _with_previous(db: Database, events: list[Event]) -> list[ExportedEven
     wanted = [e for e in events if e.version > 1]
     async with db.connection() as conn:
         rows = await conn.fetch(
-            _PREVIOUS, [e.stream_id for e in wanted], [e.version - 1 for e in wanted]
+            sql.PREVIOUS, [e.stream_id for e in wanted], [e.version - 1 for e in wanted]
         )
     previous = {(r["stream_id"], r["version"]): r["hash"] for r in rows}
     return [

@@ -26,9 +26,10 @@ from typing import Any
 
 from ..errors import ConfigurationError, KekMissing, PermissionDenied
 from ..journal import Event, Journal, Projection, VerifyReport
-from ..journal.journal import _COLUMNS
 from ..journal.projection import ProjectionCheck, check_projection
+from ..journal.reader import read_streams_with_prefix
 from ..store import Database
+from . import _sql as sql
 from .tree import TreeCheck, check_stored_tree
 from .verifier import Digest
 
@@ -46,24 +47,6 @@ __all__ = [
 
 _XID_WRAP = 1 << 32
 
-# The row's `xmin` is the (32-bit) id of the transaction that inserted it; `txid` claims the
-# full 64-bit id. Both are read in one snapshot, whose xmax is the next id to be handed out.
-_SNAPSHOT = """
-SELECT count(*),
-       pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-       pg_snapshot_xmax(pg_current_snapshot())::text::bigint
-FROM events
-"""
-_SUSPECTS = """
-SELECT position, stream_id, version, txid::text::bigint AS txid, xmin::text::bigint AS xmin
-FROM events
-WHERE txid::text::bigint % 4294967296 <> xmin::text::bigint
-   OR txid >= pg_snapshot_xmax(pg_current_snapshot())
-ORDER BY position
-"""
-_STREAMS = (
-    f"SELECT {_COLUMNS} FROM events WHERE starts_with(stream_id, $1) ORDER BY stream_id, version"
-)
 
 StreamChecker = Callable[[str, Sequence[Event]], Awaitable[Sequence[str]]]
 """Checks one whole stream (its id, its events oldest first); returns its problems."""
@@ -173,8 +156,8 @@ async def check_global_order(db: Database) -> OrderReport:
         db.connection() as conn,
         conn.transaction(isolation="repeatable_read", readonly=True),
     ):
-        events, horizon, xmax = await conn.fetchrow(_SNAPSHOT)
-        suspects = await conn.fetch(_SUSPECTS)
+        events, horizon, xmax = await conn.fetchrow(sql.SNAPSHOT)
+        suspects = await conn.fetch(sql.SUSPECTS)
         in_flight = await conn.fetchval(
             "SELECT count(*) FROM events WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())"
         )
@@ -260,8 +243,7 @@ async def _run_stream_check(db: Database, check: StreamCheck) -> StreamCheckRepo
             problems.extend(f"{stream_id}: {p}" for p in await checker(stream_id, current))
 
     async with db.transaction() as conn:
-        async for row in conn.cursor(_STREAMS, check.stream_prefix, prefetch=5000):
-            event = Event(*row)
+        async for event in read_streams_with_prefix(conn, check.stream_prefix):
             if current and current[0].stream_id != event.stream_id:
                 await finish()
                 current = []

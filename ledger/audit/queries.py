@@ -22,6 +22,7 @@ from ..journal import Event, Journal, NewEvent
 from ..keys import KeyRing
 from ..limits import name_problem
 from ..store import Database
+from . import _sql as sql
 
 __all__ = [
     "CallFilter",
@@ -33,27 +34,6 @@ __all__ = [
     "record_reveal",
     "story_summary",
 ]
-
-# `approved_by` is an array of whole reviewer names: `= ANY` matches one name exactly.
-_FIND = """
-SELECT run_id, call_id, tool, effect, once_per_run, request_digest, args_digest,
-       idempotency_key, approval_id, status, attempts, worker_id, started_at,
-       finished_at, result_digest, resolved_by, version, approved_by, approval_stream,
-       stream_id
-FROM tool_calls
-WHERE ($1::text IS NULL OR run_id = $1)
-  AND ($2::text IS NULL OR tool = $2)
-  AND ($3::text IS NULL OR status = $3)
-  AND ($4::timestamptz IS NULL OR started_at >= $4)
-  AND ($5::timestamptz IS NULL OR started_at < $5)
-  AND ($6::text IS NULL OR $6 = ANY(approved_by))
-  AND ($8::text IS NULL OR call_id = $8)
-  AND ($9::timestamptz IS NULL OR (started_at, run_id, call_id) > ($9, $10::text, $11::text))
-ORDER BY started_at, run_id, call_id
-LIMIT $7
-"""
-
-_SEALED = "SELECT args_sealed, result_sealed FROM tool_calls WHERE run_id = $1 AND call_id = $2"
 
 
 CallKey = tuple[datetime, str, str]
@@ -135,7 +115,7 @@ async def find_calls(db: Database, where: CallFilter) -> list[tuple[CallRecord, 
     when no approval allowed it). `where.approved_by` is one reviewer's whole name."""
     async with db.connection() as conn:
         rows = await conn.fetch(
-            _FIND,
+            sql.FIND,
             where.run_id,
             where.tool,
             where.status,
@@ -180,7 +160,7 @@ async def call_story(
     reveal_stream = "reveal:" + call.stream_id.removeprefix("call:")
     await record_reveal(db, reveal_stream, reveal_by, run_id=run_id, call_id=call_id)
     async with db.connection() as conn:
-        sealed = await conn.fetchrow(_SEALED, run_id, call_id)
+        sealed = await conn.fetchrow(sql.SEALED, run_id, call_id)
     args = json.loads(await open_call_value(ring, call.stream_id, "args", sealed["args_sealed"]))
     result = None
     if sealed["result_sealed"] is not None:

@@ -37,9 +37,11 @@ import asyncpg
 from ..canonical import GENESIS_HASH
 from ..errors import DigestMismatch, KekMissing
 from ..journal import BadEvent, Event, Fact, Projection, VerifyReport
-from ..journal.journal import _COLUMNS, _check
+from ..journal.journal import _check
 from ..journal.projection import ProjectionCheck, check_projection_streams
+from ..journal.reader import read_streams, streams_after, txid_of
 from ..store import Database
+from . import _sql as sql
 from .integrity import (
     LedgerReport,
     OrderReport,
@@ -58,34 +60,6 @@ from .verifier import Digest, Invalid, check_digest
 __all__ = ["verify_resumed"]
 
 _BATCH = 1000  # touched streams read per query
-_TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
-_NEW_STREAMS = (
-    "SELECT stream_id FROM events WHERE (txid, position) > ($1::text::xid8, $2) "
-    "ORDER BY txid, position"
-)
-_STREAMS = (
-    f"SELECT {_COLUMNS} FROM events WHERE stream_id = ANY($1::text[]) ORDER BY stream_id, version"
-)
-# The events after the boundary in the global order, and those after its position: a forged
-# txid can only hide a row inserted since among the second.
-_RECENT = """
-FROM events
-WHERE ((txid, position) > ($1::text::xid8, $2) OR position > $2)
-"""
-_ORDER = f"""
-SELECT count(*),
-       pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-       pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-       count(*) FILTER (WHERE txid >= pg_snapshot_xmin(pg_current_snapshot()))
-{_RECENT}
-"""
-_SUSPECTS = f"""
-SELECT position, stream_id, version, txid::text::bigint AS txid, xmin::text::bigint AS xmin
-{_RECENT}
-  AND (txid::text::bigint % 4294967296 <> xmin::text::bigint
-       OR txid >= pg_snapshot_xmax(pg_current_snapshot()))
-ORDER BY position
-"""
 
 
 @dataclass
@@ -124,7 +98,7 @@ async def verify_resumed(
         db.connection() as conn,
         conn.transaction(isolation="repeatable_read", readonly=True),
     ):
-        txid = await conn.fetchval(_TXID_OF, since.last_position)
+        txid = await txid_of(conn, since.last_position)
         view = await open_view(conn, since.tree_size)
         if txid is None or view.state.size < since.tree_size:
             why = (
@@ -138,18 +112,17 @@ async def verify_resumed(
         touched: list[str] = []
         seen: set[str] = set()
         new_events = 0
-        async for (stream_id,) in conn.cursor(_NEW_STREAMS, txid, since.last_position):
+        async for stream_id in streams_after(conn, txid, since.last_position):
             new_events += 1
             if stream_id not in seen:
                 seen.add(stream_id)
                 touched.append(stream_id)
         if progress is not None and new_events:
             progress(new_events)
-        order = await _order(conn, txid, since.last_position)
+        order = await _order(conn, str(txid), since.last_position)
         for start in range(0, len(touched), _BATCH):
             batch = sorted(touched[start : start + _BATCH])
-            rows = await conn.fetch(_STREAMS, batch)
-            events = [Event(*r) for r in rows]
+            events = await read_streams(conn, batch)
             totals.stream_events += len(events)
             await _chains(since, view, boundary, events, totals)
             for projection in projections:
@@ -201,8 +174,8 @@ async def _prepare(db: Database, check: StreamCheck) -> tuple[StreamChecker | No
 
 
 async def _order(conn: asyncpg.Connection, txid: str, position: int) -> OrderReport:
-    events, horizon, xmax, in_flight = await conn.fetchrow(_ORDER, txid, position)
-    suspects = await conn.fetch(_SUSPECTS, txid, position)
+    events, horizon, xmax, in_flight = await conn.fetchrow(sql.ORDER, txid, position)
+    suspects = await conn.fetch(sql.RECENT_SUSPECTS, txid, position)
     bad = tuple(
         OutOfOrder(r["position"], r["stream_id"], r["version"], r["txid"], order_problem(r, xmax))
         for r in suspects

@@ -20,7 +20,9 @@ from typing import TypeVar
 import asyncpg
 
 from ..errors import DigestMismatch
+from ..journal.reader import txid_of
 from ..store import Database
+from . import _sql as sql
 from .merkle import HASH_SIZE, leaf_hash
 from .tiles import (
     TILE_WIDTH,
@@ -49,39 +51,6 @@ _LOCK_KEY = 0x5349474E_54524545 - (1 << 63)  # "SIGNTREE": one integrator at a t
 _FUNCTION = (
     "signoff_tree_integrate(bigint, bigint, text, bigint, bytea, integer[], bigint[], bytea[])"
 )
-_INTEGRATE = "SELECT signoff_tree_integrate($1, $2, $3, $4, $5, $6, $7, $8)"
-_HORIZON = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text, now()"
-_STATE = "SELECT tree_size, last_txid::text, last_position, root FROM tree_state"
-_TILES = """
-SELECT t.level, t.index, t.hashes
-FROM unnest($1::int[], $2::bigint[]) AS wanted(level, index)
-JOIN tree_tiles t ON t.level = wanted.level AND t.index = wanted.index
-"""
-# Leaves after a boundary, below the horizon $3, at most $4 of them. (Ordered by the xid8
-# column itself: an output column named `txid` holding its text would sort as text.)
-_AFTER = """
-SELECT e.txid::text AS txid_text, e.position, e.hash FROM events e
-WHERE (e.txid, e.position) > ($1::text::xid8, $2) AND e.txid < $3::text::xid8
-ORDER BY e.txid, e.position
-LIMIT $4
-"""
-_EVENT_PLACE = "SELECT txid::text FROM events WHERE position = $1"
-# The level-0 tile whose first leaf is the last one at or before the event, then the event's
-# offset in it: two index lookups and at most 255 rows.
-_TILE_OF = """
-SELECT t.index, t.first_txid::text AS first_txid_text, t.first_position FROM tree_tiles t
-WHERE t.level = 0 AND (t.first_txid, t.first_position) <= ($1::text::xid8, $2)
-ORDER BY t.first_txid DESC, t.first_position DESC
-LIMIT 1
-"""
-_OFFSET_IN_TILE = """
-SELECT count(*) FROM (
-    SELECT 1 FROM events
-    WHERE (txid, position) >= ($1::text::xid8, $2) AND (txid, position) < ($3::text::xid8, $4)
-    LIMIT 256
-) AS before_it
-"""
-_STORED_COUNT = "SELECT count(*) FROM tree_tiles"
 _COMPARE_EVERY = 1024  # tiles compared per query while recomputing
 _R = TypeVar("_R")
 
@@ -108,13 +77,13 @@ class Integration:
 
 
 async def read_state(conn: asyncpg.Connection) -> TreeState:
-    size, txid, position, root = await conn.fetchrow(_STATE)
+    size, txid, position, root = await conn.fetchrow(sql.STATE)
     return TreeState(size, txid, position, bytes(root))
 
 
 async def fetch_tiles(conn: asyncpg.Connection, keys: set[TileKey]) -> dict[TileKey, bytes]:
     ordered = sorted(keys)
-    rows = await conn.fetch(_TILES, [k[0] for k in ordered], [k[1] for k in ordered])
+    rows = await conn.fetch(sql.TILES, [k[0] for k in ordered], [k[1] for k in ordered])
     return {(r["level"], r["index"]): bytes(r["hashes"]) for r in rows}
 
 
@@ -157,9 +126,9 @@ async def integrate(
                 state = await read_state(conn)
                 return Integration(total, state.size, skipped=True)
             state = await read_state(conn)
-            horizon, _ = await conn.fetchrow(_HORIZON)
+            horizon, _ = await conn.fetchrow(sql.HORIZON)
             rows = await conn.fetch(
-                _AFTER, state.last_txid, state.last_position, horizon, batch_size
+                sql.AFTER, state.last_txid, state.last_position, horizon, batch_size
             )
             if not rows:
                 return Integration(total, state.size)
@@ -168,7 +137,7 @@ async def integrate(
             changed = sorted(appender.tiles().items())
             last_txid, last_position, _ = rows[-1]
             written = await conn.fetchval(
-                _INTEGRATE,
+                sql.INTEGRATE,
                 state.size,
                 appender.size,
                 last_txid,
@@ -239,16 +208,17 @@ class TreeView:
         if position in self.tail:
             index = self.state.size + self.tail.index(position)
             return index if index < self.size else None
-        txid = await self.conn.fetchval(_EVENT_PLACE, position)
-        if txid is None or (self.state.size, self.state.last_txid) == (0, "0"):
+        found = await txid_of(self.conn, position)
+        if found is None or (self.state.size, self.state.last_txid) == (0, "0"):
             return None
-        if (int(txid), position) > (int(self.state.last_txid), self.state.last_position):
+        txid = str(found)  # as the tile queries take it
+        if (found, position) > (int(self.state.last_txid), self.state.last_position):
             return None
-        row = await self.conn.fetchrow(_TILE_OF, txid, position)
+        row = await self.conn.fetchrow(sql.TILE_OF, txid, position)
         if row is None:
             return None
         offset = await self.conn.fetchval(
-            _OFFSET_IN_TILE, row["first_txid_text"], row["first_position"], txid, position
+            sql.OFFSET_IN_TILE, row["first_txid_text"], row["first_position"], txid, position
         )
         index = int(row["index"]) * TILE_WIDTH + int(offset)
         return index if index < self.size else None
@@ -263,7 +233,7 @@ async def open_view(
     """The tree of the first `size` leaves (None: every event below the horizon) in `conn`'s
     snapshot, appending in memory what the stored tree lacks. Its size is less than `size`
     when the journal holds fewer events."""
-    horizon, taken_at = await conn.fetchrow(_HORIZON)
+    horizon, taken_at = await conn.fetchrow(sql.HORIZON)
     state = await read_state(conn)
     if size is not None and size <= state.size:
         return TreeView(conn, size, state, taken_at)
@@ -272,7 +242,7 @@ async def open_view(
     txid, position = state.last_txid, state.last_position
     while size is None or appender.size < size:
         want = INTEGRATE_BATCH if size is None else min(INTEGRATE_BATCH, size - appender.size)
-        rows = await conn.fetch(_AFTER, txid, position, horizon, want)
+        rows = await conn.fetch(sql.AFTER, txid, position, horizon, want)
         await _append_all(appender, [hash_ for _, _, hash_ in rows])
         view.tail.extend(pos for _, pos, _ in rows)
         if progress is not None and rows:
@@ -321,7 +291,7 @@ async def check_stored_tree(
         conn.transaction(isolation="repeatable_read", readonly=True),
     ):
         state = await read_state(conn)
-        horizon, _ = await conn.fetchrow(_HORIZON)
+        horizon, _ = await conn.fetchrow(sql.HORIZON)
         start, boundary = 0, ("0", 0)
         appender = TileAppender(0, {})
         if since is not None and 0 < since[0] <= state.size:
@@ -332,18 +302,18 @@ async def check_stored_tree(
                 genuine = resumed.root() == root
             except LookupError:
                 genuine = False
-            txid = await conn.fetchval(_EVENT_PLACE, position)
+            txid = await txid_of(conn, position)
             if not genuine or txid is None:
                 problems.append(
                     f"stored tree: its first {size} leaves do not hash to the verified digest's "
                     "root: the stored tree was changed before it (check without --since-digest)"
                 )
                 return TreeCheck(state.size, 0, tuple(problems))
-            start, boundary, appender = size, (txid, position), resumed
+            start, boundary, appender = size, (str(txid), position), resumed
         last: tuple[str, int] = boundary
         compared = 0
         async for txid, position, hash_ in conn.cursor(
-            _AFTER, boundary[0], boundary[1], horizon, state.size - start, prefetch=10_000
+            sql.AFTER, boundary[0], boundary[1], horizon, state.size - start, prefetch=10_000
         ):
             appender.append(leaf_hash(hash_))
             last = (txid, position)
@@ -352,7 +322,7 @@ async def check_stored_tree(
             if appender.full_held() >= _COMPARE_EVERY:
                 compared += await _compare(conn, appender.take_full(), problems)
         compared += await _compare(conn, {**appender.take_full(), **appender.edge()}, problems)
-        stored = await conn.fetchval(_STORED_COUNT)
+        stored = await conn.fetchval(sql.STORED_COUNT)
     if appender.size < state.size:
         problems.append(
             f"the stored tree has {state.size} leaves, the journal only {appender.size} events: "

@@ -38,3 +38,10 @@ DROP_WAITER = "SELECT signoff_count_waiter($1, $2, -1)"
 LAPSED = f"""
 SELECT {COLUMNS} FROM tool_calls WHERE status = 'running' AND lease_until < now() LIMIT $1
 """
+
+# resolution.py
+RESOLUTIONS = """
+SELECT r.stream_id, r.version, r.data::text AS data, s.data->>'request_digest' AS request_digest
+FROM events r JOIN events s ON s.stream_id = r.stream_id AND s.version = 1
+WHERE r.type = 'call.resolved' ORDER BY r.stream_id, r.version
+"""

@@ -18,6 +18,7 @@ from ..canonical import format_time
 from ..keys import KeyRing
 from ..keys.attest import Statement, sign_statement, statement_ok
 from ..store import Database
+from . import _sql as sql
 
 __all__ = [
     "ResolutionProblem",
@@ -26,12 +27,6 @@ __all__ = [
     "resolution_statement",
     "sign_resolution",
 ]
-
-_RESOLUTIONS = """
-SELECT r.stream_id, r.version, r.data::text AS data, s.data->>'request_digest' AS request_digest
-FROM events r JOIN events s ON s.stream_id = r.stream_id AND s.version = 1
-WHERE r.type = 'call.resolved' ORDER BY r.stream_id, r.version
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +75,7 @@ async def resolution_problem(
 async def every_resolution_problem(db: Database, ring: KeyRing) -> list[ResolutionProblem]:
     """`resolution_problem` of every `call.resolved` event in the journal."""
     async with db.connection() as conn:
-        rows = await conn.fetch(_RESOLUTIONS)
+        rows = await conn.fetch(sql.RESOLUTIONS)
     problems = []
     for row in rows:
         digest = row["request_digest"] or ""

@@ -51,6 +51,7 @@ from ..errors import (
 )
 from ..journal import NewEvent
 from ..journal.projection import Fact, disagreement, verify_projection
+from ..journal.reader import read_stream
 from ..keys import KeyRing
 from ..keys.digests import matches, text_digest
 from ..keys.values import seal_value
@@ -168,7 +169,7 @@ class ToolLedger:
         self.poll_interval = poll_interval
         self.records = CallRecorder(db, ring, lease_seconds)
         # Connects on first wait only: most processes never wait.
-        self._listener = Listener(db.url, sql.CHANNEL)
+        self._listener = Listener.shared(db, sql.CHANNEL)
         self._held: dict[tuple[str, str], int] = {}  # calls running here -> their version
         self._renewer: asyncio.Task[None] | None = None
 
@@ -268,10 +269,19 @@ class ToolLedger:
         return await self.records.outcome(row, replayed=True)
 
     async def resolve(
-        self, run_id: str, call_id: str, *, succeeded: bool, by: str, note: str | None = None
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        succeeded: bool,
+        by: str,
+        note: str | None = None,
+        request_id: str | None = None,
     ) -> CallRecord:
         """A person's verdict on an `outcome_unknown` call (it is never run again), signed by
-        the reviewer side (`resolution`).
+        the reviewer side (`resolution`). `request_id`, a client's id for this request (the
+        HTTP service's), is recorded in the `call.resolved` event, so a retry finds its answer
+        (`resolution_of_request`), as a decision's does.
 
         Raises:
             UnknownCall; CallStateError when the call's outcome is known; ReviewerKekMissing
@@ -283,6 +293,8 @@ class ToolLedger:
             raise InvalidToolCall("resolving needs the name of who resolves it")
         if note is not None and (not isinstance(note, str) or text_problem(note) is not None):
             raise InvalidToolCall(f"a note must be text without NUL or lone surrogates: {note!r}")
+        if request_id is not None and name_problem(request_id, 200) is not None:
+            raise InvalidToolCall("a request id is text of 1 to 200 characters")
         self.ring.require_decision_signer()
         await self.reap()
         # The ring readied for the sealed note, its digest and the resolution's signature.
@@ -301,6 +313,8 @@ class ToolLedger:
             data = {"status": str(status), "by": by, "result_digest": digest, "at": _now()}
             stream = call_stream(record.run_id, record.call_id)
             data = sign_resolution(self.ring, stream, record.request_digest, data)
+            if request_id is not None:  # unsigned: it only names the client's request
+                data["request_id"] = request_id
             resolved = await self.records.advance(
                 conn, record, [NewEvent("call.resolved", data, actor=by)], sealed
             )
@@ -308,6 +322,23 @@ class ToolLedger:
             raise CallStateError(f"call {call_id} of run {run_id} changed while resolving")
         log.info("call resolved", run_id=run_id, call_id=call_id, by=by, status=str(status))
         return resolved
+
+    async def resolution_of_request(
+        self, run_id: str, call_id: str, by: str, request_id: str
+    ) -> CallStatus | None:
+        """The verdict `by` recorded on this call with a client's `request_id`
+        (`resolve(..., request_id=)`), or None: how a retried request finds its answer."""
+        async with self.db.connection() as conn:
+            events = await read_stream(conn, call_stream(run_id, call_id))
+        for event in events:
+            data = event.data
+            if (
+                event.type == "call.resolved"
+                and data.get("by") == by
+                and data.get("request_id") == request_id
+            ):
+                return CallStatus(data["status"])
+        return None
 
     async def reap(self, limit: int = 1000) -> int:
         """Settle calls whose worker died and that may not run again: `outcome_unknown` for

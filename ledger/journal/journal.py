@@ -19,22 +19,22 @@ for the few events someone waits on; tailing readers poll the horizon (`follow`)
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from functools import cached_property
 from typing import Any
 
 import asyncpg
 
-from ..canonical import GENESIS_HASH, chain_hash, event_bytes, jcs_json, timed_event_bytes
+from ..canonical import GENESIS_HASH, chain_hash, jcs_json, timed_event_bytes
 from ..errors import InvalidEvent
 from ..limits import INT4, INT8, int_problem
 from ..store import Database
 from ..store.batches import batches
 from ..store.group import GroupedCalls
+from . import _sql as sql
+from . import reader
+from .event import Event
 
 __all__ = [
     "MAX_DATA_BYTES",
@@ -54,37 +54,8 @@ MAX_EVENTS_PER_APPEND = 1000
 _MAX_NAME = {"stream id": 200, "type": 100, "actor": 200}
 _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
-_APPEND_CALL = "signoff_append($1, $2, $3, $4, $5, $6)"
-_APPEND = f"SELECT {_APPEND_CALL}"
-_HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
-# The columns of `Event`, in its order. The append functions record tag version 2 only; any
-# other version names no tag this code hashes with, so such an event does not verify.
-_COLUMNS = (
-    "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash,"
-    " tag_version"
-)
-_READ_STREAM = f"""
-SELECT {_COLUMNS} FROM events WHERE stream_id = $1 AND version > $2 ORDER BY version
-"""
-_CURSOR_OF = "SELECT txid::text::bigint FROM events WHERE position = $1"
-_READ_ALL = f"""
-SELECT {_COLUMNS} FROM events
-WHERE (txid, position) > ($1::text::xid8, $2)
-  AND txid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY txid, position
-LIMIT $3
-"""
-_LAST_READ = """
-SELECT position FROM events WHERE txid < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY txid DESC, position DESC LIMIT 1
-"""
-# The time as its canonical text, formed as the append functions form it when they hash it.
-_VERIFY = """
-SELECT position, stream_id, version, type, data::text, actor,
-       to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), hash,
-       tag_version
-FROM events ORDER BY stream_id, version
-"""
+# The columns of `Event`, in its order (`reader.EVENT_COLUMNS`); this name is kept for old imports.
+_COLUMNS = sql.EVENT_COLUMNS
 _VERIFY_BATCH = 5000
 
 
@@ -95,40 +66,6 @@ class NewEvent:
     type: str
     data: dict[str, Any]
     actor: str
-
-
-@dataclass(frozen=True)
-class Event:
-    """An event as recorded in the journal. `tag_version` says which canonical form its data
-    text and bytes are in (`ledger.canonical`: 2, RFC 8785, the only one)."""
-
-    position: int
-    txid: int
-    stream_id: str
-    version: int
-    type: str
-    data_json: str
-    actor: str
-    recorded_at: datetime
-    hash: bytes
-    tag_version: int
-
-    @cached_property
-    def data(self) -> dict[str, Any]:
-        value: dict[str, Any] = json.loads(self.data_json)
-        return value
-
-    def canonical_bytes(self) -> bytes:
-        """Raises: InvalidEvent: an unknown tag version."""
-        return event_bytes(
-            self.stream_id,
-            self.version,
-            self.type,
-            self.actor,
-            self.recorded_at,
-            self.data_json,
-            tag_version=self.tag_version,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +106,7 @@ class Journal:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._appends = GroupedCalls(db, _APPEND_CALL)
+        self._appends = GroupedCalls(db, sql.APPEND_CALL)
 
     async def append(
         self,
@@ -198,7 +135,7 @@ class Journal:
             positions = await self._appends.call(stream_id, args)
         else:
             async with self.db.connection(connection) as conn:  # SG409: VersionConflict
-                positions = await conn.fetchval(_APPEND, *args)
+                positions = await conn.fetchval(sql.APPEND, *args)
         return Appended(stream_id, expected_version + len(events), tuple(positions))
 
     async def stream_version(
@@ -207,7 +144,7 @@ class Journal:
         """The version of the newest event in `stream_id` (0 when it has none)."""
         _check_name("stream id", stream_id)
         async with self.db.connection(connection) as conn:
-            version: int = await conn.fetchval(_HEAD, stream_id)
+            version: int = await conn.fetchval(sql.HEAD, stream_id)
         return version
 
     async def read_stream(
@@ -222,8 +159,7 @@ class Journal:
         if (problem := int_problem(after_version, INT4)) is not None:
             raise InvalidEvent(f"after_version {problem}")
         async with self.db.connection(connection) as conn:
-            rows = await conn.fetch(_READ_STREAM, stream_id, after_version)
-        return [Event(*row) for row in rows]
+            return await reader.read_stream(conn, stream_id, after_version)
 
     async def read_all(self, *, after: int = 0, batch_size: int = 1000) -> AsyncIterator[Event]:
         """Every event after position `after` (0: from the start) in the global order, up to
@@ -237,19 +173,18 @@ class Journal:
         cursor = await self._cursor_of(after)
         while True:
             async with self.db.connection() as conn:
-                rows = await conn.fetch(_READ_ALL, str(cursor[0]), cursor[1], batch_size)
-            for row in rows:
-                yield Event(*row)
-            if len(rows) < batch_size:
+                events = await reader.read_after(conn, cursor[0], cursor[1], batch_size)
+            for event in events:
+                yield event
+            if len(events) < batch_size:
                 return
-            cursor = (rows[-1][1], rows[-1][0])
+            cursor = (events[-1].txid, events[-1].position)
 
     async def last_position(self) -> int:
         """The position of the last event `read_all` returns now (0: none yet); reading after
         it yields only what commits from here on."""
         async with self.db.connection() as conn:
-            position: int | None = await conn.fetchval(_LAST_READ)
-        return position or 0
+            return await reader.last_read_position(conn)
 
     async def follow(self, *, after: int = 0, poll_interval: float = 0.05) -> AsyncIterator[Event]:
         """Like `read_all`, but never ends: waits `poll_interval` seconds for new events."""
@@ -270,7 +205,7 @@ class Journal:
         # the server reads the next batch meanwhile.
         async with (
             self.db.transaction() as conn,
-            batches(conn, _VERIFY, size=_VERIFY_BATCH) as rows_of,
+            batches(conn, sql.VERIFY, size=_VERIFY_BATCH) as rows_of,
         ):
             async for rows in rows_of:
                 chains.check(rows)
@@ -285,7 +220,7 @@ class Journal:
         if position == 0:
             return (0, 0)
         async with self.db.connection() as conn:
-            txid = await conn.fetchval(_CURSOR_OF, position)
+            txid = await reader.txid_of(conn, position)
         if txid is None:
             raise InvalidEvent(f"no event at position {position}")
         return (txid, position)

@@ -21,7 +21,8 @@ from ..errors import NoActiveKey, PermissionDenied
 from ..store import Database
 from .admin import KeyAdmin
 from .cache import SIGNING_PURPOSES, KeyCache, KeyInfo, KeyState, Purpose
-from .kek import Kek, embedded_kek
+from .kek import Kek
+from .kek_files import resolve_kek
 from .use import KeyUse
 
 __all__ = ["SIGNING_PURPOSES", "KeyCache", "KeyInfo", "KeyRing", "KeyState", "Purpose"]
@@ -43,9 +44,9 @@ class KeyRing(KeyUse, KeyAdmin):
         that has none (the decision signing key only with a reviewer KEK). `reviewer_kek`
         defaults to the settings' (`db.settings.reviewer_kek`): None on agent workers, whose ring
         then verifies decisions and cannot sign them. The KEK defaults to the database's
-        settings (`db.settings.kek`); with
-        none configured and the settings' database the embedded server, its home's KEK file,
-        created for a database that has no keys yet.
+        settings, as `ledger.keys.kek_files.resolve_kek` finds it: the configured KEK, the
+        embedded server's KEK file (created for a database that has no keys yet), or a kept KEK
+        file of the KEK the keys need.
 
         Raises:
             KekMissing: keys exist but no KEK is configured, or the embedded server's KEK file
@@ -55,14 +56,7 @@ class KeyRing(KeyUse, KeyAdmin):
                 False: a worker's; `signoff keys init` as the owner or a key administrator).
         """
         if kek is None:
-            kek = db.settings.kek
-            local = db.settings.embedded_kek_file
-            if kek is None and local is not None:
-                if not local.exists():
-                    # A new local KEK only for a database without keys: one beside keys wrapped
-                    # by a lost KEK would unwrap nothing, and hide which KEK is needed.
-                    await cls(db, None).refresh()  # KekMissing when keys exist
-                kek = embedded_kek(local)
+            kek = await resolve_kek(db.settings, cls(db, None).refresh)
         if reviewer_kek is None:
             reviewer_kek = db.settings.reviewer_kek
         ring = cls(db, kek, reviewer_kek=reviewer_kek)

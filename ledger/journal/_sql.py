@@ -1,0 +1,60 @@
+"""The journal's SQL: appends, and every read of the `events` table the journal's readers make
+(`reader`); the statements' columns are `EVENT_COLUMNS`, in the order of `Event`'s fields."""
+
+APPEND_CALL = "signoff_append($1, $2, $3, $4, $5, $6)"
+APPEND = f"SELECT {APPEND_CALL}"
+HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
+# The columns of `Event`, in its order. The append functions record tag version 2 only; any
+# other version names no tag this code hashes with, so such an event does not verify.
+EVENT_COLUMNS = (
+    "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash,"
+    " tag_version"
+)
+READ_STREAM = f"""
+SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = $1 AND version > $2 ORDER BY version
+"""
+READ_ALL = f"""
+SELECT {EVENT_COLUMNS} FROM events
+WHERE (txid, position) > ($1::text::xid8, $2)
+  AND txid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY txid, position
+LIMIT $3
+"""
+LAST_READ = """
+SELECT position FROM events WHERE txid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY txid DESC, position DESC LIMIT 1
+"""
+# The time as its canonical text, formed as the append functions form it when they hash it.
+VERIFY = """
+SELECT position, stream_id, version, type, data::text, actor,
+       to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), hash,
+       tag_version
+FROM events ORDER BY stream_id, version
+"""
+# One event by position, and its transaction id (where a position lies in the global order).
+EVENT_AT = f"SELECT {EVENT_COLUMNS} FROM events WHERE position = $1"
+TXID_OF = "SELECT txid::text FROM events WHERE position = $1"
+# The events of several streams, and of the streams whose id starts with a prefix.
+READ_STREAMS = f"""
+SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ANY($1::text[]) ORDER BY stream_id, version
+"""
+READ_PREFIX = f"""
+SELECT {EVENT_COLUMNS} FROM events WHERE starts_with(stream_id, $1) ORDER BY stream_id, version
+"""
+# The streams of the events after a place in the global order, committed or not (an auditor's
+# read in a snapshot of its own).
+STREAMS_AFTER = (
+    "SELECT stream_id FROM events WHERE (txid, position) > ($1::text::xid8, $2) "
+    "ORDER BY txid, position"
+)
+# Events of some types, in the global order after a place, up to the horizon.
+READ_TYPES = f"""
+SELECT {EVENT_COLUMNS} FROM events
+WHERE type = ANY($4::text[])
+  AND (txid, position) > ($1::text::xid8, $2)
+  AND txid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY txid, position
+LIMIT $3
+"""
+# The newest position handed out (committed or not): how big the journal about is.
+NEWEST_POSITION = "SELECT max(position) FROM events"
