@@ -379,6 +379,39 @@ async def test_a_reveal_shows_the_arguments_and_is_journaled_under_the_auditor(
     assert len(await journal.read_stream(reveal_stream)) == 1
 
 
+async def test_a_reveal_with_a_request_id_is_journaled_once_and_answered_alike(
+    api: Api, worker: ToolLedger, journal: Journal
+) -> None:
+    call = await succeeded_call(worker)
+    reveal_stream = "reveal:" + call_stream(call.run_id, call.call_id).removeprefix("call:")
+    key = {**api.auditor, "Idempotency-Key": unique("key")}
+    first = await api.client.post("/v1/calls/reveal", json=ids(call), headers=key)
+    again = await api.client.post("/v1/calls/reveal", json=ids(call), headers=key)
+    assert first.status_code == again.status_code == 200, again.text
+    assert first.json() == again.json()
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["idempotent-replayed"] == "true"
+    (event,) = await journal.read_stream(reveal_stream)
+    assert (event.actor, event.data["request_id"]) == (api.auditor_id, key["Idempotency-Key"])
+    # The same key in the body is the same request.
+    in_body = {**ids(call), "request_id": key["Idempotency-Key"]}
+    by_field = await api.client.post("/v1/calls/reveal", json=in_body, headers=api.auditor)
+    assert by_field.status_code == 200 and by_field.json() == first.json()
+    assert len(await journal.read_stream(reveal_stream)) == 1
+
+    # Without a key, or with another, each reveal is recorded.
+    for headers in (api.auditor, api.auditor, {**api.auditor, "Idempotency-Key": unique("k")}):
+        shown = await api.client.post("/v1/calls/reveal", json=ids(call), headers=headers)
+        assert shown.status_code == 200 and shown.json() == first.json()
+    events = await journal.read_stream(reveal_stream)
+    assert len(events) == 4 and all("request_id" not in e.data for e in events[1:3])
+    differ = await api.client.post(
+        "/v1/calls/reveal", json={**ids(call), "request_id": "other"}, headers=key
+    )
+    assert differ.status_code == 422, differ.text
+    assert len(await journal.read_stream(reveal_stream)) == 4
+
+
 async def test_digests_and_proofs_over_http_verify_offline(
     api: Api, worker: ToolLedger, db: Database, journal: Journal, ring: KeyRing
 ) -> None:

@@ -279,6 +279,32 @@ async def test_revealing_shows_the_arguments_to_who_may_see_them_and_records_who
     assert len(await journal.read_stream(f"reveal:{approval_id}")) == 2
 
 
+async def test_a_reveal_with_an_idempotency_key_is_recorded_once_and_answered_alike(
+    inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    member = unique("ann")
+    approval_id = await ask(store, member)
+    path, token = f"/v1/approvals/{approval_id}/reveal", await token_for(db, member)
+    key = {**token, "Idempotency-Key": unique("key")}
+    first = await inbox.client.post(path, headers=key)
+    again = await inbox.client.post(path, headers=key)
+    assert first.status_code == again.status_code == 200, again.text
+    assert first.json() == again.json() and first.json()["args"] == {"amount": 120}
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["idempotent-replayed"] == "true"
+    (event,) = await journal.read_stream(f"reveal:{approval_id}")
+    assert (event.actor, event.data["request_id"]) == (member, key["Idempotency-Key"])
+
+    # Without a key, or with another, each reveal is recorded.
+    for headers in (token, token, {**token, "Idempotency-Key": unique("other")}):
+        shown = await inbox.client.post(path, headers=headers)
+        assert shown.status_code == 200 and shown.json() == first.json()
+    assert len(await journal.read_stream(f"reveal:{approval_id}")) == 4
+    too_long = await inbox.client.post(path, headers={**token, "Idempotency-Key": "k" * 201})
+    assert too_long.status_code == 422, too_long.text
+    assert len(await journal.read_stream(f"reveal:{approval_id}")) == 4
+
+
 async def test_a_refusal_before_any_route_carries_the_inbox_headers_too(inbox: Served) -> None:
     too_large = await inbox.client.post(
         "/inbox/session",

@@ -10,7 +10,8 @@ replica finds the first answer.
 `POST /v1/approvals/{id}/reveal` gives the arguments in clear to whoever may see the approval
 (a reviewer its policy admits, an auditor), and records in the journal (`ledger.revealed` on
 `reveal:<approval id>`) that this identity read them, before they are sent. Auditors may, as
-they may reveal a call's arguments (`calls_api`): proving what ran needs what was asked.
+they may reveal a call's arguments (`calls_api`): proving what ran needs what was asked. With
+an `Idempotency-Key`, recorded in the event, a retry by the same identity records nothing new.
 
 Approvals are shown as `shapes.approval_document` (ours, HITL's and Agent Inbox's; no
 arguments), and a decide body is read by `shapes.decision_from_body` (any of the three).
@@ -48,6 +49,7 @@ __all__ = [
     "Caller",
     "IdempotencyKey",
     "may_see",
+    "optional_request_id",
     "request_id_of",
     "router",
     "service_of",
@@ -119,6 +121,14 @@ def request_id_of(header: str | None, body: dict[str, Any]) -> tuple[str, dict[s
     return value, rest
 
 
+def optional_request_id(header: str | None, field: str | None = None) -> str | None:
+    """The client's request id where one is optional (a reveal): the header's value or the
+    body's `request_id` field, None without either; refused as `request_id_of` refuses it."""
+    if header is None and field is None:
+        return None
+    return request_id_of(header, {} if field is None else {"request_id": field})[0]
+
+
 def may_see(identity: Identity, approval: Approval) -> bool:
     """Whether `identity` may see `approval`: an auditor every one, a reviewer those whose
     policy admits it."""
@@ -187,14 +197,32 @@ async def one(request: Request, approval_id: str, identity: Caller) -> dict[str,
     "/{approval_id}/reveal",
     summary="The approval's arguments in clear, to a caller who may see it (recorded first)",
 )
-async def reveal(request: Request, approval_id: str, identity: Caller) -> dict[str, Any]:
+async def reveal(
+    request: Request,
+    response: Response,
+    approval_id: str,
+    identity: Caller,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
     service = service_of(request)
+    request_id = optional_request_id(idempotency_key)
     await _visible(service, identity, approval_id)
     approval = await service.store.get(approval_id, reveal=True)
-    await record_reveal(
-        service.db, f"reveal:{approval_id}", identity.reviewer, approval_id=approval_id
+    recorded = await record_reveal(
+        service.db,
+        f"reveal:{approval_id}",
+        identity.reviewer,
+        request_id=request_id,
+        approval_id=approval_id,
     )
-    log.info("revealed", approval_id=approval_id, reviewer=identity.reviewer)
+    if not recorded:  # a retry: its reveal is in the journal already
+        response.headers["Idempotent-Replayed"] = "true"
+    log.info(
+        "revealed" if recorded else "reveal replayed",
+        approval_id=approval_id,
+        reviewer=identity.reviewer,
+        request_id=request_id,
+    )
     return approval_document(approval, args=approval.args)
 
 

@@ -2,9 +2,11 @@
 
 An auditor queries calls, reads one call's story (its record and events, never its arguments)
 and reveals a call's arguments and result in clear: each reveal is recorded in the journal
-(`reveal:<run>/<call>`) under the authenticated identity before anything is shown. A reviewer
-lists the calls whose outcome is unknown and resolves them as the token's reviewer, signed by
-the service (`ToolLedger.resolve`); it reads nothing else here, and an auditor resolves none.
+(`reveal:<run>/<call>`) under the authenticated identity before anything is shown; with a
+client's request id (`Idempotency-Key`, or `request_id` in the body), a retry records nothing
+new. A reviewer lists the calls whose outcome is unknown and resolves them as the token's
+reviewer, signed by the service (`ToolLedger.resolve`); it reads nothing else here, and an
+auditor resolves none.
 
 Run and call ids may hold '/', so they travel as query parameters or body fields, never in the
 path. A call is shown as `signoff ledger calls --json` shows it; a story as `ledger show --json`.
@@ -42,6 +44,7 @@ from .approvals_api import (
     Caller,
     IdempotencyKey,
     may_see,
+    optional_request_id,
     service_of,
 )
 from .errors import ApiError
@@ -171,18 +174,42 @@ class CallRef(BaseModel):
     call_id: str = Field(min_length=1, max_length=_ID)
 
 
+class RevealRequest(CallRef):
+    request_id: str | None = Field(default=None, min_length=1, max_length=MAX_REQUEST_ID)
+
+
 @router.post(
     "/reveal",
     summary="A call's arguments and result in clear, recorded in the journal (auditors)",
 )
-async def reveal(request: Request, body: CallRef, identity: Caller) -> dict[str, Any]:
+async def reveal(
+    request: Request,
+    response: Response,
+    body: RevealRequest,
+    identity: Caller,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
     _auditor(identity, "revealing a call")
     _names(run_id=body.run_id, call_id=body.call_id)
+    request_id = optional_request_id(idempotency_key, body.request_id)
     service = service_of(request)
     found = await call_story(
-        service.db, body.run_id, body.call_id, reveal_by=identity.reviewer, ring=service.ring
+        service.db,
+        body.run_id,
+        body.call_id,
+        reveal_by=identity.reviewer,
+        ring=service.ring,
+        request_id=request_id,
     )
-    log.info("call revealed", run_id=body.run_id, call_id=body.call_id, by=identity.reviewer)
+    if found.replayed:  # a retry: its reveal is in the journal already
+        response.headers["Idempotent-Replayed"] = "true"
+    log.info(
+        "call reveal replayed" if found.replayed else "call revealed",
+        run_id=body.run_id,
+        call_id=body.call_id,
+        by=identity.reviewer,
+        request_id=request_id,
+    )
     return story_summary(found, revealed=True)
 
 

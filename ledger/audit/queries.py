@@ -84,6 +84,7 @@ class CallStory:
     approval_events: list[Event]
     args: dict[str, Any] | None = None
     result: Any = None
+    replayed: bool = False  # revealed again under a request id whose reveal was recorded
 
 
 def story_summary(story: CallStory, *, revealed: bool = False) -> dict[str, Any]:
@@ -136,9 +137,11 @@ async def call_story(
     *,
     reveal_by: str | None = None,
     ring: KeyRing | None = None,
+    request_id: str | None = None,
 ) -> CallStory:
     """The whole story of one call. With `reveal_by` (and the key ring), its arguments and
-    result in clear, and an event recording who revealed them.
+    result in clear, and an event recording who revealed them: one for each client's
+    `request_id` (`record_reveal`).
 
     Raises:
         UnknownCall: no such call.
@@ -158,7 +161,9 @@ async def call_story(
     if ring is None:
         raise ConfigurationError("revealing needs the key ring")
     reveal_stream = "reveal:" + call.stream_id.removeprefix("call:")
-    await record_reveal(db, reveal_stream, reveal_by, run_id=run_id, call_id=call_id)
+    recorded = await record_reveal(
+        db, reveal_stream, reveal_by, request_id=request_id, run_id=run_id, call_id=call_id
+    )
     async with db.connection() as conn:
         sealed = await conn.fetchrow(sql.SEALED, run_id, call_id)
     args = json.loads(await open_call_value(ring, call.stream_id, "args", sealed["args_sealed"]))
@@ -166,24 +171,40 @@ async def call_story(
     if sealed["result_sealed"] is not None:
         text = await open_call_value(ring, call.stream_id, "result", sealed["result_sealed"])
         result = json.loads(text)
-    return CallStory(call, approved_by, events, approval_events, args, result)
+    return CallStory(call, approved_by, events, approval_events, args, result, not recorded)
 
 
-async def record_reveal(db: Database, stream: str, by: str, **what: str) -> None:
+async def record_reveal(
+    db: Database, stream: str, by: str, *, request_id: str | None = None, **what: str
+) -> bool:
     """Record in the journal that `by` read something sealed, in clear. Reveals of the same
-    thing at once take turns: the loser of a version race appends after the winner."""
+    thing at once take turns: the loser of a version race appends after the winner.
+
+    With a client's `request_id` (recorded in the event), a retry finds the reveal `by`
+    recorded under it and records nothing new. Returns whether a reveal was recorded: False
+    for a retry.
+    """
     if problem := name_problem(by, 200):
         raise InvalidEvent(f"who reveals {problem}")
+    if request_id is not None and (problem := name_problem(request_id, 200)):
+        raise InvalidEvent(f"a request id {problem}")
     journal = Journal(db)
     data = {**what, "at": datetime.now(UTC).isoformat()}
+    if request_id is not None:  # no reveal is signed: it only names the client's request
+        data["request_id"] = request_id
     version = 0
     for _ in range(10):
         version = await journal.stream_version(stream)
+        if request_id is not None and any(
+            e.type == "ledger.revealed" and e.actor == by and e.data.get("request_id") == request_id
+            for e in await journal.read_stream(stream)
+        ):
+            return False
         try:
             await journal.append(
                 stream, [NewEvent("ledger.revealed", data, actor=by)], expected_version=version
             )
-            return
+            return True
         except VersionConflict:
             continue
     raise VersionConflict(stream, version, None)
