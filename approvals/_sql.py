@@ -96,3 +96,37 @@ LIMIT {parameter()}
 
 
 GRANT = "SELECT signoff_grant($1, $2, $3, $4, $5, $6, $7::json)"
+
+# API tokens (`credentials.py`).
+TOKEN_COLUMNS = (
+    "token_id, reviewer, scope, created_by, created_at, expires_at, revoked_at, last_used_at"
+)
+TOKEN_INSERT = """
+INSERT INTO api_tokens (token_id, secret_hash, reviewer, scope, created_by, created_at,
+                        expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
+TOKEN_BY_ID = f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_id = $1"
+TOKEN_LOCKED = f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_id = $1 FOR UPDATE"
+TOKEN_LIST = f"""
+SELECT {TOKEN_COLUMNS} FROM api_tokens
+WHERE $1 OR (revoked_at IS NULL AND expires_at > now())
+ORDER BY created_at, token_id
+"""
+TOKEN_REVOKE = "UPDATE api_tokens SET revoked_at = $2 WHERE token_id = $1"
+TOKEN_USE = "SELECT status, reviewer, scope, expires_at FROM signoff_token_use($1, $2)"
+TOKENS_ACTIVE = "SELECT signoff_api_tokens_active()"
+
+# The reviewer directory (`reviewers.py`).
+REVIEWER_COLUMNS = "reviewer_id, groups, active, changed_by, changed_at, version"
+REVIEWER_BY_ID = f"SELECT {REVIEWER_COLUMNS} FROM reviewers WHERE reviewer_id = $1"
+REVIEWER_LIST = f"SELECT {REVIEWER_COLUMNS} FROM reviewers WHERE $1 OR active ORDER BY reviewer_id"
+# A decision reads the groups in its own transaction: a reviewer removed before it commits
+# decides for no group.
+GROUPS_OF = "SELECT groups FROM reviewers WHERE reviewer_id = $1 AND active"
+
+# Every approval stream of the journal, for `ledger verify` (`integrity.every_approval_problem`).
+EVERY_APPROVAL_EVENT = """
+SELECT stream_id, version, type, data::text AS data, actor FROM events
+WHERE stream_id LIKE 'approval:%' ORDER BY stream_id, version
+"""

@@ -33,6 +33,7 @@ from ledger.limits import name_problem
 from ledger.log import get_logger
 from ledger.store import Database
 
+from . import _sql
 from .errors import (
     CredentialExpired,
     CredentialRevoked,
@@ -65,23 +66,6 @@ _SECRET_BYTES = 32
 _ID = re.compile(r"[a-z0-9]{8,64}")
 # The secret as base64url without padding: 43 characters for 32 bytes.
 _TOKEN = re.compile(rf"{PREFIX}_([a-z0-9]{{8,64}})_([A-Za-z0-9_-]{{43}})")
-
-_COLUMNS = "token_id, reviewer, scope, created_by, created_at, expires_at, revoked_at, last_used_at"
-_INSERT = """
-INSERT INTO api_tokens (token_id, secret_hash, reviewer, scope, created_by, created_at,
-                        expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-"""
-_BY_ID = f"SELECT {_COLUMNS} FROM api_tokens WHERE token_id = $1"
-_LOCKED = f"SELECT {_COLUMNS} FROM api_tokens WHERE token_id = $1 FOR UPDATE"
-_LIST = f"""
-SELECT {_COLUMNS} FROM api_tokens
-WHERE $1 OR (revoked_at IS NULL AND expires_at > now())
-ORDER BY created_at, token_id
-"""
-_REVOKE = "UPDATE api_tokens SET revoked_at = $2 WHERE token_id = $1"
-_USE = "SELECT status, reviewer, scope, expires_at FROM signoff_token_use($1, $2)"
-_ACTIVE = "SELECT signoff_api_tokens_active()"
 
 
 class Scope(StrEnum):
@@ -239,10 +223,17 @@ class ApiTokens:
         }
         async with self.db.transaction() as conn:
             await conn.execute(
-                _INSERT, token_id, secret_hash(secret), rid, str(scope), by, now, expires_at
+                _sql.TOKEN_INSERT,
+                token_id,
+                secret_hash(secret),
+                rid,
+                str(scope),
+                by,
+                now,
+                expires_at,
             )
             await self._journaled(conn, token_id, 0, NewEvent("token.created", data, actor=by))
-            row = await conn.fetchrow(_BY_ID, token_id)
+            row = await conn.fetchrow(_sql.TOKEN_BY_ID, token_id)
         text = f"{PREFIX}_{token_id}_{base64.urlsafe_b64encode(secret).decode().rstrip('=')}"
         log.info("api token created", token_id=token_id, reviewer=rid, scope=str(scope))
         return CreatedToken(text, _info(row))
@@ -260,17 +251,17 @@ class ApiTokens:
         if (problem := name_problem(by)) is not None:
             raise InvalidApprovalRequest(f"by {problem}")
         async with self.db.transaction() as conn:
-            row = await conn.fetchrow(_LOCKED, tid)
+            row = await conn.fetchrow(_sql.TOKEN_LOCKED, tid)
             if row is None:
                 raise UnknownCredential(tid)
             if row["revoked_at"] is not None:
                 return _info(row)
             now = datetime.now(UTC)
-            await conn.execute(_REVOKE, tid, now)
+            await conn.execute(_sql.TOKEN_REVOKE, tid, now)
             version = await self.journal.stream_version(STREAM_PREFIX + tid, connection=conn)
             event = NewEvent("token.revoked", {"token_id": tid, "at": now.isoformat()}, actor=by)
             await self._journaled(conn, tid, version, event)
-            row = await conn.fetchrow(_BY_ID, tid)
+            row = await conn.fetchrow(_sql.TOKEN_BY_ID, tid)
         log.info("api token revoked", token_id=tid)
         return _info(row)
 
@@ -282,7 +273,7 @@ class ApiTokens:
         """
         tid = _token_id(token_id)
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(_BY_ID, tid)
+            row = await conn.fetchrow(_sql.TOKEN_BY_ID, tid)
         if row is None:
             raise UnknownCredential(tid)
         return _info(row)
@@ -291,13 +282,13 @@ class ApiTokens:
         """The tokens that authenticate (with `include_inactive`, revoked and expired ones too),
         oldest first. Never a secret."""
         async with self.db.connection() as conn:
-            rows = await conn.fetch(_LIST, bool(include_inactive))
+            rows = await conn.fetch(_sql.TOKEN_LIST, bool(include_inactive))
         return [_info(r) for r in rows]
 
     async def active_count(self) -> int:
         """How many tokens authenticate now (on the service's login too)."""
         async with self.db.connection() as conn:
-            count: int = await conn.fetchval(_ACTIVE)
+            count: int = await conn.fetchval(_sql.TOKENS_ACTIVE)
         return count
 
     async def authenticate(self, token: str) -> Identity:
@@ -310,7 +301,7 @@ class ApiTokens:
         """
         token_id, secret = parse_token(token)
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(_USE, token_id, secret_hash(secret))
+            row = await conn.fetchrow(_sql.TOKEN_USE, token_id, secret_hash(secret))
             status = row["status"]
             if status == "revoked":
                 raise CredentialRevoked(token_id)

@@ -43,9 +43,10 @@ from ledger.keys.attest import (
 )
 from ledger.store import Database
 
+from . import _sql
 from .model import ApprovalPolicy, DecisionKind, Review, Reviewer, binding_of
 from .policy import policy_problem
-from .projection import STREAM_PREFIX, approval_id_of
+from .projection import approval_id_of
 
 __all__ = [
     "ProblemKind",
@@ -206,12 +207,6 @@ async def approval_problems(ring: KeyRing, events: Sequence[Recorded]) -> list[S
     return problems
 
 
-_EVERY_APPROVAL_EVENT = f"""
-SELECT stream_id, version, type, data::text AS data, actor FROM events
-WHERE stream_id LIKE '{STREAM_PREFIX}%' ORDER BY stream_id, version
-"""
-
-
 async def every_approval_problem(db: Database, ring: KeyRing) -> list[StreamProblem]:
     """`approval_problems` of every approval stream in the journal, read in one snapshot."""
     problems: list[StreamProblem] = []
@@ -220,7 +215,7 @@ async def every_approval_problem(db: Database, ring: KeyRing) -> list[StreamProb
         db.connection() as conn,
         conn.transaction(isolation="repeatable_read", readonly=True),
     ):
-        async for row in conn.cursor(_EVERY_APPROVAL_EVENT, prefetch=2000):
+        async for row in conn.cursor(_sql.EVERY_APPROVAL_EVENT, prefetch=2000):
             fact = Fact(
                 row["stream_id"], row["version"], row["type"], json.loads(row["data"]), row["actor"]
             )

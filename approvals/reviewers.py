@@ -22,6 +22,7 @@ from ledger.journal.projection import Fact, Projection, commit, verify_projectio
 from ledger.limits import name_problem
 from ledger.store import Database
 
+from . import _sql
 from .errors import InvalidApprovalRequest, UnknownReviewer
 from .identity import group_name, reviewer_id
 from .model import Reviewer
@@ -40,13 +41,6 @@ __all__ = [
 STREAM_PREFIX = "reviewer:"
 MAX_GROUPS = 100
 """Most groups one reviewer may be in."""
-
-COLUMNS = "reviewer_id, groups, active, changed_by, changed_at, version"
-BY_ID = f"SELECT {COLUMNS} FROM reviewers WHERE reviewer_id = $1"
-LIST = f"SELECT {COLUMNS} FROM reviewers WHERE $1 OR active ORDER BY reviewer_id"
-# A decision reads the groups in its own transaction: a reviewer removed before it commits
-# decides for no group.
-GROUPS_OF = "SELECT groups FROM reviewers WHERE reviewer_id = $1 AND active"
 
 
 def stream_of(reviewer: str) -> str:
@@ -84,7 +78,7 @@ class ReviewerProjection(Projection[ReviewerEntry]):
     table = "reviewers"
     key = ("reviewer_id",)
     stream_prefix = STREAM_PREFIX
-    columns = COLUMNS
+    columns = _sql.REVIEWER_COLUMNS
     write_function = "signoff_commit_reviewer"  # the owner's only: directory changes
 
     def stream_of(self, record: ReviewerEntry) -> str:
@@ -157,7 +151,7 @@ REVIEWERS = ReviewerProjection()
 async def directory_groups(conn: asyncpg.Connection, reviewer: str) -> frozenset[str] | None:
     """The groups of a reviewer in the directory, read on `conn` (in its transaction); None
     when it is not in the directory (never added, or removed)."""
-    groups = await conn.fetchval(GROUPS_OF, reviewer)
+    groups = await conn.fetchval(_sql.GROUPS_OF, reviewer)
     return None if groups is None else frozenset(groups)
 
 
@@ -235,7 +229,7 @@ class ReviewerDirectory:
         """
         rid = reviewer_id(reviewer)
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(BY_ID, rid)
+            row = await conn.fetchrow(_sql.REVIEWER_BY_ID, rid)
         if row is None:
             raise UnknownReviewer(rid)
         return REVIEWERS.from_row(row)
@@ -243,7 +237,7 @@ class ReviewerDirectory:
     async def list(self, *, include_removed: bool = False) -> list[ReviewerEntry]:
         """The reviewers in the directory by id (with `include_removed`, the removed too)."""
         async with self.db.connection() as conn:
-            rows = await conn.fetch(LIST, bool(include_removed))
+            rows = await conn.fetch(_sql.REVIEWER_LIST, bool(include_removed))
         return [REVIEWERS.from_row(r) for r in rows]
 
     async def verify_projection(self) -> builtins.list[str]:
@@ -256,7 +250,7 @@ class ReviewerDirectory:
             raise InvalidApprovalRequest(f"by {problem}")
         stream = stream_of(rid)
         async with self.db.transaction() as conn:
-            row = await conn.fetchrow(BY_ID, rid)
+            row = await conn.fetchrow(_sql.REVIEWER_BY_ID, rid)
             entry = None if row is None else REVIEWERS.from_row(row)
             events = step(entry)
             if not events and entry is not None:  # nothing to change

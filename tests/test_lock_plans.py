@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from approvals import _sql as approval_sql
-from approvals.credentials import _USE as TOKEN_USE
+from approvals._sql import TOKEN_USE
 from ledger.calls import _sql as call_sql
 from ledger.store import Database
 

@@ -24,14 +24,10 @@ from ..errors import (
     UnknownKey,
 )
 from ..journal import Journal, NewEvent
+from . import _sql
 from .cache import (
     _ADMIN_LOCK,
-    _CREATE,
     _PREFIX,
-    _RETIRE,
-    _REWRAP,
-    _ROTATE,
-    _SELECT_KEYS,
     SIGNING_PURPOSES,
     KeyCache,
     KeyState,
@@ -55,7 +51,7 @@ class KeyAdmin(KeyCache):
         """Create an active key for every purpose that has none; return the new key ids."""
         created: list[str] = []
         async with self._admin() as conn:
-            rows = await conn.fetch("SELECT purpose FROM data_keys WHERE state = 'active'")
+            rows = await conn.fetch(_sql.ACTIVE_PURPOSES)
             have = {Purpose(r["purpose"]) for r in rows}
             for purpose in self._creatable():
                 if purpose not in have:
@@ -76,14 +72,12 @@ class KeyAdmin(KeyCache):
     async def retire(self, key_id: str) -> None:
         """Retire a decrypt-only key: nothing encrypted under it can be read afterwards."""
         async with self._admin() as conn:
-            row = await conn.fetchrow(
-                "SELECT purpose, state FROM data_keys WHERE key_id = $1", key_id
-            )
+            row = await conn.fetchrow(_sql.PURPOSE_AND_STATE, key_id)
             if row is None:
                 raise UnknownKey(key_id)
             if row["state"] == KeyState.RETIRED:
                 raise KeyStateError(f"key {key_id} is already retired")
-            if not await conn.fetchval(_RETIRE, key_id):
+            if not await conn.fetchval(_sql.RETIRE, key_id):
                 raise KeyStateError(f"key {key_id} is not decrypt-only; rotate it out first")
             await self._record(conn, Purpose(row["purpose"]), "key.retired", {"key_id": key_id})
         await self.refresh()
@@ -94,14 +88,14 @@ class KeyAdmin(KeyCache):
         if self.kek is None:
             raise KekMissing("(unknown)")
         async with self._admin() as conn:
-            every = await conn.fetch(_SELECT_KEYS)
+            every = await conn.fetch(_sql.SELECT_KEYS)
             rows = [r for r in every if r["purpose"] != Purpose.DECISION_SIGNING]
             for row in rows:
                 info = _info(row)
                 material = _material(self._unwrap(info, row["wrapped"]))
                 context = _wrap_context(info.key_id, info.purpose)
                 await conn.execute(
-                    _REWRAP, info.key_id, new_kek.kek_id, new_kek.wrap(material, context)
+                    _sql.REWRAP, info.key_id, new_kek.kek_id, new_kek.wrap(material, context)
                 )
             for purpose in {Purpose(r["purpose"]) for r in rows}:
                 await self._record(
@@ -131,7 +125,7 @@ class KeyAdmin(KeyCache):
             material = os.urandom(32)
         wrapped = kek.wrap(material, _wrap_context(key_id, purpose))
         args = (key_id, purpose, kek.kek_id, wrapped, public)
-        replaces: str | None = await conn.fetchval(_ROTATE if rotate else _CREATE, *args)
+        replaces: str | None = await conn.fetchval(_sql.ROTATE if rotate else _sql.CREATE, *args)
         data: dict[str, Any] = {"key_id": key_id, "kek_id": kek.kek_id, "replaces": replaces}
         if public is not None:
             data["public_key"] = public_text(public)

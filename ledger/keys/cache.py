@@ -40,6 +40,7 @@ from ..errors import (
 )
 from ..log import get_logger
 from ..store import Database
+from . import _sql
 from .budget import NonceBudget
 from .kek import Kek
 
@@ -78,22 +79,6 @@ _PREFIX = {
 }
 _SIGNING = (Purpose.DIGEST_SIGNING, Purpose.DECISION_SIGNING)
 _ADMIN_LOCK = 0x5167_0FF1
-
-_SELECT_KEYS = """
-SELECT key_id, purpose, state, kek_id, wrapped, public_key, created_at, rotated_at, retired_at,
-       sealed
-FROM data_keys ORDER BY created_at, key_id
-"""
-_SELECT_ACTIVE = "SELECT key_id FROM data_keys WHERE purpose = $1 AND state = 'active'"
-# Every write to data_keys: the database's SECURITY DEFINER key functions.
-_CREATE = "SELECT signoff_key_create($1, $2, $3, $4, $5)"
-_ROTATE = "SELECT signoff_key_rotate($1, $2, $3, $4, $5)"  # returns the demoted key's id
-_RETIRE = "SELECT signoff_key_retire($1)"
-_REWRAP = "SELECT signoff_key_rewrap($1, $2, $3)"
-_RESERVE = """
-SELECT r.key_id, r.n, signoff_reserve_nonces(r.key_id, r.n) AS total
-FROM unnest($1::text[], $2::integer[]) AS r(key_id, n)
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,14 +186,14 @@ class KeyCache:
         """Refresh now if the database's active key of `purpose` is not the cached one (rotated
         moments ago by another process). One small query; keys are unwrapped only on a change."""
         async with self.db.connection() as conn:
-            active = await conn.fetchval(_SELECT_ACTIVE, str(purpose))
+            active = await conn.fetchval(_sql.SELECT_ACTIVE, str(purpose))
         if active != self._active.get(purpose):
             await self.refresh()
 
     async def refresh(self) -> None:
         """Reload every key from the database now (and reserve nonces, as `fresh` does)."""
         async with self._lock, self.db.connection() as conn:
-            rows = await conn.fetch(_SELECT_KEYS)
+            rows = await conn.fetch(_sql.SELECT_KEYS)
             keys: dict[str, _Loaded] = {}
             infos: dict[str, KeyInfo] = {}
             active: dict[Purpose, str] = {}
@@ -243,7 +228,7 @@ class KeyCache:
         wanted = self.nonces.wanted(self._sealing_keys())
         if not wanted:
             return
-        rows = await conn.fetch(_RESERVE, [k for k, _ in wanted], [n for _, n in wanted])
+        rows = await conn.fetch(_sql.RESERVE, [k for k, _ in wanted], [n for _, n in wanted])
         for row in rows:
             if row["total"] is None:  # retired since the cache was loaded: nothing reserved
                 continue
