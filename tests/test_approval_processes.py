@@ -150,7 +150,9 @@ async def test_wait_in_one_process_wakes_on_cli_decision_in_another(
     print(f"waiter in another process waited {result['waited']:.3f} s for the CLI decision")
     assert result["status"] == "approved"
     assert result["decided_by"] == ["bob"]
-    assert 0.5 <= result["waited"] < 20, result  # woke on the decision, far before 60 s
+    # Woke on the decision, far before its 60 s. (No lower bound: the decision now follows the
+    # waiter's LISTEN as soon as it is seen, and a CLI process may decide within 0.5 s.)
+    assert result["waited"] < 20, result
 
 
 async def test_cli_list_show_and_decide(store: ApprovalStore, database_url: str) -> None:
