@@ -172,6 +172,10 @@ def parse_token(token: object) -> tuple[str, bytes]:
         raise InvalidCredential() from e
     if len(secret) != _SECRET_BYTES:
         raise InvalidCredential()
+    # The last character's two low bits are padding: four spellings decode to one secret. Only
+    # the one the token was issued with authenticates, so a credential has one text.
+    if base64.urlsafe_b64encode(secret).decode().rstrip("=") != match.group(2):
+        raise InvalidCredential()
     return match.group(1), secret
 
 

@@ -3,6 +3,7 @@ login that has only `signoff_reviewer` (or `signoff_auditor`) through `signoff_t
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -218,3 +219,23 @@ async def test_the_cli_prints_a_token_once_and_lists_none(
     assert bad.code == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.splitlines()) == 1
     unknown = await run_cli("tokens", "revoke", "0" * 16, database_url=database_url)
     assert unknown.code == 2 and "no API token" in unknown.stderr
+
+
+def test_a_token_has_one_spelling() -> None:
+    """43 base64url characters hold 258 bits for a 256-bit secret: the last character's two low
+    bits are padding. A token whose last character differs only in those bits names the same
+    secret, so it would be a second spelling of one credential; only the canonical one parses."""
+    secret = bytes(range(32))
+    text = base64.urlsafe_b64encode(secret).decode().rstrip("=")
+    head = "sgf_0123456789abcdef_"
+    token = head + text
+    assert parse_token(token) == ("0123456789abcdef", secret)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(text[-1])
+    others = [alphabet[(last & ~3) | low] for low in range(4) if (last & ~3) | low != last]
+    assert len(others) == 3
+    for other in others:
+        spelled = token[:-1] + other
+        assert base64.urlsafe_b64decode(spelled.removeprefix(head) + "=") == secret
+        with pytest.raises(InvalidCredential):
+            parse_token(spelled)

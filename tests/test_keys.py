@@ -269,3 +269,17 @@ async def test_a_kept_kek_file_opens_a_database_for_which_no_kek_is_configured(
         other_path.rename(path)  # a file under the id it does not hold
         with pytest.raises(KekMissing):
             await KeyRing.open(db, create_missing=False)
+
+
+async def test_a_loaded_key_never_shows_its_material(keys_db: Database) -> None:
+    """A ring's loaded keys appear in reprs, tracebacks and debuggers: their material (the
+    decision signing key's included) must not."""
+    ring = await KeyRing.open(keys_db, new_kek(), reviewer_kek=new_kek())
+    loaded = list(ring._keys.values())
+    assert loaded
+    for key in loaded:
+        shown = repr(key)
+        assert key.info.key_id in shown
+        if key.material is not None:
+            assert key.material.hex() not in shown
+            assert repr(key.material) not in shown

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from hashlib import sha256
@@ -99,11 +99,13 @@ class KeyInfo:
 
 @dataclass(frozen=True, slots=True)
 class _Loaded:
+    # Only the key's info is shown: a repr lands in tracebacks and debuggers, key material
+    # never may.
     info: KeyInfo
-    material: bytes | None  # None: a decision key without the reviewer KEK (verifies only)
-    aead: AESGCM | None
-    hmac_base: hmac.HMAC | None = None  # keyed once, copied per message (value-MAC keys)
-    signer: Ed25519PrivateKey | None = None  # signing keys: loaded once, not per signature
+    material: bytes | None = field(repr=False)  # None: a decision key without the reviewer KEK
+    aead: AESGCM | None = field(repr=False)
+    hmac_base: hmac.HMAC | None = field(default=None, repr=False)  # keyed once, copied per MAC
+    signer: Ed25519PrivateKey | None = field(default=None, repr=False)  # loaded once
 
 
 def _wrap_context(key_id: str, purpose: str) -> bytes:
