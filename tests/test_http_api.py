@@ -123,6 +123,23 @@ async def test_the_openapi_document_is_served_under_v1(api: Api) -> None:
     assert "post" in paths["/v1/approvals/{approval_id}/decision"]
 
 
+async def test_v1_answers_may_not_be_cached(api: Api, db: Database, store: ApprovalStore) -> None:
+    """Answers name reviewers and calls, and a reveal carries arguments in clear: no browser or
+    proxy may keep one, refusals included."""
+    case = await a_case(db, store)
+    answers = [
+        await api.client.get("/v1/approvals", headers=case.member),
+        await api.client.get(f"/v1/approvals/{case.approval.approval_id}", headers=case.member),
+        await api.client.post(
+            f"/v1/approvals/{case.approval.approval_id}/reveal", headers=case.member
+        ),
+        await api.client.get("/v1/approvals"),  # 401
+        await api.client.get("/v1/approvals/apr-none", headers=case.member),  # 404
+    ]
+    assert [a.status_code for a in answers] == [200, 200, 200, 401, 404]
+    assert [a.headers.get("cache-control") for a in answers] == ["no-store"] * len(answers)
+
+
 async def test_no_token_or_a_bad_one_is_401_with_a_bearer_challenge(api: Api, db: Database) -> None:
     who = unique("carol")
     tokens = ApiTokens(db)

@@ -78,6 +78,31 @@ class BodyLimit:
         )
 
 
+class ApiNoStore:
+    """`Cache-Control: no-store` on every `/v1` answer that sets no policy of its own, refusals
+    too: answers name reviewers and calls, and a reveal carries arguments in clear, so no browser
+    or proxy cache may keep them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not path.startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+
+        async def no_store(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(k.lower() == b"cache-control" for k, _ in headers):
+                    headers.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, no_store)
+
+
 class RequestLog:
     """One log line per request: method, path, status, time and the caller's reviewer id (set
     by authentication in the request's state); never a header, a query or a body."""
@@ -144,5 +169,6 @@ def create_app(service: Service) -> FastAPI:
     app.add_middleware(RequestLog)
     app.add_middleware(BodyLimit, max_bytes=service.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=service.metrics)
+    app.add_middleware(ApiNoStore)
     app.add_middleware(inbox.InboxHeaders)  # the last added is outermost: BodyLimit's 413 too
     return app
