@@ -122,7 +122,7 @@ def request_id_of(header: str | None, body: dict[str, Any]) -> tuple[str, dict[s
 
 
 def optional_request_id(header: str | None, field: str | None = None) -> str | None:
-    """The client's request id where one is optional (a reveal): the header's value or the
+    """The client's request id where one is optional (a reveal, a resolution): the header's or the
     body's `request_id` field, None without either; refused as `request_id_of` refuses it."""
     if header is None and field is None:
         return None

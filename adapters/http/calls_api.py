@@ -38,7 +38,6 @@ from ledger.limits import name_problem
 from ledger.log import get_logger
 
 from .approvals_api import (
-    IDEMPOTENCY_HEADER,
     MAX_PAGE,
     MAX_REQUEST_ID,
     Caller,
@@ -234,11 +233,9 @@ async def resolve(
 ) -> dict[str, Any]:
     if not identity.may_decide:
         raise ApiError(403, "forbidden", "an auditor's token reads and never resolves")
-    if idempotency_key is not None and body.request_id not in (None, idempotency_key):
-        raise ApiError(422, "invalid", f"{IDEMPOTENCY_HEADER} and request_id differ")
+    request_id = optional_request_id(idempotency_key, body.request_id)
     service = service_of(request)
     run_id, call_id, verdict = body.run_id, body.call_id, CallStatus(body.status)
-    request_id = idempotency_key or body.request_id
     bound = log.bind(
         run_id=run_id, call_id=call_id, reviewer=identity.reviewer, request_id=request_id
     )
@@ -279,7 +276,7 @@ async def resolve(
             return answer
         current = await service.ledger.get(run_id, call_id)
         # A client that sends no request id: the same verdict by the same reviewer is taken
-        # for its retry, as before request ids were recorded.
+        # for its retry.
         same = current.resolved_by == identity.reviewer and current.status is verdict
         if request_id is None and same:
             response.headers["Idempotent-Replayed"] = "true"
