@@ -143,7 +143,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 async def _vkey(args: argparse.Namespace) -> int:
     origin = settings_of(args).log_origin
     if origin is None:
-        raise DigestError("no log origin: set SIGNOFF_LOG_ORIGIN (see README, Checkpoints)")
+        raise DigestError(
+            "no log origin: set SIGNOFF_LOG_ORIGIN (see the docs: audit, digests and proofs, "
+            '"Checkpoints and witnesses")'
+        )
     if args.public_keys is not None:
         try:
             keys = load_public_keys(read_document(args.public_keys))

@@ -1,6 +1,6 @@
 """Logins of one role each, made for a while and dropped after it: `signoff demo`'s worker
 processes log in with one that has only `signoff_app` and its reviewer with one that has only
-`signoff_reviewer`, as a deployment's would (README, "Roles and least privilege"); the tests
+`signoff_reviewer`, as a deployment's would (docs/pages/operations/roles.md); the tests
 make theirs the same way.
 
 A login has a random name and password, connects to any server Signoff uses (the embedded one

@@ -1,4 +1,4 @@
--- The roles, each with one job (README.md, "Roles and least privilege"); deployments grant
+-- The roles, each with one job (docs/pages/operations/roles.md); deployments grant
 -- them to logins.
 --   signoff_app        agent workers: request approvals, record calls, read and write checkpoints
 --   signoff_reviewer   the reviewer side: decide, resolve, reveal with a record, run webhooks
