@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import subprocess
 
 import asyncpg
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from ledger import ConfigurationError, DatabaseUnavailable, SchemaFromPreRelease, SchemaOutOfDate
 from ledger.store import Database, migrate
 from ledger.store.config import configured_url, normalize_url
-from tests.support.pg_tools import client_tool
+from tests.support.pg_tools import schema_of
 from tests.support.scratch import scratch_database, with_database
 
 from .support.processes import run_cli
@@ -67,41 +66,6 @@ async def test_a_schema_behind_the_code_says_to_upgrade(fresh_database_url: str)
     cli = await run_cli("ledger", "verify", database_url=fresh_database_url)
     assert cli.code == 2
     assert "signoff db upgrade" in cli.stderr
-
-
-async def schema_of(url: str) -> str:
-    """The database's schema as `pg_dump --schema-only` prints it, without comments and the
-    per-run `\\restrict` key."""
-    pg_dump = await client_tool(url, "pg_dump")
-    out = await asyncio.to_thread(
-        subprocess.run,
-        [str(pg_dump), "--schema-only", "--dbname", url],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    keep = [ln for ln in out.stdout.splitlines() if ln.strip() and not ln.startswith(("--", "\\"))]
-    return "\n".join(_columns_sorted(keep))
-
-
-def _columns_sorted(lines: list[str]) -> list[str]:
-    """The columns of each CREATE TABLE in name order: a migration that changes a column's type
-    through a new column and a rename cannot put it back in its place, and order carries no
-    meaning for Signoff's queries (none selects `*` into positions)."""
-    out: list[str] = []
-    columns: list[str] | None = None
-    for line in lines:
-        if columns is None:
-            out.append(line)
-            if line.startswith("CREATE TABLE ") and line.endswith("("):
-                columns = []
-        elif line.startswith(")"):
-            out.extend(sorted(c.rstrip(",") for c in columns))
-            out.append(line)
-            columns = None
-        else:
-            columns.append(line)
-    return out
 
 
 _LEFT_AT_BASE = """
