@@ -45,17 +45,20 @@ from ledger.store import Database
 
 CHUNK = 100_000
 _BULK = """
-INSERT INTO events (stream_id, version, type, data, actor, recorded_at, hash)
+INSERT INTO events (stream_id, version, type, data, actor, recorded_at, hash, login)
 SELECT x.stream, 1, 'bench.recorded', x.data::json, 'bench', t.at,
        sha256(decode(repeat('00', 32), 'hex')
-              || convert_to('signoff.event.v2', 'UTF8')
+              || convert_to('signoff.event.v3', 'UTF8')
               || int4send(octet_length(convert_to(x.stream, 'UTF8')))
               || convert_to(x.stream, 'UTF8')
               || int4send(1) || convert_to('1', 'UTF8')
               || int4send(14) || convert_to('bench.recorded', 'UTF8')
               || int4send(5) || convert_to('bench', 'UTF8')
               || int4send(octet_length(t.at_text)) || t.at_text
-              || int4send(octet_length(convert_to(x.data, 'UTF8'))) || convert_to(x.data, 'UTF8'))
+              || int4send(octet_length(convert_to(x.data, 'UTF8'))) || convert_to(x.data, 'UTF8')
+              || int4send(octet_length(convert_to(session_user::text, 'UTF8')))
+              || convert_to(session_user::text, 'UTF8')),
+       session_user::text
 FROM (SELECT 'bench:' || g AS stream, '{"i":' || g || '}' AS data
       FROM generate_series($1::bigint, $2::bigint) AS g) AS x,
      (SELECT c.at, convert_to(to_char(c.at AT TIME ZONE 'UTC',

@@ -33,7 +33,7 @@ PER_STREAM = 1000
 # The same columns verify reads, in the order it reads them.
 _SELECT = """
 SELECT position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash,
-       coalesce(tag_version, 1)
+       coalesce(tag_version, 1), login
 FROM events ORDER BY stream_id, version
 """
 

@@ -8,7 +8,7 @@ Two canonical JSON forms:
   and results, MACs, resume tokens and signed statements are computed over: those are checked
   by Signoff itself, with this same code, and already name the key or format they belong to.
 - `jcs_json`: RFC 8785, the JSON Canonicalization Scheme, which any auditor can reproduce with a
-  JCS library in another language. The data of every event (tag version 2). It differs from
+  JCS library in another language. The data of every event (tag versions 2 and 3). It differs from
   `canonical_json` in two places only: numbers that are floats are written as ECMAScript
   writes them (`1e-7`, `1e+21`, `1`, `-0.0` as `0`, `0.000001`, `123456789012345680000`), and
   object keys are sorted by their UTF-16 code units, not their code points (which differ only
@@ -27,13 +27,16 @@ back as it was given, `1` and `1.0` different texts; in `jcs_json` (as in JSON i
 the same number, and `1.0` reads back as the integer `1` (`jcs_read_back`), so a MAC or
 signature carried in event data is computed over the data as it reads back.
 
-An event's canonical bytes are its tag, `signoff.event.v2` (`EVENT_TAGS`, by the tag version
-recorded in `events.tag_version`; 2 is the only one), followed by six fields, each as a 4-byte
-big-endian length and its UTF-8 bytes: stream id, version (decimal), type, actor, recorded-at
-(`YYYY-MM-DDTHH:MM:SS.ffffffZ`, UTC) and the data's canonical JSON text (RFC 8785). Length
-prefixes make the encoding unambiguous whatever the fields contain; the tag makes the recorded
-tag version part of what is hashed, so an event whose recorded tag version is changed, or that
-names one no code knows, does not verify.
+An event's canonical bytes are its tag (`EVENT_TAGS`, by the tag version recorded in
+`events.tag_version`) followed by its fields, each as a 4-byte big-endian length and its UTF-8
+bytes. Tag 3, `signoff.event.v3`, every event written now: seven fields, stream id, version
+(decimal), type, actor, recorded-at (`YYYY-MM-DDTHH:MM:SS.ffffffZ`, UTC), the data's canonical
+JSON text (RFC 8785) and the login, the database login that wrote the event (`session_user`,
+stamped by the database). Tag 2, `signoff.event.v2`, events written before logins were
+recorded: the first six fields, no login. Length prefixes make the encoding unambiguous
+whatever the fields contain; the tag makes the recorded tag version part of what is hashed, so
+an event whose recorded tag version is changed, or that names one no code knows, does not
+verify; an event of tag 3 without a login, or of tag 2 with one, has no canonical bytes.
 
 Chain: `hash(event) = SHA-256(hash(previous event of the stream) || canonical bytes)`; the first
 event of a stream chains from 32 zero bytes (`GENESIS_HASH`).
@@ -53,6 +56,7 @@ from .errors import InvalidEvent, InvalidJson
 from .limits import MAX_JSON_DEPTH, containers_ok, json_problem, json_text_ok
 
 __all__ = [
+    "CURRENT_TAG_VERSION",
     "EVENT_TAGS",
     "GENESIS_HASH",
     "canonical_json",
@@ -68,8 +72,11 @@ __all__ = [
     "timed_event_bytes",
 ]
 
-EVENT_TAGS = {2: b"signoff.event.v2"}
-"""The tag that starts an event's canonical bytes, by tag version."""
+EVENT_TAGS = {2: b"signoff.event.v2", 3: b"signoff.event.v3"}
+"""The tag that starts an event's canonical bytes, by tag version: 3 (with the login) for
+every event written now, 2 (without) for those written before."""
+CURRENT_TAG_VERSION = 3
+"""The tag version the append functions write every event under."""
 GENESIS_HASH = bytes(32)
 _LENGTH = struct.Struct(">I")
 _CONTAINERS = (dict, list, tuple)
@@ -147,7 +154,7 @@ def _read_back(value: Any) -> Any:
 
 def event_json(value: Any, tag_version: int) -> str:
     """The canonical JSON of an event's data in the form of `tag_version`."""
-    if tag_version == 2:
+    if tag_version in EVENT_TAGS:  # RFC 8785 under every tag
         return jcs_json(value)
     raise InvalidEvent(f"unknown event tag version {tag_version!r}")
 
@@ -210,12 +217,14 @@ def event_bytes(
     data_json: str,
     *,
     tag_version: int,
+    login: str | None = None,
 ) -> bytes:
     """The canonical bytes of one event (see the module docstring); `data_json` is the stored
-    text, in the form of `tag_version`.
+    text, in the form of `tag_version`; `login` the login that wrote it (tag 3), None (tag 2).
 
     Raises:
-        InvalidEvent: an unknown tag version.
+        InvalidEvent: an unknown tag version, or a login where the tag has none or none
+            where it has one.
     """
     return timed_event_bytes(
         stream_id,
@@ -225,6 +234,7 @@ def event_bytes(
         format_time(recorded_at),
         data_json,
         tag_version=tag_version,
+        login=login,
     )
 
 
@@ -237,12 +247,13 @@ def timed_event_bytes(
     data_json: str,
     *,
     tag_version: int,
+    login: str | None = None,
 ) -> bytes:
     """`event_bytes` of an event whose time is given as its canonical text (`format_time`, or
     the database's `to_char` of the same form, which is how the append functions hash it).
 
     Raises:
-        InvalidEvent: an unknown tag version.
+        InvalidEvent: as `event_bytes`.
     """
     tag = EVENT_TAGS.get(tag_version)
     if tag is None:
@@ -251,12 +262,18 @@ def timed_event_bytes(
     pack = _LENGTH.pack
     s, v, t = stream_id.encode(), str(version).encode(), type_.encode()
     a, w, d = actor.encode(), recorded_at.encode(), data_json.encode()
-    return b"".join(
-        (
-            *(tag, pack(len(s)), s, pack(len(v)), v, pack(len(t)), t),
-            *(pack(len(a)), a, pack(len(w)), w, pack(len(d)), d),
-        )
+    fields = (
+        *(tag, pack(len(s)), s, pack(len(v)), v, pack(len(t)), t),
+        *(pack(len(a)), a, pack(len(w)), w, pack(len(d)), d),
     )
+    if tag_version == 2:
+        if login is not None:
+            raise InvalidEvent("an event of tag version 2 has no login")
+        return b"".join(fields)
+    if not isinstance(login, str) or not login:
+        raise InvalidEvent(f"an event of tag version {tag_version} names the login that wrote it")
+    w = login.encode()
+    return b"".join((*fields, pack(len(w)), w))
 
 
 def chain_hash(previous: bytes, canonical: bytes) -> bytes:

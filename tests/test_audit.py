@@ -222,6 +222,8 @@ async def test_export_is_incremental_and_each_event_rechecks(
     lines = [json.loads(line) for line in full.stdout.splitlines()]
     async with await Database.connect(audit_url) as db:
         in_order = [e.position async for e in Journal(db).read_all()]
+        async with db.connection() as conn:
+            login = await conn.fetchval("SELECT session_user")
     assert [e["position"] for e in lines] == in_order
     for exported in lines:
         canonical = event_bytes(
@@ -232,8 +234,10 @@ async def test_export_is_incremental_and_each_event_rechecks(
             datetime.fromisoformat(exported["recorded_at"]),
             exported["data"],
             tag_version=exported["tag_version"],
+            login=exported["login"],
         )
-        assert exported["tag_version"] == 2  # every event the code of today appends
+        # Every event the code of today appends, with the login that wrote it.
+        assert (exported["tag_version"], exported["login"]) == (3, login)
         assert chain_hash(bytes.fromhex(exported["prev_hash"]), canonical).hex() == exported["hash"]
     middle = lines[len(lines) // 2]["position"]
     rest = await run_cli("ledger", "export", "--after", str(middle), database_url=audit_url)

@@ -462,6 +462,7 @@ async def test_rewritten_hashes_pass_the_chain_check_but_not_the_digest(
                 event.recorded_at,
                 data,
                 tag_version=event.tag_version,
+                login=event.login,
             )
             previous = chain_hash(previous, canonical)
             statements.append(

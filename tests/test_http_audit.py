@@ -346,6 +346,9 @@ async def test_an_auditor_reads_calls_page_by_page_and_a_story_without_arguments
     document = story.json()
     assert document["call"]["call_id"] == calls[0].call_id
     assert [e["type"] for e in document["events"]] == ["call.started", "call.succeeded"]
+    async with worker.db.connection() as conn:  # the login that wrote them, as stamped
+        login = await conn.fetchval("SELECT session_user")
+    assert [e["login"] for e in document["events"]] == [login, login]
     # The arguments' keys, not their digits, which a digest or a time may hold by chance.
     assert "args" not in document and '"card"' not in story.text and '"amount"' not in story.text
     unknown = await api.client.get(
@@ -509,6 +512,9 @@ async def test_the_export_pages_through_the_journal_with_hashes_that_recompute(
     assert started.position in positions and succeeded.position in positions
     for event in exported:
         assert event.recomputed_hash() == event.hash
+    mine = [e for e in exported if e.position in (started.position, succeeded.position)]
+    assert [(e.tag_version, e.login) for e in mine] == [(3, started.login), (3, succeeded.login)]
+    assert started.login is not None
     unknown = await api.client.get(
         "/v1/ledger/export", params={"after": 10**12}, headers=api.auditor
     )

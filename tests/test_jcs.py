@@ -344,9 +344,9 @@ def test_what_canonical_json_accepts_jcs_accepts() -> None:
 
 
 def test_an_unknown_tag_version_is_refused() -> None:
-    """Only tag version 2 exists: 1 is as unknown as 3."""
-    assert list(EVENT_TAGS) == [2]
-    for version in (1, 3):
+    """Tag versions 2 and 3 exist: 1 is as unknown as 4."""
+    assert list(EVENT_TAGS) == [2, 3]
+    for version in (1, 4):
         with pytest.raises(InvalidEvent, match=f"tag version {version}"):
             event_json({}, version)
     with pytest.raises(InvalidEvent, match="tag version 1"):
@@ -357,6 +357,22 @@ def test_an_unknown_tag_version_is_refused() -> None:
         event_bytes(
             "s", 1, "t", "a", datetime_of("2026-12-01T12:00:00.000000Z"), "{}", tag_version=0
         )
+
+
+def test_tag_3_has_a_login_and_tag_2_none() -> None:
+    """The login is part of tag 3's bytes: without one (or an empty one) there are none, and
+    tag 2, written before logins were recorded, has no place for one."""
+    at = datetime_of("2026-12-01T12:00:00.000000Z")
+    for login in (None, ""):
+        with pytest.raises(InvalidEvent, match="names the login"):
+            event_bytes("s", 1, "t", "a", at, "{}", tag_version=3, login=login)
+    with pytest.raises(InvalidEvent, match="tag version 2 has no login"):
+        event_bytes("s", 1, "t", "a", at, "{}", tag_version=2, login="signoff_app")
+    v2 = event_bytes("s", 1, "t", "a", at, "{}", tag_version=2)
+    v3 = event_bytes("s", 1, "t", "a", at, "{}", tag_version=3, login="w")
+    assert v3 == v2.replace(b"signoff.event.v2", b"signoff.event.v3") + b"\x00\x00\x00\x01w"
+    other = event_bytes("s", 1, "t", "a", at, "{}", tag_version=3, login="x")
+    assert other != v3
 
 
 # -- the published event vectors ---------------------------------------------------------------
@@ -370,7 +386,7 @@ def load_event_vectors() -> dict[str, Any]:
 def test_the_event_vectors_check_with_the_independent_implementation() -> None:
     doc = load_event_vectors()
     assert doc["signoff_event_vectors"] == 1
-    assert [s["tag_version"] for s in doc["streams"]] == [2]
+    assert [s["tag_version"] for s in doc["streams"]] == [2, 3]
     checked = 0
     for stream in doc["streams"]:
         tag = doc["tags"][str(stream["tag_version"])]
@@ -386,6 +402,10 @@ def test_the_event_vectors_check_with_the_independent_implementation() -> None:
                 event["recorded_at"],
                 event["data"],
             ]
+            if stream["tag_version"] == 3:  # tag 3 adds the login; tag 2 has none
+                fields.append(event["login"])
+            else:
+                assert "login" not in event
             raw = reference_event_bytes(tag, fields)
             assert raw.hex() == event["canonical_bytes"]
             assert event["prev_hash"] == previous
@@ -397,7 +417,8 @@ def test_the_event_vectors_check_with_the_independent_implementation() -> None:
 
 def test_the_event_vectors_cover_floats_wide_keys_and_escapes() -> None:
     doc = load_event_vectors()
-    (v2,) = doc["streams"]
+    v2, v3 = doc["streams"]
+    assert [e["data"] for e in v3["events"]] == [e["data"] for e in v2["events"]]
     # Where RFC 8785 and Python's sorted JSON differ: floats, then keys beyond the BMP.
     differ = [canonical_json(json.loads(e["input"])) != e["data"] for e in v2["events"]]
     assert differ == [True, True, False, False]
@@ -420,6 +441,7 @@ def test_ledger_canonical_computes_the_event_vectors() -> None:
                 datetime_of(event["recorded_at"]),
                 data,
                 tag_version=version,
+                login=event.get("login"),
             )
             assert raw.hex() == event["canonical_bytes"]
             assert chain_hash(bytes.fromhex(event["prev_hash"]), raw).hex() == event["hash"]

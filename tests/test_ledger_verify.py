@@ -72,13 +72,16 @@ async def forge_event(db: Database, stream: str, txid: int) -> int:
     return its position."""
     head = (await Journal(db).read_stream(stream))[-1]
     version, data, at = head.version + 1, jcs_json({"n": 2}), datetime.now(UTC)
-    canonical = event_bytes(stream, version, "noted", "auditor", at, data, tag_version=2)
-    digest = chain_hash(head.hash, canonical)
     async with db.connection() as conn:
+        login = await conn.fetchval("SELECT session_user")
+        canonical = event_bytes(
+            stream, version, "noted", "auditor", at, data, tag_version=3, login=login
+        )
+        digest = chain_hash(head.hash, canonical)
         position: int = await conn.fetchval(
-            "INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)"
-            " VALUES ($1::text::xid8, $2, $3, 'noted', $4::json, 'auditor', $5, $6)"
-            " RETURNING position",
+            "INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash,"
+            " login) VALUES ($1::text::xid8, $2, $3, 'noted', $4::json, 'auditor', $5, $6,"
+            " session_user) RETURNING position",
             str(txid),
             stream,
             version,

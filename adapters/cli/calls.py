@@ -222,8 +222,10 @@ def _story_text(story: CallStory, revealed: bool) -> str:
             f"approved by {safe(', '.join(story.approved_by) or '-')}"
         )
     for event in sorted([*story.approval_events, *story.events], key=lambda e: e.position):
+        written = f" (login {safe(event.login)})" if event.login is not None else ""
         lines.append(
             f"  {event.recorded_at.isoformat()}  {safe(event.type):<22} by {safe(event.actor)}"
+            + written
         )
     if revealed:
         lines.append(f"  arguments: {json.dumps(story.args)}")

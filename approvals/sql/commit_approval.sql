@@ -17,8 +17,11 @@ DECLARE
     head_hash bytea;
     head_version integer;
     at timestamptz := clock_timestamp();
-    -- The canonical bytes of ledger/canonical.py: the tag, then six fields, each a 4-byte
-    -- big-endian length and its UTF-8 bytes.
+    -- The canonical bytes of ledger/canonical.py, tag 3: the tag, then seven fields, each a
+    -- 4-byte big-endian length and its UTF-8 bytes, the login last.
+    session_login text := session_user;
+    login_field bytea := int4send(octet_length(convert_to(session_login, 'UTF8')))
+        || convert_to(session_login, 'UTF8');
     prefix bytea;
     at_b bytea;
     version_b bytea;
@@ -45,7 +48,10 @@ BEGIN
         SELECT x.t INTO refused FROM unnest(p_types, p_data) AS x(t, d)
         WHERE x.t IS NULL OR NOT EXISTS (
             SELECT FROM event_rights r
-            WHERE x.t LIKE r.type_pattern AND pg_has_role(session_user, r.role, 'MEMBER')
+            WHERE (x.t = r.type_pattern OR (right(r.type_pattern, 1) = '%'
+                                            AND starts_with(x.t, left(r.type_pattern, -1))))
+              AND starts_with(p_stream, r.stream_prefix)
+              AND pg_has_role(session_user, r.role, 'MEMBER')
               AND (r.when_field = ''
                    OR jsonb_typeof(x.d::jsonb -> r.when_field) = 'object'))
         LIMIT 1;
@@ -135,7 +141,7 @@ BEGIN
             FROM events WHERE stream_id = p_stream AND version = p_expected;
     END IF;
     at_b := convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'UTF8');
-    prefix := convert_to('signoff.event.v2', 'UTF8')
+    prefix := convert_to('signoff.event.v3', 'UTF8')
         || int4send(octet_length(convert_to(p_stream, 'UTF8'))) || convert_to(p_stream, 'UTF8');
     FOR i IN 1 .. n LOOP
         IF head_version IS NOT DISTINCT FROM p_expected THEN
@@ -148,11 +154,12 @@ BEGIN
                 || int4send(octet_length(type_b)) || type_b
                 || int4send(octet_length(actor_b)) || actor_b
                 || int4send(octet_length(at_b)) || at_b
-                || int4send(octet_length(data_b)) || data_b);
+                || int4send(octet_length(data_b)) || data_b || login_field);
             pos := NULL;
-            INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)
+            INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash,
+                                tag_version, login)
                 VALUES (pg_current_xact_id(), p_stream, p_expected + i, p_types[i], p_data[i],
-                        p_actors[i], at, head_hash)
+                        p_actors[i], at, head_hash, 3, session_login)
                 ON CONFLICT (stream_id, version) DO NOTHING
                 RETURNING position, xmin INTO pos, inserted_xmin;
             IF pos IS NOT NULL THEN

@@ -103,6 +103,7 @@ def export_event(event: Event, prev_hash: bytes) -> ExportedEvent:
         hash=bytes(event.hash),
         prev_hash=bytes(prev_hash),
         tag_version=event.tag_version,
+        login=event.login,
     )
 
 

@@ -106,6 +106,8 @@ def _event_summary(event: Event) -> dict[str, Any]:
         "version": event.version,
         "type": event.type,
         "actor": event.actor,
+        # Who wrote it, as the database stamped it (None: written before logins were recorded).
+        "login": event.login,
         "recorded_at": event.recorded_at.isoformat(),
         "data": event.data,
     }

@@ -4,11 +4,12 @@
 APPEND_CALL = "signoff_append($1, $2, $3, $4, $5, $6)"
 APPEND = f"SELECT {APPEND_CALL}"
 HEAD = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = $1"
-# The columns of `Event`, in its order. The append functions record tag version 2 only; any
-# other version names no tag this code hashes with, so such an event does not verify.
+# The columns of `Event`, in its order. The append functions record tag version 3 (with the
+# login); events of 2 were written before. Any other version names no tag this code hashes
+# with, so such an event does not verify.
 EVENT_COLUMNS = (
     "position, txid::text::bigint, stream_id, version, type, data::text, actor, recorded_at, hash,"
-    " tag_version"
+    " tag_version, login"
 )
 READ_STREAM = f"""
 SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = $1 AND version > $2 ORDER BY version
@@ -28,7 +29,7 @@ ORDER BY txid DESC, position DESC LIMIT 1
 VERIFY = """
 SELECT position, stream_id, version, type, data::text, actor,
        to_char(recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), hash,
-       tag_version
+       tag_version, login
 FROM events ORDER BY stream_id, version
 """
 # One event by position, and its transaction id (where a position lies in the global order).

@@ -16,7 +16,9 @@ __all__ = ["Event"]
 @dataclass(frozen=True)
 class Event:
     """An event as recorded in the journal. `tag_version` says which canonical form its data
-    text and bytes are in (`ledger.canonical`: 2, RFC 8785, the only one)."""
+    text and bytes are in (`ledger.canonical`: 3, or 2 for events written before logins were
+    recorded); `login` is the database login that wrote it, as the database stamped it (None
+    under tag 2)."""
 
     position: int
     txid: int
@@ -28,6 +30,7 @@ class Event:
     recorded_at: datetime
     hash: bytes
     tag_version: int
+    login: str | None
 
     @cached_property
     def data(self) -> dict[str, Any]:
@@ -35,7 +38,7 @@ class Event:
         return value
 
     def canonical_bytes(self) -> bytes:
-        """Raises: InvalidEvent: an unknown tag version."""
+        """Raises: InvalidEvent: an unknown tag version, or a login that does not fit it."""
         return event_bytes(
             self.stream_id,
             self.version,
@@ -44,4 +47,5 @@ class Event:
             self.recorded_at,
             self.data_json,
             tag_version=self.tag_version,
+            login=self.login,
         )

@@ -239,7 +239,7 @@ class _Chains:
         """Check `_VERIFY` rows, the next ones in order (in locals: this runs for every event)."""
         bad, stream, streams = self.bad, self.stream, self.streams
         previous_hash, previous_version = self.previous_hash, self.previous_version
-        for position, stream_id, version, type_, data, actor, at, stored, tag in rows:
+        for position, stream_id, version, type_, data, actor, at, stored, tag, login in rows:
             if stream_id != stream:
                 stream, streams = stream_id, streams + 1
                 previous_hash, previous_version = GENESIS_HASH, 0
@@ -250,9 +250,9 @@ class _Chains:
             else:
                 try:
                     canonical = timed_event_bytes(
-                        stream_id, version, type_, actor, at, data, tag_version=tag
+                        stream_id, version, type_, actor, at, data, tag_version=tag, login=login
                     )
-                except InvalidEvent as e:  # a tag version no code knows
+                except InvalidEvent as e:  # a tag version no code knows, or a login unfit
                     problem = str(e)
                 else:
                     problem = _hash_problem(chain_hash(previous_hash, canonical), stored)
@@ -269,7 +269,8 @@ def _check(event: Event, previous_hash: bytes, previous_version: int) -> str | N
         return f"version {previous_version + 1} is missing before version {event.version}"
     try:
         expected = chain_hash(previous_hash, event.canonical_bytes())
-    except InvalidEvent as e:  # a tag version no code knows: altered, or from newer code
+    except InvalidEvent as e:  # a tag version no code knows (altered, or from newer code),
+        # or a login where its tag has none
         return str(e)
     return _hash_problem(expected, event.hash)
 
@@ -286,8 +287,9 @@ def append_arguments(
     """The first five arguments of `signoff_append` (all but the notify channel), in order;
     for the journal package's own statements (`Journal.append`, `projection.commit`), run through
     `Database.connection()`, where a stale version is `VersionConflict` too. The database sets
-    each event's time and transaction id and computes its canonical bytes and hash; the data
-    text is RFC 8785 (`jcs_json`), what the database's tag version 2 says it is.
+    each event's time, transaction id and login (who connected: the events name no login of
+    the caller's) and computes its canonical bytes and hash; the data text is RFC 8785
+    (`jcs_json`), what the database's tag version 3 says it is.
 
     Raises:
         InvalidEvent: malformed input.

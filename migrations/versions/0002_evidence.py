@@ -26,11 +26,19 @@ depends_on: str | Sequence[str] | None = None
 FROZEN = Path(__file__).with_suffix("")
 BASELINE = FROZEN.with_name("0001_baseline")
 
-CHANGES: tuple[str, ...] = ()
+CHANGES: tuple[str, ...] = ("journal_logins.sql",)
 
-SOURCES: tuple[str, ...] = ()
+SOURCES: tuple[str, ...] = (
+    "ledger/journal/sql/append.sql",
+    "ledger/journal/sql/write_events.sql",
+    "ledger/calls/sql/commit_call.sql",
+    "approvals/sql/commit_approval.sql",
+    "ledger/journal/sql/audit_events.sql",
+    # After audit_events: a downgrade creates the baseline's view again, and its grant with it.
+    "ledger/journal/sql/privileges.sql",
+)
 
-UNDO: tuple[str, ...] = ()
+UNDO: tuple[str, ...] = ("journal_logins.sql",)
 
 
 def upgrade() -> None:

@@ -88,7 +88,8 @@ def _run(args: argparse.Namespace) -> str:
         event = proof.event
         return (
             f"valid: the event of stream {event.stream_id!r} version {event.version} "
-            f"({event.type}, by {event.actor} at {event.recorded_at}) is leaf "
+            f"({event.type}, by {event.actor}{_written_by(event.login)} at "
+            f"{event.recorded_at}) is leaf "
             f"{proof.leaf_index} of the {digest.tree_size}-event journal signed by "
             f"{digest.key_id} at {format_time(digest.taken_at)}"
         )
@@ -232,3 +233,8 @@ def _say(args: argparse.Namespace, valid: bool, text: str) -> None:
         print(json.dumps({"valid": valid, "message": text}))
     else:
         print(text)
+
+
+def _written_by(login: str | None) -> str:
+    """The login that wrote an event, as its hash covers it (none before tag 3)."""
+    return "" if login is None else f" through login {login!r}"

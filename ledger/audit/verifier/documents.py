@@ -109,7 +109,8 @@ class Digest:
 
 @dataclass(frozen=True, slots=True)
 class ExportedEvent:
-    """One journal event as exported for auditors: enough to recompute its chain hash."""
+    """One journal event as exported for auditors: enough to recompute its chain hash. `login`
+    is the database login that wrote it, which tag 3's hash covers; tag 2 has none (None)."""
 
     position: int
     txid: int
@@ -122,6 +123,7 @@ class ExportedEvent:
     hash: bytes
     prev_hash: bytes
     tag_version: int
+    login: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,6 +138,7 @@ class ExportedEvent:
             "hash": self.hash.hex(),
             "prev_hash": self.prev_hash.hex(),
             "tag_version": self.tag_version,
+            "login": self.login,
         }
 
     @classmethod
@@ -143,6 +146,7 @@ class ExportedEvent:
         if not isinstance(doc, dict):
             raise MalformedDocument("event: not a JSON object")
         _time(doc, "recorded_at")  # must be canonical text, or the bytes would not match
+        tag_version = _tag_version(doc)
         return cls(
             _count(doc, "position"),
             _count(doc, "txid"),
@@ -154,7 +158,8 @@ class ExportedEvent:
             _text(doc, "data"),
             _hash(doc, "hash"),
             _hash(doc, "prev_hash"),
-            _tag_version(doc),
+            tag_version,
+            _login(doc, tag_version),
         )
 
     def canonical_bytes(self) -> bytes:
@@ -167,6 +172,7 @@ class ExportedEvent:
             recorded_at,
             self.data,
             tag_version=self.tag_version,
+            login=self.login,
         )
 
     def recomputed_hash(self) -> bytes:
@@ -306,6 +312,18 @@ def _tag_version(doc: dict[str, Any]) -> int:
         known = ", ".join(map(str, EVENT_TAGS))
         raise MalformedDocument(f"`tag_version` {value} is unknown (known: {known})")
     return value
+
+
+def _login(doc: dict[str, Any], tag_version: int) -> str | None:
+    """The login of a tag-3 event, which its hash covers; tag 2 has none (absent or null)."""
+    if tag_version == 2:
+        if doc.get("login") is not None:
+            raise MalformedDocument("`login` is given for an event of tag version 2 (none has one)")
+        return None
+    login = _text(doc, "login")
+    if not login:
+        raise MalformedDocument("`login` is empty")
+    return login
 
 
 def _text(doc: dict[str, Any], name: str) -> str:

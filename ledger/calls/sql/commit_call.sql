@@ -36,7 +36,10 @@ BEGIN
         SELECT x.t INTO refused FROM unnest(p_types, p_data) AS x(t, d)
         WHERE x.t IS NULL OR NOT EXISTS (
             SELECT FROM event_rights r
-            WHERE x.t LIKE r.type_pattern AND pg_has_role(session_user, r.role, 'MEMBER')
+            WHERE (x.t = r.type_pattern OR (right(r.type_pattern, 1) = '%'
+                                            AND starts_with(x.t, left(r.type_pattern, -1))))
+              AND starts_with(p_stream, r.stream_prefix)
+              AND pg_has_role(session_user, r.role, 'MEMBER')
               AND (r.when_field = ''
                    OR jsonb_typeof(x.d::jsonb -> r.when_field) = 'object'))
         LIMIT 1;
@@ -141,16 +144,19 @@ BEGIN
     END IF;
     IF FOUND THEN  -- the new row written, or the later step's head read
         FOR i IN 1 .. n LOOP
-            INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)
+            INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash,
+                                tag_version, login)
                 VALUES (pg_current_xact_id(), p_stream, p_expected + i, p_types[i], p_data[i],
                         p_actors[i], at,
-                        sha256(coalesce(head_hash, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea) || convert_to('signoff.event.v2', 'UTF8')
+                        sha256(coalesce(head_hash, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea) || convert_to('signoff.event.v3', 'UTF8')
                 || int4send(octet_length(convert_to(p_stream, 'UTF8'))) || convert_to(p_stream, 'UTF8')
                 || int4send(octet_length(convert_to((p_expected + i)::text, 'UTF8'))) || convert_to((p_expected + i)::text, 'UTF8')
                 || int4send(octet_length(convert_to(p_types[i], 'UTF8'))) || convert_to(p_types[i], 'UTF8')
                 || int4send(octet_length(convert_to(p_actors[i], 'UTF8'))) || convert_to(p_actors[i], 'UTF8')
                 || int4send(octet_length(convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'UTF8'))) || convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'UTF8')
-                || int4send(octet_length(convert_to(p_data[i]::text, 'UTF8'))) || convert_to(p_data[i]::text, 'UTF8')))
+                || int4send(octet_length(convert_to(p_data[i]::text, 'UTF8'))) || convert_to(p_data[i]::text, 'UTF8')
+                || int4send(octet_length(convert_to(session_user::text, 'UTF8'))) || convert_to(session_user::text, 'UTF8')),
+                        3, session_user)
                 ON CONFLICT (stream_id, version) DO NOTHING
                 -- In a savepoint the row's xmin is the savepoint's, which `ledger verify`
                 -- cannot tell from a forged txid.

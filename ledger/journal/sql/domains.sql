@@ -17,7 +17,8 @@ CREATE DOMAIN signoff_actor AS text
 CREATE DOMAIN signoff_hash AS bytea
     CONSTRAINT signoff_hash_check CHECK (length(VALUE) = 32);
 
--- The events' tag version: every event the append functions write is hashed under tag 2
--- (ledger/canonical.py); a new canonical form would be a new tag and a new value here.
+-- The events' tag version (ledger/canonical.py): 3, the one every event is written under now,
+-- whose canonical bytes cover the login that wrote it; 2, events written before logins were
+-- recorded. A new canonical form would be a new tag and a new value here.
 CREATE DOMAIN signoff_tag_version AS smallint
-    CONSTRAINT signoff_tag_version_check CHECK (VALUE = 2);
+    CONSTRAINT signoff_tag_version_check CHECK (VALUE = ANY (ARRAY[2, 3]));
