@@ -56,7 +56,6 @@ from .errors import InvalidEvent, InvalidJson
 from .limits import MAX_JSON_DEPTH, containers_ok, json_problem, json_text_ok
 
 __all__ = [
-    "CURRENT_TAG_VERSION",
     "EVENT_TAGS",
     "GENESIS_HASH",
     "canonical_json",
@@ -75,8 +74,6 @@ __all__ = [
 EVENT_TAGS = {2: b"signoff.event.v2", 3: b"signoff.event.v3"}
 """The tag that starts an event's canonical bytes, by tag version: 3 (with the login) for
 every event written now, 2 (without) for those written before."""
-CURRENT_TAG_VERSION = 3
-"""The tag version the append functions write every event under."""
 GENESIS_HASH = bytes(32)
 _LENGTH = struct.Struct(">I")
 _CONTAINERS = (dict, list, tuple)
@@ -272,8 +269,8 @@ def timed_event_bytes(
         return b"".join(fields)
     if not isinstance(login, str) or not login:
         raise InvalidEvent(f"an event of tag version {tag_version} names the login that wrote it")
-    w = login.encode()
-    return b"".join((*fields, pack(len(w)), w))
+    who = login.encode()
+    return b"".join((*fields, pack(len(who)), who))
 
 
 def chain_hash(previous: bytes, canonical: bytes) -> bytes:

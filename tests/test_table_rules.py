@@ -15,10 +15,17 @@ from ledger.calls.service import ToolLedger
 from ledger.store import Database
 
 _EVENT = (
-    "INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)"
-    " VALUES (pg_current_xact_id(), $1, $2, $3, '{}', $4, now(), $5)"
+    "INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash, login)"
+    " VALUES (pg_current_xact_id(), $1, $2, $3, '{}', $4, now(), $5, $6)"
 )
-_GOOD = {"stream_id": "rules:ok", "version": 1, "type": "noted", "actor": "a", "hash": bytes(32)}
+_GOOD = {
+    "stream_id": "rules:ok",
+    "version": 1,
+    "type": "noted",
+    "actor": "a",
+    "hash": bytes(32),
+    "login": "signoff_app",
+}
 _BAD_EVENTS = [
     {"stream_id": ""},
     {"stream_id": "s" * 201},
@@ -28,6 +35,7 @@ _BAD_EVENTS = [
     {"actor": ""},
     {"actor": "a" * 201},
     {"hash": bytes(31)},
+    {"login": None},  # every event of tag 3, the default, names its login
 ]
 
 
