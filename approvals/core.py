@@ -33,6 +33,7 @@ from .errors import (
     UnknownApproval,
 )
 from .identity import GROUP_PREFIX, reviewer_id
+from .integrity import CLOSED_BY
 from .model import (
     Approval,
     ApprovalStatus,
@@ -205,7 +206,7 @@ def _due(approval: Approval) -> bool:
     return is_expired(approval.expires_at, datetime.now(UTC))
 
 
-def _closing(type_: str, actor: str = "signoff") -> NewEvent:
+def _closing(type_: str, actor: str = CLOSED_BY) -> NewEvent:
     """An event that ends a pending request without a decision (expired, cancelled)."""
     return NewEvent(type_, {"at": datetime.now(UTC).isoformat()}, actor=actor)
 

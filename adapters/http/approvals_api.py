@@ -37,7 +37,7 @@ from approvals import (
     UnknownApproval,
 )
 from approvals.store import PageCursor
-from ledger.audit.queries import record_reveal
+from ledger.audit.reveals import record_reveal
 from ledger.log import get_logger
 
 from .errors import ApiError, reason
@@ -210,6 +210,7 @@ async def reveal(
     approval = await service.store.get(approval_id, reveal=True)
     recorded = await record_reveal(
         service.db,
+        service.ring,
         f"reveal:{approval_id}",
         identity.reviewer,
         request_id=request_id,

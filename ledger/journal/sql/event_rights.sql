@@ -12,16 +12,19 @@ CREATE TABLE event_rights (
 );
 INSERT INTO event_rights VALUES
     -- A worker may record the approval a sticky grant gives (`grant`: the reviewer's signed
-    -- grant, which every consumer checks), never a reviewer's decision.
+    -- grant; signoff_commit_approval checks it is that grant's, in force, for this run and
+    -- tool), never a reviewer's decision. It may expire a request only once it is due and
+    -- withdraw one only in its requester's name (signoff_commit_approval checks both).
     ('approval.decided', 'signoff_app', 'grant'),
     ('approval.requested', 'signoff_app', ''),
     ('approval.consumed', 'signoff_app', ''),
     ('approval.expired', 'signoff_app', ''),
     ('approval.cancelled', 'signoff_app', ''),
-    ('approval.decided', 'signoff_reviewer', ''),
+    -- A reviewer's decision, cancellation and grant are signed (`signature`), as below.
+    ('approval.decided', 'signoff_reviewer', 'signature'),
     ('approval.expired', 'signoff_reviewer', ''),
-    ('approval.cancelled', 'signoff_reviewer', ''),
-    ('approval.granted', 'signoff_reviewer', ''),
+    ('approval.cancelled', 'signoff_reviewer', 'signature'),
+    ('approval.granted', 'signoff_reviewer', 'signature'),
     ('call.started', 'signoff_app', ''),
     ('call.retried', 'signoff_app', ''),
     ('call.succeeded', 'signoff_app', ''),
@@ -30,6 +33,8 @@ INSERT INTO event_rights VALUES
     ('call.denied', 'signoff_app', ''),
     ('call.responded', 'signoff_app', ''),
     ('call.outcome_unknown', 'signoff_reviewer', ''),
-    ('call.resolved', 'signoff_reviewer', ''),
-    ('ledger.revealed', 'signoff_reviewer', ''),
+    -- Whatever names a person carries the reviewer side's signature (`signature`): the
+    -- database checks it is there, `ledger verify` that it is valid.
+    ('call.resolved', 'signoff_reviewer', 'signature'),
+    ('ledger.revealed', 'signoff_reviewer', 'signature'),
     ('key.%', 'signoff_key_admin', '');
