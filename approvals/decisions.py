@@ -101,8 +101,8 @@ class Decisions(StoreCore):
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
             approval = read.approval
-            if approval.status is ApprovalStatus.PENDING and _due(approval):
-                return [_closing("approval.expired")]
+            if approval.status is ApprovalStatus.PENDING and _due(approval, read.now):
+                return [_closing("approval.expired", at=read.now)]
             deciding, policy = who, approval.policy
             if not approval.status.final and policy.names_groups and who.id not in policy.approvers:
                 # Where a group could let this reviewer decide: its directory groups.
@@ -178,9 +178,9 @@ class Decisions(StoreCore):
                 )
             events = []
             if approval.status is ApprovalStatus.PENDING:
-                if not _due(approval):
+                if not _due(approval, read.now):
                     raise ApprovalPending(approval_id)
-                events.append(_closing("approval.expired"))
+                events.append(_closing("approval.expired", at=read.now))
             at = datetime.now(UTC).isoformat()
             consumed = {"task_run_id": task_run_id, "at": at}
             events.append(NewEvent("approval.consumed", consumed, actor=task_run_id))
