@@ -153,8 +153,10 @@ BEGIN
                     -- decision naming its own login, host and pid, never a reviewer.
                     -- <<<
                     ELSE
-                        -- The reviewer side's decision: signed (event rights need it).
+                        -- The reviewer side's decision, signed (event rights need it): no
+                        -- other login's, whatever its data holds.
                         jsonb_typeof(x.d::jsonb -> 'signature') IS DISTINCT FROM 'object'
+                        OR NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER')
                 END
             WHEN 'approval.expired' THEN
                 x.a IS DISTINCT FROM 'signoff'
