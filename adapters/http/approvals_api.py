@@ -9,7 +9,8 @@ replica finds the first answer.
 
 `POST /v1/approvals/{id}/reveal` gives the arguments in clear to whoever may see the approval
 (a reviewer its policy admits, an auditor), and records in the journal (`ledger.revealed` on
-`reveal:<approval id>`) that this identity read them, before they are sent. Auditors may, as
+`reveal:<approval id>`, signed by the service) that this identity read them, before they are
+sent. Auditors may, as
 they may reveal a call's arguments (`calls_api`): proving what ran needs what was asked. With
 an `Idempotency-Key`, recorded in the event, a retry by the same identity records nothing new.
 
