@@ -296,6 +296,27 @@ async def test_what_the_owner_puts_in_behind_the_functions_verify_reports(
     assert _named(problems, pending.approval_id, "cfo's decision", "unknown key")
 
 
+async def test_cancellations_expiries_and_reveals_the_owner_puts_in_verify_reports(
+    setting: Setting,
+) -> None:
+    cancelled = await _ask(setting.store)
+    expired = await _ask(setting.store, ApprovalPolicy(expires_in=timedelta(hours=1)))
+    reveal = f"reveal:{cancelled.approval_id}"
+    conn = await _raw(setting.owner)
+    try:
+        await _flip(conn, cancelled, _closing("approval.cancelled", "cfo"))
+        await _flip(conn, expired, _closing("approval.expired", "cfo"))
+        await _reveal(conn, reveal, "alice")
+    finally:
+        await conn.close()
+    code, problems = await _verify(setting.owner)
+    assert code == 1
+    assert _named(problems, cancelled.approval_id, "cfo's cancellation is unsigned")
+    assert _named(problems, expired.approval_id, "an expiry in the name of cfo")
+    assert _named(problems, expired.approval_id, "expired before its expiry")
+    assert _named(problems, reveal, "alice's reveal unsigned")
+
+
 # -- a reviewer login without the reviewer KEK -----------------------------------------------
 
 
