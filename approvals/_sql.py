@@ -35,17 +35,20 @@ BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"
 # write, no transaction around them. A decision's read brings the directory's groups of the
 # deciding reviewer ($2), a consumption's the approval's stream (a consumer proves the row by it;
 # row and stream are then of one snapshot). Two statements, not one with a switch: a parameter
-# that turns a subquery on or off is planned again on every call.
+# that turns a subquery on or off is planned again on every call. Each brings the server's
+# clock: a request is due (and may be expired) by it, as the database checks.
 _STREAM = """(
 SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
 FROM events e WHERE e.stream_id = 'approval:' || t.approval_id)"""
 TO_ADVANCE = f"""
 SELECT {COLUMNS}, NULL::text AS stream,
-(SELECT groups FROM reviewers WHERE reviewer_id = $2 AND active) AS reviewer_groups
+(SELECT groups FROM reviewers WHERE reviewer_id = $2 AND active) AS reviewer_groups,
+clock_timestamp() AS server_now
 FROM approvals t WHERE t.approval_id = $1
 """
 TO_CONSUME = f"""
-SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups
+SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups,
+clock_timestamp() AS server_now
 FROM approvals t WHERE t.approval_id = $1
 """
 # Inside a caller's transaction a consumer locks the row instead (the caller's later statements
@@ -54,7 +57,8 @@ FROM approvals t WHERE t.approval_id = $1
 # after waiting for another writer is newer than it, so the consumer reads the stream again when
 # it does not prove the row (the lock keeps both still).
 LOCKED_WITH_STREAM = f"""
-SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups
+SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups,
+clock_timestamp() AS server_now
 FROM signoff_lock_approval($1) t
 """
 

@@ -8,14 +8,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ledger.audit.integrity import LedgerReport, StreamCheck, StreamChecker, verify_ledger
+from ledger.audit.reveals import REVEALED, reveal_problem
 from ledger.audit.verifier import Digest
 from ledger.calls.projection import CALLS
 from ledger.calls.resolution import resolution_problem
 from ledger.journal import Event, Projection
 from ledger.keys import KeyRing
+from ledger.keys.attest import statement_ok
 from ledger.store import Database
 
-from .integrity import approval_problems
+from .integrity import approval_problems, grant_statement
 from .projection import APPROVALS
 from .reviewers import REVIEWERS
 
@@ -54,6 +56,48 @@ async def _resolutions(db: Database) -> StreamChecker:
             why = await resolution_problem(ring, stream_id, digest, event.data)
             if why is not None:
                 problems.append(f"version {event.version}: the resolution {why}")
+            if event.actor != event.data.get("by"):
+                problems.append(
+                    f"version {event.version}: a resolution by {event.actor} names another"
+                )
+        return problems
+
+    return check
+
+
+async def _reveals(db: Database) -> StreamChecker:
+    ring = await _ring(db)
+
+    async def check(stream_id: str, events: Sequence[Event]) -> list[str]:
+        problems = []
+        for event in events:
+            if event.type != REVEALED:
+                problems.append(f"version {event.version}: {event.type} is not a reveal")
+            elif why := await reveal_problem(ring, stream_id, event.actor, event.data):
+                problems.append(f"version {event.version}: {event.actor}'s reveal {why}")
+        return problems
+
+    return check
+
+
+async def _grants(db: Database) -> StreamChecker:
+    ring = await _ring(db)
+
+    async def check(stream_id: str, events: Sequence[Event]) -> list[str]:
+        problems = []
+        for event in events:
+            if event.type != "approval.granted" or event.version != 1:
+                problems.append(f"version {event.version}: {event.type} is not a grant")
+                continue
+            try:
+                statement = grant_statement(event.data)
+            except (KeyError, TypeError, ValueError) as e:
+                problems.append(f"version 1: a malformed grant: {e!r}")
+                continue
+            if event.actor != event.data["granted_by"]:
+                problems.append(f"version 1: appended by {event.actor} for another")
+            if why := await statement_ok(ring, statement, event.data.get("signature")):
+                problems.append(f"version 1: {event.actor}'s grant {why}")
         return problems
 
     return check
@@ -62,6 +106,8 @@ async def _resolutions(db: Database) -> StreamChecker:
 STREAM_CHECKS: tuple[StreamCheck, ...] = (
     StreamCheck("decision signatures and policies", "approval:", _approvals),
     StreamCheck("signed resolutions", "call:", _resolutions),
+    StreamCheck("signed grants", "grant:", _grants),
+    StreamCheck("signed reveals", "reveal:", _reveals),
 )
 """Checks run over whole streams after the projections, in order."""
 

@@ -33,6 +33,7 @@ from .errors import (
     UnknownApproval,
 )
 from .identity import GROUP_PREFIX, reviewer_id
+from .integrity import CLOSED_BY
 from .model import (
     Approval,
     ApprovalStatus,
@@ -131,9 +132,9 @@ class StoreCore:
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
             approval = read.approval
-            if approval.status is not ApprovalStatus.PENDING or not _due(approval):
-                return []
-            return [_closing("approval.expired")]
+            if approval.status is not ApprovalStatus.PENDING or not _due(approval, read.now):
+                return []  # not due by the server's clock yet (this host's may run ahead)
+            return [_closing("approval.expired", at=read.now)]
 
         approval, _ = await self._advance(approval_id, step)
         return approval
@@ -201,13 +202,15 @@ def _admitting_names(reviewer: Reviewer | None) -> list[str] | None:
     return [reviewer.id, *(f"{GROUP_PREFIX}{g}" for g in sorted(reviewer.groups))]
 
 
-def _due(approval: Approval) -> bool:
-    return is_expired(approval.expires_at, datetime.now(UTC))
+def _due(approval: Approval, now: datetime | None = None) -> bool:
+    """Whether the request's expiry has passed: by `now` (the server's clock, as a step
+    read it: what the database checks an expiry by), else by this host's."""
+    return is_expired(approval.expires_at, now or datetime.now(UTC))
 
 
-def _closing(type_: str, actor: str = "signoff") -> NewEvent:
+def _closing(type_: str, actor: str = CLOSED_BY, at: datetime | None = None) -> NewEvent:
     """An event that ends a pending request without a decision (expired, cancelled)."""
-    return NewEvent(type_, {"at": datetime.now(UTC).isoformat()}, actor=actor)
+    return NewEvent(type_, {"at": (at or datetime.now(UTC)).isoformat()}, actor=actor)
 
 
 def _committed(approval: Approval | None) -> Approval:

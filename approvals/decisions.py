@@ -44,6 +44,7 @@ from .integrity import (
     StreamProblem,
     approval_problems,
     as_facts,
+    sign_cancellation,
     sign_review,
 )
 from .model import (
@@ -100,8 +101,8 @@ class Decisions(StoreCore):
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
             approval = read.approval
-            if approval.status is ApprovalStatus.PENDING and _due(approval):
-                return [_closing("approval.expired")]
+            if approval.status is ApprovalStatus.PENDING and _due(approval, read.now):
+                return [_closing("approval.expired", at=read.now)]
             deciding, policy = who, approval.policy
             if not approval.status.final and policy.names_groups and who.id not in policy.approvers:
                 # Where a group could let this reviewer decide: its directory groups.
@@ -122,16 +123,33 @@ class Decisions(StoreCore):
         return approval
 
     async def cancel(self, approval_id: str, by: str) -> Approval:
-        """Withdraw a pending request (it will never run)."""
+        """Withdraw a pending request (it will never run).
+
+        On the reviewer side (a ring that signs decisions) the cancellation is `by`'s, signed
+        like a decision. An agent worker's ring cannot sign: it withdraws a request only in the
+        name it was requested under (`by` is its `requested_by`), which names no one else.
+
+        Raises:
+            UnknownApproval, ApprovalAlreadyDecided (it is final already), ReviewerKekMissing
+            (a worker cancelling in a name other than the requester's; nothing is written).
+        """
         _text(approval_id, "approval id")
         _text(by, "by")
+        signs = self.ring.can_sign_decisions
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
-            if read.approval.status.final:
-                raise ApprovalAlreadyDecided(approval_id, f"already {read.approval.status}")
-            return [_closing("approval.cancelled", actor=by)]
+            approval = read.approval
+            if approval.status.final:
+                raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
+            cancelled = _closing("approval.cancelled", actor=by)
+            if signs:
+                return [sign_cancellation(self.ring, approval.binding, approval_id, cancelled)]
+            if by != approval.requested_by:  # a person's cancellation: the reviewer side's
+                self.ring.require_decision_signer()
+            return [cancelled]
 
-        approval, _ = await self._advance(approval_id, step)
+        async with self.ring.sealing():  # the step signs or MACs the cancellation
+            approval, _ = await self._advance(approval_id, step)
         return approval
 
     async def consume(
@@ -160,9 +178,9 @@ class Decisions(StoreCore):
                 )
             events = []
             if approval.status is ApprovalStatus.PENDING:
-                if not _due(approval):
+                if not _due(approval, read.now):
                     raise ApprovalPending(approval_id)
-                events.append(_closing("approval.expired"))
+                events.append(_closing("approval.expired", at=read.now))
             at = datetime.now(UTC).isoformat()
             consumed = {"task_run_id": task_run_id, "at": at}
             events.append(NewEvent("approval.consumed", consumed, actor=task_run_id))

@@ -9,7 +9,9 @@ Who writes what:
 - workers append `approval.requested`, `approval.consumed`, `approval.expired`, and the
   `approval.decided` of a grant (carrying the signed grant), each with a record MAC under the
   approval-MAC key (`ledger.keys.attest.mac_record`) over the event and the approval's binding;
-  `approval.cancelled` is MACed too, whoever cancels.
+  `approval.cancelled` is MACed too, whoever cancels: a worker withdraws a request only in its
+  requester's name; a cancellation in anyone else's is the reviewer side's, signed
+  (`cancel_statement`). An expiry names no one (`signoff`) and comes at or after the expiry.
 
 The binding stays the plain SHA-256 `binding_of` (an auditor recomputes it from the request's
 fields), and is authenticated by the request's MAC and by every signature, which cover it.
@@ -18,7 +20,8 @@ fields), and is authenticated by the request's MAC and by every signature, which
 request, and the policy re-applied from the events alone (allowed kinds, approvers with the
 groups the signed decision names, no self-approval, a quorum of distinct reviewers, expiry).
 An event that lacks its MAC or signature is reported `unsigned` (only a writer without the key
-makes one); workers refuse it too, and `ledger verify` reports it.
+makes one); workers refuse it, and `ledger verify` reports it as a finding: nothing Signoff
+wrote was ever unsigned.
 """
 
 from __future__ import annotations
@@ -53,15 +56,18 @@ __all__ = [
     "StreamProblem",
     "approval_problems",
     "as_facts",
+    "cancel_statement",
     "every_approval_problem",
     "grant_statement",
     "mac_events",
     "policy_problem",
     "review_statement",
+    "sign_cancellation",
     "sign_review",
 ]
 
 DECIDED = "approval.decided"
+CLOSED_BY = "signoff"  # the actor of an expiry: the time, not a person, ended the request
 
 
 class ProblemKind(StrEnum):
@@ -119,6 +125,28 @@ def sign_review(ring: KeyRing, binding: str, approval_id: str, review: Review) -
     """The review signed by the reviewer side (raises `ReviewerKekMissing` on a worker)."""
     signed = sign_statement(ring, review_statement(binding, approval_id, review))
     return replace(review, signature=signed)
+
+
+def cancel_statement(binding: str, approval_id: str, by: str, at: str) -> Statement:
+    """What a reviewer's `approval.cancelled` is signed over (`at`: the event's `at`)."""
+    return Statement(
+        binding=binding,
+        subject=approval_id,
+        kind="cancel",
+        payload={},
+        reviewer=by,
+        groups=(),
+        at=format_time(datetime.fromisoformat(at)),
+    )
+
+
+def sign_cancellation(ring: KeyRing, binding: str, approval_id: str, event: NewEvent) -> NewEvent:
+    """The cancellation signed by the reviewer side in its actor's name (raises
+    `ReviewerKekMissing` on a worker)."""
+    statement = cancel_statement(binding, approval_id, event.actor, event.data["at"])
+    return NewEvent(
+        event.type, {**event.data, "signature": sign_statement(ring, statement)}, event.actor
+    )
 
 
 _GRANT_TERMS = ("run_id", "tool", "until")
@@ -292,6 +320,10 @@ async def _step(
         tally.final = tally.final or bool(data["final"])
     elif event.type in ("approval.expired", "approval.cancelled"):
         await _mac(ring, binding, event, problem)
+        if event.type == "approval.expired":
+            _expiry_problem(req, event, problem)
+        else:
+            await _cancel_problem(ring, req, event, problem)
         if tally.final:
             problem(event, ProblemKind.FORGED, f"{event.type} after the approval was final")
         tally.final = True
@@ -304,6 +336,30 @@ async def _step(
         tally.consumed = True
     else:
         problem(event, ProblemKind.FORGED, f"an unknown event type {event.type}")
+
+
+def _expiry_problem(req: _Request, event: Recorded, problem: _Problems) -> None:
+    """An expiry names no one and comes once the request is due."""
+    if event.actor != CLOSED_BY:
+        problem(event, ProblemKind.FORGED, f"an expiry in the name of {event.actor}")
+    at = datetime.fromisoformat(event.data["at"])
+    if req.expires_at is None or at < req.expires_at:
+        problem(event, ProblemKind.POLICY, "expired before its expiry")
+
+
+async def _cancel_problem(
+    ring: KeyRing, req: _Request, event: Recorded, problem: _Problems
+) -> None:
+    """A cancellation is the requester's own (MACed), or a reviewer's, signed."""
+    signed = event.data.get("signature")
+    if signed is None and event.actor == req.requested_by:
+        return
+    statement = cancel_statement(req.binding, req.approval_id, event.actor, event.data["at"])
+    why = await statement_ok(ring, statement, signed)
+    if why == "unsigned":
+        problem(event, ProblemKind.UNSIGNED, f"{event.actor}'s cancellation is unsigned")
+    elif why is not None:
+        problem(event, ProblemKind.FORGED, f"{event.actor}'s cancellation: {why}")
 
 
 def _decision_policy(

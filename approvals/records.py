@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
@@ -86,6 +87,7 @@ class Read:
     approval: Approval
     stream: list[Fact]  # empty when not asked for
     reviewer_groups: frozenset[str] | None  # None: not asked for, or not in the directory
+    now: datetime  # the server's clock when it was read: what a request is due by
 
 
 def _read(approval_id: str, row: asyncpg.Record) -> Read:
@@ -96,4 +98,5 @@ def _read(approval_id: str, row: asyncpg.Record) -> Read:
         row_to_approval(row),
         [Fact(stream, v, t, d, a) for v, t, d, a in entries],
         None if groups is None else frozenset(groups),
+        row["server_now"],
     )

@@ -590,7 +590,8 @@ async def test_a_decision_cannot_rewrite_the_reviews_before_it(
                 await conn.fetchval(
                     with_row(
                         "SELECT signoff_commit_approval(false, $1::jsonb, $2, $3,"
-                        " ARRAY['approval.decided'], ARRAY['{}'::json], ARRAY['bob'], NULL)"
+                        " ARRAY['approval.decided'], ARRAY['{\"signature\": {}}'::json],"
+                        " ARRAY['bob'], NULL)"
                     ),
                     json.dumps(forged),
                     f"approval:{approval.approval_id}",

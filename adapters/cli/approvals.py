@@ -16,7 +16,7 @@ from approvals import (
     Decision,
     InvalidApprovalRequest,
 )
-from ledger.audit.queries import record_reveal
+from ledger.audit.reveals import record_reveal
 from ledger.keys import KeyRing
 from ledger.store import Database
 
@@ -159,7 +159,9 @@ async def _show(args: argparse.Namespace) -> int:
         approval = await ApprovalStore(db, ring).get(args.approval_id, reveal=args.reveal)
         if args.reveal:  # who read the arguments in clear is part of the record
             who = args.by or getpass.getuser()
-            await record_reveal(db, f"reveal:{args.approval_id}", who, approval_id=args.approval_id)
+            await record_reveal(
+                db, ring, f"reveal:{args.approval_id}", who, approval_id=args.approval_id
+            )
     row = _row(approval)
     lines = [
         f"{k}: {json.dumps(v, default=str) if isinstance(v, (dict, list)) else safe(v)}"

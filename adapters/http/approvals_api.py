@@ -9,7 +9,8 @@ replica finds the first answer.
 
 `POST /v1/approvals/{id}/reveal` gives the arguments in clear to whoever may see the approval
 (a reviewer its policy admits, an auditor), and records in the journal (`ledger.revealed` on
-`reveal:<approval id>`) that this identity read them, before they are sent. Auditors may, as
+`reveal:<approval id>`, signed by the service) that this identity read them, before they are
+sent. Auditors may, as
 they may reveal a call's arguments (`calls_api`): proving what ran needs what was asked. With
 an `Idempotency-Key`, recorded in the event, a retry by the same identity records nothing new.
 
@@ -37,7 +38,7 @@ from approvals import (
     UnknownApproval,
 )
 from approvals.store import PageCursor
-from ledger.audit.queries import record_reveal
+from ledger.audit.reveals import record_reveal
 from ledger.log import get_logger
 
 from .errors import ApiError, reason
@@ -210,6 +211,7 @@ async def reveal(
     approval = await service.store.get(approval_id, reveal=True)
     recorded = await record_reveal(
         service.db,
+        service.ring,
         f"reveal:{approval_id}",
         identity.reviewer,
         request_id=request_id,

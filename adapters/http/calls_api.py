@@ -2,7 +2,8 @@
 
 An auditor queries calls, reads one call's story (its record and events, never its arguments)
 and reveals a call's arguments and result in clear: each reveal is recorded in the journal
-(`reveal:<run>/<call>`) under the authenticated identity before anything is shown; with a
+(`reveal:<run>/<call>`) under the authenticated identity, signed by the service, before
+anything is shown; with a
 client's request id (`Idempotency-Key`, or `request_id` in the body), a retry records nothing
 new. A reviewer lists the calls whose outcome is unknown and resolves them as the token's
 reviewer, signed by the service (`ToolLedger.resolve`); it reads nothing else here, and an

@@ -5,6 +5,12 @@
 -- closing only while pending; a consumption only once. A new approval starts its own stream
 -- with approval.requested. Returns NULL when it wrote nothing (the request exists, or the row
 -- is not at the expected version).
+-- Beyond the login's event rights, every login but the owner's (signoff_app's above all) is held
+-- to what it can vouch for (SG401): a decision it records without a reviewer's signature is a
+-- sticky grant's, recorded with the new request, and carries exactly that grant's signed event,
+-- in force now for this run and tool; an expiry comes once the request is due by the server's
+-- clock and names no one; a cancellation without a reviewer's signature is the requester's own;
+-- a consumption uses a final approval. Signatures themselves are `ledger verify`'s to check.
 CREATE OR REPLACE FUNCTION public.signoff_commit_approval(p_insert boolean, p_approval_id text, p_run_id text, p_thread_id text, p_tool text, p_kind text, p_call_id text, p_args_digest text, p_binding text, p_requested_by text, p_policy jsonb, p_status text, p_reviews jsonb, p_decided_by text[], p_decided_at timestamp with time zone, p_expires_at timestamp with time zone, p_consumed_by text, p_consumed_at timestamp with time zone, p_thread_config jsonb, p_requested_at timestamp with time zone, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
  RETURNS bigint[]
  LANGUAGE plpgsql
@@ -37,14 +43,20 @@ DECLARE
     earlier jsonb;
     closed boolean := 'approval.expired' = ANY(p_types) OR 'approval.cancelled' = ANY(p_types);
     allowed text[];
+    -- current_user: the owner, whose appends are not checked.
+    is_owner boolean := pg_has_role(session_user, current_user, 'MEMBER');
+    unvouched text;
+    at_run text;
+    at_tool text;
+    final_by text[];
+    final_status text;
 BEGIN
     IF n IS NULL OR n = 0 OR n <> cardinality(p_data) OR n <> cardinality(p_actors)
             OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0 THEN
         RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and actors'
             USING ERRCODE = '22023';
     END IF;
-    -- current_user: the owner, whose appends are not checked.
-    IF NOT pg_has_role(session_user, current_user, 'MEMBER') THEN
+    IF NOT is_owner THEN
         SELECT x.t INTO refused FROM unnest(p_types, p_data) AS x(t, d)
         WHERE x.t IS NULL OR NOT EXISTS (
             SELECT FROM event_rights r
@@ -112,6 +124,90 @@ BEGIN
     IF earlier IS DISTINCT FROM old.reviews THEN
         RAISE EXCEPTION 'approval % is not what its events % make it', p_approval_id, p_types
             USING ERRCODE = 'SG422', DETAIL = json_build_object('stream_id', p_stream)::text;
+    END IF;
+    IF NOT is_owner THEN
+        IF p_insert THEN
+            at_run := p_run_id;
+            at_tool := p_tool;
+            old.requested_by := p_requested_by;
+            old.expires_at := p_expires_at;
+        ELSE
+            at_run := old.run_id;
+            at_tool := old.tool;
+        END IF;
+        SELECT x.t INTO unvouched FROM unnest(p_types, p_data, p_actors) AS x(t, d, a)
+        WHERE CASE x.t
+            WHEN 'approval.decided' THEN
+                x.a IS DISTINCT FROM x.d->>'reviewer'
+                OR CASE
+                    WHEN jsonb_typeof(x.d::jsonb -> 'grant') = 'object' THEN
+                        -- A sticky grant's approval: the grant's own signed event, carried
+                        -- whole, its row in force now, for this run and tool, approving alone.
+                        NOT p_insert OR x.d->>'decision' IS DISTINCT FROM 'approve'
+                        OR x.d->>'final' IS DISTINCT FROM 'true'
+                        OR x.d::jsonb -> 'decided_by' IS DISTINCT FROM jsonb_build_array(x.a)
+                        OR NOT EXISTS (
+                            SELECT FROM approval_grants g
+                            JOIN events e ON e.stream_id = 'grant:' || g.grant_id
+                                AND e.version = 1 AND e.type = 'approval.granted'
+                            WHERE g.grant_id = x.d->>'grant_id'
+                              AND g.run_id = at_run AND g.tool = at_tool
+                              AND g.granted_by = x.a
+                              AND g.granted_at <= at AND at < g.expires_at
+                              AND e.data::jsonb = x.d::jsonb -> 'grant')
+                    -- >>> self-confirmation (the self-confirm tier) goes here: a worker's
+                    -- decision naming its own login, host and pid, never a reviewer.
+                    -- <<<
+                    ELSE
+                        -- The reviewer side's decision, signed (event rights need it): no
+                        -- other login's, whatever its data holds.
+                        jsonb_typeof(x.d::jsonb -> 'signature') IS DISTINCT FROM 'object'
+                        OR NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER')
+                END
+            WHEN 'approval.expired' THEN
+                x.a IS DISTINCT FROM 'signoff'
+                OR old.expires_at IS NULL OR at < old.expires_at
+            WHEN 'approval.cancelled' THEN
+                -- Unsigned, it is the requester withdrawing its own request; in anyone
+                -- else's name it is a reviewer's, signed (event rights need the signature).
+                x.a IS DISTINCT FROM old.requested_by
+                AND (jsonb_typeof(x.d::jsonb -> 'signature') IS DISTINCT FROM 'object'
+                     OR NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER'))
+            WHEN 'approval.consumed' THEN
+                p_status = 'pending'
+            ELSE false
+        END
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '% may not append this % event to approval %', session_user,
+                    unvouched, p_approval_id
+                USING ERRCODE = 'SG401',
+                      DETAIL = json_build_object('login', session_user::text,
+                                                 'type', unvouched)::text;
+        END IF;
+        -- The row names who decided, and what, as the last event that ends the request says.
+        SELECT CASE x.t WHEN 'approval.decided'
+                   THEN ARRAY(SELECT json_array_elements_text(x.d -> 'decided_by'))
+                   ELSE ARRAY[x.a] END,
+               CASE x.t WHEN 'approval.expired' THEN 'expired'
+                   WHEN 'approval.cancelled' THEN 'cancelled'
+                   ELSE CASE x.d->>'decision' WHEN 'approve' THEN 'approved'
+                       WHEN 'reject' THEN 'rejected' WHEN 'edit' THEN 'edited'
+                       WHEN 'respond' THEN 'responded' END END
+            INTO final_by, final_status
+            FROM unnest(p_types, p_data, p_actors) WITH ORDINALITY AS x(t, d, a, i)
+            WHERE x.t IN ('approval.expired', 'approval.cancelled')
+               OR (x.t = 'approval.decided' AND x.d->>'final' = 'true'
+                   AND json_typeof(x.d -> 'decided_by') = 'array')
+            ORDER BY x.i DESC LIMIT 1;
+        IF NOT FOUND THEN
+            final_by := old.decided_by;
+            final_status := coalesce(old.status::text, 'pending');
+        END IF;
+        IF p_decided_by IS DISTINCT FROM final_by OR p_status IS DISTINCT FROM final_status THEN
+            RAISE EXCEPTION 'approval % is not what its events % make it', p_approval_id, p_types
+                USING ERRCODE = 'SG422', DETAIL = json_build_object('stream_id', p_stream)::text;
+        END IF;
     END IF;
     IF p_insert THEN
         INSERT INTO approvals (approval_id, run_id, thread_id, tool, kind, call_id, args_digest,

@@ -5,24 +5,25 @@ approval it consumed, that approval's stream, and the reviewers whose decision a
 the `tool_calls` row keeps them. Audit knows nothing of how approvals are stored.
 
 Reading a call's arguments or result in clear (`reveal`) is itself recorded in the journal
-(stream `reveal:<run>/<call>`), so the audit trail shows who looked.
+(stream `reveal:<run>/<call>`), signed by the reviewer side (`reveals`), so the audit trail
+shows who looked.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from ..calls.model import CallRecord, CallStatus, call_record
 from ..calls.records import open_call_value
-from ..errors import ConfigurationError, InvalidEvent, UnknownCall, VersionConflict
-from ..journal import Event, Journal, NewEvent
+from ..errors import ConfigurationError, UnknownCall
+from ..journal import Event, Journal
 from ..keys import KeyRing
-from ..limits import name_problem
 from ..store import Database
 from . import _sql as sql
+from .reveals import record_reveal
 
 __all__ = [
     "CallFilter",
@@ -143,10 +144,11 @@ async def call_story(
 ) -> CallStory:
     """The whole story of one call. With `reveal_by` (and the key ring), its arguments and
     result in clear, and an event recording who revealed them: one for each client's
-    `request_id` (`record_reveal`).
+    `request_id` (`record_reveal`, signed by the reviewer side).
 
     Raises:
         UnknownCall: no such call.
+        ReviewerKekMissing: revealing with a ring that cannot sign (an agent worker's).
     """
     found = await find_calls(db, CallFilter(run_id=run_id, call_id=call_id, limit=1))
     if not found:
@@ -164,7 +166,7 @@ async def call_story(
         raise ConfigurationError("revealing needs the key ring")
     reveal_stream = "reveal:" + call.stream_id.removeprefix("call:")
     recorded = await record_reveal(
-        db, reveal_stream, reveal_by, request_id=request_id, run_id=run_id, call_id=call_id
+        db, ring, reveal_stream, reveal_by, request_id=request_id, run_id=run_id, call_id=call_id
     )
     async with db.connection() as conn:
         sealed = await conn.fetchrow(sql.SEALED, run_id, call_id)
@@ -174,39 +176,3 @@ async def call_story(
         text = await open_call_value(ring, call.stream_id, "result", sealed["result_sealed"])
         result = json.loads(text)
     return CallStory(call, approved_by, events, approval_events, args, result, not recorded)
-
-
-async def record_reveal(
-    db: Database, stream: str, by: str, *, request_id: str | None = None, **what: str
-) -> bool:
-    """Record in the journal that `by` read something sealed, in clear. Reveals of the same
-    thing at once take turns: the loser of a version race appends after the winner.
-
-    With a client's `request_id` (recorded in the event), a retry finds the reveal `by`
-    recorded under it and records nothing new. Returns whether a reveal was recorded: False
-    for a retry.
-    """
-    if problem := name_problem(by, 200):
-        raise InvalidEvent(f"who reveals {problem}")
-    if request_id is not None and (problem := name_problem(request_id, 200)):
-        raise InvalidEvent(f"a request id {problem}")
-    journal = Journal(db)
-    data = {**what, "at": datetime.now(UTC).isoformat()}
-    if request_id is not None:  # no reveal is signed: it only names the client's request
-        data["request_id"] = request_id
-    version = 0
-    for _ in range(10):
-        version = await journal.stream_version(stream)
-        if request_id is not None and any(
-            e.type == "ledger.revealed" and e.actor == by and e.data.get("request_id") == request_id
-            for e in await journal.read_stream(stream)
-        ):
-            return False
-        try:
-            await journal.append(
-                stream, [NewEvent("ledger.revealed", data, actor=by)], expected_version=version
-            )
-            return True
-        except VersionConflict:
-            continue
-    raise VersionConflict(stream, version, None)

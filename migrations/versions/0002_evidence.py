@@ -26,7 +26,7 @@ depends_on: str | Sequence[str] | None = None
 FROZEN = Path(__file__).with_suffix("")
 BASELINE = FROZEN.with_name("0001_baseline")
 
-CHANGES: tuple[str, ...] = ("journal_logins.sql",)
+CHANGES: tuple[str, ...] = ("journal_logins.sql", "signed_evidence.sql")
 
 SOURCES: tuple[str, ...] = (
     "ledger/journal/sql/append.sql",
@@ -38,7 +38,8 @@ SOURCES: tuple[str, ...] = (
     "ledger/journal/sql/privileges.sql",
 )
 
-UNDO: tuple[str, ...] = ("journal_logins.sql",)
+# In the reverse order of CHANGES.
+UNDO: tuple[str, ...] = ("signed_evidence.sql", "journal_logins.sql")
 
 
 def upgrade() -> None:

@@ -19,16 +19,19 @@ CREATE TABLE event_rights (
 );
 INSERT INTO event_rights (type_pattern, role, when_field, stream_prefix) VALUES
     -- A worker may record the approval a sticky grant gives (`grant`: the reviewer's signed
-    -- grant, which every consumer checks), never a reviewer's decision.
+    -- grant; signoff_commit_approval checks it is that grant's, in force, for this run and
+    -- tool), never a reviewer's decision. It may expire a request only once it is due and
+    -- withdraw one only in its requester's name (signoff_commit_approval checks both).
     ('approval.decided', 'signoff_app', 'grant', 'approval:'),
     ('approval.requested', 'signoff_app', '', 'approval:'),
     ('approval.consumed', 'signoff_app', '', 'approval:'),
     ('approval.expired', 'signoff_app', '', 'approval:'),
     ('approval.cancelled', 'signoff_app', '', 'approval:'),
-    ('approval.decided', 'signoff_reviewer', '', 'approval:'),
+    -- A reviewer's decision, cancellation and grant are signed (`signature`), as below.
+    ('approval.decided', 'signoff_reviewer', 'signature', 'approval:'),
     ('approval.expired', 'signoff_reviewer', '', 'approval:'),
-    ('approval.cancelled', 'signoff_reviewer', '', 'approval:'),
-    ('approval.granted', 'signoff_reviewer', '', 'grant:'),
+    ('approval.cancelled', 'signoff_reviewer', 'signature', 'approval:'),
+    ('approval.granted', 'signoff_reviewer', 'signature', 'grant:'),
     ('call.started', 'signoff_app', '', 'call:'),
     ('call.retried', 'signoff_app', '', 'call:'),
     ('call.succeeded', 'signoff_app', '', 'call:'),
@@ -37,6 +40,8 @@ INSERT INTO event_rights (type_pattern, role, when_field, stream_prefix) VALUES
     ('call.denied', 'signoff_app', '', 'call:'),
     ('call.responded', 'signoff_app', '', 'call:'),
     ('call.outcome_unknown', 'signoff_reviewer', '', 'call:'),
-    ('call.resolved', 'signoff_reviewer', '', 'call:'),
-    ('ledger.revealed', 'signoff_reviewer', '', 'reveal:'),
+    -- Whatever names a person carries the reviewer side's signature (`signature`): the
+    -- database checks it is there, `ledger verify` that it is valid.
+    ('call.resolved', 'signoff_reviewer', 'signature', 'call:'),
+    ('ledger.revealed', 'signoff_reviewer', 'signature', 'reveal:'),
     ('key.%', 'signoff_key_admin', '', 'keys:');
