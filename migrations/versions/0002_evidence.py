@@ -26,11 +26,11 @@ depends_on: str | Sequence[str] | None = None
 FROZEN = Path(__file__).with_suffix("")
 BASELINE = FROZEN.with_name("0001_baseline")
 
-CHANGES: tuple[str, ...] = ()
+CHANGES: tuple[str, ...] = ("self_confirm.sql",)
 
-SOURCES: tuple[str, ...] = ()
+SOURCES: tuple[str, ...] = ("approvals/sql/commit_approval.sql",)
 
-UNDO: tuple[str, ...] = ()
+UNDO: tuple[str, ...] = ("self_confirm.sql",)
 
 
 def upgrade() -> None:

@@ -14,6 +14,9 @@ INSERT INTO event_rights VALUES
     -- A worker may record the approval a sticky grant gives (`grant`: the reviewer's signed
     -- grant, which every consumer checks), never a reviewer's decision.
     ('approval.decided', 'signoff_app', 'grant'),
+    -- ... and a self-confirmation (`self_confirmed`: the session's own login, on a self-confirm
+    -- approval only; signoff_commit_approval checks both), never under a reviewer's name.
+    ('approval.decided', 'signoff_app', 'self_confirmed'),
     ('approval.requested', 'signoff_app', ''),
     ('approval.consumed', 'signoff_app', ''),
     ('approval.expired', 'signoff_app', ''),

@@ -1,0 +1,207 @@
+-- Writes an approval's row and appends its events in one call, with signoff_append's checks
+-- (event rights, version fence, canonical bytes and hash chain, top level). The row must be
+-- what its events make it: reviews change only with a decision, which appends exactly one and
+-- changes none; who decided or closed it only with the events that say so; decisions and
+-- closing only while pending; a consumption only once. A new approval starts its own stream
+-- with approval.requested. Returns NULL when it wrote nothing (the request exists, or the row
+-- is not at the expected version).
+CREATE OR REPLACE FUNCTION public.signoff_commit_approval(p_insert boolean, p_approval_id text, p_run_id text, p_thread_id text, p_tool text, p_kind text, p_call_id text, p_args_digest text, p_binding text, p_requested_by text, p_policy jsonb, p_status text, p_reviews jsonb, p_decided_by text[], p_decided_at timestamp with time zone, p_expires_at timestamp with time zone, p_consumed_by text, p_consumed_at timestamp with time zone, p_thread_config jsonb, p_requested_at timestamp with time zone, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+AS $function$
+DECLARE
+    n integer := cardinality(p_types);
+    refused text;
+    head_hash bytea;
+    head_version integer;
+    at timestamptz := clock_timestamp();
+    -- The canonical bytes of ledger/canonical.py: the tag, then six fields, each a 4-byte
+    -- big-endian length and its UTF-8 bytes.
+    prefix bytea;
+    at_b bytea;
+    version_b bytea;
+    type_b bytea;
+    actor_b bytea;
+    data_b bytea;
+    positions bigint[] := '{}';
+    pos bigint;
+    inserted_xmin xid;
+    old approvals;
+    decisions integer := cardinality(array_positions(p_types, 'approval.decided'));
+    decided boolean := decisions > 0;
+    earlier jsonb;
+    closed boolean := 'approval.expired' = ANY(p_types) OR 'approval.cancelled' = ANY(p_types);
+    allowed text[];
+BEGIN
+    IF n IS NULL OR n = 0 OR n <> cardinality(p_data) OR n <> cardinality(p_actors)
+            OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0 THEN
+        RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and actors'
+            USING ERRCODE = '22023';
+    END IF;
+    -- current_user: the owner, whose appends are not checked.
+    IF NOT pg_has_role(session_user, current_user, 'MEMBER') THEN
+        SELECT x.t INTO refused FROM unnest(p_types, p_data) AS x(t, d)
+        WHERE x.t IS NULL OR NOT EXISTS (
+            SELECT FROM event_rights r
+            WHERE x.t LIKE r.type_pattern AND pg_has_role(session_user, r.role, 'MEMBER')
+              AND (r.when_field = ''
+                   OR jsonb_typeof(x.d::jsonb -> r.when_field) = 'object'))
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '% may not append % events', session_user, coalesce(refused, 'null')
+                USING ERRCODE = 'SG401',
+                      DETAIL = json_build_object('login', session_user::text,
+                                                 'type', refused)::text;
+        END IF;
+    END IF;
+    IF p_stream IS DISTINCT FROM 'approval:' || p_approval_id THEN
+        RAISE EXCEPTION 'approval % is not the fold of stream %', p_approval_id, p_stream
+            USING ERRCODE = 'SG422', DETAIL = json_build_object('stream_id', p_stream)::text;
+    END IF;
+    IF p_insert THEN
+        IF p_expected <> 0 OR p_types[1] IS DISTINCT FROM 'approval.requested' THEN
+            RAISE EXCEPTION 'a new approval starts its own stream with approval.requested'
+                USING ERRCODE = 'SG422', DETAIL = json_build_object('stream_id', p_stream)::text;
+        END IF;
+        old.reviews := '[]';
+    ELSE
+        SELECT * INTO old FROM approvals
+            WHERE approval_id = p_approval_id AND version = p_expected;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    -- Self-confirmation (approvals/confirm.py), whoever appends it: only on an approval whose
+    -- stored policy is the self-confirm tier (no approver named, no reviewer admitted), named
+    -- as the session's own login and nobody else, with no reviewer's signature or grant.
+    IF EXISTS (
+        SELECT FROM unnest(p_types, p_data, p_actors) AS x(t, d, a)
+        WHERE x.t = 'approval.decided' AND x.d::jsonb ? 'self_confirmed'
+          AND (p_insert
+               OR old.policy ->> 'tier' IS DISTINCT FROM 'self_confirm'
+               OR old.policy -> 'approvers' IS DISTINCT FROM '[]'::jsonb
+               OR old.policy -> 'any_reviewer' IS DISTINCT FROM 'false'::jsonb
+               OR x.d::jsonb -> 'self_confirmed' ->> 'login' IS DISTINCT FROM session_user
+               OR x.d::jsonb ->> 'reviewer' IS DISTINCT FROM 'self-confirmed by ' || session_user
+               OR x.a IS DISTINCT FROM 'self-confirmed by ' || session_user
+               OR x.d::jsonb -> 'decided_by'
+                  IS DISTINCT FROM jsonb_build_array('self-confirmed by ' || session_user)
+               OR p_decided_by IS DISTINCT FROM ARRAY['self-confirmed by ' || session_user]
+               OR x.d::jsonb ?| ARRAY['signature', 'grant', 'grant_id']))
+    THEN
+        RAISE EXCEPTION '% may self-confirm only a self-confirm approval, as itself', session_user
+            USING ERRCODE = 'SG401',
+                  DETAIL = json_build_object('login', session_user::text,
+                                             'type', 'approval.decided')::text;
+    END IF;
+    allowed := CASE
+        WHEN decided THEN ARRAY['pending', 'approved', 'rejected', 'edited', 'responded']
+        WHEN 'approval.cancelled' = ANY(p_types) THEN ARRAY['cancelled']
+        WHEN 'approval.expired' = ANY(p_types) THEN ARRAY['expired']
+        WHEN p_insert THEN ARRAY['pending']
+        ELSE ARRAY[old.status]
+    END;
+    IF p_status IS NULL OR NOT p_status = ANY(allowed)
+            OR ((decided OR closed) AND NOT p_insert AND old.status <> 'pending')
+            OR ('approval.consumed' = ANY(p_types)
+                AND (old.consumed_at IS NOT NULL OR p_consumed_at IS NULL
+                     OR p_consumed_by IS NULL))
+            OR jsonb_typeof(p_reviews) IS DISTINCT FROM 'array'
+            OR jsonb_array_length(p_reviews) <> jsonb_array_length(old.reviews) + decisions
+            OR (NOT decided AND p_reviews IS DISTINCT FROM old.reviews)
+            OR (NOT (decided OR closed) AND (p_decided_by IS DISTINCT FROM old.decided_by
+                                             OR p_decided_at IS DISTINCT FROM old.decided_at))
+            OR ('approval.consumed' <> ALL(p_types)
+                AND (p_consumed_by IS DISTINCT FROM old.consumed_by
+                     OR p_consumed_at IS DISTINCT FROM old.consumed_at)) THEN
+        RAISE EXCEPTION 'approval % is not what its events % make it', p_approval_id, p_types
+            USING ERRCODE = 'SG422', DETAIL = json_build_object('stream_id', p_stream)::text;
+    END IF;
+    -- Decisions append reviews and change none: without its last `decisions` reviews (jsonb
+    -- `- -1` drops the last element), the row's are the ones it had. Plain expressions, not a
+    -- query: no plan to start for every step.
+    earlier := p_reviews;
+    FOR k IN 1 .. decisions LOOP
+        earlier := earlier - (-1);
+    END LOOP;
+    IF earlier IS DISTINCT FROM old.reviews THEN
+        RAISE EXCEPTION 'approval % is not what its events % make it', p_approval_id, p_types
+            USING ERRCODE = 'SG422', DETAIL = json_build_object('stream_id', p_stream)::text;
+    END IF;
+    IF p_insert THEN
+        INSERT INTO approvals (approval_id, run_id, thread_id, tool, kind, call_id, args_digest,
+                binding, requested_by, policy, status, reviews, decided_by, decided_at,
+                expires_at, consumed_by, consumed_at, thread_config, requested_at, version)
+            VALUES (p_approval_id, p_run_id, p_thread_id, p_tool, p_kind, p_call_id,
+                p_args_digest, p_binding, p_requested_by, p_policy, p_status, p_reviews,
+                p_decided_by, p_decided_at, p_expires_at, p_consumed_by, p_consumed_at,
+                p_thread_config, p_requested_at, n)
+            ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    ELSE
+        -- A racing step moved the row after `old` was read: its event holds the version, so
+        -- the append below is refused (SG409) and this transaction writes nothing.
+        UPDATE approvals SET status = p_status, reviews = p_reviews, decided_by = p_decided_by,
+                decided_at = p_decided_at, consumed_by = p_consumed_by,
+                consumed_at = p_consumed_at, version = p_expected + n
+            WHERE approval_id = p_approval_id AND version = p_expected;
+    END IF;
+    IF p_insert THEN
+        head_version := 0;
+        head_hash := '\x0000000000000000000000000000000000000000000000000000000000000000';
+    ELSE
+        SELECT version, hash INTO head_version, head_hash
+            FROM events WHERE stream_id = p_stream AND version = p_expected;
+    END IF;
+    at_b := convert_to(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), 'UTF8');
+    prefix := convert_to('signoff.event.v2', 'UTF8')
+        || int4send(octet_length(convert_to(p_stream, 'UTF8'))) || convert_to(p_stream, 'UTF8');
+    FOR i IN 1 .. n LOOP
+        IF head_version IS NOT DISTINCT FROM p_expected THEN
+            version_b := convert_to((p_expected + i)::text, 'UTF8');
+            type_b := convert_to(p_types[i], 'UTF8');
+            actor_b := convert_to(p_actors[i], 'UTF8');
+            data_b := convert_to(p_data[i]::text, 'UTF8');
+            head_hash := sha256(head_hash || prefix
+                || int4send(octet_length(version_b)) || version_b
+                || int4send(octet_length(type_b)) || type_b
+                || int4send(octet_length(actor_b)) || actor_b
+                || int4send(octet_length(at_b)) || at_b
+                || int4send(octet_length(data_b)) || data_b);
+            pos := NULL;
+            INSERT INTO events (txid, stream_id, version, type, data, actor, recorded_at, hash)
+                VALUES (pg_current_xact_id(), p_stream, p_expected + i, p_types[i], p_data[i],
+                        p_actors[i], at, head_hash)
+                ON CONFLICT (stream_id, version) DO NOTHING
+                RETURNING position, xmin INTO pos, inserted_xmin;
+            IF pos IS NOT NULL THEN
+                -- In a savepoint the row's xmin is the savepoint's, which `ledger verify`
+                -- cannot tell from a forged txid.
+                IF inserted_xmin::text::bigint
+                        <> pg_current_xact_id()::text::bigint % 4294967296 THEN
+                    RAISE EXCEPTION 'events are appended at a transaction''s top level, '
+                            'not in a savepoint (stream %)', p_stream
+                        USING ERRCODE = 'SG425',
+                              DETAIL = json_build_object('stream_id', p_stream)::text;
+                END IF;
+                positions := positions || pos;
+                CONTINUE;
+            END IF;
+        END IF;
+        SELECT coalesce(max(version), 0) INTO head_version FROM events WHERE stream_id = p_stream;
+        RAISE EXCEPTION 'stream % is at version %, expected %', p_stream, head_version,
+                p_expected
+            USING ERRCODE = 'SG409',
+                  DETAIL = json_build_object('stream_id', p_stream, 'expected_version',
+                      p_expected, 'actual_version', head_version)::text;
+    END LOOP;
+    IF p_notify IS NOT NULL THEN
+        PERFORM pg_notify(p_notify, p_stream);
+    END IF;
+    RETURN positions;
+END
+$function$;
