@@ -205,7 +205,7 @@ async def test_a_vote_that_does_not_notify_arrives_by_the_poll(
     live_store: ApprovalStore, replica: Database
 ) -> None:
     polling = ApprovalFeed(replica, poll_interval=0.05)
-    approval_id = await ask(live_store, ApprovalPolicy(quorum=2))
+    approval_id = await ask(live_store, ApprovalPolicy(quorum=2, any_reviewer=True))
     reader = await tail(polling)
     try:
         await live_store.decide(approval_id, Decision.approve(), "bob")  # one of two: not final

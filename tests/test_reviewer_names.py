@@ -110,7 +110,7 @@ async def test_a_quorum_records_every_approver_by_whole_name(scratch_url: str) -
             args={},
             call_id="c-1",
             requested_by="agent",
-            policy=ApprovalPolicy(quorum=2),
+            policy=ApprovalPolicy(quorum=2, any_reviewer=True),
         )
         await store.decide(approval.approval_id, Decision.approve(), COMMA)
         done = await store.decide(approval.approval_id, Decision.approve(), "bob")

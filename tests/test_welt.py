@@ -142,7 +142,9 @@ def test_each_decision_the_policy_allows_gets_its_widget(
     options: list[dict[str, Any]] | None,
     field: dict[str, Any] | None,
 ) -> None:
-    approval = approval_with(ApprovalPolicy(allowed=frozenset(allowed), quorum=quorum))
+    approval = approval_with(
+        ApprovalPolicy(allowed=frozenset(allowed), quorum=quorum, any_reviewer=quorum > 1)
+    )
     event = approval_event(approval, ARGS)
 
     body = event["interrupt"]
@@ -179,7 +181,7 @@ def test_an_edit_only_policy_is_asked_with_where_to_decide_it() -> None:
 def test_a_quorum_question_says_who_approved_so_far() -> None:
     at = datetime(2026, 11, 30, 12, 5, tzinfo=UTC)
     reviews = (Review("slack:U1", DecisionKind.APPROVE, at),)
-    approval = approval_with(ApprovalPolicy(quorum=2), reviews=reviews)
+    approval = approval_with(ApprovalPolicy(quorum=2, any_reviewer=True), reviews=reviews)
 
     assert "Needs 2 approvals" in approval_reason(approval, ARGS)["message"]
     assert "approved so far by slack:U1" in approval_reason(approval, ARGS)["message"]
@@ -555,7 +557,7 @@ async def test_decided_elsewhere_records_nothing(store: ApprovalStore) -> None:
 
 
 async def test_a_quorum_needs_different_slack_users(store: ApprovalStore) -> None:
-    approval = await requested(store, ApprovalPolicy(quorum=2))
+    approval = await requested(store, ApprovalPolicy(quorum=2, any_reviewer=True))
     answer = fixture("answer_approve")
     [first] = await deliver(store, answer, approval.approval_id)
     [same] = await deliver(store, answer, approval.approval_id)
