@@ -176,7 +176,9 @@ async def test_policy_rules(store: ApprovalStore) -> None:
     limited = await ask(store, only_yes_no)
     with pytest.raises(DecisionNotAllowed, match="does not allow edit"):
         await store.decide(limited, Decision.edit({"amount": 1}), "alice")
-    self_ok = await ask(store, ApprovalPolicy(allow_self_approval=True))
+    self_ok = await ask(
+        store, ApprovalPolicy(approvers=frozenset({"agent"}), allow_self_approval=True)
+    )
     assert (await store.decide(self_ok, Decision.approve(), "agent")).status is (
         ApprovalStatus.APPROVED
     )
@@ -474,7 +476,7 @@ async def test_reviewers_deciding_at_once_each_count_once(store: ApprovalStore) 
     """Racing decisions on one approval: each that loses the race reads again and is
     recorded after the winner's, so a quorum of five met at once is met exactly."""
     reviewers = [f"r{i}" for i in range(5)]
-    approval_id = await ask(store, ApprovalPolicy(quorum=len(reviewers), any_reviewer=True))
+    approval_id = await ask(store, ApprovalPolicy(approvers=frozenset(reviewers), quorum=5))
     await asyncio.gather(*(store.decide(approval_id, Decision.approve(), r) for r in reviewers))
     approval = await store.get(approval_id)
     assert approval.status is ApprovalStatus.APPROVED

@@ -33,6 +33,7 @@ from ledger.store import Database, migrate
 from ledger.store.db import open_raw_connection
 from ledger.store.embedded import ensure_server
 
+from .support.directory import list_reviewers
 from .support.embedded_homes import private_home
 from .support.processes import TEST_KEK, kek_env, run_cli
 
@@ -44,6 +45,7 @@ async def live_url() -> AsyncIterator[str]:
     with private_home() as home:
         url = await asyncio.to_thread(ensure_server, Path(home))
         await asyncio.to_thread(migrate.upgrade, url)
+        await list_reviewers(url)
         yield url
 
 

@@ -65,6 +65,7 @@ from ledger.calls.model import CallStatus
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.db import open_raw_connection
+from tests.support.directory import list_reviewers
 from tests.support.processes import TEST_KEK, finish, kek_env, start_program
 from tests.support.scratch import scratch_database
 from tests.support.welt_workers import (
@@ -79,6 +80,11 @@ from tests.support.welt_workers import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "welt"
 SLACK_USER = "slack:T0001:U0123ABCD"  # Welt's runtime user id: slack:<team>:<user>
+# The Slack users these tests answer as, listed in the directory: a policy naming no approvers
+# admits only listed reviewers.
+WELT_REVIEWERS = (
+    "slack:U0123ABCD", "slack:U0B055", "slack:U0FFFF", "slack:U1", "slack:U2", "finance:dana",
+)  # fmt: skip
 REVIEWER = "slack:U0123ABCD"
 BOSS = "slack:T0001:U0B055"
 ALL = frozenset(DecisionKind)
@@ -404,7 +410,8 @@ def test_turns_outside_the_contract_are_refused(messages: Any, where: str) -> No
 
 
 @pytest.fixture
-async def store(db: Database) -> AsyncIterator[ApprovalStore]:
+async def store(db: Database, database_url: str) -> AsyncIterator[ApprovalStore]:
+    await list_reviewers(database_url, *WELT_REVIEWERS)
     approvals = ApprovalStore(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
     yield approvals
     await approvals.close()
@@ -605,6 +612,7 @@ async def test_answers_without_a_slack_user_record_nothing(store: ApprovalStore)
 async def welt_url(server_url: str) -> AsyncIterator[str]:
     """A database of this module's own: the agents create LangGraph's checkpoint tables."""
     async with scratch_database(server_url, prefix="signoff_welt") as url:
+        await list_reviewers(url, *WELT_REVIEWERS)
         yield url
 
 
