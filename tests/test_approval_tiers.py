@@ -41,7 +41,7 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .support.http import token_for, unique
+from .support.http import every_pending, token_for, unique
 from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
 from .support.worker_login import WorkerLogin, worker_login
 
@@ -88,6 +88,8 @@ async def test_a_token_for_a_reviewer_the_directory_does_not_list_decides_nothin
     approval = await asked(store, policy)
     url = f"/v1/approvals/{approval.approval_id}/decision"
 
+    pending = await every_pending(client, carol)
+    assert approval.approval_id not in [a["approval_id"] for a in pending]
     refused = await client.post(url, headers=carol, json=approve())
     assert refused.status_code == 403, refused.text
     assert "directory" in refused.text

@@ -276,16 +276,13 @@ class SignoffTools:
         is no refusal: the recorded decision stands and the call goes on with it."""
         try:
             if self.decides_in_store(approval.policy, store_only) and _is_decision(value):
-                who = (
-                    "a reviewer's (four-eyes)"
-                    if approval.policy.tier is ApprovalTier.FOUR_EYES
-                    else "Signoff's store only"
-                )
+                four_eyes = approval.policy.tier is ApprovalTier.FOUR_EYES
+                by = "by an authenticated reviewer, four-eyes: " if four_eyes else ""
                 raise InvalidResume(
                     f"approval {approval.approval_id} ({tool_call['name']}) is decided in "
-                    f"the store only, by {who} signed decision (`signoff approvals decide`, "
-                    "the HTTP service): a resume value cannot decide it; resume with nothing "
-                    "once it is decided"
+                    f"Signoff's store only ({by}`signoff approvals decide`, the HTTP "
+                    "service): a resume value cannot decide it; resume with nothing once it "
+                    "is decided"
                 )
             return await self.apply_resume(approval, value, tool_call, config), None
         except DecisionConflict as e:
