@@ -489,3 +489,40 @@ async def test_a_batch_with_one_refused_answer_takes_the_others_and_asks_about_a
     ]
     approvals = await harness.store.find(run_id=thread_id)
     assert sorted(len(a.reviews) for a in approvals) == [1, 1], "each decided once"
+
+
+@pytest.mark.parametrize("store_only", [None, False])
+async def test_a_four_eyes_approval_is_never_decided_by_a_resume_value(
+    harness: Harness, hitl_url: str, store_only: bool | None
+) -> None:
+    """Whatever `store_only` says: an authenticated reviewer decides a four-eyes approval."""
+    from adapters.demo.model import ScriptedChatModel
+    from langgraph.types import Command
+
+    four_eyes = ToolSpec("write_file", approval=ApprovalPolicy(any_reviewer=True))
+    middleware = SignoffMiddleware(
+        SignoffTools(harness.ledger, harness.store, [four_eyes]),
+        interrupt_on={"write_file": True},
+        store_only=store_only,
+    )
+    model = ScriptedChatModel(script=SCRIPTS["write"])
+    agent = create_agent(
+        model, tools=build_tools(hitl_url), middleware=[middleware], checkpointer=harness.saver
+    )
+    thread_id = new_thread("four-eyes")
+    config = thread(thread_id)
+    await agent.ainvoke({"messages": [HumanMessage(content="go")]}, config)
+    [approval] = await harness.store.find(run_id=thread_id)
+    assert approval.tier.value == "four_eyes"
+
+    out = await agent.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    [pause] = out["__interrupt__"]
+    assert "four-eyes" in pause.value["refused"]
+    assert (await harness.store.get(approval.approval_id)).reviews == ()
+    assert await effects(harness, thread_id) == []
+
+    await harness.store.decide(approval.approval_id, Decision.approve(), "alice")  # listed
+    out = await agent.ainvoke(Command(resume="continue"), config)
+    assert "__interrupt__" not in out
+    assert await effects(harness, thread_id) == [("write_file", WRITE_ARGS)]
+    assert (await harness.store.get(approval.approval_id)).decided_by == ("alice",)
