@@ -496,8 +496,9 @@ async def test_a_four_eyes_approval_is_never_decided_by_a_resume_value(
     harness: Harness, hitl_url: str, store_only: bool | None
 ) -> None:
     """Whatever `store_only` says: an authenticated reviewer decides a four-eyes approval."""
-    from adapters.demo.model import ScriptedChatModel
     from langgraph.types import Command
+
+    from adapters.demo.model import ScriptedChatModel
 
     four_eyes = ToolSpec("write_file", approval=ApprovalPolicy(any_reviewer=True))
     middleware = SignoffMiddleware(
