@@ -104,9 +104,12 @@ class Decisions(StoreCore):
             if approval.status is ApprovalStatus.PENDING and _due(approval, read.now):
                 return [_closing("approval.expired", at=read.now)]
             deciding, policy = who, approval.policy
+            listed = read.reviewer_groups is not None  # a policy naming nobody needs it
             if not approval.status.final and policy.names_groups and who.id not in policy.approvers:
                 # Where a group could let this reviewer decide: its directory groups.
-                deciding = Reviewer(who.id, read.reviewer_groups or frozenset())
+                deciding = Reviewer(who.id, read.reviewer_groups or frozenset(), listed=listed)
+            else:
+                deciding = Reviewer(who.id, listed=listed)
             return [self._review(approval, decision, deciding, payload, request_id)]
 
         async with self.ring.sealing():  # the step seals and signs the decision

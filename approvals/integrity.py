@@ -6,8 +6,9 @@ Who writes what:
   decision key (`ledger.keys.attest.Statement`: the binding, the approval id, the decision kind
   and the digest of its payload, the reviewer and its groups, the time, the key id), and signs
   sticky grants (`approval.granted` in `grant:<id>`) the same way;
-- workers append `approval.requested`, `approval.consumed`, `approval.expired`, and the
-  `approval.decided` of a grant (carrying the signed grant), each with a record MAC under the
+- workers append `approval.requested`, `approval.consumed`, `approval.expired`, the
+  `approval.decided` of a grant (carrying the signed grant) and a self-confirmation (the
+  self-confirm tier's decision at the agent, `confirm`), each with a record MAC under the
   approval-MAC key (`ledger.keys.attest.mac_record`) over the event and the approval's binding;
   `approval.cancelled` is MACed too, whoever cancels: a worker withdraws a request only in its
   requester's name; a cancellation in anyone else's is the reviewer side's, signed
@@ -172,7 +173,7 @@ def mac_events(
     reviewer's decision is left as it is (its signature covers it)."""
     out = []
     for version, event in enumerate(events, start=base_version + 1):
-        if event.type == DECIDED and "grant" not in event.data:
+        if event.type == DECIDED and "grant" not in event.data and not _confirmed(event.data):
             out.append(event)
             continue
         data = mac_record(ring, binding, stream_id, version, event.type, event.actor, event.data)
@@ -297,6 +298,11 @@ async def _step(
     if event.type == DECIDED:
         review = Review.from_json(data)
         before = len(problem.found)
+        if _confirmed(data):
+            await _mac(ring, binding, event, problem)
+            _confirmation_problem(req, tally, review, data, event, problem)
+            tally.final = True
+            return
         if review.grant_id is not None:
             await _mac(ring, binding, event, problem)
             await _grant_problem(ring, review, event, request, problem)
@@ -378,7 +384,8 @@ def _decision_policy(
     refusal = policy_problem(
         policy,
         review.decision,
-        Reviewer(review.reviewer, frozenset(review.groups)),
+        # Signed by the reviewer side, which checked the directory when it decided.
+        Reviewer(review.reviewer, frozenset(review.groups), listed=True),
         earlier_approvers=tally.approvers,
         requested_by=req.requested_by,
         at=review.at,
@@ -402,6 +409,47 @@ def _decision_policy(
         )
     elif final and data.get("decided_by") != deciders:
         problem(event, ProblemKind.POLICY, f"decided_by is not {deciders}")
+
+
+def _confirmed(data: Mapping[str, Any]) -> bool:
+    """Whether an `approval.decided` event is a self-confirmation (`confirm`)."""
+    return "self_confirmed" in data
+
+
+def _confirmation_problem(
+    req: _Request,
+    tally: _Tally,
+    review: Review,
+    data: Mapping[str, Any],
+    event: Recorded,
+    problem: _Problems,
+) -> None:
+    """A self-confirmation: named as the process that made it and nobody else, final, and
+    allowed by the policy (the self-confirm tier only)."""
+    who = review.confirmation
+    if who is None:  # `self_confirmed: null`
+        problem(event, ProblemKind.FORGED, "a self-confirmation that names nobody")
+        return
+    if review.signature is not None or review.grant is not None or review.grant_id or review.groups:
+        problem(event, ProblemKind.FORGED, "a self-confirmation carries a reviewer's signature")
+    if review.reviewer != who.name or event.actor != who.name:
+        problem(event, ProblemKind.FORGED, f"a self-confirmation by {who.login} names another")
+    if tally.final:
+        problem(event, ProblemKind.POLICY, "a decision after the approval was final")
+        return
+    refusal = policy_problem(
+        req.policy,
+        review.decision,
+        who,
+        earlier_approvers=tally.approvers,
+        requested_by=req.requested_by,
+        at=review.at,
+        expires_at=req.expires_at,
+    )
+    if refusal is not None:
+        problem(event, ProblemKind.POLICY, f"self-confirmed by {who.login}: {refusal.message}")
+    if data["final"] is not True or data.get("decided_by") != [who.name]:
+        problem(event, ProblemKind.POLICY, f"a self-confirmation is final, by {who.name}")
 
 
 async def _grant_problem(

@@ -17,13 +17,16 @@ from .errors import InvalidApprovalRequest
 from .identity import GROUP_PREFIX, approver, group_name, reviewer_id
 
 __all__ = [
+    "SELF_CONFIRMED_BY",
     "Approval",
     "ApprovalPolicy",
     "ApprovalStatus",
+    "ApprovalTier",
     "Decision",
     "DecisionKind",
     "Review",
     "Reviewer",
+    "SelfConfirmation",
     "args_digest",
     "binding_of",
     "check_decision",
@@ -73,17 +76,33 @@ STATUS_OF = {
 }
 
 
+class ApprovalTier(StrEnum):
+    """Who may decide an approval (`ApprovalPolicy.tier`)."""
+
+    SELF_CONFIRM = "self_confirm"
+    """The person at the agent confirms through the framework's own resume (LangChain's
+    human-in-the-loop model); recorded as self-confirmed by that process and its database
+    login, never under a reviewer's name. A reviewer the directory lists may decide it too."""
+    FOUR_EYES = "four_eyes"
+    """Only an authenticated reviewer decides (a signed decision): the approvers the policy
+    names, or with `any_reviewer` any reviewer the directory lists."""
+
+
 @dataclass(frozen=True)
 class Reviewer:
-    """A reviewer as the reviewer directory knows it: a normalised id (`reviewer_id`), and the
-    groups a policy may name as `group:<name>`.
+    """A reviewer as the reviewer directory knows it: a normalised id (`reviewer_id`), the
+    groups a policy may name as `group:<name>`, and whether the directory lists it at all.
 
-    `ApprovalStore.decide` takes the id alone and reads the groups from the directory in the
-    transaction that records the decision; a `Reviewer` handed to it with groups is refused.
+    `ApprovalStore.decide` takes the id alone and reads the groups (and `listed`) from the
+    directory in the transaction that records the decision; a `Reviewer` handed to it with
+    groups is refused.
     """
 
     id: str
     groups: frozenset[str] = frozenset()
+    listed: bool = field(default=False, compare=False)
+    """Whether the directory lists it (active): a policy that names no approvers admits only
+    listed reviewers."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "id", reviewer_id(self.id))
@@ -97,16 +116,56 @@ class Reviewer:
         )
 
 
+SELF_CONFIRMED_BY = "self-confirmed by "
+"""How a self-confirmation names its decider (`SelfConfirmation.name`): the space makes it
+something no reviewer id can be (`identity.reviewer_id` refuses whitespace)."""
+
+
+@dataclass(frozen=True)
+class SelfConfirmation:
+    """Who confirmed an approval at the agent (the self-confirm tier): the database login the
+    process writes with (the database checks it is the session's own), its host and pid."""
+
+    login: str
+    host: str
+    pid: int
+
+    @property
+    def name(self) -> str:
+        """The decider as `decided_by`, the review and the event's actor record it."""
+        return f"{SELF_CONFIRMED_BY}{self.login}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"login": self.login, "host": self.host, "pid": self.pid}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SelfConfirmation:
+        login, host, pid = data["login"], data["host"], data["pid"]
+        if not isinstance(login, str) or not isinstance(host, str) or type(pid) is not int:
+            raise ValueError(f"a self-confirmation is login, host and pid, not {data!r}")
+        return cls(login, host, pid)
+
+
 @dataclass(frozen=True)
 class ApprovalPolicy:
-    """What one tool's approvals allow.
+    """What one tool's approvals allow, and who may decide them (`tier`).
+
+    `ApprovalPolicy()` is the self-confirm tier: the person at the agent confirms through the
+    framework's resume (or a reviewer the directory lists decides). A policy that names
+    `approvers`, or says `any_reviewer=True`, is the four-eyes tier: only an authenticated
+    reviewer decides.
 
     Attributes:
         allowed: the decisions a reviewer may give.
         approvers: reviewer ids or `group:<name>` (normalised as `identity.approver`; groups
-            are the reviewer directory's); empty means anyone.
+            are the reviewer directory's); empty: see `any_reviewer`.
+        any_reviewer: with no approvers named, any reviewer the directory lists decides, and
+            nobody self-confirms (four-eyes); False (the default) with no approvers named is
+            the self-confirm tier.
         quorum: distinct approving reviewers needed; one reject denies. With a quorum above 1
-            only approve and reject are possible (an edit or an answer needs one owner).
+            only approve and reject are possible (an edit or an answer needs one owner), and
+            the policy must name approvers or admit any reviewer (self-confirmation is one
+            person).
         allow_self_approval: whether the requester may decide its own request.
         expires_in: after this the request is denied by default; None never expires.
         description: shown to reviewers.
@@ -118,6 +177,7 @@ class ApprovalPolicy:
     allow_self_approval: bool = False
     expires_in: timedelta | None = timedelta(hours=24)
     description: str = ""
+    any_reviewer: bool = False
 
     def __post_init__(self) -> None:
         if self.quorum < 1:
@@ -126,7 +186,26 @@ class ApprovalPolicy:
             raise InvalidApprovalRequest("a policy must allow at least one decision")
         if isinstance(self.approvers, str):  # a set of names, not the letters of one
             raise InvalidApprovalRequest("approvers must be a set of ids, not one string")
+        if not isinstance(self.any_reviewer, bool):
+            raise InvalidApprovalRequest("any_reviewer is True or False")
         object.__setattr__(self, "approvers", frozenset(approver(a) for a in self.approvers))
+        if self.any_reviewer and self.approvers:
+            raise InvalidApprovalRequest(
+                "any_reviewer=True admits every reviewer the directory lists, approvers name "
+                "some: give one of them"
+            )
+        if self.quorum > 1 and self.tier is ApprovalTier.SELF_CONFIRM:
+            raise InvalidApprovalRequest(
+                f"a quorum of {self.quorum} needs reviewers: name approvers or say "
+                "any_reviewer=True (a self-confirmation is one person)"
+            )
+
+    @property
+    def tier(self) -> ApprovalTier:
+        """Self-confirm unless approvers are named or any reviewer is admitted."""
+        if self.approvers or self.any_reviewer:
+            return ApprovalTier.FOUR_EYES
+        return ApprovalTier.SELF_CONFIRM
 
     @property
     def names_groups(self) -> bool:
@@ -134,9 +213,13 @@ class ApprovalPolicy:
         return any(a.startswith(GROUP_PREFIX) for a in self.approvers)
 
     def to_json(self) -> dict[str, Any]:
+        """The policy as a request stores it; `tier` is written out for the database (which
+        lets a self-confirmation through only on `self_confirm`) and for auditors."""
         return {
+            "tier": str(self.tier),
             "allowed": sorted(self.allowed),
             "approvers": sorted(self.approvers),
+            "any_reviewer": self.any_reviewer,
             "quorum": self.quorum,
             "allow_self_approval": self.allow_self_approval,
             "expires_in_seconds": None if self.expires_in is None else _seconds(self.expires_in),
@@ -145,15 +228,24 @@ class ApprovalPolicy:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ApprovalPolicy:
+        """Raises:
+        InvalidApprovalRequest (a ValueError): malformed, or its `tier` is not the one its
+            approvers and `any_reviewer` make."""
         seconds = data.get("expires_in_seconds")
-        return cls(
+        policy = cls(
             allowed=frozenset(DecisionKind(k) for k in data["allowed"]),
             approvers=frozenset(data["approvers"]),
             quorum=int(data["quorum"]),
             allow_self_approval=bool(data["allow_self_approval"]),
             expires_in=None if seconds is None else timedelta(seconds=seconds),
             description=str(data.get("description", "")),
+            any_reviewer=data.get("any_reviewer", False),
         )
+        if data.get("tier", policy.tier) != policy.tier:
+            raise InvalidApprovalRequest(
+                f"a policy that says tier {data['tier']!r} is {policy.tier}"
+            )
+        return policy
 
 
 @dataclass(frozen=True)
@@ -204,6 +296,8 @@ class Review:
         groups: the reviewer's groups the decision was made with (signed with it).
         signature: the reviewer side's signature (`ledger.keys.attest`): {key_id, signature}.
         grant: for a grant's approval, the signed grant (its terms and signature).
+        self_confirmed: for a self-confirmation (the self-confirm tier), who confirmed it
+            (`SelfConfirmation.to_json`); `reviewer` is then its `name`, never a reviewer id.
     """
 
     reviewer: str
@@ -217,6 +311,14 @@ class Review:
     groups: tuple[str, ...] = ()
     signature: dict[str, str] | None = None
     grant: dict[str, Any] | None = None
+    self_confirmed: dict[str, Any] | None = None
+
+    @property
+    def confirmation(self) -> SelfConfirmation | None:
+        """Who self-confirmed it; None for a reviewer's decision or a grant's."""
+        return (
+            None if self.self_confirmed is None else SelfConfirmation.from_json(self.self_confirmed)
+        )
 
     def to_json(self, *, sealed: bool = True) -> dict[str, Any]:
         """The review as event and row JSON (absent fields left out); without `sealed`, no
@@ -231,7 +333,7 @@ class Review:
             if value is not None and (sealed or not name.endswith("_sealed")):
                 data[name] = value
         data["groups"] = list(self.groups)
-        for name in ("signature", "grant"):
+        for name in ("signature", "grant", "self_confirmed"):
             if (value := getattr(self, name)) is not None:
                 data[name] = value
         return data
@@ -256,6 +358,7 @@ class Review:
             groups=tuple(data["groups"]),
             signature=data.get("signature"),
             grant=data.get("grant"),
+            self_confirmed=data.get("self_confirmed"),
         )
 
 
@@ -301,8 +404,20 @@ class Approval:
 
     @property
     def approved_by(self) -> tuple[str, ...]:
-        """Who allowed the tool to run: the deciders of an approval or an edit; else nobody."""
+        """Who allowed the tool to run: the deciders of an approval or an edit; else nobody.
+        A self-confirmation's is its `SelfConfirmation.name`, never a reviewer id."""
         return self.decided_by if self.status.runs_tool else ()
+
+    @property
+    def tier(self) -> ApprovalTier:
+        return self.policy.tier
+
+    @property
+    def self_confirmed(self) -> SelfConfirmation | None:
+        """Who self-confirmed its decision at the agent; None when a reviewer decided it (or
+        nobody yet)."""
+        last = self.reviews[-1] if self.reviews and self.status.final else None
+        return None if last is None else last.confirmation
 
 
 def json_object(value: Any, what: str, max_bytes: int | None = None) -> str:

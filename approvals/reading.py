@@ -136,7 +136,8 @@ class Reading(StoreCore):
         if reviewer is not None:
             rid = _reviewer(reviewer).id
             async with self.db.connection() as conn:
-                who = Reviewer(rid, await directory_groups(conn, rid) or frozenset())
+                groups = await directory_groups(conn, rid)
+            who = Reviewer(rid, groups or frozenset(), listed=groups is not None)
         now = datetime.now(UTC)
         page: list[Approval] = []
         scanned = 0
@@ -154,7 +155,7 @@ class Reading(StoreCore):
                 scanned += 1
                 cursor = (approval.requested_at, approval.approval_id)
                 if not is_expired(approval.expires_at, now) and (
-                    who is None or who.matches(approval.policy.approvers)
+                    who is None or _may_decide(who, approval)
                 ):
                     page.append(approval)
                     if len(page) == limit:
@@ -277,3 +278,10 @@ class Reading(StoreCore):
         if approval.status is ApprovalStatus.EXPIRED:
             raise ApprovalExpired(approval.approval_id)
         return approval
+
+
+def _may_decide(who: Reviewer, approval: Approval) -> bool:
+    """Whether `approval`'s policy admits `who` (one the directory does not list decides only
+    where it is named)."""
+    approvers = approval.policy.approvers
+    return who.matches(approvers) and (bool(approvers) or who.listed)

@@ -208,10 +208,12 @@ class Requests(StoreCore):
             groups=tuple(grant["groups"]),
             grant=grant,
         )
+        # A policy that names no approvers admits the granter only while the directory lists it.
+        listed = await directory_groups(conn, review.reviewer) is not None
         refusal = policy_problem(
             policy,
             review.decision,
-            Reviewer(review.reviewer, frozenset(review.groups)),
+            Reviewer(review.reviewer, frozenset(review.groups), listed=listed),
             earlier_approvers=(),
             requested_by=requested_by,
             at=now,

@@ -5,12 +5,14 @@ the same statement (`ledger.journal.projection.commit`). Decisions and grants ar
 reviewer side (a ring with the reviewer KEK); every other event is MACed (`integrity`).
 
 `ApprovalStore` composes the store's parts, one module per job: `requests` (request, grant),
-`decisions` (decide, cancel, expire, consume; the policy is `policy`'s), `reading` (get, find,
+`decisions` (decide, cancel, expire, consume; the policy is `policy`'s), `confirm` (the
+self-confirm tier's decisions, made at the agent), `reading` (get, find,
 pending pages, wait, resume tokens), over the state and steps they share (`core`).
 """
 
 from __future__ import annotations
 
+from .confirm import SelfConfirmations
 from .core import PageCursor
 from .decisions import Decisions
 from .reading import Reading
@@ -20,5 +22,5 @@ from .requests import Requests
 __all__ = ["NOTIFY_CHANNEL", "ApprovalStore", "PageCursor"]
 
 
-class ApprovalStore(Requests, Decisions, Reading):
+class ApprovalStore(Requests, Decisions, SelfConfirmations, Reading):
     """Approvals shared by every process that uses the same database."""

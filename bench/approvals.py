@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from approvals import ApprovalAlreadyDecided, ApprovalStore, Decision
+from approvals import ApprovalAlreadyDecided, ApprovalStore, Decision, ReviewerDirectory
 from bench.common import Op, bench_database, percentile, rate, raw_commit_rate
 from ledger.keys import KeyRing, LocalKek
 from ledger.log import configure_logging
@@ -73,6 +73,8 @@ async def main(seconds: float, baseline_seconds: float, interval: float) -> dict
 
         db = await Database.connect(url, pool_size=FLOWS + 2)
         await KeyRing.open(db, LocalKek(kek), reviewer_kek=LocalKek(reviewer_kek))  # every key
+        # The decider: a policy that names no approvers admits only listed reviewers.
+        await ReviewerDirectory(db).add("bench-reviewer", by="bench")
         worker_ring = KeyRing(db, LocalKek(kek))  # this process is the worker: no reviewer KEK
         await worker_ring.refresh()
         store = ApprovalStore(db, worker_ring)

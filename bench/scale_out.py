@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.runtime.spec import task_run_id
-from approvals import ApprovalStore, approval_gate
+from approvals import ApprovalStore, ReviewerDirectory, approval_gate
 from bench.common import bench_database, percentile, raw_commit_rate
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
@@ -184,6 +184,7 @@ async def main(
     async with bench_database() as url:
         async with await Database.connect(url, pool_size=1) as db:
             await KeyRing.open(db, LocalKek(kek), reviewer_kek=LocalKek(reviewer_kek))
+            await ReviewerDirectory(db).add("bench-reviewer", by="bench")  # the decider
         # Workers never hold the reviewer KEK, even when this process's environment has one.
         inherited = {k: v for k, v in os.environ.items() if k != "SIGNOFF_REVIEWER_KEK"}
         worker_env = {

@@ -29,7 +29,7 @@ import random
 from typing import Any
 
 from adapters.runtime.spec import task_run_id
-from approvals import ApprovalStatus, ApprovalStore, Decision, approval_gate
+from approvals import ApprovalStatus, ApprovalStore, Decision, ReviewerDirectory, approval_gate
 from bench.audit_scale import CHUNK, bulk_fill
 from bench.common import Growth, bench_database, seconds_of
 from ledger.audit.queries import CallFilter, call_story, find_calls
@@ -157,6 +157,7 @@ async def main(sizes: list[int], rounds: int) -> dict[str, Any]:
     async with bench_database() as url, await Database.connect(url, pool_size=4) as db:
         kek, reviewer_kek = LocalKek(os.urandom(32)), LocalKek(os.urandom(32))
         ring = await KeyRing.open(db, kek, reviewer_kek=reviewer_kek)
+        await ReviewerDirectory(db).add("bench-reviewer", by="bench")  # it decides
         ledger, store = ToolLedger(db, ring), ApprovalStore(db, ring)
         pending, consumed = await templates(ledger, store)
         built = 0

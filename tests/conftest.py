@@ -29,6 +29,7 @@ from ledger.store.config import configured_url
 from ledger.store.embedded import default_home, server_status, stop_server
 from tests.support.scratch import migrated_template, scratch_database
 
+from .support.directory import list_reviewers
 from .support.embedded_homes import remove_session_base, servers_left
 from .support.forks import stop_fork_server
 from .support.processes import REVIEWER_KEK_ENV, TEST_KEK
@@ -85,7 +86,9 @@ async def server_url() -> AsyncIterator[str]:
 
 @pytest.fixture(scope="session")
 async def database_url(server_url: str) -> AsyncIterator[str]:
+    """The session's database; its directory lists `SUITE_REVIEWERS`."""
     async with scratch_database(server_url, prefix="signoff_test") as url:
+        await list_reviewers(url)
         yield url
 
 

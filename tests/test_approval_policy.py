@@ -1,12 +1,15 @@
 """One approval policy: every case is judged alike by the pure rule, by the store when a
 reviewer decides (real database), and by `ledger verify`'s check of a stream holding that
-decision signed by the reviewer side."""
+decision signed by the reviewer side. The two tiers: a self-confirmation decides only the
+self-confirm tier, and a policy that names no approvers admits only reviewers the directory
+lists."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -14,10 +17,14 @@ from approvals import (
     ApprovalExpired,
     ApprovalPolicy,
     ApprovalStore,
+    ApprovalTier,
     Decision,
     DecisionKind,
     DecisionNotAllowed,
+    InvalidApprovalRequest,
     Reviewer,
+    ReviewerDirectory,
+    SelfConfirmation,
 )
 from approvals.integrity import ProblemKind, approval_problems, as_facts, sign_review
 from approvals.model import Review
@@ -41,9 +48,15 @@ class Case:
     expired: bool = False
 
 
-QUORUM_2 = ApprovalPolicy(quorum=2)
+QUORUM_2 = ApprovalPolicy(quorum=2, any_reviewer=True)
+LISTED = ("m1", "m2", "agent")  # in the session database's reviewer directory
 CASES = {
-    "anyone approves": Case(ApprovalPolicy(), APPROVE, "m1", None),
+    "a listed reviewer approves a self-confirm approval": Case(
+        ApprovalPolicy(), APPROVE, "m1", None
+    ),
+    "a listed reviewer approves where any reviewer may": Case(
+        ApprovalPolicy(any_reviewer=True), APPROVE, "m2", None
+    ),
     "a decision the policy does not allow": Case(
         ApprovalPolicy(allowed=frozenset({APPROVE, REJECT})), EDIT, "m1", PolicyRule.KIND
     ),
@@ -91,7 +104,7 @@ def test_the_pure_rule_judges_every_case() -> None:
         refusal = policy_problem(
             case.policy,
             case.kind,
-            Reviewer(case.reviewer),
+            Reviewer(case.reviewer, listed=True),
             earlier_approvers=case.earlier,
             requested_by=case.requested_by,
             at=now,
@@ -105,6 +118,8 @@ async def test_the_store_and_verify_judge_like_the_rule(
     name: str, store: ApprovalStore, ring: KeyRing, db: Database
 ) -> None:
     case = CASES[name]
+    for listed in LISTED:
+        await ReviewerDirectory(db).add(listed, by="test")
     approval = await store.request(
         run_id=f"run-{uuid.uuid4().hex[:8]}",
         tool="refund",
@@ -121,7 +136,7 @@ async def test_the_store_and_verify_judge_like_the_rule(
     refusal = policy_problem(
         case.policy,
         case.kind,
-        Reviewer(case.reviewer),
+        Reviewer(case.reviewer, listed=True),
         earlier_approvers=case.earlier,
         requested_by=case.requested_by,
         at=at,
@@ -155,3 +170,80 @@ async def test_the_store_and_verify_judge_like_the_rule(
         assert problems == []
     else:
         assert [(p.kind, p.message) for p in problems] == [(ProblemKind.POLICY, refusal.message)]
+
+
+# -- the tiers ------------------------------------------------------------------------------------
+
+ME = SelfConfirmation("signoff_worker", "agent-host", 4242)
+
+
+def _judge(policy: ApprovalPolicy, kind: DecisionKind, who: Reviewer | SelfConfirmation) -> Any:
+    now = datetime.now(UTC)
+    refusal = policy_problem(
+        policy,
+        kind,
+        who,
+        earlier_approvers=(),
+        requested_by="agent",
+        at=now,
+        expires_at=now + timedelta(hours=1),
+    )
+    return None if refusal is None else refusal.rule
+
+
+def test_the_default_policy_is_the_self_confirm_tier_and_any_reviewer_is_said_explicitly() -> None:
+    assert ApprovalPolicy().tier is ApprovalTier.SELF_CONFIRM
+    assert ApprovalPolicy(approvers=frozenset({"alice"})).tier is ApprovalTier.FOUR_EYES
+    assert ApprovalPolicy(approvers=frozenset({"group:leads"})).tier is ApprovalTier.FOUR_EYES
+    assert ApprovalPolicy(any_reviewer=True).tier is ApprovalTier.FOUR_EYES
+    # The stored policy says its tier, and a policy whose JSON says another is refused.
+    stored = ApprovalPolicy(any_reviewer=True).to_json()
+    assert stored["tier"] == "four_eyes" and stored["any_reviewer"] is True
+    assert ApprovalPolicy().to_json()["tier"] == "self_confirm"
+    assert ApprovalPolicy.from_json(stored) == ApprovalPolicy(any_reviewer=True)
+    with pytest.raises(InvalidApprovalRequest, match="tier"):
+        ApprovalPolicy.from_json({**stored, "tier": "self_confirm"})
+    with pytest.raises(InvalidApprovalRequest, match="give one"):
+        ApprovalPolicy(approvers=frozenset({"alice"}), any_reviewer=True)
+    with pytest.raises(InvalidApprovalRequest, match="needs reviewers"):
+        ApprovalPolicy(quorum=2)
+
+
+def test_a_self_confirmation_decides_the_self_confirm_tier_only() -> None:
+    assert _judge(ApprovalPolicy(), APPROVE, ME) is None
+    assert _judge(ApprovalPolicy(), EDIT, ME) is None
+    narrow = ApprovalPolicy(allowed=frozenset({APPROVE, REJECT}))
+    assert _judge(narrow, EDIT, ME) is PolicyRule.KIND
+    assert _judge(ApprovalPolicy(approvers=frozenset({"alice"})), APPROVE, ME) is PolicyRule.TIER
+    assert _judge(ApprovalPolicy(any_reviewer=True), REJECT, ME) is PolicyRule.TIER
+    assert ME.name == "self-confirmed by signoff_worker"
+    with pytest.raises(InvalidApprovalRequest):  # no reviewer id can be a self-confirmation
+        Reviewer(ME.name)
+
+
+def test_a_policy_naming_nobody_admits_only_reviewers_the_directory_lists() -> None:
+    for policy in (ApprovalPolicy(), ApprovalPolicy(any_reviewer=True)):
+        assert _judge(policy, APPROVE, Reviewer("carol")) is PolicyRule.DIRECTORY
+        assert _judge(policy, APPROVE, Reviewer("carol", listed=True)) is None
+    # Named approvers are the policy's own list: the directory is not asked.
+    assert (
+        _judge(ApprovalPolicy(approvers=frozenset({"carol"})), APPROVE, Reviewer("carol")) is None
+    )
+
+
+async def test_the_store_refuses_a_reviewer_the_directory_does_not_list(
+    store: ApprovalStore,
+) -> None:
+    for policy in (ApprovalPolicy(), ApprovalPolicy(any_reviewer=True)):
+        approval = await store.request(
+            run_id=f"run-{uuid.uuid4().hex[:8]}",
+            tool="refund",
+            args={"amount": 120},
+            call_id="c1",
+            requested_by="agent",
+            policy=policy,
+        )
+        unlisted = f"nobody-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(DecisionNotAllowed, match="not in the reviewer directory"):
+            await store.decide(approval.approval_id, Decision.approve(), unlisted)
+        assert (await store.get(approval.approval_id)).reviews == ()

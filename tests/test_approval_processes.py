@@ -18,6 +18,7 @@ from approvals import NOTIFY_CHANNEL, ApprovalStatus, ApprovalStore, Decision
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database, migrate
 from ledger.store.embedded import ensure_server, stop_server
+from tests.support.directory import list_reviewers
 from tests.support.scratch import scratch_database
 
 from .support.activity import listeners
@@ -59,6 +60,7 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
     """A database of this module's own (on the session's server): the session database's data
     keys may be wrapped by another module's KEK, and the child processes need ours."""
     async with scratch_database(server_url, prefix="signoff_test") as url:
+        await list_reviewers(url)
         yield url
 
 
@@ -232,6 +234,7 @@ def home() -> Iterator[Path]:
 async def test_waiter_survives_a_database_restart(home: Path) -> None:
     url = await asyncio.to_thread(ensure_server, home)
     await asyncio.to_thread(migrate.upgrade, url)
+    await list_reviewers(url)
     db = await Database.connect(url, pool_size=2)
     store = ApprovalStore(db, await KeyRing.open(db, LocalKek(TEST_KEK)), poll_interval=0.2)
     try:

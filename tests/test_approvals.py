@@ -141,7 +141,7 @@ async def test_each_decision_is_returned_when_consumed(
 
 
 async def test_quorum_needs_distinct_reviewers_and_one_reject_denies(store: ApprovalStore) -> None:
-    approval_id = await ask(store, ApprovalPolicy(quorum=2))
+    approval_id = await ask(store, ApprovalPolicy(quorum=2, any_reviewer=True))
     assert (await store.decide(approval_id, Decision.approve(), "alice")).status is (
         ApprovalStatus.PENDING
     )
@@ -151,7 +151,7 @@ async def test_quorum_needs_distinct_reviewers_and_one_reject_denies(store: Appr
     done = await store.decide(approval_id, Decision.approve(), "bob")
     assert (done.status, done.decided_by) == (ApprovalStatus.APPROVED, ("alice", "bob"))
 
-    denied = await ask(store, ApprovalPolicy(quorum=3))
+    denied = await ask(store, ApprovalPolicy(quorum=3, any_reviewer=True))
     await store.decide(denied, Decision.approve(), "alice")
     assert (await store.decide(denied, Decision.reject("no"), "bob")).status is (
         ApprovalStatus.REJECTED
@@ -176,7 +176,9 @@ async def test_policy_rules(store: ApprovalStore) -> None:
     limited = await ask(store, only_yes_no)
     with pytest.raises(DecisionNotAllowed, match="does not allow edit"):
         await store.decide(limited, Decision.edit({"amount": 1}), "alice")
-    self_ok = await ask(store, ApprovalPolicy(allow_self_approval=True))
+    self_ok = await ask(
+        store, ApprovalPolicy(approvers=frozenset({"agent"}), allow_self_approval=True)
+    )
     assert (await store.decide(self_ok, Decision.approve(), "agent")).status is (
         ApprovalStatus.APPROVED
     )
@@ -463,7 +465,7 @@ async def test_a_wait_that_ends_at_once_returns_the_approval_as_read_not_as_requ
     request still reads before it returns."""
     async with await Database.connect(database_url, pool_size=2) as own:
         agent = await listening_agent(own, ring, store)
-        approval_id = await ask(agent, ApprovalPolicy(quorum=2))
+        approval_id = await ask(agent, ApprovalPolicy(quorum=2, any_reviewer=True))
         await store.decide(approval_id, Decision.approve(), "lead-1")
         now = await asyncio.wait_for(agent.wait(approval_id, 0), 5)
         await agent.close()
@@ -474,7 +476,7 @@ async def test_reviewers_deciding_at_once_each_count_once(store: ApprovalStore) 
     """Racing decisions on one approval: each that loses the race reads again and is
     recorded after the winner's, so a quorum of five met at once is met exactly."""
     reviewers = [f"r{i}" for i in range(5)]
-    approval_id = await ask(store, ApprovalPolicy(quorum=len(reviewers)))
+    approval_id = await ask(store, ApprovalPolicy(approvers=frozenset(reviewers), quorum=5))
     await asyncio.gather(*(store.decide(approval_id, Decision.approve(), r) for r in reviewers))
     approval = await store.get(approval_id)
     assert approval.status is ApprovalStatus.APPROVED
@@ -550,7 +552,7 @@ async def test_every_combination_of_list_filters_selects_what_it_says(
 async def test_the_approvals_table_equals_its_rebuild_from_the_journal(
     store: ApprovalStore,
 ) -> None:
-    approval_id = await ask(store, ApprovalPolicy(quorum=2))
+    approval_id = await ask(store, ApprovalPolicy(quorum=2, any_reviewer=True))
     await store.decide(approval_id, Decision.approve(), "alice")
     await store.decide(approval_id, Decision.approve(), "bob")
     await store.consume(approval_id, "task-1")

@@ -30,9 +30,11 @@ from .support.processes import TEST_KEK, kek_env, run_cli
 @pytest.fixture(scope="module")
 async def audit_url(server_url: str) -> AsyncIterator[str]:
     """A database of this module's own: the key ring is made under this module's KEK."""
+    from tests.support.directory import list_reviewers
     from tests.support.scratch import scratch_database
 
     async with scratch_database(server_url, prefix="signoff_test") as url:
+        await list_reviewers(url)
         yield url
 
 

@@ -489,7 +489,7 @@ async def test_a_repeated_quorum_vote_counts_once(store: ApprovalStore, db: Data
         args={"amount": 900},
         call_id="c1",
         requested_by="agent",
-        policy=ApprovalPolicy(quorum=2),
+        policy=ApprovalPolicy(quorum=2, any_reviewer=True),
     )
     alice = DecideRequest.of(approval, Decision.approve(), "alice")
     assert (await decide_for_flow(store, flow_id, alice)).status is ApprovalStatus.PENDING

@@ -72,6 +72,7 @@ from .support.agents import (
     open_harness,
 )
 from .support.dex_dispatch import SdkWorker
+from .support.directory import list_reviewers
 from .support.processes import TEST_KEK, kek_env, run_cli
 from .support.scratch import scratch_database
 from .support.session_runs import (
@@ -416,6 +417,7 @@ async def test_the_session_steps_run_on_a_worker_only_login(
 ) -> None:
     kek = LocalKek(TEST_KEK)
     async with scratch_database(server_url, prefix="signoff_dex_session") as owner:
+        await list_reviewers(owner, "alice", "mallory")  # the logins refuse mallory, not the policy
         async with await Database.connect(owner) as db:
             await KeyRing.open(db, kek)
             await create_effects_table(db)

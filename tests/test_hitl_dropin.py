@@ -1,7 +1,10 @@
 """`SignoffMiddleware` in place of LangChain's `HumanInTheLoopMiddleware`: the documented example
 (`tests.support.hitl_workers`) with only the import and the constructor changed, paused in one OS
-process and resumed in another, sync (`agent.invoke`) and async, batched and per-call; the
-store-only mode; a refused answer asked again and a valid one taken in another process."""
+process and resumed in another, sync (`agent.invoke`) and async, batched and per-call, each on a
+login with only `signoff_app` and without the reviewer KEK (an agent worker): the resume value is
+recorded as self-confirmed by that process, never under a reviewer's name. The store-only mode
+and four-eyes policies (a reviewer decides, never a resume value); a refused answer asked again
+and a valid one taken in another process."""
 
 from __future__ import annotations
 
@@ -16,9 +19,8 @@ from langchain_core.messages import HumanMessage
 
 from adapters.langgraph import SignoffMiddleware, SignoffTools, ToolSpec
 from adapters.langgraph.middleware import EDIT_NOTICE
-from approvals import ApprovalPolicy, ApprovalStatus, Decision
+from approvals import ApprovalPolicy, ApprovalStatus, Decision, ReviewerDirectory
 from ledger.keys import LocalKek
-from tests.support.scratch import scratch_database
 
 from .support.agents import (
     SCRIPTS as AGENT_SCRIPTS,
@@ -41,6 +43,7 @@ from .support.agents import (
 )
 from .support.hitl_workers import EFFECTS_TABLE, SCRIPTS, build_tools
 from .support.processes import TEST_KEK, finish, kek_env, run_cli, start_program
+from .support.worker_login import WorkerLogin, worker_login
 
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
 WRITE_ARGS = {"path": "report.txt", "content": "Q3 numbers"}
@@ -49,28 +52,43 @@ PREFIX = "Tool execution pending approval"
 
 
 @pytest.fixture(scope="module")
-async def hitl_url(server_url: str) -> AsyncIterator[str]:
-    async with scratch_database(server_url, prefix="signoff_hitl") as url:
-        yield url
+async def login(server_url: str) -> AsyncIterator[WorkerLogin]:
+    """A scratch database and an agent worker's login on it (only `signoff_app`)."""
+    async with worker_login(server_url, LocalKek(TEST_KEK), prefix="signoff_hitl") as made:
+        yield made
 
 
 @pytest.fixture(scope="module")
-async def harness(hitl_url: str) -> AsyncIterator[Harness]:
-    async with open_harness(hitl_url, LocalKek(TEST_KEK)) as opened:
+def hitl_url(login: WorkerLogin) -> str:
+    """What the example's processes connect with: the worker's login."""
+    return login.url
+
+
+@pytest.fixture(scope="module")
+async def harness(login: WorkerLogin) -> AsyncIterator[Harness]:
+    """The owner's view of the database (reads, and the in-process agents)."""
+    async with open_harness(login.owner_url, LocalKek(TEST_KEK)) as opened:
         async with opened.db.connection() as conn:
             await conn.execute(EFFECTS_TABLE)
+            await conn.execute("GRANT SELECT, INSERT ON hitl_effects TO signoff_app")
         await create_effects_table(opened.db)
+        await ReviewerDirectory(opened.db).add("alice", by="test")
         yield opened
+
+
+# An agent worker holds no reviewer KEK.
+WORKER_ENV = {**kek_env(), "SIGNOFF_REVIEWER_KEK": ""}
 
 
 async def step(
     url: str, mode: str, shape: str, script: str, thread_id: str, resume: Any = None, *opts: str
 ) -> dict[str, Any]:
-    """One run of the example in its own process (a start, or a resume with `resume`)."""
+    """One run of the example in its own process (a start, or a resume with `resume`), on the
+    worker's login without the reviewer KEK."""
     args = [url, mode, shape, script, thread_id]
     if resume is not None:
         args.append(json.dumps(resume))
-    worker = await start_program("tests.support.hitl_workers", *args, *opts, env=kek_env())
+    worker = await start_program("tests.support.hitl_workers", *args, *opts, env=WORKER_ENV)
     result: dict[str, Any] = json.loads((await finish(worker, within=90)).splitlines()[-1])
     return result
 
@@ -140,7 +158,7 @@ ONE_CALL: dict[str, tuple[dict[str, Any], tuple[str, str], list[tuple[str, dict[
     [(shape, d) for shape in ("batched", "per_call") for d in ONE_CALL],
 )
 async def test_the_documented_example_paused_in_one_process_and_decided_in_another(
-    harness: Harness, hitl_url: str, mode: str, shape: str, decision: str
+    harness: Harness, login: WorkerLogin, hitl_url: str, mode: str, shape: str, decision: str
 ) -> None:
     answer, told, ran = ONE_CALL[decision]
     thread_id = new_thread(decision)
@@ -182,8 +200,14 @@ async def test_the_documented_example_paused_in_one_process_and_decided_in_anoth
     assert resumed["messages"][-1]["content"] == "The file is written."
     assert await effects(harness, thread_id) == ran
     recorded = await harness.store.get(approval.approval_id)
-    assert recorded.decided_by == ("langgraph-resume",)
+    # Self-confirmed by the resuming process and its login, under no reviewer's name.
+    confirmed = recorded.self_confirmed
+    assert confirmed is not None
+    assert (confirmed.login, confirmed.pid) == (login.name, resumed["pid"])
+    assert recorded.decided_by == (f"self-confirmed by {login.name}",)
+    assert [r.signature for r in recorded.reviews] == [None]
     assert recorded.consumed_by == f"{thread_id}/w-1"
+    assert await harness.store.problems(approval.approval_id) == []
 
 
 @MODES
@@ -268,7 +292,7 @@ async def test_a_refused_answer_pauses_again_and_a_valid_one_goes_through_in_ano
 @MODES
 @pytest.mark.parametrize("how", ["policy-approvers", "store-only"])
 async def test_store_only_a_resume_value_never_decides_the_store_does(
-    harness: Harness, hitl_url: str, mode: str, how: str
+    harness: Harness, login: WorkerLogin, hitl_url: str, mode: str, how: str
 ) -> None:
     thread_id = new_thread(how)
     opts = ("--policy-approvers",) if how == "policy-approvers" else ("--store-only",)
@@ -285,14 +309,14 @@ async def test_store_only_a_resume_value_never_decides_the_store_does(
     still = await step(hitl_url, mode, "batched", "write", thread_id, "continue", *opts)
     assert still["interrupts"] and "refused" not in still["interrupts"][0]["value"]
 
-    decided = await run_cli(
+    decided = await run_cli(  # a reviewer, with the reviewer KEK
         "approvals",
         "decide",
         approval.approval_id,
         "--approve",
         "--by",
         "alice",
-        database_url=hitl_url,
+        database_url=login.owner_url,
         env=kek_env(),
     )
     assert decided.code == 0, decided.stderr
@@ -465,3 +489,41 @@ async def test_a_batch_with_one_refused_answer_takes_the_others_and_asks_about_a
     ]
     approvals = await harness.store.find(run_id=thread_id)
     assert sorted(len(a.reviews) for a in approvals) == [1, 1], "each decided once"
+
+
+@pytest.mark.parametrize("store_only", [None, False])
+async def test_a_four_eyes_approval_is_never_decided_by_a_resume_value(
+    harness: Harness, hitl_url: str, store_only: bool | None
+) -> None:
+    """Whatever `store_only` says: an authenticated reviewer decides a four-eyes approval."""
+    from langgraph.types import Command
+
+    from adapters.demo.model import ScriptedChatModel
+
+    four_eyes = ToolSpec("write_file", approval=ApprovalPolicy(any_reviewer=True))
+    middleware = SignoffMiddleware(
+        SignoffTools(harness.ledger, harness.store, [four_eyes]),
+        interrupt_on={"write_file": True},
+        store_only=store_only,
+    )
+    model = ScriptedChatModel(script=SCRIPTS["write"])
+    agent = create_agent(
+        model, tools=build_tools(hitl_url), middleware=[middleware], checkpointer=harness.saver
+    )
+    thread_id = new_thread("four-eyes")
+    config = thread(thread_id)
+    await agent.ainvoke({"messages": [HumanMessage(content="go")]}, config)
+    [approval] = await harness.store.find(run_id=thread_id)
+    assert approval.tier.value == "four_eyes"
+
+    out = await agent.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    [pause] = out["__interrupt__"]
+    assert "four-eyes" in pause.value["refused"]
+    assert (await harness.store.get(approval.approval_id)).reviews == ()
+    assert await effects(harness, thread_id) == []
+
+    await harness.store.decide(approval.approval_id, Decision.approve(), "alice")  # listed
+    out = await agent.ainvoke(Command(resume="continue"), config)
+    assert "__interrupt__" not in out
+    assert await effects(harness, thread_id) == [("write_file", WRITE_ARGS)]
+    assert (await harness.store.get(approval.approval_id)).decided_by == ("alice",)

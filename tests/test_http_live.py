@@ -33,6 +33,7 @@ from ledger.store import Database, migrate
 from ledger.store.db import open_raw_connection
 from ledger.store.embedded import ensure_server
 
+from .support.directory import list_reviewers
 from .support.embedded_homes import private_home
 from .support.processes import TEST_KEK, kek_env, run_cli
 
@@ -44,6 +45,7 @@ async def live_url() -> AsyncIterator[str]:
     with private_home() as home:
         url = await asyncio.to_thread(ensure_server, Path(home))
         await asyncio.to_thread(migrate.upgrade, url)
+        await list_reviewers(url)
         yield url
 
 
@@ -205,7 +207,7 @@ async def test_a_vote_that_does_not_notify_arrives_by_the_poll(
     live_store: ApprovalStore, replica: Database
 ) -> None:
     polling = ApprovalFeed(replica, poll_interval=0.05)
-    approval_id = await ask(live_store, ApprovalPolicy(quorum=2))
+    approval_id = await ask(live_store, ApprovalPolicy(quorum=2, any_reviewer=True))
     reader = await tail(polling)
     try:
         await live_store.decide(approval_id, Decision.approve(), "bob")  # one of two: not final

@@ -233,7 +233,7 @@ def test_decisions_the_policy_does_not_allow_are_refused() -> None:
             decision_from_body(body, only_approve)
         assert refused.value.approval_id == "apr-1"
     assert decision_from_body({"type": "accept"}, only_approve) == Decision.approve()
-    quorum = approval(ApprovalPolicy(quorum=2))
+    quorum = approval(ApprovalPolicy(quorum=2, any_reviewer=True))
     with pytest.raises(DecisionNotAllowed):
         decision_from_body({"decision": "edit", "args": EDITED}, quorum)
 

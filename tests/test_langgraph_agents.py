@@ -23,6 +23,7 @@ from adapters.langgraph.middleware import EDIT_NOTICE
 from adapters.runtime import DecisionConflict
 from approvals import ApprovalAlreadyDecided, ApprovalStatus, Decision, DecisionNotAllowed
 from ledger.keys import LocalKek
+from tests.support.directory import list_reviewers
 from tests.support.scratch import scratch_database
 
 from .support.agents import (
@@ -64,6 +65,7 @@ async def agents_url(server_url: str) -> AsyncIterator[str]:
     """A database of this module's own, so LangGraph's checkpoint tables stay out of the
     shared one."""
     async with scratch_database(server_url, prefix="signoff_agents") as url:
+        await list_reviewers(url)
         yield url
 
 

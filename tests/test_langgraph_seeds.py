@@ -38,6 +38,7 @@ from ledger.calls.model import CallOutcome, CallStatus, Effect
 from ledger.errors import InvalidToolCall
 from ledger.keys import LocalKek, Purpose
 from ledger.store.logins import temporary_login
+from tests.support.directory import list_reviewers
 from tests.support.scratch import scratch_database
 
 from .support.agents import Graph, Harness, calls_of, open_harness, thread
@@ -58,6 +59,7 @@ from .support.seed_graphs import (
 @pytest.fixture(scope="module")
 async def owner_url(server_url: str) -> AsyncIterator[str]:
     async with scratch_database(server_url, prefix="signoff_seeds") as url:
+        await list_reviewers(url)
         yield url
 
 

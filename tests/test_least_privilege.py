@@ -31,7 +31,13 @@ from adapters.welt import (
     record_answers,
     slack_reviewer,
 )
-from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision
+from approvals import (
+    ApprovalPolicy,
+    ApprovalStatus,
+    ApprovalStore,
+    Decision,
+    ReviewerDirectory,
+)
 from approvals.projection import ApprovalProjection
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy, call_stream
 from ledger.calls.projection import CallProjection
@@ -84,6 +90,9 @@ def with_row(statement: str) -> str:
 WELT_FIXTURES = Path(__file__).parent / "fixtures" / "welt"
 
 
+DIRECTORY = ("alice", "bob", "carol", "slack:U1")
+
+
 class Logins:
     def __init__(self, owner: str, worker: str, reviewer: str, auditor: str) -> None:
         self.owner, self.worker, self.reviewer, self.auditor = owner, worker, reviewer, auditor
@@ -94,6 +103,9 @@ async def logins(server_url: str) -> AsyncIterator[Logins]:
     async with scratch_database(server_url, prefix="signoff_roles") as owner:
         async with await Database.connect(owner) as db:  # the owner makes the data keys
             await KeyRing.open(db, LocalKek(TEST_KEK), reviewer_kek=REVIEWER_KEK)
+            # ... and lists the reviewers (a policy naming no approvers admits only those).
+            for listed in DIRECTORY:
+                await ReviewerDirectory(db).add(listed, by="admin")
         async with (
             temporary_login(owner, "signoff_app") as worker,
             temporary_login(owner, "signoff_reviewer") as reviewer,
@@ -286,7 +298,8 @@ async def test_a_worker_cannot_decide_even_with_the_reviewer_kek(
 ) -> None:
     """The signing key is the first wall, the login's rights the second: a worker that has
     stolen the reviewer-side KEK still cannot record a decision."""
-    spec, call = ToolSpec("refund", approval=ApprovalPolicy()), refund(new_run())
+    policy = ApprovalPolicy(approvers=frozenset({"mallory"}))  # the policy lets her: not the login
+    spec, call = ToolSpec("refund", approval=policy), refund(new_run())
     approval = await ask(worker.store, spec, call, "agent")
     stolen = await side(logins.worker, REVIEWER_KEK)
     try:
@@ -573,7 +586,7 @@ async def test_a_decision_cannot_rewrite_the_reviews_before_it(
 ) -> None:
     """A second decision's row must keep the first decision's review as it was: a reviewer
     login's own SQL cannot swap who gave the first vote while adding its own."""
-    spec = ToolSpec("refund", approval=ApprovalPolicy(quorum=2))
+    spec = ToolSpec("refund", approval=ApprovalPolicy(quorum=2, any_reviewer=True))
     approval = await ask(worker.store, spec, refund(new_run()), "agent")
     await decide_once(reviewer.store, approval.approval_id, Decision.approve(), "alice")
     async with reviewer.db.connection() as conn:

@@ -16,7 +16,7 @@ import pytest
 
 import approvals
 import ledger
-from approvals import ApprovalStore, Decision, approval_gate
+from approvals import ApprovalPolicy, ApprovalStore, Decision, approval_gate
 from approvals.checks import PROJECTIONS, verify_all
 from ledger.audit.integrity import StreamCheck, StreamChecker, check_global_order, verify_ledger
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
@@ -46,8 +46,9 @@ async def fill(db: Database) -> str:
     run, args = f"run-{uuid.uuid4().hex[:8]}", {"n": 2}
     try:
         approval = await store.request(
-            run_id=run, tool="refund", args=args, call_id="c1", requested_by="agent"
-        )
+            run_id=run, tool="refund", args=args, call_id="c1", requested_by="agent",
+            policy=ApprovalPolicy(approvers=frozenset({"alice"})),
+        )  # fmt: skip
         await store.decide(approval.approval_id, Decision.approve(), "alice")
         gate = approval_gate(store, approval.approval_id, f"{run}/c1", args)
         policy = ToolPolicy(Effect.SINGLE_ATTEMPT)

@@ -52,6 +52,7 @@ from ledger.calls.service import ToolLedger
 from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
+from tests.support.directory import list_reviewers
 from tests.support.scratch import scratch_database
 
 from .support.processes import TEST_KEK
@@ -576,6 +577,7 @@ async def close_what_it_opened(ns: Namespace, given: Given) -> None:
 async def scratch_url(server_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     """A database of the block's own; `Database.from_env()` and `KeyRing.open(db)` find it."""
     async with scratch_database(server_url, prefix="signoff_readme") as url:
+        await list_reviewers(url)  # the reviewers the documentation's examples decide as
         monkeypatch.setenv("SIGNOFF_DATABASE_URL", url)
         monkeypatch.setenv("SIGNOFF_KEK", base64.b64encode(TEST_KEK).decode())
         monkeypatch.delenv("SIGNOFF_KEK_FILE", raising=False)

@@ -112,7 +112,7 @@ async def test_a_hostile_id_writes_nothing_anywhere(
 async def test_m1_and_m1_with_a_space_are_one_reviewer_and_do_not_meet_a_quorum_of_2(
     store: ApprovalStore,
 ) -> None:
-    approval_id = await _ask(store, ApprovalPolicy(quorum=2))
+    approval_id = await _ask(store, ApprovalPolicy(approvers=frozenset({"m1", "m2"}), quorum=2))
     first = await store.decide(approval_id, Decision.approve(), "m1")
     assert first.status is ApprovalStatus.PENDING
     for spelling in SAME_AS_M1[1:]:

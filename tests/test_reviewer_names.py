@@ -37,9 +37,11 @@ COMMA = "alice,mallory"
 
 @pytest.fixture
 async def scratch_url(server_url: str) -> AsyncIterator[str]:
+    from tests.support.directory import list_reviewers
     from tests.support.scratch import scratch_database
 
     async with scratch_database(server_url, prefix="signoff_test") as url:
+        await list_reviewers(url, COMMA, "bob")
         yield url
 
 
@@ -110,7 +112,7 @@ async def test_a_quorum_records_every_approver_by_whole_name(scratch_url: str) -
             args={},
             call_id="c-1",
             requested_by="agent",
-            policy=ApprovalPolicy(quorum=2),
+            policy=ApprovalPolicy(approvers=frozenset({COMMA, "bob"}), quorum=2),
         )
         await store.decide(approval.approval_id, Decision.approve(), COMMA)
         done = await store.decide(approval.approval_id, Decision.approve(), "bob")

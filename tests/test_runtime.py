@@ -127,7 +127,7 @@ async def test_another_kind_by_the_same_reviewer_is_a_conflict(store: ApprovalSt
 async def test_a_repeated_quorum_vote_is_a_duplicate_and_the_quorum_stays_open(
     store: ApprovalStore, db: Database
 ) -> None:
-    approval = await asked(store, ApprovalPolicy(quorum=2))
+    approval = await asked(store, ApprovalPolicy(quorum=2, any_reviewer=True))
     first = await decide_once(store, approval.approval_id, Decision.approve(), "alice")
     again = await decide_once(store, approval.approval_id, Decision.approve(), "alice")
     assert (first.approval.status, again.approval.status) == (ApprovalStatus.PENDING,) * 2
@@ -149,7 +149,7 @@ async def test_a_refusal_by_the_policy_is_no_duplicate(store: ApprovalStore) -> 
 async def test_an_expired_approval_takes_no_decision_not_even_a_repeated_vote(
     store: ApprovalStore,
 ) -> None:
-    policy = ApprovalPolicy(quorum=2, expires_in=timedelta(seconds=0.3))
+    policy = ApprovalPolicy(quorum=2, any_reviewer=True, expires_in=timedelta(seconds=0.3))
     approval = await asked(store, policy)
     await decide_once(store, approval.approval_id, Decision.approve(), "alice")
     await asyncio.sleep(0.4)  # what is tested: the expiry passes by the server's clock

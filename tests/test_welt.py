@@ -65,6 +65,7 @@ from ledger.calls.model import CallStatus
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.db import open_raw_connection
+from tests.support.directory import list_reviewers
 from tests.support.processes import TEST_KEK, finish, kek_env, start_program
 from tests.support.scratch import scratch_database
 from tests.support.welt_workers import (
@@ -79,6 +80,11 @@ from tests.support.welt_workers import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "welt"
 SLACK_USER = "slack:T0001:U0123ABCD"  # Welt's runtime user id: slack:<team>:<user>
+# The Slack users these tests answer as, listed in the directory: a policy naming no approvers
+# admits only listed reviewers.
+WELT_REVIEWERS = (
+    "slack:U0123ABCD", "slack:U0B055", "slack:U0FFFF", "slack:U1", "slack:U2", "finance:dana",
+)  # fmt: skip
 REVIEWER = "slack:U0123ABCD"
 BOSS = "slack:T0001:U0B055"
 ALL = frozenset(DecisionKind)
@@ -142,7 +148,9 @@ def test_each_decision_the_policy_allows_gets_its_widget(
     options: list[dict[str, Any]] | None,
     field: dict[str, Any] | None,
 ) -> None:
-    approval = approval_with(ApprovalPolicy(allowed=frozenset(allowed), quorum=quorum))
+    approval = approval_with(
+        ApprovalPolicy(allowed=frozenset(allowed), quorum=quorum, any_reviewer=quorum > 1)
+    )
     event = approval_event(approval, ARGS)
 
     body = event["interrupt"]
@@ -179,7 +187,7 @@ def test_an_edit_only_policy_is_asked_with_where_to_decide_it() -> None:
 def test_a_quorum_question_says_who_approved_so_far() -> None:
     at = datetime(2026, 11, 30, 12, 5, tzinfo=UTC)
     reviews = (Review("slack:U1", DecisionKind.APPROVE, at),)
-    approval = approval_with(ApprovalPolicy(quorum=2), reviews=reviews)
+    approval = approval_with(ApprovalPolicy(quorum=2, any_reviewer=True), reviews=reviews)
 
     assert "Needs 2 approvals" in approval_reason(approval, ARGS)["message"]
     assert "approved so far by slack:U1" in approval_reason(approval, ARGS)["message"]
@@ -402,7 +410,8 @@ def test_turns_outside_the_contract_are_refused(messages: Any, where: str) -> No
 
 
 @pytest.fixture
-async def store(db: Database) -> AsyncIterator[ApprovalStore]:
+async def store(db: Database, database_url: str) -> AsyncIterator[ApprovalStore]:
+    await list_reviewers(database_url, *WELT_REVIEWERS)
     approvals = ApprovalStore(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
     yield approvals
     await approvals.close()
@@ -555,7 +564,7 @@ async def test_decided_elsewhere_records_nothing(store: ApprovalStore) -> None:
 
 
 async def test_a_quorum_needs_different_slack_users(store: ApprovalStore) -> None:
-    approval = await requested(store, ApprovalPolicy(quorum=2))
+    approval = await requested(store, ApprovalPolicy(quorum=2, any_reviewer=True))
     answer = fixture("answer_approve")
     [first] = await deliver(store, answer, approval.approval_id)
     [same] = await deliver(store, answer, approval.approval_id)
@@ -603,6 +612,7 @@ async def test_answers_without_a_slack_user_record_nothing(store: ApprovalStore)
 async def welt_url(server_url: str) -> AsyncIterator[str]:
     """A database of this module's own: the agents create LangGraph's checkpoint tables."""
     async with scratch_database(server_url, prefix="signoff_welt") as url:
+        await list_reviewers(url, *WELT_REVIEWERS)
         yield url
 
 

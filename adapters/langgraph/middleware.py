@@ -10,13 +10,26 @@ call passes through it.
 - `interrupt_mode="per_call"`: each call pauses on its own interrupt (`{"type":
   "tool_approval", ...}` plus `approval_id`), answered with one decision.
 
-Either way the answer is recorded in the store, and the call then runs through the ledger once
-per run. An answer that is refused (a decision the policy does not allow, a count that does not
-match, an edit of another tool) records nothing (in a batch, the other calls' answers are
+Who may answer is the tool's policy's tier (`ApprovalPolicy.tier`):
+
+- self-confirm (a tool with no policy of its own gets `ApprovalPolicy()`, which is this tier):
+  the person at the agent answers through `Command(resume=...)`, as with
+  HumanInTheLoopMiddleware. The answer is recorded in the store as self-confirmed by this
+  process (its database login, host and pid), never under a reviewer's name; an agent worker's
+  login (`signoff_app`) and no reviewer KEK suffice. A reviewer the directory lists may decide
+  it in the store as well.
+- four-eyes (a policy that names approvers or groups, or `any_reviewer=True`): only an
+  authenticated reviewer decides, with a signed decision (`signoff approvals decide`, the HTTP
+  service). A decision in a resume value is refused, as below, and never recorded; once a
+  reviewer decided, resume with nothing (or the signed token the service gives).
+
+Either way the call then runs through the ledger once per run. An answer that is refused (a
+decision the policy does not allow, a count that does not match, an edit of another tool, a
+decision on a four-eyes approval) records nothing (in a batch, the other calls' answers are
 taken): the agent pauses again on a new interrupt listing the same calls, whose value carries
-`refused` (the reason), and the next answer is taken, in any process. With
-`store_only` (the default for a policy that names approvers) a resume value never decides: the
-store does, and the graph continues with nothing.
+`refused` (the reason), and the next answer is taken, in any process. With `store_only=True`
+a resume value never decides even a self-confirm approval: the store does, and the graph
+continues with nothing.
 """
 
 from __future__ import annotations
@@ -73,7 +86,8 @@ class SignoffMiddleware(AgentMiddleware):
         interrupt_on: HumanInTheLoopMiddleware's mapping, tool name -> `True` (every decision),
             `False` (nothing added) or `{"allowed_decisions": [...], "description"?: text or
             factory}`. An entry gives the tool an approval policy (its spec's, narrowed to
-            `allowed_decisions`; a spec without one gets `ApprovalPolicy()`), so it only adds
+            `allowed_decisions`; a spec without one gets `ApprovalPolicy()`, the self-confirm
+            tier), so it only adds
             or narrows approvals: a tool whose spec has a policy is asked about whatever the
             entry says. `when` predicates are refused (a call must not skip its approval
             because a predicate answers differently on resume).
@@ -83,8 +97,9 @@ class SignoffMiddleware(AgentMiddleware):
         interrupt_mode: `"batched"` (one interrupt per model message) or `"per_call"`, as
             HumanInTheLoopMiddleware names it.
         shape: the same as `interrupt_mode` (give one of them).
-        store_only: whether only the store decides (a decision in a resume value is refused);
-            None: for the tools whose policy names approvers.
+        store_only: whether only the store decides self-confirm approvals too (a decision
+            in a resume value is refused); a four-eyes approval is decided in the store only,
+            whatever this says.
         edit_notice: told to the model before an edited call's result; None: nothing.
     """
 

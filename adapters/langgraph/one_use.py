@@ -271,8 +271,9 @@ def one_use(
 ) -> Node:
     """Wrap your node (sync or async, with or without a `config` parameter) so its `step`s and
     `ask`s run once per visit, whatever LangGraph re-runs. `store_only`: whether only the store
-    decides its approvals (a decision in a resume value is refused and asked again); None: for
-    the steps whose policy names approvers, as for `SignoffMiddleware`."""
+    decides its self-confirm approvals too (a decision in a resume value is refused and asked
+    again); a four-eyes approval is decided in the store only whatever it says, as for
+    `SignoffMiddleware`."""
     takes_config = "config" in inspect.signature(node).parameters
     is_async = inspect.iscoroutinefunction(node)
 

@@ -163,8 +163,8 @@ def tool_task(
     """A `Send` target that runs `tool` with the `Send` argument through Signoff and returns
     `{into: [ToolMessage]}`. `id_key` names the argument field holding an explicit call id
     (None: always derive it). `store_only`: whether only the store decides (a decision in a
-    resume value is refused and asked again); None: when the tool's policy names approvers,
-    as for `SignoffMiddleware`."""
+    resume value is refused and asked again) for self-confirm approvals too; a four-eyes
+    approval is decided in the store only whatever it says, as for `SignoffMiddleware`."""
     return SignoffToolTask(tool, signoff, into=into, id_key=id_key, store_only=store_only)
 
 

@@ -5,8 +5,9 @@ about together, in one pause: the interrupt value is `{"type": "tool_approvals",
 [...]}` (each request HumanInTheLoopMiddleware's per-call shape plus the approval id). Resume
 with nothing (store-decided), or a mapping from tool call id (or approval id) to a decision or
 signed token; a single decision or token answers a single call. An answer that is refused
-writes nothing: the node pauses again, the value carrying `refused` (why). With `store_only`
-(by default for a policy that names approvers) only the store decides.
+writes nothing: the node pauses again, the value carrying `refused` (why). A decision is
+recorded as self-confirmed by this process on a self-confirm approval; a four-eyes approval
+(and with `store_only=True` any) is decided by the store only.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 node share.
 
 For each tool call: replay it if the ledger has it; if its spec requires approval, ask the
-store and pause with `interrupt()` until a decision exists (from the resume value, recorded by
-the runtime's decide rule, or from the store when the graph resumes with nothing); then the
+store and pause with `interrupt()` until a decision exists (from the resume value, recorded as
+self-confirmed by this process on a self-confirm approval, or from the store when the graph
+resumes with nothing: a four-eyes approval is decided by a reviewer there); then the
 runtime's `run` consumes the decision and records the intent in one transaction, runs the tool
 once, and records the outcome. The model gets a `ToolMessage` for every outcome.
 
@@ -27,7 +28,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from adapters.runtime import DecisionConflict, ToolSpec, ask, decide_once
+from adapters.runtime import DecisionConflict, ToolSpec, ask, confirm_once
 from adapters.runtime import run as run_call
 from adapters.runtime.documents import description_of
 from adapters.runtime.hitl import decidable, hitl_decision, one_decision
@@ -37,6 +38,7 @@ from approvals import (
     ApprovalExpired,
     ApprovalPolicy,
     ApprovalStore,
+    ApprovalTier,
     DecisionNotAllowed,
     InvalidApprovalRequest,
 )
@@ -67,7 +69,6 @@ __all__ = [
 
 IDEMPOTENCY_KEY = "signoff_idempotency_key"
 RUN_ID = "signoff_run_id"
-REVIEWER = "signoff_reviewer"
 REQUESTED_BY = "signoff_requested_by"
 DEFERRED = "signoff_deferred_tools"
 """Set (True) in `configurable` when every tool call runs outside the graph first (a Dex
@@ -252,9 +253,10 @@ class SignoffTools:
 
     @staticmethod
     def decides_in_store(policy: ApprovalPolicy, store_only: bool | None) -> bool:
-        """Whether only the store decides approvals under `policy`: as `store_only` says, by
-        default whenever the policy names approvers (a resume value cannot say who decided)."""
-        return bool(policy.approvers) if store_only is None else store_only
+        """Whether only the store decides approvals under `policy`: always for the four-eyes
+        tier (an authenticated reviewer decides, never a resume value), and for the
+        self-confirm tier when `store_only` says so."""
+        return policy.tier is ApprovalTier.FOUR_EYES or bool(store_only)
 
     async def resolve(
         self,
@@ -274,10 +276,13 @@ class SignoffTools:
         is no refusal: the recorded decision stands and the call goes on with it."""
         try:
             if self.decides_in_store(approval.policy, store_only) and _is_decision(value):
+                four_eyes = approval.policy.tier is ApprovalTier.FOUR_EYES
+                by = "by an authenticated reviewer, four-eyes: " if four_eyes else ""
                 raise InvalidResume(
                     f"approval {approval.approval_id} ({tool_call['name']}) is decided in "
-                    "Signoff's store only (`signoff approvals decide`, the HTTP service): a "
-                    "resume value cannot decide it; resume with nothing once it is decided"
+                    f"Signoff's store only ({by}`signoff approvals decide`, the HTTP "
+                    "service): a resume value cannot decide it; resume with nothing once it "
+                    "is decided"
                 )
             return await self.apply_resume(approval, value, tool_call, config), None
         except DecisionConflict as e:
@@ -336,10 +341,12 @@ class SignoffTools:
     async def apply_resume(
         self, approval: Approval, value: Any, tool_call: Mapping[str, Any], config: RunnableConfig
     ) -> Approval:
-        """Take a resume value: a HumanInTheLoopMiddleware decision (recorded in the store; the
-        same decision replayed is a duplicate, a different one than the store holds raises
-        `DecisionConflict`; a malformed one `InvalidApprovalRequest`, `runtime.hitl`), a signed
-        token (verified against this call), or nothing (read the store)."""
+        """Take a resume value: a HumanInTheLoopMiddleware decision (recorded in the store as
+        self-confirmed by this process, the self-confirm tier's decision: no reviewer's name,
+        no reviewer KEK; the same decision replayed is a duplicate, a different one than the
+        store holds raises `DecisionConflict`; a malformed one `InvalidApprovalRequest`,
+        `runtime.hitl`; on a four-eyes approval `DecisionNotAllowed`), a signed token
+        (verified against this call), or nothing (read the store)."""
         if value is None or value == "continue" or value == {}:
             return await self.approvals.get(approval.approval_id)
         if isinstance(value, str):
@@ -352,12 +359,8 @@ class SignoffTools:
             )
         if isinstance(value, dict) and ("decisions" in value or "type" in value):
             decision = hitl_decision(one_decision(value), tool_call["name"])
-            configurable = config.get("configurable") or {}
-            # The reviewer comes from the caller's config, never from the resume value itself.
-            reviewer = configurable.get(REVIEWER) or "langgraph-resume"
-            recorded = await decide_once(
-                self.approvals, approval.approval_id, decision, str(reviewer)
-            )
+            # Whoever answers at the agent is this process, never a reviewer it could name.
+            recorded = await confirm_once(self.approvals, approval.approval_id, decision)
             return recorded.approval
         raise InvalidResume(
             f"cannot resume approval {approval.approval_id} with {type(value).__name__}: send a "

@@ -7,6 +7,7 @@ ask(store, spec, call, requested_by)      -> Approval (the same request returns 
 ready(approval) / await_final(store, id, s) -> final (or expired) yet?
 run(ledger, store, spec, call, fn, id)    -> CallOutcome (approval consumed in the intent)
 decide_once(store, id, decision, who)     -> DecisionRecord(duplicate, approval) | DecisionConflict
+confirm_once(store, id, decision)         -> the same, self-confirmed by this process
 ```
 
 Beside them: `hitl` reads HumanInTheLoopMiddleware decisions (LangGraph resumes, the HTTP
@@ -14,7 +15,7 @@ service's decide bodies) and says which decisions a policy leaves a reviewer; `d
 an approval's JSON (the CLI's, the HTTP service's).
 """
 
-from .decide import DecisionConflict, DecisionRecord, decide_once, same_decision
+from .decide import DecisionConflict, DecisionRecord, confirm_once, decide_once, same_decision
 from .flow import ask, await_final, ready, require_ready, run
 from .spec import ToolSpec, task_run_id
 
@@ -24,6 +25,7 @@ __all__ = [
     "ToolSpec",
     "ask",
     "await_final",
+    "confirm_once",
     "decide_once",
     "ready",
     "require_ready",

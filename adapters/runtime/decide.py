@@ -27,7 +27,7 @@ from ledger.canonical import canonical_json
 from ledger.keys.digests import matches
 from ledger.log import get_logger
 
-__all__ = ["DecisionConflict", "DecisionRecord", "decide_once", "same_decision"]
+__all__ = ["DecisionConflict", "DecisionRecord", "confirm_once", "decide_once", "same_decision"]
 
 log = get_logger(__name__)
 
@@ -114,4 +114,33 @@ async def decide_once(
         reviewer=who.id,
         status=str(approval.status),
     )
+    return DecisionRecord(approval, duplicate=True)
+
+
+async def confirm_once(
+    store: ApprovalStore, approval_id: str, decision: Decision
+) -> DecisionRecord:
+    """Record `decision` as self-confirmed by this process (`ApprovalStore.self_confirm`: the
+    self-confirm tier) unless a self-confirmation by the same login gave it already (a
+    resume value replayed, in this process or another).
+
+    Raises:
+        DecisionConflict: the approval holds another decision, expired or was cancelled.
+        DecisionNotAllowed: a four-eyes approval, or a decision its policy does not allow.
+        UnknownApproval, ApprovalExpired, InvalidApprovalRequest: as `self_confirm`.
+    """
+    try:
+        return DecisionRecord(await store.self_confirm(approval_id, decision), duplicate=False)
+    except ApprovalAlreadyDecided:
+        approval = await store.get(approval_id)
+    last = approval.reviews[-1] if approval.reviews else None
+    mine = (
+        last is not None
+        and last.confirmation is not None
+        and approval.status not in (ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED)
+        and await same_decision(store, approval, decision, last.reviewer)
+    )
+    if not mine:
+        raise DecisionConflict(approval_id, approval.status, decision.kind)
+    log.info("self-confirmation delivered again; already recorded", approval_id=approval_id)
     return DecisionRecord(approval, duplicate=True)

@@ -22,7 +22,11 @@ def description_of(approval: Approval) -> str:
 
 
 def approval_json(approval: Approval) -> dict[str, Any]:
-    """The approval's request, policy, reviews (without ciphertexts), votes and state."""
+    """The approval's request, policy, reviews (without ciphertexts), votes and state; its
+    `tier` (`self_confirm`: the person at the agent may confirm it; `four_eyes`: only an
+    authenticated reviewer decides) and, when it was confirmed at the agent, who confirmed it
+    (`self_confirmed`: the database login, host and pid), else None."""
+    confirmed = approval.self_confirmed
     return {
         "approval_id": approval.approval_id,
         "run_id": approval.run_id,
@@ -31,6 +35,8 @@ def approval_json(approval: Approval) -> dict[str, Any]:
         "kind": approval.kind,
         "call_id": approval.call_id,
         "status": approval.status.value,
+        "tier": approval.tier.value,
+        "self_confirmed": None if confirmed is None else confirmed.to_json(),
         "requested_by": approval.requested_by,
         "requested_at": _when(approval.requested_at),
         "expires_at": _when(approval.expires_at),

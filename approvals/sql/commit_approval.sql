@@ -91,6 +91,29 @@ BEGIN
             RETURN NULL;
         END IF;
     END IF;
+    -- Self-confirmation (approvals/confirm.py), whoever appends it: only on an approval whose
+    -- stored policy is the self-confirm tier (no approver named, no reviewer admitted), named
+    -- as the session's own login and nobody else, with no reviewer's signature or grant.
+    IF EXISTS (
+        SELECT FROM unnest(p_types, p_data, p_actors) AS x(t, d, a)
+        WHERE x.t = 'approval.decided' AND x.d::jsonb ? 'self_confirmed'
+          AND (p_insert
+               OR old.policy ->> 'tier' IS DISTINCT FROM 'self_confirm'
+               OR old.policy -> 'approvers' IS DISTINCT FROM '[]'::jsonb
+               OR old.policy -> 'any_reviewer' IS DISTINCT FROM 'false'::jsonb
+               OR x.d::jsonb -> 'self_confirmed' ->> 'login' IS DISTINCT FROM session_user
+               OR x.d::jsonb ->> 'reviewer' IS DISTINCT FROM 'self-confirmed by ' || session_user
+               OR x.a IS DISTINCT FROM 'self-confirmed by ' || session_user
+               OR x.d::jsonb -> 'decided_by'
+                  IS DISTINCT FROM jsonb_build_array('self-confirmed by ' || session_user)
+               OR p_decided_by IS DISTINCT FROM ARRAY['self-confirmed by ' || session_user]
+               OR x.d::jsonb ?| ARRAY['signature', 'grant', 'grant_id']))
+    THEN
+        RAISE EXCEPTION '% may self-confirm only a self-confirm approval, as itself', session_user
+            USING ERRCODE = 'SG401',
+                  DETAIL = json_build_object('login', session_user::text,
+                                             'type', 'approval.decided')::text;
+    END IF;
     allowed := CASE
         WHEN decided THEN ARRAY['pending', 'approved', 'rejected', 'edited', 'responded']
         WHEN 'approval.cancelled' = ANY(p_types) THEN ARRAY['cancelled']

@@ -26,7 +26,7 @@ depends_on: str | Sequence[str] | None = None
 FROZEN = Path(__file__).with_suffix("")
 BASELINE = FROZEN.with_name("0001_baseline")
 
-CHANGES: tuple[str, ...] = ("journal_logins.sql", "signed_evidence.sql")
+CHANGES: tuple[str, ...] = ("journal_logins.sql", "signed_evidence.sql", "self_confirm.sql")
 
 SOURCES: tuple[str, ...] = (
     "ledger/journal/sql/append.sql",
@@ -39,7 +39,7 @@ SOURCES: tuple[str, ...] = (
 )
 
 # In the reverse order of CHANGES.
-UNDO: tuple[str, ...] = ("signed_evidence.sql", "journal_logins.sql")
+UNDO: tuple[str, ...] = ("self_confirm.sql", "signed_evidence.sql", "journal_logins.sql")
 
 
 def upgrade() -> None:

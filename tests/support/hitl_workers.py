@@ -1,10 +1,11 @@
 """LangChain's documented human-in-the-loop example, run as OS processes with `SignoffMiddleware`
 in place of `HumanInTheLoopMiddleware`: `python -m tests.support.hitl_workers URL MODE SHAPE SCRIPT
-THREAD [RESUME_JSON] [--reviewer ID] [--store-only]`.
+THREAD [RESUME_JSON] [--store-only] [--policy-approvers]`.
 
 MODE is `sync` (`agent.invoke`, both stores on loops of their own through `from_conn_string_sync`)
 or `async` (`agent.ainvoke`). Without RESUME_JSON the run starts; with it, the thread is resumed
-with `Command(resume=<that JSON>)`. The KEK comes from SIGNOFF_KEK. The program prints one JSON
+with `Command(resume=<that JSON>)`. The KEK comes from SIGNOFF_KEK; an agent worker runs it on a
+login with only `signoff_app` and no reviewer KEK. The program prints one JSON
 object: the pending interrupts (id and value), the conversation and what the model last read.
 The tools record each run in `hitl_effects` (committed at once), so any process can count them.
 """
@@ -135,10 +136,7 @@ def specs(store_only_by_policy: bool) -> list[ToolSpec]:
 
 
 def config_of(args: argparse.Namespace) -> RunnableConfig:
-    configurable: dict[str, Any] = {"thread_id": args.thread}
-    if args.reviewer:
-        configurable["signoff_reviewer"] = args.reviewer
-    return {"configurable": configurable}
+    return {"configurable": {"thread_id": args.thread}}
 
 
 def inputs(args: argparse.Namespace) -> Any:
@@ -190,7 +188,6 @@ def main() -> None:
     parser.add_argument("script", choices=list(SCRIPTS))
     parser.add_argument("thread")
     parser.add_argument("resume", nargs="?", help="the resume value, as JSON")
-    parser.add_argument("--reviewer", help="configurable signoff_reviewer")
     parser.add_argument("--store-only", action="store_true", default=None)
     parser.add_argument("--policy-approvers", action="store_true", help="write_file: alice only")
     args = parser.parse_args()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
@@ -19,10 +20,17 @@ __all__ = ["WorkerLogin", "worker_login"]
 
 @dataclass(frozen=True)
 class WorkerLogin:
-    """`url` logs in with only `signoff_app`; `settings` hold the KEK (for that URL)."""
+    """`url` logs in with only `signoff_app`; `settings` hold the KEK (for that URL);
+    `owner_url` is the database's owner (for what an administrator or reviewer does)."""
 
     url: str
     settings: Settings
+    owner_url: str = ""
+
+    @property
+    def name(self) -> str:
+        """The worker's login name (its `session_user`)."""
+        return str(urlsplit(self.url).username)
 
 
 @asynccontextmanager
@@ -34,4 +42,4 @@ async def worker_login(
         async with await Database.connect(owner) as db:  # the owner makes the data keys
             await KeyRing.open(db, kek)
         async with temporary_login(owner, "signoff_app") as url:
-            yield WorkerLogin(url, Settings(database_url=url, kek=kek))
+            yield WorkerLogin(url, Settings(database_url=url, kek=kek), owner)

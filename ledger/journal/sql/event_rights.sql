@@ -23,6 +23,9 @@ INSERT INTO event_rights (type_pattern, role, when_field, stream_prefix) VALUES
     -- tool), never a reviewer's decision. It may expire a request only once it is due and
     -- withdraw one only in its requester's name (signoff_commit_approval checks both).
     ('approval.decided', 'signoff_app', 'grant', 'approval:'),
+    -- ... and a self-confirmation (`self_confirmed`: the session's own login, on a self-confirm
+    -- approval only; signoff_commit_approval checks both), never under a reviewer's name.
+    ('approval.decided', 'signoff_app', 'self_confirmed', 'approval:'),
     ('approval.requested', 'signoff_app', '', 'approval:'),
     ('approval.consumed', 'signoff_app', '', 'approval:'),
     ('approval.expired', 'signoff_app', '', 'approval:'),

@@ -233,6 +233,12 @@
     tick();
   }
 
+  // Who may decide, by the policy's tier (the API's `tier`).
+  const TIERS = {
+    self_confirm: "self-confirm: the person at the agent may confirm it; a listed reviewer may decide",
+    four_eyes: "four-eyes: only an authenticated reviewer decides",
+  };
+
   function fillFacts(element, approval) {
     const policy = approval.policy;
     const q = (selector) => element.querySelector(selector);
@@ -241,9 +247,13 @@
     showText(q(".run"), approval.run_id);
     showText(q(".call"), approval.call_id || "");
     showText(q(".requester"), approval.requested_by);
+    showText(q(".tier"), TIERS[approval.tier] || approval.tier);
+    const approvers = policy.approvers.length
+      ? policy.approvers.join(", ")
+      : "any reviewer in the directory";
     showText(
       q(".policy"),
-      "approvers " + policy.approvers.join(", ") + "; quorum " + policy.quorum +
+      "approvers " + approvers + "; quorum " + policy.quorum +
         "; allows " + approval.allowed_decisions.join(", "),
     );
     showText(q(".votes"), approval.votes.approved_by.length + " of " + approval.votes.quorum);
