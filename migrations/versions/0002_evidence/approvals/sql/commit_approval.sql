@@ -178,9 +178,9 @@ BEGIN
                               AND g.granted_by = x.a
                               AND g.granted_at <= at AND at < g.expires_at
                               AND e.data::jsonb = x.d::jsonb -> 'grant')
-                    -- >>> self-confirmation (the self-confirm tier) goes here: a worker's
-                    -- decision naming its own login, host and pid, never a reviewer.
-                    -- <<<
+                    WHEN x.d::jsonb ? 'self_confirmed' THEN
+                        -- A self-confirmation: checked above, for every login.
+                        false
                     ELSE
                         -- The reviewer side's decision, signed (event rights need it): no
                         -- other login's, whatever its data holds.
