@@ -26,11 +26,15 @@ depends_on: str | Sequence[str] | None = None
 FROZEN = Path(__file__).with_suffix("")
 BASELINE = FROZEN.with_name("0001_baseline")
 
-CHANGES: tuple[str, ...] = ()
+CHANGES: tuple[str, ...] = ("call_leases.sql",)
 
-SOURCES: tuple[str, ...] = ()
+SOURCES: tuple[str, ...] = (
+    "ledger/calls/sql/commit_call.sql",
+    "ledger/calls/sql/renew_leases.sql",
+    "ledger/calls/sql/privileges.sql",
+)
 
-UNDO: tuple[str, ...] = ()
+UNDO: tuple[str, ...] = ("call_leases.sql",)
 
 
 def upgrade() -> None:
