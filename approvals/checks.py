@@ -9,6 +9,7 @@ from typing import Any
 
 from ledger.audit.integrity import LedgerReport, StreamCheck, StreamChecker, verify_ledger
 from ledger.audit.verifier import Digest
+from ledger.calls.bindings import prepare_binding_check
 from ledger.calls.projection import CALLS
 from ledger.calls.resolution import resolution_problem
 from ledger.journal import Event, Projection
@@ -62,6 +63,7 @@ async def _resolutions(db: Database) -> StreamChecker:
 STREAM_CHECKS: tuple[StreamCheck, ...] = (
     StreamCheck("decision signatures and policies", "approval:", _approvals),
     StreamCheck("signed resolutions", "call:", _resolutions),
+    StreamCheck("approvals bound to their calls", "call:", prepare_binding_check),
 )
 """Checks run over whole streams after the projections, in order."""
 
