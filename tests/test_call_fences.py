@@ -27,9 +27,15 @@ from approvals.checks import verify_all
 from approvals.projection import stream_of
 from ledger.calls import CallContext, CallStatus, Effect, GateRun, ToolCall, ToolLedger, ToolPolicy
 from ledger.calls.model import call_stream
-from ledger.errors import ConfigurationError, LeaseLost, RowOutOfStep
+from ledger.errors import (
+    ConfigurationError,
+    LeaseLost,
+    ResultTampered,
+    RowOutOfStep,
+    UnknownKey,
+)
 from ledger.journal import Journal
-from ledger.keys import KeyRing, LocalKek
+from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
@@ -487,3 +493,36 @@ async def test_a_worker_whose_lease_was_taken_gets_lease_lost(logins: Logins, vi
         await ledger.close()
         await other.close()
         await other_side.close()
+
+
+# -- a finished row without its result ------------------------------------------------------------
+
+
+async def test_a_finished_call_without_its_result_is_result_tampered(
+    logins: Logins, victim: Side
+) -> None:
+    """A finished row whose result ciphertext was removed used to crash its reader with a
+    TypeError (`key_id_of(None)`); it is a tampered result."""
+    ledger = ToolLedger(victim.db, victim.ring)
+    call = ToolCall(new_run(), "c1", "refund", {})
+
+    async def tool(args: dict[str, Any], context: CallContext) -> str:
+        return "refunded"
+
+    try:
+        assert (await ledger.execute(call, tool, WRITE)).status is CallStatus.SUCCEEDED
+        owner = await asyncpg.connect(logins.owner)  # only the owner can edit a row
+        try:
+            await owner.execute(
+                "UPDATE tool_calls SET result_sealed = NULL WHERE run_id = $1", call.run_id
+            )
+        finally:
+            await owner.close()
+        with pytest.raises(ResultTampered, match="missing"):
+            await ledger.outcome(call.run_id, call.call_id)
+        with pytest.raises(ResultTampered):
+            await ledger.execute(call, tool, WRITE)  # the replay reads it too
+        with pytest.raises(UnknownKey, match="not a Signoff ciphertext"):
+            await victim.ring.decrypt(Purpose.RESULT, None, b"", "a removed result")  # type: ignore[arg-type]
+    finally:
+        await ledger.close()
