@@ -465,8 +465,9 @@ async def test_a_worker_whose_lease_was_taken_gets_lease_lost(logins: Logins, vi
     call = ToolCall(new_run(), "c1", "lookup", {})
     try:
         async with Running(ledger, call, READ) as running:
-            assert ledger._renewer is not None
-            ledger._renewer.cancel()  # the worker stalls: nothing renews its lease
+            renewer = ledger._leases._renewer
+            assert renewer is not None
+            renewer.cancel()  # the worker stalls: nothing renews its lease
 
             async def lapsed() -> bool:
                 async with victim.db.connection() as conn:

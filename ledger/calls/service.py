@@ -35,12 +35,11 @@ import asyncio
 import contextlib
 import json
 import os
-import secrets
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
@@ -69,6 +68,7 @@ from ..log import get_logger
 from ..store import Database
 from ..store.notify import Listener, woken
 from . import _sql as sql
+from .leases import MAX_LEASE_SECONDS, Leases, new_token
 from .model import (
     CallContext,
     CallOutcome,
@@ -91,12 +91,6 @@ from .resolution import sign_resolution
 __all__ = ["DEFAULT_LEASE_SECONDS", "MAX_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 
 DEFAULT_LEASE_SECONDS = 30.0
-MAX_LEASE_SECONDS = 300.0
-"""The longest lease the database grants (signoff_commit_call, signoff_renew_leases): a call
-whose worker died is free again within five minutes at most."""
-# Recording an outcome after a lost connection: the first wait, doubled up to the last.
-_FIRST_RETRY_SECONDS = 0.05
-_LONGEST_RETRY_SECONDS = 2.0
 Gate = Callable[[asyncpg.Connection], Awaitable[GateRun | GateDeny | GateRespond]]
 """Runs in the intent's transaction: consumes an approval and says what to do."""
 ToolFunction = Callable[[dict[str, Any], CallContext], Awaitable[Any]]
@@ -108,17 +102,7 @@ log = get_logger(__name__)
 class _Run:
     record: CallRecord
     args: dict[str, Any]
-    lease_token: bytes  # this worker's, made when it started or took over the call
-
-
-@dataclass(frozen=True)
-class _Held:
-    """A call running here: the version and token its lease is renewed with, and until when
-    (this process's monotonic clock) the lease surely runs, from the last renewal known."""
-
-    version: int
-    token: bytes
-    runs_until: float
+    lease_token: bytes = field(repr=False)  # this worker's, from its start or takeover
 
 
 @dataclass(frozen=True)
@@ -204,15 +188,11 @@ class ToolLedger:
         self.records = CallRecorder(db, ring, lease_seconds)
         # Connects on first wait only: most processes never wait.
         self._listener = Listener.shared(db, sql.CHANNEL)
-        self._held: dict[tuple[str, str], _Held] = {}  # calls running here
-        self._renewer: asyncio.Task[None] | None = None
+        self._leases = Leases(self.records, lease_seconds)  # of the calls running here
 
     async def close(self) -> None:
         await self._listener.close()
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
+        await self._leases.close()
 
     async def execute(
         self,
@@ -475,7 +455,7 @@ class ToolLedger:
             "reason": "the previous worker stopped renewing its lease",
             "at": _now(),
         }
-        token = secrets.token_bytes(32)  # the lease is this worker's now: a token of its own
+        token = new_token()  # the lease is this worker's now: a token of its own
         retried = await self.records.advance(
             conn, record, [NewEvent("call.retried", data, self.worker_id)], lease_token=token
         )
@@ -575,7 +555,7 @@ class ToolLedger:
             kind = "call.denied" if isinstance(decision, GateDeny) else "call.responded"
             data = {"approval_id": decision.approval_id, "result_digest": digest, "at": _now()}
             events.append(NewEvent(kind, data, actor=self.worker_id))
-        token = secrets.token_bytes(32) if isinstance(decision, GateRun) else None
+        token = new_token() if isinstance(decision, GateRun) else None
         record = await self.records.insert(conn, stream, events, sealed_args, sealed_result, token)
         if record is None:
             return None
@@ -629,9 +609,8 @@ class ToolLedger:
     async def _run(self, step: _Run, fn: ToolFunction) -> CallOutcome:
         record, args, token = step.record, step.args, step.lease_token
         bound = log.bind(run_id=record.run_id, call_id=record.call_id, tool=record.tool)
-        key = (record.run_id, record.call_id)
-        # The lease was set by the statement that just returned: it runs at least this long.
-        self._hold(record, token, time.monotonic() + self.lease_seconds)
+        # The lease was set by the statement that just returned: it runs a lease from now on.
+        self._leases.hold(record, token, time.monotonic())
         try:
             while True:
                 context = CallContext(
@@ -667,7 +646,7 @@ class ToolLedger:
                         if retried is None:
                             await self._lost(record)
                         record = retried
-                        self._hold(record, token, sent + self.lease_seconds)
+                        self._leases.hold(record, token, sent)
                         continue
                     unknown = record.effect is not Effect.READ
                     status = CallStatus.OUTCOME_UNKNOWN if unknown else CallStatus.FAILED
@@ -680,89 +659,17 @@ class ToolLedger:
                     f"{record.tool} returned a value that is not JSON ({e}); no outcome recorded"
                 ) from e
         except BaseException:
-            self._held.pop(key, None)
+            self._leases.release(record)
             raise
         data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
         event = NewEvent(f"call.{status}", data, self.worker_id)
         # The tool has run: record what it did even if this task is cancelled meanwhile (the
         # call stays held, its lease renewed, until then).
-        done = await asyncio.shield(self._record_outcome(record, token, event, sealed))
+        done = await asyncio.shield(self._leases.record_outcome(record, token, event, sealed))
         if done is None:
             await self._lost(record)
         bound.info("call finished", status=str(status), attempts=done.attempts)
         return outcome_of(done, value, replayed=False)
-
-    async def _record_outcome(
-        self, record: CallRecord, token: bytes, event: NewEvent, sealed: bytes
-    ) -> CallRecord | None:
-        """Record a finished tool's outcome; None: the call was taken over or settled.
-
-        A write that meets a lost connection (a database restart, say) is tried again, with
-        backoff, while this worker's lease surely runs: the worker holds the result, and the
-        lease keeps any other worker from settling the call meanwhile. A write that committed
-        though its answer was lost is found by its version and digest. After the lease, the
-        error is raised and the call left to become `outcome_unknown` (or run again)."""
-        key = (record.run_id, record.call_id)
-        try:
-            return await self._retried_outcome(record, token, event, sealed)
-        finally:
-            self._held.pop(key, None)
-
-    async def _retried_outcome(
-        self, record: CallRecord, token: bytes, event: NewEvent, sealed: bytes
-    ) -> CallRecord | None:
-        bound = log.bind(run_id=record.run_id, call_id=record.call_id)
-        key = (record.run_id, record.call_id)
-        wait, tries, first = _FIRST_RETRY_SECONDS, 0, time.monotonic()
-        while True:
-            tries += 1
-            try:
-                done = await self.records.advance(None, record, [event], sealed, lease_token=token)
-            except DatabaseUnavailable as e:
-                held = self._held.get(key)
-                now = time.monotonic()
-                left = (held.runs_until if held is not None else first) - now
-                if left <= 0 or now - first > MAX_LEASE_SECONDS:
-                    bound.error(
-                        "outcome not recorded: the database stayed unreachable while the lease "
-                        "ran; the call will be settled as its effect allows",
-                        tries=tries,
-                        error_type=type(e).__name__,
-                    )
-                    raise
-                pause = min(wait, left)
-                bound.warning(
-                    "recording the outcome failed; retrying while the lease runs",
-                    tries=tries,
-                    retry_in=round(pause, 3),
-                    error_type=type(e).__name__,
-                )
-                await asyncio.sleep(pause)
-                wait = min(wait * 2, _LONGEST_RETRY_SECONDS)
-                continue
-            if done is None and tries > 1:
-                return await self._recorded_before(record, event)
-            if tries > 1:
-                bound.info("outcome recorded after retrying", tries=tries)
-            return done
-
-    async def _recorded_before(self, record: CallRecord, event: NewEvent) -> CallRecord | None:
-        """The call as this worker's outcome left it, when an earlier try of that write
-        committed though its answer was lost (the next step after `record`, this worker's,
-        with this result digest); None otherwise."""
-        async with self.db.connection() as conn:
-            row = await conn.fetchrow(sql.BY_ID, record.run_id, record.call_id)
-        if row is None:
-            return None
-        now = call_record(row)
-        if (
-            now.version == record.version + 1
-            and str(now.status) == event.type.removeprefix("call.")
-            and now.worker_id == self.worker_id
-            and now.result_digest == event.data["result_digest"]
-        ):
-            return now
-        return None
 
     async def _lost(self, record: CallRecord) -> NoReturn:
         """This worker's lease lapsed and another worker took the call over or settled it."""
@@ -777,30 +684,6 @@ class ToolLedger:
             status=status,
         )
         raise LeaseLost(record.run_id, record.call_id, status)
-
-    def _hold(self, record: CallRecord, token: bytes, runs_until: float) -> None:
-        """Keep renewing this call's lease while it runs: one task renews every call this
-        ledger runs, in one statement, every third of the lease."""
-        self._held[(record.run_id, record.call_id)] = _Held(record.version, token, runs_until)
-        if self._renewer is None or self._renewer.done():
-            self._renewer = asyncio.create_task(self._renew_held(), name="signoff-leases")
-
-    async def _renew_held(self) -> None:
-        while self._held:
-            await asyncio.sleep(self.lease_seconds / 3)
-            held = list(self._held.items())
-            if not held:
-                return
-            sent = time.monotonic()
-            try:
-                renewed = await self.records.renew([(key, h.version, h.token) for key, h in held])
-            except Exception as e:  # keep beating: the lease lasts three beats
-                log.warning("lease renewal failed", calls=len(held), error_type=type(e).__name__)
-                continue
-            if renewed == len(held):  # each lease runs a full lease from `sent` on
-                for key, h in held:
-                    if self._held.get(key) is h:
-                        self._held[key] = _Held(h.version, h.token, sent + self.lease_seconds)
 
     async def _wait(self, record: CallRecord) -> None:
         """Until the call finishes or its worker's lease lapses (then claim again)."""
