@@ -10,6 +10,7 @@ from typing import Any
 from ledger.audit.integrity import LedgerReport, StreamCheck, StreamChecker, verify_ledger
 from ledger.audit.reveals import REVEALED, reveal_problem
 from ledger.audit.verifier import Digest
+from ledger.calls.bindings import prepare_binding_check
 from ledger.calls.projection import CALLS
 from ledger.calls.resolution import resolution_problem
 from ledger.journal import Event, Projection
@@ -108,6 +109,7 @@ STREAM_CHECKS: tuple[StreamCheck, ...] = (
     StreamCheck("signed resolutions", "call:", _resolutions),
     StreamCheck("signed grants", "grant:", _grants),
     StreamCheck("signed reveals", "reveal:", _reveals),
+    StreamCheck("approvals bound to their calls", "call:", prepare_binding_check),
 )
 """Checks run over whole streams after the projections, in order."""
 

@@ -38,6 +38,8 @@ __all__ = [
     "KekMissing",
     "KeyRingError",
     "KeyStateError",
+    "LeaseHeld",
+    "LeaseLost",
     "NoActiveKey",
     "NoNonceReservation",
     "NonceBudgetExhausted",
@@ -268,6 +270,13 @@ class _StreamRefused(DatabaseError):
 class RowOutOfStep(_StreamRefused, code="SG422"):
     """A projection row was not what its events make it (a status, a decider or a consumer
     changed without the event that says so, or a row outside its stream); nothing was written."""
+
+
+class LeaseHeld(_StreamRefused, code="SG432"):
+    """A step of a running call from a process that does not hold the call's lease (it lacks
+    the lease token) before the lease lapsed by the database server's clock, or, after it
+    lapsed, a step other than a takeover or a settlement: only the lease's holder renews it
+    or records the call's outcome. Nothing was written."""
 
 
 class AppendInSavepoint(_StreamRefused, code="SG425"):
@@ -525,6 +534,20 @@ class UnknownCall(SignoffError):
 
 class CallStateError(SignoffError):
     """The operation does not fit the call's status (e.g. resolving a call that finished)."""
+
+
+class LeaseLost(CallStateError):
+    """This process's lease on a call lapsed and another worker took the call over or settled
+    it: this process's outcome is not recorded (the call is `status` now)."""
+
+    def __init__(self, run_id: str, call_id: str, status: str) -> None:
+        super().__init__(
+            f"call {call_id!r} of run {run_id!r}: this worker's lease lapsed and the call was "
+            f"taken over or settled (it is {status} now); this worker's outcome is not recorded"
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.status = status
 
 
 class CallTampered(SignoffError):

@@ -426,7 +426,7 @@ async def test_rows_out_of_step_are_refused_as_typed_errors(worker: Side) -> Non
         async with worker.db.connection() as conn:
             await conn.fetchval(
                 with_row(
-                    "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 1, $2, 0,"
+                    "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 1, NULL, $2, 0,"
                     " ARRAY['call.started'], ARRAY['{}'::json], ARRAY['w'], NULL)"
                 ),
                 json.dumps(row),
@@ -638,8 +638,9 @@ async def test_a_finished_call_cannot_be_started_again_through_the_functions(
         for types in (["call.started"], ["call.retried"]):
             written = await conn.fetchval(
                 with_row(
-                    "SELECT signoff_commit_call(false, $1::jsonb, NULL, NULL, 1, $2, $3, $4,"
-                    " ARRAY['{}'::json], ARRAY['w'], NULL)"
+                    "SELECT signoff_commit_call(false, $1::jsonb, NULL, NULL, 1,"
+                    " sha256('a token of its own'), $2, $3, $4, ARRAY['{}'::json], ARRAY['w'],"
+                    " NULL)"
                 ),
                 json.dumps(again),
                 stream,
@@ -746,8 +747,9 @@ async def test_a_call_names_no_approval_nor_reviewer_that_did_not_allow_it(
             with pytest.raises(asyncpg.PostgresError) as refused:
                 await conn.fetchval(
                     with_row(
-                        "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 60, $2, 0,"
-                        " ARRAY['call.started'], ARRAY[$3::json], ARRAY['w'], NULL)"
+                        "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 60,"
+                        " sha256('a token of its own'), $2, 0, ARRAY['call.started'],"
+                        " ARRAY[$3::json], ARRAY['w'], NULL)"
                     ),
                     json.dumps(row),
                     call_stream(forged_run, row["call_id"]),
@@ -778,10 +780,11 @@ async def test_a_worker_cannot_cut_another_workers_lease(worker: Side) -> None:
         async with worker.db.connection() as conn:
             before = await conn.fetchrow(sql, call.run_id)
             await conn.fetchval(
-                "SELECT signoff_renew_leases($1, $2, $3, 1)",
+                "SELECT signoff_renew_leases($1, $2, $3, $4, 1)",
                 [call.run_id],
                 [call.call_id],
                 [before["version"]],
+                [b"not the holder's token"],
             )
             after = await conn.fetchrow(sql, call.run_id)
         assert after["lease_until"] >= before["lease_until"]

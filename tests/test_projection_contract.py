@@ -274,6 +274,10 @@ class TestApprovalProjection(ProjectionContract):
         return stream_of(record.approval_id), events, {}
 
 
+# The lease token of the one worker that starts and finishes these calls.
+LEASE_TOKEN = b"lease-token-of-worker-1"
+
+
 class TestCallProjection(ProjectionContract):
     edit = "attempts = 9"
 
@@ -302,6 +306,7 @@ class TestCallProjection(ProjectionContract):
             "args_sealed": seal_value(ring, stream, "args", "{}"),
             "result_sealed": None,
             "lease_seconds": 30.0,
+            "lease_token": LEASE_TOKEN,
         }
         return stream, [NewEvent("call.started", started, actor="worker-1")], values
 
@@ -311,6 +316,7 @@ class TestCallProjection(ProjectionContract):
         values = {
             "result_sealed": seal_value(ring, stream, "result", "null"),
             "lease_seconds": 30.0,
+            "lease_token": LEASE_TOKEN,
         }
         return stream, [NewEvent("call.succeeded", data, actor="worker-1")], values
 

@@ -1,6 +1,7 @@
 """The once-per-run tool-call ledger: the call model (`model`), its fold and row mapping
 (`projection`), the recorder that appends a call's events and writes its row (`records`, SQL in
-`_sql`), and `ToolLedger`, the service adapters run every tool call through (`service`)."""
+`_sql`), `ToolLedger`, the service adapters run every tool call through (`service`), and the
+checks `ledger verify` runs over call streams (`resolution`, `bindings`)."""
 
 from .model import (
     CallContext,
@@ -16,10 +17,11 @@ from .model import (
     ToolPolicy,
     call_stream,
 )
-from .service import DEFAULT_LEASE_SECONDS, Gate, ToolFunction, ToolLedger
+from .service import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, Gate, ToolFunction, ToolLedger
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "MAX_LEASE_SECONDS",
     "CallContext",
     "CallOutcome",
     "CallRecord",

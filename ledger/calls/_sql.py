@@ -11,8 +11,15 @@ lease_until,
 (status = 'running' AND lease_until < now()) AS lapsed
 """
 
-# Every call one worker runs, renewed in one statement (fenced by version, as every step is).
-RENEW = "SELECT signoff_renew_leases($1::text[], $2::text[], $3::int[], $4)"
+# Every call one worker runs, renewed in one statement (fenced by version, as every step is,
+# and by each lease's token).
+RENEW = "SELECT signoff_renew_leases($1::text[], $2::text[], $3::int[], $4::bytea[], $5)"
+
+# The digest of the arguments an approval was asked for, in the first event of the stream its
+# gate names, which the request digest of the call it allows repeats.
+ASKED_DIGEST = "SELECT data->>'args_digest' FROM events WHERE stream_id = $1 AND version = 1"
+# bindings.py: what that first event says of the call the approval was asked for.
+APPROVAL_REQUEST = "SELECT data::text FROM events WHERE stream_id = $1 AND version = 1"
 
 BY_ID = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND call_id = $2"
 ONCE_PER_RUN = f"SELECT {COLUMNS} FROM tool_calls WHERE run_id = $1 AND tool = $2 AND once_per_run"

@@ -3,7 +3,7 @@
 `CallProjection` is the fold rule and the row mapping; `ledger.journal.projection` folds with
 it, writes the row in the same statement as the events, and rebuilds the table to check it.
 Ciphertexts and leases are not in the record: `commit` is given them by name
-(`args_sealed`, `result_sealed`, `lease_seconds`).
+(`args_sealed`, `result_sealed`, `lease_seconds`, `lease_token`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class CallProjection(Projection[CallRecord]):
         "approved_by",
         "approval_stream",
     )
-    extras = ("args_sealed", "result_sealed", "lease_seconds")
+    extras = ("args_sealed", "result_sealed", "lease_seconds", "lease_token")
 
     def stream_of(self, record: CallRecord) -> str:
         return record.stream_id

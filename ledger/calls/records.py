@@ -66,9 +66,12 @@ class CallRecorder:
         events: list[NewEvent],
         sealed_args: bytes,
         sealed_result: bytes | None,
+        lease_token: bytes | None,
     ) -> CallRecord | None:
         """Write a new call and its first events, in one statement (on `conn`, else committed on
-        its own); None when the call (or, once per run, the tool) is in the ledger already."""
+        its own); None when the call (or, once per run, the tool) is in the ledger already.
+        `lease_token`: the token of this worker's lease on a call that runs (None for one the
+        approval settles)."""
         return await commit(
             self._grouped if conn is None else conn,
             CALLS,
@@ -79,6 +82,7 @@ class CallRecorder:
             args_sealed=sealed_args,
             result_sealed=sealed_result,
             lease_seconds=self.lease_seconds,
+            lease_token=lease_token,
         )
 
     async def advance(
@@ -87,10 +91,17 @@ class CallRecorder:
         record: CallRecord,
         events: list[NewEvent],
         sealed_result: bytes | None = None,
+        *,
+        lease_token: bytes | None = None,
     ) -> CallRecord | None:
         """Append `events` and write what they fold to, in one statement (on `conn`, else
         committed on its own), if the row is still at the version `record` holds; None
-        otherwise."""
+        otherwise. `lease_token`: the token of the lease this worker holds on the call (or
+        takes, for a takeover); None for a settlement after the lease lapsed.
+
+        Raises:
+            LeaseHeld: the call is running under another worker's lease that has not lapsed.
+        """
         return await commit(
             self._grouped if conn is None else conn,
             CALLS,
@@ -100,6 +111,7 @@ class CallRecorder:
             expected_version=record.version,
             result_sealed=sealed_result,
             lease_seconds=self.lease_seconds,
+            lease_token=lease_token,
         )
 
     async def outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:
@@ -114,7 +126,13 @@ class CallRecorder:
                 attempts=record.attempts,
                 approval_id=record.approval_id,
             )
-        text = await open_call_value(self.ring, record.stream_id, "result", row["result_sealed"])
+        sealed = row["result_sealed"]
+        if sealed is None:  # every outcome is recorded with its result: this one was removed
+            raise ResultTampered(
+                f"the stored result of {record.stream_id} is missing, though the journal "
+                "records its digest"
+            )
+        text = await open_call_value(self.ring, record.stream_id, "result", sealed)
         digest = record.result_digest
         if digest is None or not await matches(self.ring, digest, text):
             raise ResultTampered(
@@ -122,13 +140,16 @@ class CallRecorder:
             )
         return outcome_of(record, json.loads(text), replayed=replayed)
 
-    async def renew(self, held: list[tuple[tuple[str, str], int]]) -> None:
-        """Extend the leases of these calls ((run, call) -> version) in one statement."""
+    async def renew(self, held: list[tuple[tuple[str, str], int, bytes]]) -> int:
+        """Extend the leases of these calls ((run, call), version, lease token) in one
+        statement; returns how many were renewed (a call taken over or finished is not)."""
         async with self.db.connection() as conn:
-            await conn.execute(
+            renewed: int = await conn.fetchval(
                 sql.RENEW,
-                [run for (run, _), _ in held],
-                [call for (_, call), _ in held],
-                [version for _, version in held],
+                [run for (run, _), _, _ in held],
+                [call for (_, call), _, _ in held],
+                [version for _, version, _ in held],
+                [token for _, _, token in held],
                 self.lease_seconds,
             )
+        return renewed

@@ -9,8 +9,10 @@
    died (its lease lapsed) runs again if its effect allows another attempt, and otherwise becomes
    `outcome_unknown` (a write that may have happened) or `failed` (a read out of attempts).
 2. Run the tool with a lease renewed in the background.
-3. Record the outcome, fenced by the stream version the worker holds: a worker whose call was
-   taken over records nothing.
+3. Record the outcome, fenced by the stream version the worker holds and by its lease token: a
+   worker whose call was taken over records nothing (`LeaseLost`). A write that meets a lost
+   database connection is tried again, with backoff, while the worker's lease runs; only then
+   is the call left to become `outcome_unknown`.
 
 Rows never outrank streams. Every step that acts on an existing row (replay, wait, retry after a
 lapsed lease, settling as `outcome_unknown`, resolving) first folds the call's stream, read in
@@ -18,10 +20,13 @@ the statement that locks the row, and refuses with `CallTampered` (nothing runs,
 logged) when the row says anything else: an edited row cannot make a finished call run again.
 A new call reads no stream: its insert is the whole claim.
 
-Leases: 30 s by default, renewed every 10 s, measured on the database server's clock. Long
-enough that a slow round trip or a pause of the worker never makes a live call look dead (for a
-single-attempt write that would cost a person's time to resolve), short enough that a read
-whose worker died runs again within half a minute.
+Leases: 30 s by default (1 to `MAX_LEASE_SECONDS`), renewed every 10 s, measured on the database
+server's clock. Long enough that a slow round trip or a pause of the worker never makes a live
+call look dead (for a single-attempt write that would cost a person's time to resolve), short
+enough that a read whose worker died runs again within half a minute. A lease is fenced: the
+worker makes a random token when it starts or takes over a call, and the database keeps only its
+SHA-256; only the token's holder renews the lease or moves the call while the lease runs, and
+after it lapses others may only take the call over or settle it (`signoff_commit_call`).
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ import contextlib
 import json
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
@@ -44,8 +50,10 @@ from ..errors import (
     CallStateError,
     CallTampered,
     ClaimRaced,
+    ConfigurationError,
     DatabaseUnavailable,
     InvalidToolCall,
+    LeaseLost,
     ResultNotSerializable,
     UnknownCall,
 )
@@ -60,6 +68,7 @@ from ..log import get_logger
 from ..store import Database
 from ..store.notify import Listener, woken
 from . import _sql as sql
+from .leases import MAX_LEASE_SECONDS, Leases, new_token
 from .model import (
     CallContext,
     CallOutcome,
@@ -79,7 +88,7 @@ from .projection import CALLS
 from .records import CallRecorder, open_call_value, outcome_of
 from .resolution import sign_resolution
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "MAX_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 
 DEFAULT_LEASE_SECONDS = 30.0
 Gate = Callable[[asyncpg.Connection], Awaitable[GateRun | GateDeny | GateRespond]]
@@ -93,6 +102,7 @@ log = get_logger(__name__)
 class _Run:
     record: CallRecord
     args: dict[str, Any]
+    lease_token: bytes = field(repr=False)  # this worker's, from its start or takeover
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,14 @@ class ToolLedger:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_interval: float = 0.2,
     ) -> None:
+        if (
+            isinstance(lease_seconds, bool)
+            or not isinstance(lease_seconds, int | float)
+            or not 1 <= lease_seconds <= MAX_LEASE_SECONDS
+        ):
+            raise ConfigurationError(
+                f"a lease lasts 1 to {MAX_LEASE_SECONDS:g} seconds, not {lease_seconds!r}"
+            )
         self.db = db
         self.ring = ring
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -170,15 +188,11 @@ class ToolLedger:
         self.records = CallRecorder(db, ring, lease_seconds)
         # Connects on first wait only: most processes never wait.
         self._listener = Listener.shared(db, sql.CHANNEL)
-        self._held: dict[tuple[str, str], int] = {}  # calls running here -> their version
-        self._renewer: asyncio.Task[None] | None = None
+        self._leases = Leases(self.records, lease_seconds)  # of the calls running here
 
     async def close(self) -> None:
         await self._listener.close()
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
+        await self._leases.close()
 
     async def execute(
         self,
@@ -203,7 +217,12 @@ class ToolLedger:
             InvalidToolCall: malformed call, or a call id reused with other arguments.
             ResultNotSerializable: the tool returned something that is not JSON (nothing is
                 recorded; the call's lease lapses as if its worker had died).
-            DatabaseUnavailable: the database could not be reached.
+            DatabaseUnavailable: the database could not be reached (for the outcome of a tool
+                that ran: not while this worker's lease ran, so the call becomes
+                `outcome_unknown` or runs again, by its effect).
+            LeaseLost: this worker's lease lapsed while the tool ran and another worker took
+                the call over or settled it; this outcome is not recorded.
+            ResultTampered: a recorded result is missing or does not match its digest.
             UnknownKey, DecryptionFailed: a recorded value cannot be opened.
             Whatever the gate raises (an approval still pending, or used by another call).
 
@@ -436,8 +455,9 @@ class ToolLedger:
             "reason": "the previous worker stopped renewing its lease",
             "at": _now(),
         }
+        token = new_token()  # the lease is this worker's now: a token of its own
         retried = await self.records.advance(
-            conn, record, [NewEvent("call.retried", data, self.worker_id)]
+            conn, record, [NewEvent("call.retried", data, self.worker_id)], lease_token=token
         )
         if retried is None:
             raise ClaimRaced
@@ -447,7 +467,7 @@ class ToolLedger:
             call_id=record.call_id,
             attempt=retried.attempts,
         )
-        return _Run(retried, args)
+        return _Run(retried, args, token)
 
     async def _confirmed(
         self, conn: asyncpg.Connection, row: asyncpg.Record, *, locked: bool = True
@@ -499,6 +519,11 @@ class ToolLedger:
         and `request_digest` are the request's arguments as canonical text and their digest."""
         args = decision.args if isinstance(decision, GateRun) else call.args
         stream = call_stream(call.run_id, call.call_id)
+        asked_digest = request_digest
+        if decision.approval_stream is not None and conn is not None:
+            asked_digest = await self._asked_digest(
+                conn, decision.approval_stream, request_digest, args_text
+            )
         if args is call.args:  # the request's own: its text and digest are in hand
             sealed_args, args_digest = (
                 seal_value(self.ring, stream, "args", args_text),
@@ -512,7 +537,7 @@ class ToolLedger:
             "tool": call.tool,
             "effect": str(policy.effect),
             "once_per_run": policy.once_per_run,
-            "request_digest": request_digest,
+            "request_digest": asked_digest,
             "args_digest": args_digest,
             "idempotency_key": call.idempotency_key,
             "approval_id": decision.approval_id,
@@ -530,11 +555,12 @@ class ToolLedger:
             kind = "call.denied" if isinstance(decision, GateDeny) else "call.responded"
             data = {"approval_id": decision.approval_id, "result_digest": digest, "at": _now()}
             events.append(NewEvent(kind, data, actor=self.worker_id))
-        record = await self.records.insert(conn, stream, events, sealed_args, sealed_result)
+        token = new_token() if isinstance(decision, GateRun) else None
+        record = await self.records.insert(conn, stream, events, sealed_args, sealed_result, token)
         if record is None:
             return None
-        if record.status is CallStatus.RUNNING:
-            return _Run(record, args)
+        if token is not None and record.status is CallStatus.RUNNING:
+            return _Run(record, args, token)
         log.info(
             "call settled by its approval",
             run_id=call.run_id,
@@ -542,6 +568,18 @@ class ToolLedger:
             status=str(record.status),
         )
         return _Replay(outcome_of(record, value, replayed=False))
+
+    async def _asked_digest(
+        self, conn: asyncpg.Connection, approval_stream: str, digest: str, args_text: str
+    ) -> str:
+        """The request digest a call allowed by an approval records: the approval's own digest
+        when it names these arguments, which the database compares with the call's. It differs
+        from `digest` (theirs under the active key) only when the value-MAC key rotated between
+        the request and the call; one of other arguments is left for the database to refuse."""
+        asked: str | None = await conn.fetchval(sql.ASKED_DIGEST, approval_stream)
+        if asked is None or asked == digest:
+            return digest
+        return asked if await matches(self.ring, asked, args_text) else digest
 
     async def _give_up(self, conn: asyncpg.Connection, record: CallRecord) -> CallOutcome:
         """Settle a call whose worker died and that may not run again."""
@@ -569,86 +607,83 @@ class ToolLedger:
     # -- running ---------------------------------------------------------------------------
 
     async def _run(self, step: _Run, fn: ToolFunction) -> CallOutcome:
-        record, args = step.record, step.args
+        record, args, token = step.record, step.args, step.lease_token
         bound = log.bind(run_id=record.run_id, call_id=record.call_id, tool=record.tool)
-        while True:
-            context = CallContext(
-                record.run_id, record.call_id, record.idempotency_key, record.attempts
-            )
-            self._hold(record)
-            try:
-                value: Any = await fn(args, context)
-                status = CallStatus.SUCCEEDED
-            except ToolFailed as e:
-                value, status = str(e) or type(e).__name__, CallStatus.FAILED
-            except Exception as e:
-                value = f"{type(e).__name__}: {e}"
-                if record.attempts < record.effect.max_attempts:
-                    bound.warning(
-                        "tool raised; retrying",
-                        attempt=record.attempts,
-                        error_type=type(e).__name__,
-                    )
-                    data = {
-                        "attempt": record.attempts + 1,
-                        "worker_id": self.worker_id,
-                        "previous_worker": self.worker_id,
-                        "reason": type(e).__name__,
-                        "at": _now(),
-                    }
-                    retried = await self.records.advance(
-                        None, record, [NewEvent("call.retried", data, self.worker_id)]
-                    )
-                    if retried is None:
-                        return await self._superseded(record)
-                    record = retried
-                    continue
-                unknown = record.effect is not Effect.READ
-                status = CallStatus.OUTCOME_UNKNOWN if unknown else CallStatus.FAILED
-                bound.warning("tool raised", status=str(status), error_type=type(e).__name__)
-            finally:
-                self._held.pop((record.run_id, record.call_id), None)
-            break
+        # The lease was set by the statement that just returned: it runs a lease from now on.
+        self._leases.hold(record, token, time.monotonic())
         try:
-            sealed, digest = self.records.seal(record.stream_id, "result", value)
-        except (TypeError, ValueError) as e:
-            raise ResultNotSerializable(
-                f"{record.tool} returned a value that is not JSON ({e}); no outcome recorded"
-            ) from e
+            while True:
+                context = CallContext(
+                    record.run_id, record.call_id, record.idempotency_key, record.attempts
+                )
+                try:
+                    value: Any = await fn(args, context)
+                    status = CallStatus.SUCCEEDED
+                except ToolFailed as e:
+                    value, status = str(e) or type(e).__name__, CallStatus.FAILED
+                except Exception as e:
+                    value = f"{type(e).__name__}: {e}"
+                    if record.attempts < record.effect.max_attempts:
+                        bound.warning(
+                            "tool raised; retrying",
+                            attempt=record.attempts,
+                            error_type=type(e).__name__,
+                        )
+                        data = {
+                            "attempt": record.attempts + 1,
+                            "worker_id": self.worker_id,
+                            "previous_worker": self.worker_id,
+                            "reason": type(e).__name__,
+                            "at": _now(),
+                        }
+                        sent = time.monotonic()
+                        retried = await self.records.advance(
+                            None,
+                            record,
+                            [NewEvent("call.retried", data, self.worker_id)],
+                            lease_token=token,
+                        )
+                        if retried is None:
+                            await self._lost(record)
+                        record = retried
+                        self._leases.hold(record, token, sent)
+                        continue
+                    unknown = record.effect is not Effect.READ
+                    status = CallStatus.OUTCOME_UNKNOWN if unknown else CallStatus.FAILED
+                    bound.warning("tool raised", status=str(status), error_type=type(e).__name__)
+                break
+            try:
+                sealed, digest = self.records.seal(record.stream_id, "result", value)
+            except (TypeError, ValueError) as e:
+                raise ResultNotSerializable(
+                    f"{record.tool} returned a value that is not JSON ({e}); no outcome recorded"
+                ) from e
+        except BaseException:
+            self._leases.release(record)
+            raise
         data = {"attempt": record.attempts, "result_digest": digest, "at": _now()}
         event = NewEvent(f"call.{status}", data, self.worker_id)
-        # The tool has run: record what it did even if this task is cancelled meanwhile.
-        done = await asyncio.shield(self.records.advance(None, record, [event], sealed))
+        # The tool has run: record what it did even if this task is cancelled meanwhile (the
+        # call stays held, its lease renewed, until then).
+        done = await asyncio.shield(self._leases.record_outcome(record, token, event, sealed))
         if done is None:
-            return await self._superseded(record)
+            await self._lost(record)
         bound.info("call finished", status=str(status), attempts=done.attempts)
         return outcome_of(done, value, replayed=False)
 
-    async def _superseded(self, record: CallRecord) -> CallOutcome:
+    async def _lost(self, record: CallRecord) -> NoReturn:
+        """This worker's lease lapsed and another worker took the call over or settled it."""
+        try:
+            status = str((await self.get(record.run_id, record.call_id)).status)
+        except DatabaseUnavailable:
+            status = "unknown"
         log.warning(
             "call was taken over while it ran; its result is not recorded",
             run_id=record.run_id,
             call_id=record.call_id,
+            status=status,
         )
-        return await self.outcome(record.run_id, record.call_id)
-
-    def _hold(self, record: CallRecord) -> None:
-        """Keep renewing this call's lease while it runs: one task renews every call this
-        ledger runs, in one statement, every third of the lease."""
-        self._held[(record.run_id, record.call_id)] = record.version
-        if self._renewer is None or self._renewer.done():
-            self._renewer = asyncio.create_task(self._renew_held(), name="signoff-leases")
-
-    async def _renew_held(self) -> None:
-        while self._held:
-            await asyncio.sleep(self.lease_seconds / 3)
-            held = list(self._held.items())
-            if not held:
-                return
-            try:
-                await self.records.renew(held)
-            except Exception as e:  # keep beating: the lease lasts three beats
-                log.warning("lease renewal failed", calls=len(held), error=str(e))
+        raise LeaseLost(record.run_id, record.call_id, status)
 
     async def _wait(self, record: CallRecord) -> None:
         """Until the call finishes or its worker's lease lapses (then claim again)."""

@@ -33,8 +33,12 @@ def seal(aead: AESGCM, purpose: str, key_id: str, plaintext: bytes, context: byt
     return bytes((FORMAT, len(encoded))) + encoded + nonce + body
 
 
-def key_id_of(sealed: bytes) -> str | None:
-    """The key id a sealed value names, or None when it is not in our format."""
+def key_id_of(sealed: bytes | None) -> str | None:
+    """The key id a sealed value names, or None when it is not in our format (or not there at
+    all: a column emptied by whoever could edit the row)."""
+    if not isinstance(sealed, bytes | bytearray | memoryview):
+        return None
+    sealed = bytes(sealed)
     if len(sealed) < 2 or sealed[0] != FORMAT or len(sealed) < 2 + sealed[1] + _NONCE + 16:
         return None
     try:

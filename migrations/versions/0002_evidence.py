@@ -26,20 +26,32 @@ depends_on: str | Sequence[str] | None = None
 FROZEN = Path(__file__).with_suffix("")
 BASELINE = FROZEN.with_name("0001_baseline")
 
-CHANGES: tuple[str, ...] = ("journal_logins.sql", "signed_evidence.sql", "self_confirm.sql")
+CHANGES: tuple[str, ...] = (
+    "journal_logins.sql",
+    "signed_evidence.sql",
+    "self_confirm.sql",
+    "call_leases.sql",
+)
 
 SOURCES: tuple[str, ...] = (
     "ledger/journal/sql/append.sql",
     "ledger/journal/sql/write_events.sql",
     "ledger/calls/sql/commit_call.sql",
+    "ledger/calls/sql/renew_leases.sql",
     "approvals/sql/commit_approval.sql",
     "ledger/journal/sql/audit_events.sql",
     # After audit_events: a downgrade creates the baseline's view again, and its grant with it.
     "ledger/journal/sql/privileges.sql",
+    "ledger/calls/sql/privileges.sql",
 )
 
 # In the reverse order of CHANGES.
-UNDO: tuple[str, ...] = ("self_confirm.sql", "signed_evidence.sql", "journal_logins.sql")
+UNDO: tuple[str, ...] = (
+    "call_leases.sql",
+    "self_confirm.sql",
+    "signed_evidence.sql",
+    "journal_logins.sql",
+)
 
 
 def upgrade() -> None:

@@ -18,7 +18,8 @@ CREATE TABLE tool_calls (
     status signoff_call_status NOT NULL,
     attempts integer NOT NULL,
     worker_id text NOT NULL,
-    -- Renewed by the worker running the call; a lapsed lease means the worker died.
+    -- Renewed by the worker holding the call's lease (see lease_token_hash), on the server's
+    -- clock; a lapsed lease means the worker died.
     lease_until timestamp with time zone,
     result_digest text,
     result_sealed bytea,
@@ -35,6 +36,9 @@ CREATE TABLE tool_calls (
     -- `call:<run>/<call id>`, `%` and `/` in either part percent-encoded, so two calls never
     -- share a stream.
     stream_id text NOT NULL,
+    -- SHA-256 of the lease token only the worker holding a running call's lease knows: it
+    -- alone renews the lease or moves the call until the lease lapses (signoff_commit_call).
+    lease_token_hash bytea,
     CONSTRAINT tool_calls_pkey PRIMARY KEY (run_id, call_id)
 );
 -- A once-per-run tool has at most one call in a run.

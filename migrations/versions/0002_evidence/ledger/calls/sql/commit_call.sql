@@ -3,10 +3,17 @@
 -- what its events make it: the status the last event leaves; a new call starts its own stream
 -- with call.started; a later step moves only a running call or resolves an outcome_unknown
 -- one, so a finished call never runs again; a call names an approval and its deciders only in
--- the transaction that consumed that approval. Returns NULL when it wrote nothing. Every step
--- of every call runs it, so its fields are typed parameters and it evaluates few PL/pgSQL
--- expressions: PL/pgSQL prepares each one again in every transaction.
-CREATE OR REPLACE FUNCTION public.signoff_commit_call(p_insert boolean, p_run_id text, p_call_id text, p_tool text, p_effect text, p_once_per_run boolean, p_request_digest text, p_args_digest text, p_idempotency_key text, p_approval_id text, p_status text, p_attempts integer, p_worker_id text, p_result_digest text, p_resolved_by text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_approved_by text[], p_approval_stream text, p_args_sealed bytea, p_result_sealed bytea, p_lease_seconds double precision, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
+-- the transaction that consumed that approval, and only an approval asked for this very call
+-- (its run, tool, call id and the digest of the arguments the model asked with).
+-- Leases are fenced: a running call's row keeps the SHA-256 of a random token that only the
+-- worker holding the lease knows (`p_lease_token`, given at the call's start and at a takeover).
+-- Only that worker moves the call while its lease runs, by the server's clock; once the lease
+-- has lapsed another worker may take the call over (`call.retried`, attempts left) or settle it
+-- (`call.outcome_unknown` for a write, `call.failed` for a read, attempts spent), nothing else.
+-- Refused: SQLSTATE SG432. Leases run 1 to 300 seconds. Returns NULL when it wrote nothing.
+-- Every step of every call runs it, so its fields are typed parameters and it evaluates few
+-- PL/pgSQL expressions: PL/pgSQL prepares each one again in every transaction.
+CREATE OR REPLACE FUNCTION public.signoff_commit_call(p_insert boolean, p_run_id text, p_call_id text, p_tool text, p_effect text, p_once_per_run boolean, p_request_digest text, p_args_digest text, p_idempotency_key text, p_approval_id text, p_status text, p_attempts integer, p_worker_id text, p_result_digest text, p_resolved_by text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_approved_by text[], p_approval_stream text, p_args_sealed bytea, p_result_sealed bytea, p_lease_seconds double precision, p_lease_token bytea, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
  RETURNS bigint[]
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -16,7 +23,8 @@ DECLARE
     n integer := cardinality(p_types);
     at timestamptz := clock_timestamp();
     lease timestamptz := CASE WHEN p_status = 'running'
-        THEN now() + make_interval(secs => least(greatest(p_lease_seconds, 1), 86400)) END;
+        THEN now() + make_interval(secs => least(greatest(p_lease_seconds, 1), 300)) END;
+    token_hash bytea := CASE WHEN p_status = 'running' THEN sha256(p_lease_token) END;
     refused text;
     head_hash bytea;
     head_version integer;
@@ -27,8 +35,10 @@ DECLARE
     a approvals;
 BEGIN
     IF n IS NULL OR n = 0 OR n <> cardinality(p_data) OR n <> cardinality(p_actors)
-            OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0 THEN
-        RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and actors'
+            OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0
+            OR p_status = 'running' AND coalesce(octet_length(p_lease_token), 0) < 16 THEN
+        RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and '
+                'actors, and a running call a lease token of 16 bytes or more'
             USING ERRCODE = '22023';
     END IF;
     -- current_user: the owner, whose appends are not checked.
@@ -111,15 +121,27 @@ BEGIN
                           DETAIL = json_build_object('stream_id', p_stream,
                                                      'type', p_types[1])::text;
             END IF;
+            -- An approval allows the one call it was asked for: not another tool's, nor other
+            -- arguments (the digests name the same value-MAC key: the worker writes the
+            -- request digest under the approval's).
+            IF a.tool <> p_tool OR a.args_digest <> p_request_digest THEN
+                RAISE EXCEPTION 'approval % was asked for another call than % (tool %, not %, '
+                        'or other arguments)', a.approval_id, p_stream, a.tool, p_tool
+                    USING ERRCODE = 'SG422',
+                          DETAIL = json_build_object('stream_id', p_stream,
+                                                     'type', p_types[1])::text;
+            END IF;
         END IF;
         INSERT INTO tool_calls (run_id, call_id, tool, effect, once_per_run, request_digest,
                 args_digest, args_sealed, idempotency_key, approval_id, status, attempts,
                 worker_id, lease_until, result_digest, result_sealed, resolved_by, started_at,
-                finished_at, waiters, version, approved_by, approval_stream, stream_id)
+                finished_at, waiters, version, approved_by, approval_stream, stream_id,
+                lease_token_hash)
             VALUES (p_run_id, p_call_id, p_tool, p_effect, p_once_per_run, p_request_digest,
                 p_args_digest, p_args_sealed, p_idempotency_key, p_approval_id, p_status,
                 p_attempts, p_worker_id, lease, p_result_digest, p_result_sealed, p_resolved_by,
-                p_started_at, p_finished_at, 0, n, p_approved_by, p_approval_stream, p_stream)
+                p_started_at, p_finished_at, 0, n, p_approved_by, p_approval_stream, p_stream,
+                token_hash)
             ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
             RETURN NULL;
@@ -130,13 +152,35 @@ BEGIN
                 worker_id = p_worker_id, lease_until = lease, result_digest = p_result_digest,
                 result_sealed = coalesce(p_result_sealed, t.result_sealed),
                 resolved_by = p_resolved_by, finished_at = p_finished_at,
-                version = p_expected + n
+                version = p_expected + n, lease_token_hash = token_hash
             WHERE t.run_id = p_run_id AND t.call_id = p_call_id AND t.version = p_expected
               AND t.stream_id = p_stream AND 'call.started' <> ALL(p_types)
               AND t.status = CASE WHEN 'call.resolved' = ANY(p_types)
                                   THEN 'outcome_unknown' ELSE 'running' END
+              -- The lease's holder, or after it lapsed a takeover or a settlement (the
+              -- attempts of ledger.calls.model.Effect: 1 for single_attempt, else 3).
+              AND (t.status <> 'running' OR t.lease_token_hash = sha256(p_lease_token)
+                   OR t.lease_until < now() AND n = 1 AND CASE p_types[1]
+                       WHEN 'call.retried' THEN t.effect <> 'single_attempt' AND t.attempts < 3
+                       WHEN 'call.outcome_unknown' THEN t.effect <> 'read'
+                           AND t.attempts >= CASE t.effect WHEN 'single_attempt' THEN 1 ELSE 3 END
+                       WHEN 'call.failed' THEN t.effect = 'read' AND t.attempts >= 3
+                       ELSE false END)
             RETURNING t.waiters > 0 INTO wake;
         IF NOT FOUND THEN
+            -- At the version the caller read, yet refused: another worker's lease.
+            PERFORM FROM tool_calls t
+                WHERE t.run_id = p_run_id AND t.call_id = p_call_id AND t.version = p_expected
+                  AND t.stream_id = p_stream AND t.status = 'running'
+                  AND 'call.resolved' <> ALL(p_types) AND 'call.started' <> ALL(p_types);
+            IF FOUND THEN
+                RAISE EXCEPTION 'call % is leased to another worker: only its holder moves it '
+                        'before the lease lapses, and then only to a takeover or a settlement',
+                        p_stream
+                    USING ERRCODE = 'SG432',
+                          DETAIL = json_build_object('stream_id', p_stream,
+                                                     'type', p_types[n])::text;
+            END IF;
             RETURN NULL;
         END IF;
         -- The head the row was fenced at; none when the stream is not where the row is.
