@@ -371,7 +371,10 @@ async def _digest(args: argparse.Namespace) -> int:
         ring = await KeyRing.open(db)
         advance: Progress
         with progress_bar(args, "hashing", total=await _journal_size(args, db)) as advance:
-            digest = await take_digest(db, ring, progress=advance)
+            try:
+                digest = await take_digest(db, ring, progress=advance)
+            except DigestMismatch as e:  # nothing signed
+                return _mismatch(e)
     if args.checkpoint is not None and digest.checkpoint is not None:
         _write(args.checkpoint, digest.checkpoint)
     if args.out is None:
@@ -388,7 +391,10 @@ async def _digest(args: argparse.Namespace) -> int:
 
 async def _integrate(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
-        done = await integrate(db, wait=args.wait)
+        try:
+            done = await integrate(db, wait=args.wait)
+        except DigestMismatch as e:
+            return _mismatch(e)
     if done.skipped:
         text = f"another integrator is at work; the stored tree holds {done.tree_size} leaves"
     else:
@@ -407,7 +413,10 @@ async def _export_tiles(args: argparse.Namespace) -> int:
         if args.digest is not None:
             digest = _read_digest(args.digest)
         else:
-            digest = await take_digest(db, await KeyRing.open(db))
+            try:
+                digest = await take_digest(db, await KeyRing.open(db))
+            except DigestMismatch as e:
+                return _mismatch(e)
 
         def write(path: str, hashes: bytes) -> None:
             target = directory / path

@@ -28,7 +28,7 @@ BASELINE = FROZEN.with_name("0001_baseline")
 
 CHANGES: tuple[str, ...] = ()
 
-SOURCES: tuple[str, ...] = ()
+SOURCES: tuple[str, ...] = ("ledger/audit/sql/tree_integrate.sql",)
 
 UNDO: tuple[str, ...] = ()
 
