@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -335,11 +335,13 @@ async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, Digest
     digest = _read_digest(args.digest) if args.digest else None
     since = _read_digest(args.since_digest) if args.since_digest and not args.full else None
     keys = _read_keys(args.public_keys) if args.public_keys else None
+    refused: list[str] = []  # signing keys the database's records do not vouch for: findings
     async with open_database(args) as db:
         if (digest is not None or since is not None) and keys is None:
             # the KEK's errors before the long part
-            keys = await recorded_signing_keys(await KeyRing.open(db, create_missing=False))
-            print(_TRUSTING_THE_DATABASE, file=sys.stderr)  # a refusal above says it all
+            ring = await KeyRing.open(db, create_missing=False)
+            keys = await recorded_signing_keys(ring, refused=refused)
+            print(_TRUSTING_THE_DATABASE, file=sys.stderr)
         total = await _journal_size(args, db)
         if since is not None and total is not None:
             total = max(total - since.last_position, 0)
@@ -350,7 +352,8 @@ async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, Digest
         total = digest.tree_size - (since.tree_size if since is not None else 0)
         with progress_bar(args, "checking digest", total=total) as advance:
             check = await verify_digest(db, digest, keys, since=since, progress=advance)
-        return report, check
+        refusals = tuple(f"refused: {r}" for r in refused)
+        return report, replace(check, problems=(*refusals, *check.problems))
 
 
 async def _journal_size(args: argparse.Namespace, db: Database) -> int | None:

@@ -25,11 +25,17 @@ from weakref import WeakKeyDictionary
 import asyncpg
 
 from ..canonical import GENESIS_HASH, format_time
-from ..errors import DigestError, DigestMismatch, NotInDigest
+from ..errors import (
+    DigestError,
+    DigestMismatch,
+    NotInDigest,
+    PublicKeyMismatch,
+    PublicKeyUnrecorded,
+)
 from ..journal import Event
 from ..journal.reader import event_at, txid_of
 from ..keys import KeyRing, Purpose
-from ..keys.public import published_keys
+from ..keys.public import published_keys, recorded_public_keys
 from ..store import Database
 from ..store.batches import batches
 from . import _sql as sql
@@ -122,17 +128,45 @@ def signing_keys(ring: KeyRing) -> dict[str, bytes]:
     return keys
 
 
-async def recorded_signing_keys(ring: KeyRing) -> dict[str, bytes]:
+async def recorded_signing_keys(
+    ring: KeyRing, *, refused: list[str] | None = None
+) -> dict[str, bytes]:
     """Every digest-signing public key, by key id, as the journal recorded it when the key was
     made: what `signoff keys export-public` hands out and `ledger verify --digest` trusts.
+
+    With `refused`, a key that fails those checks is left out and why is added to it (a
+    finding for `ledger verify`), instead of raising.
 
     Raises:
         PublicKeyMismatch: `data_keys` disagrees with the journal or with a private key.
         PublicKeyUnrecorded: a key whose public key the journal never recorded.
     """
-    return {
-        info.key_id: public for info, public in await published_keys(ring, Purpose.DIGEST_SIGNING)
-    }
+    if refused is None:
+        return {
+            info.key_id: public
+            for info, public in await published_keys(ring, Purpose.DIGEST_SIGNING)
+        }
+    try:
+        recorded = await recorded_public_keys(ring.db, Purpose.DIGEST_SIGNING)
+    except PublicKeyMismatch as e:
+        refused.append(str(e))
+        return {}
+    keys: dict[str, bytes] = {}
+    for info in ring.all_keys():
+        if info.purpose is not Purpose.DIGEST_SIGNING:
+            continue
+        public = recorded.get(info.key_id)
+        try:
+            if public is None:
+                raise PublicKeyUnrecorded(info.key_id)
+            if info.public_key != public:
+                raise PublicKeyMismatch(info.key_id, "the public key the journal recorded for it")
+            ring.check_public(info.key_id)
+        except (PublicKeyMismatch, PublicKeyUnrecorded) as e:
+            refused.append(str(e))
+            continue
+        keys[info.key_id] = public
+    return keys
 
 
 @dataclass(frozen=True, slots=True)

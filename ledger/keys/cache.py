@@ -62,7 +62,8 @@ class Purpose(StrEnum):
 class KeyState(StrEnum):
     ACTIVE = "active"  # encrypts, MACs, signs and opens
     DECRYPT_ONLY = "decrypt_only"  # opens and verifies only
-    RETIRED = "retired"  # kept for the record; opens nothing
+    RETIRED = "retired"  # no longer signs; a sealing key opens nothing, a MAC or signing key
+    # still verifies what it made (retire means "no longer signs", not "forgotten")
 
 
 SIGNING_PURPOSES: frozenset[str] = frozenset({"digest_signing", "decision_signing"})
@@ -203,8 +204,8 @@ class KeyCache:
             for row in rows:
                 info = _info(row)
                 infos[info.key_id] = info
-                if info.state is KeyState.RETIRED:
-                    continue
+                if info.state is KeyState.RETIRED and info.purpose in _SEALING:
+                    continue  # a retired sealing key opens nothing; the rest still verify
                 loaded = self._unwrap(info, row["wrapped"])
                 if _derived_public(loaded) == info.public_key:
                     keys[info.key_id] = loaded

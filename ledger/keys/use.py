@@ -134,7 +134,11 @@ class KeyUse(KeyCache):
     def live_key_ids(self, purpose: Purpose) -> list[str]:
         """The keys of `purpose` that still open or verify: the active one first, then the
         decrypt-only ones, newest first."""
-        live = [k.info for k in self._keys.values() if k.info.purpose is purpose]
+        live = [
+            k.info
+            for k in self._keys.values()
+            if k.info.purpose is purpose and k.info.state is not KeyState.RETIRED
+        ]
         live.sort(key=lambda i: (i.state is not KeyState.ACTIVE, -i.created_at.timestamp()))
         return [i.key_id for i in live]
 
