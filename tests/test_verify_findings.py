@@ -114,3 +114,22 @@ async def test_retiring_a_mac_key_keeps_what_it_made_verifiable(
     result = await run_cli("ledger", "verify", database_url=url, env=kek_env())
     assert result.code == 0, result.stdout + result.stderr
     assert result.stdout.startswith("ledger intact:")
+
+
+@pytest.mark.parametrize("purpose", ["approval_mac", "digest_signing"])
+async def test_a_garbled_wrapped_key_is_a_finding(
+    filled: tuple[str, Database], purpose: str, tmp_path: Path
+) -> None:
+    url, db = filled
+    digest = tmp_path / "digest.json"
+    taken = await run_cli("ledger", "digest", "--out", str(digest), database_url=url, env=kek_env())
+    assert taken.code == 0, taken.stdout + taken.stderr
+    await as_owner(
+        db,
+        "UPDATE data_keys SET wrapped = overlay(wrapped PLACING '\\xffff'::bytea FROM 20) "
+        f"WHERE purpose = '{purpose}'",
+    )
+    if purpose == "approval_mac":
+        assert "does not open" in await found(url, "verify")
+    else:
+        assert "does not open" in await found(url, "verify", "--digest", str(digest))

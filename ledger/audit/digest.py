@@ -31,6 +31,7 @@ from ..errors import (
     NotInDigest,
     PublicKeyMismatch,
     PublicKeyUnrecorded,
+    UnknownKey,
 )
 from ..journal import Event
 from ..journal.reader import event_at, txid_of
@@ -162,7 +163,7 @@ async def recorded_signing_keys(
             if info.public_key != public:
                 raise PublicKeyMismatch(info.key_id, "the public key the journal recorded for it")
             ring.check_public(info.key_id)
-        except (PublicKeyMismatch, PublicKeyUnrecorded) as e:
+        except (PublicKeyMismatch, PublicKeyUnrecorded, UnknownKey) as e:
             refused.append(str(e))
             continue
         keys[info.key_id] = public

@@ -200,10 +200,12 @@ class KeyUse(KeyCache):
         return key_id, info.public_key
 
     def check_public(self, key_id: str) -> None:
-        """Raise the ring's refusal of a signing key whose stored public key is not its own.
+        """Raise the ring's refusal of a signing key whose stored public key is not its own,
+        or whose wrapped material does not open.
 
         Raises:
             PublicKeyMismatch: refused when the ring unwrapped it.
+            UnknownKey: its row's wrapped material does not open under the KEK that wrapped it.
         """
         if key_id in self._refused:
             raise self._refused[key_id]
