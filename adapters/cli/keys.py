@@ -60,7 +60,11 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_json_flag(rotate)
     rotate.set_defaults(run=lambda a: asyncio.run(_rotate(a)))
 
-    retire = commands.add_parser("retire", help="retire a decrypt-only key (it opens nothing)")
+    retire = commands.add_parser(
+        "retire",
+        help="retire a decrypt-only key: it signs, MACs and seals nothing again; what it "
+        "sealed no longer opens, what it MACed or signed still verifies",
+    )
     retire.add_argument("key_id", type=identifier, help="the key's id (`keys list`)")
     add_json_flag(retire)
     retire.set_defaults(run=lambda a: asyncio.run(_retire(a)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -335,11 +335,13 @@ async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, Digest
     digest = _read_digest(args.digest) if args.digest else None
     since = _read_digest(args.since_digest) if args.since_digest and not args.full else None
     keys = _read_keys(args.public_keys) if args.public_keys else None
+    refused: list[str] = []  # signing keys the database's records do not vouch for: findings
     async with open_database(args) as db:
         if (digest is not None or since is not None) and keys is None:
             # the KEK's errors before the long part
-            keys = await recorded_signing_keys(await KeyRing.open(db, create_missing=False))
-            print(_TRUSTING_THE_DATABASE, file=sys.stderr)  # a refusal above says it all
+            ring = await KeyRing.open(db, create_missing=False)
+            keys = await recorded_signing_keys(ring, refused=refused)
+            print(_TRUSTING_THE_DATABASE, file=sys.stderr)
         total = await _journal_size(args, db)
         if since is not None and total is not None:
             total = max(total - since.last_position, 0)
@@ -350,7 +352,8 @@ async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, Digest
         total = digest.tree_size - (since.tree_size if since is not None else 0)
         with progress_bar(args, "checking digest", total=total) as advance:
             check = await verify_digest(db, digest, keys, since=since, progress=advance)
-        return report, check
+        refusals = tuple(f"refused: {r}" for r in refused)
+        return report, replace(check, problems=(*refusals, *check.problems))
 
 
 async def _journal_size(args: argparse.Namespace, db: Database) -> int | None:
@@ -371,7 +374,10 @@ async def _digest(args: argparse.Namespace) -> int:
         ring = await KeyRing.open(db)
         advance: Progress
         with progress_bar(args, "hashing", total=await _journal_size(args, db)) as advance:
-            digest = await take_digest(db, ring, progress=advance)
+            try:
+                digest = await take_digest(db, ring, progress=advance)
+            except DigestMismatch as e:  # nothing signed
+                return _mismatch(e)
     if args.checkpoint is not None and digest.checkpoint is not None:
         _write(args.checkpoint, digest.checkpoint)
     if args.out is None:
@@ -388,7 +394,10 @@ async def _digest(args: argparse.Namespace) -> int:
 
 async def _integrate(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
-        done = await integrate(db, wait=args.wait)
+        try:
+            done = await integrate(db, wait=args.wait)
+        except DigestMismatch as e:
+            return _mismatch(e)
     if done.skipped:
         text = f"another integrator is at work; the stored tree holds {done.tree_size} leaves"
     else:
@@ -407,7 +416,10 @@ async def _export_tiles(args: argparse.Namespace) -> int:
         if args.digest is not None:
             digest = _read_digest(args.digest)
         else:
-            digest = await take_digest(db, await KeyRing.open(db))
+            try:
+                digest = await take_digest(db, await KeyRing.open(db))
+            except DigestMismatch as e:
+                return _mismatch(e)
 
         def write(path: str, hashes: bytes) -> None:
             target = directory / path

@@ -20,15 +20,23 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import asyncpg
 
 from ..canonical import GENESIS_HASH, format_time
-from ..errors import DigestError, DigestMismatch, NotInDigest
+from ..errors import (
+    DigestError,
+    DigestMismatch,
+    NotInDigest,
+    PublicKeyMismatch,
+    PublicKeyUnrecorded,
+    UnknownKey,
+)
 from ..journal import Event
 from ..journal.reader import event_at, txid_of
 from ..keys import KeyRing, Purpose
-from ..keys.public import published_keys
+from ..keys.public import published_keys, recorded_public_keys
 from ..store import Database
 from ..store.batches import batches
 from . import _sql as sql
@@ -122,17 +130,61 @@ def signing_keys(ring: KeyRing) -> dict[str, bytes]:
     return keys
 
 
-async def recorded_signing_keys(ring: KeyRing) -> dict[str, bytes]:
+async def recorded_signing_keys(
+    ring: KeyRing, *, refused: list[str] | None = None
+) -> dict[str, bytes]:
     """Every digest-signing public key, by key id, as the journal recorded it when the key was
     made: what `signoff keys export-public` hands out and `ledger verify --digest` trusts.
+
+    With `refused`, a key that fails those checks is left out and why is added to it (a
+    finding for `ledger verify`), instead of raising.
 
     Raises:
         PublicKeyMismatch: `data_keys` disagrees with the journal or with a private key.
         PublicKeyUnrecorded: a key whose public key the journal never recorded.
     """
-    return {
-        info.key_id: public for info, public in await published_keys(ring, Purpose.DIGEST_SIGNING)
-    }
+    if refused is None:
+        return {
+            info.key_id: public
+            for info, public in await published_keys(ring, Purpose.DIGEST_SIGNING)
+        }
+    try:
+        recorded = await recorded_public_keys(ring.db, Purpose.DIGEST_SIGNING)
+    except PublicKeyMismatch as e:
+        refused.append(str(e))
+        return {}
+    keys: dict[str, bytes] = {}
+    for info in ring.all_keys():
+        if info.purpose is not Purpose.DIGEST_SIGNING:
+            continue
+        public = recorded.get(info.key_id)
+        try:
+            if public is None:
+                raise PublicKeyUnrecorded(info.key_id)
+            if info.public_key != public:
+                raise PublicKeyMismatch(info.key_id, "the public key the journal recorded for it")
+            ring.check_public(info.key_id)
+        except (PublicKeyMismatch, PublicKeyUnrecorded, UnknownKey) as e:
+            refused.append(str(e))
+            continue
+        keys[info.key_id] = public
+    return keys
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A root this process recomputed from the events: the tree of `size` leaves, the last at
+    `last_position`."""
+
+    size: int
+    root: bytes
+    last_position: int
+
+
+# Per database, the last root a digest of this process checked: the next digest recomputes only
+# the events after it (its stored compact range must still fold to it). Kept in memory, where
+# no login can edit it; a new process checks the whole journal once.
+_checked: WeakKeyDictionary[Database, _Checked] = WeakKeyDictionary()
 
 
 async def take_digest(
@@ -143,25 +195,56 @@ async def take_digest(
 
     The stored tree is integrated first when this login may (the owner, `signoff_reviewer`);
     otherwise, or while another integrator holds it, the events past it are hashed in memory.
-    Either way the cost is the events since the last integration and O(log n) stored hashes.
+    The root the stored tree gives is signed only once it is checked against the events: the
+    first digest of a process recomputes it from every event, later ones from the root it
+    checked before and the events since (the stored right edge at that size must fold to it).
 
     Raises:
         NoActiveKey: there is no active digest-signing key.
+        DigestMismatch: the stored tree's root is not what the events hash to (an edited or
+            missing tile or state row): nothing is signed; `ledger verify` names the tile.
     """
     async with db.connection() as conn:
         allowed = await may_integrate(conn)
     if allowed:
-        await integrate(db, progress=progress)
+        await integrate(db)
     async with _snapshot(db) as conn:
-        view = await open_view(conn, progress=progress)
-        root = await view.read(lambda reader: reader.root())
-    size, last_position, taken_at = view.size, view.last_position, view.taken_at
+        view = await open_view(conn)
+        stored = await _stored_root(view)
+        builder, last_position = await _recompute(conn, view.size, _checked.get(db), progress)
+    root = builder.root()
+    if builder.size != view.size or stored != root or last_position != view.last_position:
+        raise DigestMismatch(
+            f"the stored tree's root of {view.size} leaves is "
+            f"{stored.hex() if stored else 'missing'} (last position {view.last_position}); "
+            f"the first {builder.size} events hash to {root.hex()} (last position "
+            f"{last_position}): nothing signed; `signoff ledger verify` names what changed"
+        )
+    _checked[db] = _Checked(view.size, root, last_position)
+    size, taken_at = view.size, view.taken_at
     async with ring.sealing():
         key_id = ring.active_key_id(Purpose.DIGEST_SIGNING)
         # The same cache, no await between: `sign` uses this very key.
         _, signature = ring.sign(digest_message(size, root, last_position, taken_at, key_id))
     digest = Digest(size, root, last_position, taken_at, key_id, signature)
     return with_checkpoint(digest, ring, db.settings.log_origin)
+
+
+async def _recompute(
+    conn: asyncpg.Connection,
+    size: int,
+    checked: _Checked | None,
+    progress: Callable[[int], None] | None,
+) -> tuple[RootBuilder, int]:
+    """The root of the first `size` leaves from the events, and the last one's position: from
+    `checked` on when the stored tree still holds it, else from the first event."""
+    if checked is not None and 0 < checked.size <= size:
+        builder = await _resumed_at(conn, checked.size, checked.root)
+        if builder is not None:
+            last = await _extend(conn, builder, checked.size, checked.last_position, size, progress)
+            return builder, last
+    builder, last, _ = await _root(conn, size, progress)
+    return builder, last
 
 
 async def verify_digest(
@@ -203,9 +286,13 @@ async def verify_digest(
             if resumed is None:
                 return DigestCheck(digest, 0, tuple(problems))
             builder = resumed
-            last_position = await _extend(conn, builder, since, digest.tree_size, progress)
-        stored = await open_view(conn, digest.tree_size)
-        stored_root = await _stored_root(stored)
+            last_position = await _extend(
+                conn, builder, since.tree_size, since.last_position, digest.tree_size, progress
+            )
+        try:
+            stored_root = await _stored_root(await open_view(conn, digest.tree_size))
+        except DigestMismatch:  # no state row, or its edge lacks a tile
+            stored_root = None
     if builder.size < digest.tree_size:
         problems.append(
             f"the journal holds {builder.size} events, the digest covers {digest.tree_size}: "
@@ -243,18 +330,30 @@ async def _resume(
 ) -> RootBuilder | None:
     """A root builder at the earlier digest's tree, from the stored compact range checked
     against its signed root; None (and a problem) when the stored tree does not give it."""
-    view = await open_view(conn, since.tree_size)
-    try:
-        nodes = await view.read(lambda reader: reader.compact_range())
-    except DigestMismatch as e:
-        nodes = []
-        problems.append(f"the earlier digest's tree: {e}")
-    builder = RootBuilder.resume(since.tree_size, nodes) if nodes or not since.tree_size else None
-    if builder is None or view.size < since.tree_size or builder.root() != since.root:
+    builder = await _resumed_at(conn, since.tree_size, since.root, problems)
+    if builder is None:
         problems.append(
             f"the stored tree does not hold the earlier digest's tree of {since.tree_size} "
             "events: the journal or the stored tree changed before it (check with --full)"
         )
+    return builder
+
+
+async def _resumed_at(
+    conn: asyncpg.Connection, size: int, root: bytes, problems: list[str] | None = None
+) -> RootBuilder | None:
+    """A root builder at the tree of `size` leaves, from the stored compact range when it
+    folds to `root` (so the nodes are genuine); else None (a missing tile added to
+    `problems`)."""
+    try:
+        view = await open_view(conn, size)
+        nodes = await view.read(lambda reader: reader.compact_range())
+    except DigestMismatch as e:
+        if problems is not None:
+            problems.append(f"the earlier digest's tree: {e}")
+        return None
+    builder = RootBuilder.resume(size, nodes) if nodes or not size else None
+    if builder is None or view.size < size or builder.root() != root:
         return None
     return builder
 
@@ -262,19 +361,20 @@ async def _resume(
 async def _extend(
     conn: asyncpg.Connection,
     builder: RootBuilder,
-    since: Digest,
+    tree_size: int,
+    last_position: int,
     size: int,
     progress: Callable[[int], None] | None,
 ) -> int:
-    """Append to `builder` the leaves after the earlier digest's last event, up to `size`;
-    return the last one's position."""
+    """Append to `builder` (at a tree of `tree_size` leaves, the last at `last_position`) the
+    leaves after it, up to `size`; return the last one's position."""
     horizon, _ = await conn.fetchrow(sql.HORIZON)
     txid = "0"
-    if since.tree_size:
-        txid = str(await txid_of(conn, since.last_position) or 0)
-    arguments = (txid, since.last_position, horizon, size - since.tree_size)
+    if tree_size:
+        txid = str(await txid_of(conn, last_position) or 0)
+    arguments = (txid, last_position, horizon, size - tree_size)
     last = await _add_leaves(conn, builder, progress, sql.LEAVES_AFTER, *arguments)
-    return since.last_position if last is None else last
+    return last_position if last is None else last
 
 
 async def prove_inclusion(db: Database, position: int, digest: Digest) -> InclusionProof:

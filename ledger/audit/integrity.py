@@ -9,7 +9,8 @@
 3. the stored Merkle tree (`check_stored_tree`): every tile and the root recomputed from the
    events, so an edited stored hash is named;
 4. every projection against a rebuild from its streams (`check_projection`);
-5. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams.
+5. the stream checks (`StreamCheck`: decision signatures and policies, say), over whole streams;
+6. the signing keys' public keys in `data_keys` against the journal's records (`.keycheck`).
 
 With a digest verified before (`since`), `ledger.audit.resume` runs the same checks over only
 what came after it.
@@ -21,7 +22,7 @@ Signoff keeps), since the ledger knows no approvals.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigurationError, KekMissing, PermissionDenied
@@ -30,6 +31,7 @@ from ..journal.projection import ProjectionCheck, check_projection
 from ..journal.reader import read_streams_with_prefix
 from ..store import Database
 from . import _sql as sql
+from .keycheck import check_signing_keys
 from .tree import TreeCheck, check_stored_tree
 from .verifier import Digest
 
@@ -120,6 +122,7 @@ class LedgerReport:
     stream_checks: tuple[StreamCheckReport, ...]
     tree: TreeCheck | None = None  # the stored Merkle tree against the events
     resumed: Resumed | None = None  # where a check resumed from a verified digest
+    keys: tuple[str, ...] = ()  # signing keys whose public key is not the journal's record
 
     @property
     def problems(self) -> list[str]:
@@ -137,6 +140,7 @@ class LedgerReport:
         found += [f"projection {p.table}: {x}" for p in self.projections for x in p.problems]
         found += [f"{c.name}: {problem}" for c in self.stream_checks for problem in c.problems]
         found += list(self.tree.problems if self.tree is not None else ())
+        found += list(self.keys)
         return found
 
     @property
@@ -207,12 +211,14 @@ async def verify_ledger(
             transaction ids this checks.
     """
     try:
+        keys = await check_signing_keys(db)
         if since is not None and since.tree_size > 0:
             from .resume import verify_resumed  # it builds on this module's reports
 
-            return await verify_resumed(
+            resumed = await verify_resumed(
                 db, projections, stream_checks, since, public_keys=public_keys, progress=progress
             )
+            return replace(resumed, keys=keys)
         chains = await Journal(db).verify(progress=progress)
         tree = await check_stored_tree(db)
         order = await check_global_order(db)
@@ -223,7 +229,7 @@ async def verify_ledger(
             f"verifying the ledger reads the events and projection tables, and this login may "
             f"not ({e}): use a login granted signoff_app"
         ) from e
-    return LedgerReport(chains, order, checked, streams, tree)
+    return LedgerReport(chains, order, checked, streams, tree, keys=keys)
 
 
 async def _run_stream_check(db: Database, check: StreamCheck) -> StreamCheckReport:

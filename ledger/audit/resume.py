@@ -99,7 +99,10 @@ async def verify_resumed(
         conn.transaction(isolation="repeatable_read", readonly=True),
     ):
         txid = await txid_of(conn, since.last_position)
-        view = await open_view(conn, since.tree_size)
+        try:
+            view = await open_view(conn, since.tree_size)
+        except DigestMismatch as e:
+            return _refused(resumed, f"{e}: check in full")
         if txid is None or view.state.size < since.tree_size:
             why = (
                 f"no event is at position {since.last_position}: the digest is not this journal's"

@@ -4,7 +4,8 @@ new events, reading roots and proofs, and checking it against the events.
 Leaves are the digests' (`.digest`): one per event in `Journal.read_all` order, leaf data the
 chain hash. Integration reads only the events after the last integrated one and the right
 edge's partial tiles, and writes the tiles that changed and the state in one transaction
-through `signoff_tree_integrate`, which checks the new leaves against the events. A tree
+through `signoff_tree_integrate`, which recomputes every new hash, each level from the one
+below and level 0 from the events, and the root, and refuses anything else. A tree
 larger than the stored one (events not integrated yet, or a login that may not integrate) is
 the stored tiles plus the rest appended in memory (`TreeView`).
 """
@@ -26,6 +27,7 @@ from . import _sql as sql
 from .merkle import HASH_SIZE, leaf_hash
 from .tiles import (
     TILE_WIDTH,
+    MissingTile,
     TileAppender,
     TileKey,
     TileReader,
@@ -77,8 +79,28 @@ class Integration:
 
 
 async def read_state(conn: asyncpg.Connection) -> TreeState:
-    size, txid, position, root = await conn.fetchrow(sql.STATE)
+    """The `tree_state` row.
+
+    Raises:
+        DigestMismatch: the row is missing (only the owner could have deleted it).
+    """
+    row = await conn.fetchrow(sql.STATE)
+    if row is None:
+        raise DigestMismatch("the stored tree's state row (tree_state) is missing")
+    size, txid, position, root = row
     return TreeState(size, txid, position, bytes(root))
+
+
+def _appender(size: int, edge: dict[TileKey, bytes]) -> TileAppender:
+    """A `TileAppender` at the stored tree's right edge.
+
+    Raises:
+        DigestMismatch: the stored tree lacks an edge tile, or part of it.
+    """
+    try:
+        return TileAppender(size, edge)
+    except MissingTile as e:
+        raise DigestMismatch(f"the stored tree lacks a tile: {e}") from e
 
 
 async def fetch_tiles(conn: asyncpg.Connection, keys: set[TileKey]) -> dict[TileKey, bytes]:
@@ -116,6 +138,8 @@ async def integrate(
 
     Raises:
         PermissionDenied: the login may not integrate (workers may not).
+        DigestMismatch: the stored tree is not what the events hash to (its state row or a
+            tile is missing, or `signoff_tree_integrate` refused what it gives).
     """
     total = 0
     while True:
@@ -132,21 +156,26 @@ async def integrate(
             )
             if not rows:
                 return Integration(total, state.size)
-            appender = TileAppender(state.size, await fetch_tiles(conn, edge_keys(state.size)))
+            appender = _appender(state.size, await fetch_tiles(conn, edge_keys(state.size)))
             await _append_all(appender, [hash_ for _, _, hash_ in rows])
             changed = sorted(appender.tiles().items())
             last_txid, last_position, _ = rows[-1]
-            written = await conn.fetchval(
-                sql.INTEGRATE,
-                state.size,
-                appender.size,
-                last_txid,
-                last_position,
-                appender.root(),
-                [k[0] for k, _ in changed],
-                [k[1] for k, _ in changed],
-                [t for _, t in changed],
-            )
+            try:
+                written = await conn.fetchval(
+                    sql.INTEGRATE,
+                    state.size,
+                    appender.size,
+                    last_txid,
+                    last_position,
+                    appender.root(),
+                    [k[0] for k, _ in changed],
+                    [k[1] for k, _ in changed],
+                    [t for _, t in changed],
+                )
+            except asyncpg.InvalidParameterValueError as e:
+                # What was sent came from the stored tree and the events: the stored tree
+                # disagrees with the journal.
+                raise DigestMismatch(f"the stored tree cannot be extended: {e}") from e
         if written:
             total += len(rows)
             if progress is not None:
@@ -237,7 +266,7 @@ async def open_view(
     state = await read_state(conn)
     if size is not None and size <= state.size:
         return TreeView(conn, size, state, taken_at)
-    appender = TileAppender(state.size, await fetch_tiles(conn, edge_keys(state.size)))
+    appender = _appender(state.size, await fetch_tiles(conn, edge_keys(state.size)))
     view = TreeView(conn, state.size, state, taken_at, state.last_position)
     txid, position = state.last_txid, state.last_position
     while size is None or appender.size < size:
@@ -290,7 +319,10 @@ async def check_stored_tree(
         db.connection() as conn,
         conn.transaction(isolation="repeatable_read", readonly=True),
     ):
-        state = await read_state(conn)
+        try:
+            state = await read_state(conn)
+        except DigestMismatch as e:
+            return TreeCheck(0, 0, (f"stored tree: {e}",))
         horizon, _ = await conn.fetchrow(sql.HORIZON)
         start, boundary = 0, ("0", 0)
         appender = TileAppender(0, {})

@@ -70,7 +70,9 @@ class KeyAdmin(KeyCache):
         return key_id
 
     async def retire(self, key_id: str) -> None:
-        """Retire a decrypt-only key: nothing encrypted under it can be read afterwards."""
+        """Retire a decrypt-only key: it never signs, MACs or encrypts again. A sealing key
+        (checkpoint, result) opens nothing afterwards; a MAC or signing key still verifies
+        what it made, so the journal it vouched for stays verifiable."""
         async with self._admin() as conn:
             row = await conn.fetchrow(_sql.PURPOSE_AND_STATE, key_id)
             if row is None:

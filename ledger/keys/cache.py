@@ -11,7 +11,8 @@ opens.
 
 A signing key's public half is derived from its private half whenever the key is unwrapped; a
 key whose stored public key differs is refused (`PublicKeyMismatch`): the ring neither signs
-with it nor publishes it.
+with it nor publishes it. So is a key whose wrapped material does not open under the KEK that
+wrapped it (`UnknownKey`): its row was changed, and what it made is reported, not trusted.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from ..errors import (
     KekMismatch,
     KekMissing,
+    KeyRingError,
     NoActiveKey,
     PublicKeyMismatch,
     ReviewerKekMissing,
@@ -62,7 +64,8 @@ class Purpose(StrEnum):
 class KeyState(StrEnum):
     ACTIVE = "active"  # encrypts, MACs, signs and opens
     DECRYPT_ONLY = "decrypt_only"  # opens and verifies only
-    RETIRED = "retired"  # kept for the record; opens nothing
+    RETIRED = "retired"  # no longer signs; a sealing key opens nothing, a MAC or signing key
+    # still verifies what it made (retire means "no longer signs", not "forgotten")
 
 
 SIGNING_PURPOSES: frozenset[str] = frozenset({"digest_signing", "decision_signing"})
@@ -147,7 +150,7 @@ class KeyCache:
         self._keys: dict[str, _Loaded] = {}
         self._all: dict[str, KeyInfo] = {}
         self._active: dict[Purpose, str] = {}
-        self._refused: dict[str, PublicKeyMismatch] = {}
+        self._refused: dict[str, KeyRingError] = {}
         self._recorded: dict[str, bytes] = {}  # decision keys' public keys, as journaled
         self._loaded_at = -float("inf")
         self._lock = asyncio.Lock()
@@ -199,13 +202,26 @@ class KeyCache:
             keys: dict[str, _Loaded] = {}
             infos: dict[str, KeyInfo] = {}
             active: dict[Purpose, str] = {}
-            refused: dict[str, PublicKeyMismatch] = {}
+            refused: dict[str, KeyRingError] = {}
             for row in rows:
                 info = _info(row)
                 infos[info.key_id] = info
-                if info.state is KeyState.RETIRED:
+                if info.state is KeyState.RETIRED and info.purpose in _SEALING:
+                    continue  # a retired sealing key opens nothing; the rest still verify
+                try:
+                    loaded = self._unwrap(info, row["wrapped"])
+                except KekMismatch as e:
+                    if e.needed != e.configured:
+                        raise  # another KEK: the configuration is wrong, not the row
+                    # The KEK that wrapped it (its id is the KEK's hash) does not open it.
+                    refused[info.key_id] = UnknownKey(
+                        info.key_id,
+                        f"its wrapped material does not open under KEK {info.kek_id}, which "
+                        "wrapped it: the data_keys row was changed",
+                    )
+                    if info.state is KeyState.ACTIVE:
+                        active[info.purpose] = info.key_id
                     continue
-                loaded = self._unwrap(info, row["wrapped"])
                 if _derived_public(loaded) == info.public_key:
                     keys[info.key_id] = loaded
                 else:
@@ -213,9 +229,13 @@ class KeyCache:
                 if info.state is KeyState.ACTIVE:
                     active[info.purpose] = info.key_id
             for key_id in refused.keys() - self._refused.keys():
-                log.error(
-                    "signing key refused: public key differs from its private key", key_id=key_id
-                )
+                if isinstance(refused[key_id], PublicKeyMismatch):
+                    log.error(
+                        "signing key refused: public key differs from its private key",
+                        key_id=key_id,
+                    )
+                else:
+                    log.error("data key refused: its wrapped material does not open", key_id=key_id)
             self._keys, self._all, self._active = keys, infos, active
             self._refused = refused
             self._loaded_at = time.monotonic()

@@ -134,7 +134,11 @@ class KeyUse(KeyCache):
     def live_key_ids(self, purpose: Purpose) -> list[str]:
         """The keys of `purpose` that still open or verify: the active one first, then the
         decrypt-only ones, newest first."""
-        live = [k.info for k in self._keys.values() if k.info.purpose is purpose]
+        live = [
+            k.info
+            for k in self._keys.values()
+            if k.info.purpose is purpose and k.info.state is not KeyState.RETIRED
+        ]
         live.sort(key=lambda i: (i.state is not KeyState.ACTIVE, -i.created_at.timestamp()))
         return [i.key_id for i in live]
 
@@ -196,10 +200,12 @@ class KeyUse(KeyCache):
         return key_id, info.public_key
 
     def check_public(self, key_id: str) -> None:
-        """Raise the ring's refusal of a signing key whose stored public key is not its own.
+        """Raise the ring's refusal of a signing key whose stored public key is not its own,
+        or whose wrapped material does not open.
 
         Raises:
             PublicKeyMismatch: refused when the ring unwrapped it.
+            UnknownKey: its row's wrapped material does not open under the KEK that wrapped it.
         """
         if key_id in self._refused:
             raise self._refused[key_id]

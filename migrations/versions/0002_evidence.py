@@ -39,6 +39,7 @@ SOURCES: tuple[str, ...] = (
     "ledger/calls/sql/commit_call.sql",
     "ledger/calls/sql/renew_leases.sql",
     "approvals/sql/commit_approval.sql",
+    "ledger/audit/sql/tree_integrate.sql",
     "ledger/journal/sql/audit_events.sql",
     # After audit_events: a downgrade creates the baseline's view again, and its grant with it.
     "ledger/journal/sql/privileges.sql",
