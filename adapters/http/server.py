@@ -28,6 +28,7 @@ from ledger.store.settings import Settings
 
 from .app import create_app
 from .auth import ApiTokenAuthenticator, Authenticator
+from .connections import bounded_protocol
 from .service import Service, ServiceMisconfigured, api_tokens, open_service
 
 __all__ = ["DEV_PREFIX", "DevAuthenticator", "running", "serve"]
@@ -111,10 +112,14 @@ async def _checked_service(
 
 
 def _server(service: Service, host: str, port: int) -> uvicorn.Server:
+    settings = service.db.settings
     config = uvicorn.Config(
         create_app(service),
         host=host,
         port=port,
+        # A client may not hold a connection by trickling its request head or saying nothing.
+        http=bounded_protocol(settings.http_header_seconds, settings.http_idle_seconds),
+        timeout_keep_alive=max(1, round(settings.http_idle_seconds)),
         log_config=None,  # the command configures logging; uvicorn must not
         access_log=False,  # the app logs each request, without headers
         lifespan="off",
