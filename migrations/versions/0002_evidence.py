@@ -26,11 +26,14 @@ depends_on: str | Sequence[str] | None = None
 FROZEN = Path(__file__).with_suffix("")
 BASELINE = FROZEN.with_name("0001_baseline")
 
-CHANGES: tuple[str, ...] = ()
+CHANGES: tuple[str, ...] = ("nonce_rates.sql",)
 
-SOURCES: tuple[str, ...] = ()
+SOURCES: tuple[str, ...] = (
+    "ledger/keys/sql/reserve_nonces.sql",
+    "ledger/store/sql/session_limits.sql",
+)
 
-UNDO: tuple[str, ...] = ()
+UNDO: tuple[str, ...] = ("nonce_rates.sql", "session_limits.sql")
 
 
 def upgrade() -> None:
