@@ -117,7 +117,10 @@ class Database:
         try:
             pool = await asyncpg.create_pool(
                 url,
-                min_size=min(2, pool_size),
+                # No connection floor: asyncpg would keep one by reconnecting in the background,
+                # printing a traceback per failed attempt while the server is down; connections
+                # are made when wanted, and a failure is the caller's DatabaseUnavailable.
+                min_size=0,
                 max_size=pool_size,
                 reset=_reset,
                 # No idle timer per release (a call_later and its cancel on every checkout).
@@ -239,4 +242,11 @@ def _translated(error: Exception, conn: asyncpg.Connection, url: str) -> Signoff
     closed = isinstance(error, (asyncpg.InterfaceError, OSError)) and _closed(conn)
     if isinstance(error, OSError) and not closed:
         return None
+    if isinstance(error, asyncpg.InternalClientError):
+        # The driver lost track of the connection's protocol state: what it does when the
+        # server ends the backend under it (a terminated backend, a restart). Unusable from
+        # here: closed, so the pool replaces it, and the caller's error is the lost connection.
+        if not _closed(conn):
+            conn.terminate()
+        closed = True
     return translate(error, target=masked(url), connection_closed=closed)

@@ -189,6 +189,7 @@ class _Connection:
             self._listened.add(channel)
 
     async def _keep_listening(self) -> None:
+        failing = False  # said so once for this outage: the retries are quiet
         while True:
             connection: asyncpg.Connection | None = None
             try:
@@ -199,11 +200,21 @@ class _Connection:
                     await self._listen(connection)
                     self._connection = connection
             except Exception as e:  # any failure: waiters poll meanwhile; try again shortly
-                log.warning("listener cannot connect; retrying", channel=self.name, error=str(e))
+                if not failing:
+                    log.warning(
+                        "listener cannot connect; retrying",
+                        channel=self.name,
+                        error_type=type(e).__name__,
+                        error=str(e),
+                    )
+                failing = True
                 if connection is not None and not connection.is_closed():
                     connection.terminate()
                 await asyncio.sleep(self.reconnect_delay)
                 continue
+            if failing:
+                log.info("listener connected again", channel=self.name)
+                failing = False
             self._epoch += 1
             self._heard = 0
             self._recent.clear()
