@@ -29,6 +29,7 @@ from ..errors import (
 from ..log import get_logger
 from . import migrate
 from .config import masked
+from .driver_log import quiet_pool_floor
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Database", "open_raw_connection"]
 
 log = get_logger(__name__)
+quiet_pool_floor()
 
 
 def _closed(conn: asyncpg.Connection) -> bool:
@@ -117,10 +119,7 @@ class Database:
         try:
             pool = await asyncpg.create_pool(
                 url,
-                # No connection floor: asyncpg would keep one by reconnecting in the background,
-                # printing a traceback per failed attempt while the server is down; connections
-                # are made when wanted, and a failure is the caller's DatabaseUnavailable.
-                min_size=0,
+                min_size=min(2, pool_size),
                 max_size=pool_size,
                 reset=_reset,
                 # No idle timer per release (a call_later and its cancel on every checkout).
