@@ -52,9 +52,10 @@ def _current_revision(connection: Connection) -> str | None:
 
 async def _run_online() -> None:
     url = config.attributes.get("signoff_url") or resolve_url()
-    engine = create_async_engine(
-        "postgresql+asyncpg://", async_creator=partial(asyncpg.connect, url), poolclass=NullPool
-    )
+    # A migration may wait its turn and rewrite large tables: the database's default statement
+    # timeout (revision 0002, for every login's sessions) is not for it.
+    connect = partial(asyncpg.connect, url, server_settings={"statement_timeout": "0"})
+    engine = create_async_engine("postgresql+asyncpg://", async_creator=connect, poolclass=NullPool)
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run)

@@ -21,7 +21,7 @@ from ledger import errors
 from ledger.audit.digest import Digest, take_digest
 from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek, Purpose
-from ledger.keys.budget import MAX_CREDIT, MIN_LEFT
+from ledger.keys.budget import MAX_CREDIT, MAX_RESERVATION, MIN_LEFT
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 
@@ -213,25 +213,32 @@ async def test_seals_are_counted_per_key_in_blocks_without_a_round_trip_per_seal
 
 
 async def test_past_its_budget_a_key_seals_nothing_until_it_is_rotated(
-    owner: Database, caplog: pytest.LogCaptureFixture
+    owner: Database, fresh_database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     key_id = await fetchval(owner, RESULT_KEY)
     async with owner.connection() as conn:
         await conn.execute("UPDATE data_keys SET sealed = 2^31 - 10 WHERE key_id = $1", key_id)
-    with caplog.at_level(logging.WARNING, logger="signoff"):
-        ring = await KeyRing.open(owner, LocalKek(TEST_KEK))
-    warned = [r.__dict__.get("key_id") for r in caplog.records if "budget" in r.getMessage()]
-    assert warned == [key_id]
-    for i in range(10):
-        ring.encrypt(Purpose.RESULT, b"value", str(i).encode())
-    with pytest.raises(errors.NonceBudgetExhausted, match="signoff keys rotate result"):
-        ring.encrypt(Purpose.RESULT, b"value", b"one more")
-    async with ring.sealing():  # asks for no more under that key
-        with pytest.raises(errors.NonceBudgetExhausted):
+    async with (
+        temporary_login(fresh_database_url, "signoff_app") as url,
+        await Database.connect(url) as worker,
+    ):
+        # A worker's ring may not rotate keys: it says to, loudly, and seals what is left.
+        with caplog.at_level(logging.WARNING, logger="signoff"):
+            ring = await KeyRing.open(worker, LocalKek(TEST_KEK), create_missing=False)
+        told = [r for r in caplog.records if "budget" in r.getMessage()]
+        assert [(r.levelno, r.__dict__.get("key_id")) for r in told] == [(logging.ERROR, key_id)]
+        for i in range(10):
+            ring.encrypt(Purpose.RESULT, b"value", str(i).encode())
+        with pytest.raises(errors.NonceBudgetExhausted, match="signoff keys rotate result"):
             ring.encrypt(Purpose.RESULT, b"value", b"one more")
-    await ring.rotate(Purpose.RESULT)
-    sealed = ring.encrypt(Purpose.RESULT, b"value", b"after")
-    assert await ring.decrypt(Purpose.RESULT, sealed, b"after", "after") == b"value"
+        async with ring.sealing():  # asks for no more under that key
+            with pytest.raises(errors.NonceBudgetExhausted):
+                ring.encrypt(Purpose.RESULT, b"value", b"one more")
+        await KeyRing.open(owner, LocalKek(TEST_KEK))  # the owner's ring rotates it
+        assert await fetchval(owner, RESULT_KEY) != key_id
+        await ring.refresh()
+        sealed = ring.encrypt(Purpose.RESULT, b"value", b"after")
+        assert await ring.decrypt(Purpose.RESULT, sealed, b"after", "after") == b"value"
 
 
 async def test_seals_beyond_the_reservation_run_on_credit_the_next_sealing_counts(
@@ -281,7 +288,7 @@ async def test_a_worker_login_writes_no_key_and_still_seals(
                     await conn.execute(statement)
             # Reserving only ever adds, and a little.
             before = await conn.fetchval("SELECT sealed FROM data_keys WHERE key_id = $1", key_id)
-            for count in (0, -5, 2**20 + 1):
+            for count in (0, -5, MAX_RESERVATION + 1, 2**20):
                 with pytest.raises(asyncpg.InvalidParameterValueError):
                     await conn.fetchval("SELECT signoff_reserve_nonces($1, $2)", key_id, count)
             total = await conn.fetchval("SELECT signoff_reserve_nonces($1, 7)", key_id)

@@ -6,9 +6,9 @@ of an approval it was shown arrives too; for an auditor, every approval (read on
 rest of the API). Each event is a change (`live.ApprovalChange`) with the approval as it is
 when it is sent (`shapes.approval_document`, no arguments); its id is the journal position,
 so a client that reconnects with `Last-Event-ID` (or starts with `?since=`) misses nothing,
-whichever replica it reaches. A change announced ahead of its journal event (a transaction
-elsewhere holds the journal's horizon back) comes without an id, as `approval.changed`; its
-event follows with its id.
+whichever replica it reaches. Only what the service reads from the journal after the
+stream's cursor is sent: a notification (which any database login may send) never makes an
+event by itself.
 
 An idle stream gets a keepalive comment every `Service.keepalive_seconds`; a stream ends after
 `Service.stream_seconds`, and the client's reconnect is authenticated again (a revoked or
@@ -36,14 +36,12 @@ from .live import KEEPALIVE, ApprovalChange, sse_format
 from .service import Service
 from .shapes import approval_document
 
-__all__ = ["CHANGED", "router"]
+__all__ = ["router"]
 
 log = get_logger(__name__)
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 
-CHANGED = "approval.changed"
-"""The event name of a change announced before its journal event can be read."""
 _RETRY = b"retry: 1000\n\n"  # reconnect after 1 s, not the browser's default of 3 to 5
 _HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}  # nginx: do not buffer
 
@@ -118,4 +116,4 @@ async def _frame(service: Service, identity: Identity, change: ApprovalChange) -
     if not may_see(identity, approval):
         return None
     data = {**change.to_json(), "approval": approval_document(approval, args=None)}
-    return sse_format(change.position, change.event or CHANGED, data)
+    return sse_format(change.position, change.event, data)

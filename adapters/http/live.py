@@ -8,11 +8,15 @@ notifies `signoff_approval_requests` or `signoff_approvals` (a new request, a fi
 committed through any process) or its poll interval passes (votes in an open quorum,
 consumptions, a lost listening connection).
 
+A notification is only a hint to read now: any login may `pg_notify` any channel, with any
+payload, so the feed yields nothing but what it reads from the journal after its cursor, and a
+burst of notifications makes it read at most once per `MIN_READ_GAP`.
+
 The journal reads only below the oldest transaction open anywhere on the server (its
 horizon), so one long transaction (a `pg_dump`, a session left idle in a transaction) holds
-every reader back. A notified change the journal cannot read yet is announced at once without
-a position, so reviewers see new requests and decisions live even then; its event follows
-with its position when the horizon moves.
+every reader back: its changes reach streams when the horizon moves (the service's
+`signoff_journal_horizon_lag_seconds` shows for how long; the database ends idle transactions
+after a minute by default).
 
 `on_delay`, when given, is told how late each approval event is when this feed first yields it
 to a stream: the seconds since its `recorded_at` (the database server's clock, as the writing
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,14 +40,23 @@ from ledger.errors import DatabaseUnavailable, SignoffError
 from ledger.journal import Event, Journal
 from ledger.log import get_logger
 from ledger.store import Database
-from ledger.store.notify import Listener, woken
+from ledger.store.notify import Listener, paced, woken
 
-__all__ = ["KEEPALIVE", "ApprovalChange", "ApprovalFeed", "InvalidStreamField", "sse_format"]
+__all__ = [
+    "KEEPALIVE",
+    "MIN_READ_GAP",
+    "ApprovalChange",
+    "ApprovalFeed",
+    "InvalidStreamField",
+    "sse_format",
+]
 
 log = get_logger(__name__)
 
 KEEPALIVE = b": keepalive\n\n"
 """An SSE comment: send it on an idle stream so proxies keep the connection open."""
+MIN_READ_GAP = 0.02
+"""Seconds between two reads of one feed woken by notifications (which anyone may send)."""
 
 
 class InvalidStreamField(SignoffError, ValueError):
@@ -51,29 +65,28 @@ class InvalidStreamField(SignoffError, ValueError):
 
 @dataclass(frozen=True)
 class ApprovalChange:
-    """A change of one approval: an event of its stream, or a notification ahead of it.
+    """A change of one approval: an event of its stream, read from the journal.
 
     Attributes:
         approval_id: the approval it changed (read it from the store for what it now is).
         position: the event's journal position: the SSE event id, and `since` to resume after
-            it. None for a notification whose event is not readable yet (send it without an
-            id; the event itself follows with its position).
+            it.
         event: `approval.requested`, `approval.decided`, `approval.expired`,
-            `approval.cancelled` or `approval.consumed`; None with `position`.
-        at: when the event was recorded; None with `position`.
+            `approval.cancelled` or `approval.consumed`.
+        at: when the event was recorded.
     """
 
     approval_id: str
-    position: int | None = None
-    event: str | None = None
-    at: datetime | None = None
+    position: int
+    event: str
+    at: datetime
 
     def to_json(self) -> dict[str, Any]:
         return {
             "approval_id": self.approval_id,
             "position": self.position,
             "event": self.event,
-            "at": None if self.at is None else self.at.isoformat(),
+            "at": self.at.isoformat(),
         }
 
 
@@ -128,8 +141,7 @@ class ApprovalFeed:
 
     async def changes(self, *, since: int | None) -> AsyncGenerator[ApprovalChange, None]:
         """The approval changes after journal position `since` (None: from now on), in the
-        journal's order, without end; at least once: an approval may be announced again (a
-        notification ahead of its event, then the event).
+        journal's order, without end; each event once.
 
         Raises:
             InvalidEvent: `since` is not the position of an event of this journal (a stale or
@@ -144,15 +156,16 @@ class ApprovalFeed:
             live = since is None  # a resumed stream's first read is its backlog
             while True:
                 notified.event.clear()
-                hinted = [p for p in notified.take() if p.startswith(STREAM_PREFIX)]
-                read: set[str] = set()
+                notified.take()  # a hint to read now, no more: anyone may notify anything
+                read_at = time.monotonic()
+                read = False
                 try:
                     async for event in self.journal.read_all(
                         after=after, batch_size=self.batch_size
                     ):
                         after = event.position
                         if event.stream_id.startswith(STREAM_PREFIX):
-                            read.add(event.stream_id)
+                            read = True
                             if live:
                                 self._measure(event)
                             yield ApprovalChange(
@@ -164,14 +177,10 @@ class ApprovalFeed:
                 except DatabaseUnavailable as e:  # the cursor holds; read again shortly
                     log.warning("approval feed cannot read the journal; retrying", error=str(e))
                 live = True
-                # Committed and notified, but not readable yet: an older transaction somewhere
-                # on the server holds the journal's horizon back. Say so now; the journal's
-                # events follow, with their positions, once readable.
-                for stream_id in dict.fromkeys(hinted):
-                    if stream_id not in read:
-                        yield ApprovalChange(approval_id_of(stream_id))
-                delay = owed.next_delay(nudged, bool(read), self.poll_interval)
+                delay = owed.next_delay(nudged, read, self.poll_interval)
                 nudged = await woken(notified.event, delay)
+                if nudged:
+                    await paced(read_at, MIN_READ_GAP)
 
     def _measure(self, event: Event) -> None:
         if self._on_delay is None or event.position <= self._measured:

@@ -10,14 +10,15 @@ long it stays open.
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from approvals import DecisionKind
 
-__all__ = ["CONTENT_TYPE", "UNROUTED", "Metrics", "RequestMetrics"]
+__all__ = ["CONTENT_TYPE", "UNROUTED", "Metrics", "RequestMetrics", "Sampler"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text format, as `generate_latest` writes it (every prometheus-client)."""
@@ -29,6 +30,10 @@ middleware refused it first (413 for a `Content-Length` over the limit)."""
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # From a few milliseconds (a wake on a notification) to the feed's polls and beyond.
 _DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Sampler(Protocol):
+    async def sample(self) -> object: ...
 
 
 class Metrics:
@@ -73,6 +78,19 @@ class Metrics:
             "Requests refused with 429: their address had too many refused credentials",
             registry=self.registry,
         )
+        self.horizon_lag = Gauge(
+            "signoff_journal_horizon_lag_seconds",
+            "How long the oldest transaction still running has held back the journal's global "
+            "order (0: none holds it)",
+            registry=self.registry,
+        )
+        self.events_behind_horizon = Gauge(
+            "signoff_journal_events_behind_horizon",
+            "Events at or above the horizon: written or being written, not yet in the global order",
+            registry=self.registry,
+        )
+        self.horizon: Sampler | None = None
+        """What refreshes the horizon gauges on a scrape (set where the service is served)."""
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""

@@ -5,6 +5,8 @@ reads them anonymously, and a reviewer's token does not."""
 
 from __future__ import annotations
 
+import contextlib
+
 from fastapi import APIRouter, Request, Response
 
 from approvals import Scope
@@ -22,5 +24,9 @@ router = APIRouter()
 async def metrics(request: Request, identity: Caller) -> Response:
     if identity.scope is not Scope.AUDITOR:
         raise ApiError(403, "forbidden", "metrics are for an auditor's token")
-    exposition = service_of(request).metrics.exposition()
+    metrics = service_of(request).metrics
+    if metrics.horizon is not None:
+        with contextlib.suppress(Exception):  # the gauges keep their last values
+            await metrics.horizon.sample()
+    exposition = metrics.exposition()
     return Response(exposition, media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})

@@ -11,6 +11,7 @@ so loudly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -28,6 +29,8 @@ from ledger.store.settings import Settings
 
 from .app import create_app
 from .auth import ApiTokenAuthenticator, Authenticator
+from .connections import bounded_protocol
+from .horizon import HorizonWatch
 from .service import Service, ServiceMisconfigured, api_tokens, open_service
 
 __all__ = ["DEV_PREFIX", "DevAuthenticator", "running", "serve"]
@@ -111,10 +114,14 @@ async def _checked_service(
 
 
 def _server(service: Service, host: str, port: int) -> uvicorn.Server:
+    settings = service.db.settings
     config = uvicorn.Config(
         create_app(service),
         host=host,
         port=port,
+        # A client may not hold a connection by trickling its request head or saying nothing.
+        http=bounded_protocol(settings.http_header_seconds, settings.http_idle_seconds),
+        timeout_keep_alive=max(1, round(settings.http_idle_seconds)),
         log_config=None,  # the command configures logging; uvicorn must not
         access_log=False,  # the app logs each request, without headers
         lifespan="off",
@@ -138,6 +145,21 @@ async def _login(service: Service) -> str:
 
 
 @asynccontextmanager
+async def _watching_horizon(service: Service) -> AsyncIterator[None]:
+    """Sample the journal's horizon while the service is served (`horizon`)."""
+    watch = HorizonWatch(service.db, service.metrics, service.db.settings.horizon_warn_seconds)
+    service.metrics.horizon = watch
+    task = asyncio.create_task(watch.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        service.metrics.horizon = None
+
+
+@asynccontextmanager
 async def running(
     service: Service, host: str = "127.0.0.1", port: int = 0
 ) -> AsyncIterator[tuple[uvicorn.Server, int]]:
@@ -147,7 +169,8 @@ async def running(
     task = asyncio.create_task(server.serve())
     try:
         await _until_started(server, task, host, port)
-        yield server, _bound_port(server)
+        async with _watching_horizon(service):
+            yield server, _bound_port(server)
     finally:
         server.should_exit = True
         await _ended(task, host, port)
@@ -191,7 +214,8 @@ async def serve(
                     dev_reviewer=None if dev is None else dev.reviewer,
                 )
             )
-        await _ended(task, host, port)
+        async with _watching_horizon(service):
+            await _ended(task, host, port)
     finally:
         await service.close()
 

@@ -15,6 +15,10 @@ unknown, posted to `SIGNOFF_WEBHOOK_URL` and signed with its secret.
 3. sleeps until `signoff_approval_requests`, `signoff_approvals` or `signoff_calls` is notified,
    a retry is due or a second has passed.
 
+A notification only wakes the task early: any login may send one, so deliveries come only from
+journal events after the task's cursor, and a burst of notifications wakes it at most once per
+`MIN_PASS_GAP`.
+
 A body is built when it is sent, from what the database holds then, and never carries
 arguments. Logs name the delivery, the event's position, the attempt and the status; never the
 body, the secret or the URL (whose path may be its secret).
@@ -42,20 +46,22 @@ from ledger.journal import Journal
 from ledger.journal.reader import event_at
 from ledger.log import get_logger
 from ledger.store import Database
-from ledger.store.notify import Listener, woken
+from ledger.store.notify import Listener, paced, woken
 from ledger.store.settings import WebhookSettings
 
 from . import _sql as sql
 from .shapes import approval_document
 from .webhook_bodies import encoded, signature_header, signoff_body, slack_body
 
-__all__ = ["KINDS", "Webhooks", "retry_delay"]
+__all__ = ["KINDS", "MIN_PASS_GAP", "Webhooks", "retry_delay"]
 
 log = get_logger(__name__)
 
 KINDS = ("approval.requested", "call.outcome_unknown")
 """The journal events that are delivered."""
 
+MIN_PASS_GAP = 0.05
+"""Seconds between two passes woken by notifications (which anyone may send)."""
 _LEASE_MARGIN_SECONDS = 30.0  # a claim outlives its attempt's timeout by this much
 _CLAIM_LIMIT = 20
 _RECORD_BATCH = 500
@@ -141,7 +147,8 @@ class Webhooks:
             due_at: float | None = None  # when this process's soonest retry is due
             while True:
                 notified.event.clear()
-                notified.take()
+                notified.take()  # a hint to look now, no more: anyone may notify anything
+                pass_at = time.monotonic()
                 try:
                     after = await self._record(after)
                     claimed_at = time.monotonic()
@@ -158,7 +165,8 @@ class Webhooks:
                 wait = self.poll_interval
                 if due_at is not None:  # a wake in between must not make it wait a poll
                     wait = min(wait, max(due_at - time.monotonic(), 0.0))
-                await woken(notified.event, wait)
+                if await woken(notified.event, wait):
+                    await paced(pass_at, MIN_PASS_GAP)
 
     async def _record(self, after: int) -> int:
         """Record a delivery for each event to deliver after `after`; the new cursor."""

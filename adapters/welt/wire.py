@@ -138,7 +138,7 @@ def check_reason(reason: Mapping[str, Any]) -> None:
     shape, not Slack's sizes, except the body length Welt would clip)."""
     unknown = set(reason) - _REASON_KEYS
     if unknown:
-        raise ValueError(f"reason keys Welt does not know: {sorted(unknown)}")
+        raise ValueError(f"reason keys Welt does not know: {sorted(unknown, key=repr)}")
     message = reason.get("message")
     if not isinstance(message, str) or not message.strip():
         raise ValueError("a reason needs a non-empty message")
@@ -160,7 +160,8 @@ def _check_option(option: Any) -> None:
     if not isinstance(option, Mapping) or "value" not in option:
         raise ValueError(f"an option must be an object with a value: {option!r}")
     if set(option) - _OPTION_KEYS:
-        raise ValueError(f"option keys Welt does not know: {sorted(set(option) - _OPTION_KEYS)}")
+        unknown = sorted(set(option) - _OPTION_KEYS, key=repr)
+        raise ValueError(f"option keys Welt does not know: {unknown}")
     if "label" in option and (not isinstance(option["label"], str) or not option["label"]):
         raise ValueError("an option label must be a non-empty string")
     if "style" in option and option["style"] not in ("primary", "danger"):
@@ -187,6 +188,19 @@ def interrupt_event(interrupt_id: str, name: str, reason: Reason) -> InterruptEv
 # -- inbound ---------------------------------------------------------------------------------
 
 
+def string_keys(mapping: Mapping[Any, Any], where: str) -> set[str]:
+    """The keys of a JSON object, which are strings: a mapping with any other key (possible
+    only from a caller in Python) is refused by name rather than failing later on a sort.
+
+    Raises:
+        InvalidWeltPayload: a key that is not a string.
+    """
+    for key in mapping:
+        if not isinstance(key, str):
+            raise InvalidWeltPayload(where, f"has a key {key!r} of type {type(key).__name__}")
+    return set(mapping)
+
+
 def envelope_of(payload: Any) -> Envelope:
     """Which request Welt sent: `messages` (a conversation turn) or `interrupt_responses`
     (answers resuming a run). The two keys are exclusive and nothing else is sent.
@@ -196,7 +210,7 @@ def envelope_of(payload: Any) -> Envelope:
     """
     if not isinstance(payload, Mapping):
         raise InvalidWeltPayload("payload", f"must be a JSON object, not {type(payload).__name__}")
-    keys = set(payload)
+    keys = string_keys(payload, "payload")
     if keys == {"messages"}:
         return "messages"
     if keys == {"interrupt_responses"}:

@@ -15,6 +15,10 @@ RESERVE = """
 SELECT r.key_id, r.n, signoff_reserve_nonces(r.key_id, r.n) AS total
 FROM unnest($1::text[], $2::integer[]) AS r(key_id, n)
 """
+MAY_ROTATE = """
+SELECT has_function_privilege(
+    'public.signoff_key_rotate(text, text, text, bytea, bytea)', 'EXECUTE')
+"""
 
 ACTIVE_PURPOSES = "SELECT purpose FROM data_keys WHERE state = 'active'"
 PURPOSE_AND_STATE = "SELECT purpose, state FROM data_keys WHERE key_id = $1"

@@ -10,8 +10,17 @@ reserved by a process that dies is lost, which only makes the count high.
 A caller that seals more within one `sealing()` block than it had reserved (a re-encryption
 batch, say) runs on credit, up to `MAX_CREDIT` messages, which the next reservation adds to the
 count; only a process that dies first leaves those uncounted, and the budget keeps half of 2^32
-in hand. Past `BUDGET` the ring refuses to seal under the key until it is rotated, and it logs a
-warning once a key has used half of it.
+in hand. Past `BUDGET` the ring refuses to seal under the key until it is rotated. Every
+process logs a warning once a key has used half of it; past `ROTATE_AT` (three quarters) a
+process whose login may rotate keys rotates it, and every other one logs an error once, so
+people hear of a key long before anyone is refused.
+
+The database bounds what any login can take, whatever code it runs (`signoff_reserve_nonces`):
+one call reserves at most `MAX_RESERVATION` messages (a process's largest block plus its
+largest credit), and one login at most `RATE_PER_MINUTE` a minute over all keys. Draining a
+key from nothing to `ROTATE_AT` takes one login at least `ROTATE_AT / RATE_PER_MINUTE` minutes
+(1,536: more than a day), all of it past the half-budget warning. A process refused by the rate
+seals on credit and asks again at its next `sealing()`.
 
 Pure bookkeeping, no I/O; one lock, because sealing also runs in worker threads.
 """
@@ -20,10 +29,21 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from enum import Enum
 
 from ..errors import NonceBudgetExhausted, NoNonceReservation
 
-__all__ = ["BUDGET", "MAX_BLOCK", "MAX_CREDIT", "MIN_LEFT", "NonceBudget"]
+__all__ = [
+    "BUDGET",
+    "MAX_BLOCK",
+    "MAX_CREDIT",
+    "MAX_RESERVATION",
+    "MIN_LEFT",
+    "RATE_PER_MINUTE",
+    "ROTATE_AT",
+    "NonceBudget",
+    "Wear",
+]
 
 BUDGET = 2**31
 """Messages one key may seal: half of 2^32."""
@@ -32,6 +52,20 @@ MIN_LEFT = 1024
 MAX_BLOCK = 4096
 MAX_CREDIT = 65536
 """Messages a process may seal beyond its reservation before its next `sealing()`."""
+MAX_RESERVATION = MAX_BLOCK + MAX_CREDIT
+"""The most one `signoff_reserve_nonces` call reserves (the database refuses more)."""
+RATE_PER_MINUTE = 2**20
+"""The most one database login reserves in a minute, over all keys (the database refuses more)."""
+ROTATE_AT = BUDGET // 4 * 3
+"""Past this many messages a key is rotated by a process that may, and reported by the rest."""
+
+
+class Wear(Enum):
+    """A threshold a reservation brought a key past, for the first time in this process."""
+
+    NONE = "none"
+    HALF = "half"  # warn
+    ROTATE = "rotate"  # rotate when allowed, else report loudly
 
 
 @dataclass(slots=True)
@@ -42,6 +76,7 @@ class _Key:
     next_block: int = MIN_LEFT
     exhausted: bool = False
     warned: bool = False
+    worn: bool = False
 
 
 class NonceBudget:
@@ -70,9 +105,9 @@ class NonceBudget:
                     wanted.append((key_id, key.next_block + key.paying))
         return wanted
 
-    def granted(self, key_id: str, count: int, total: int) -> bool:
+    def granted(self, key_id: str, count: int, total: int) -> Wear:
         """Record a reservation of `count` (as `wanted` asked) that brought the key's counter
-        to `total`; return whether the key just passed half its budget (to warn once)."""
+        to `total`; return the threshold it passed first in this process (to act on once)."""
         with self._lock:
             key = self._keys.setdefault(key_id, _Key())
             room = self.budget - (total - count) - key.paying  # what the budget still allows
@@ -82,9 +117,15 @@ class NonceBudget:
             key.left += max(0, min(fresh, room))
             key.exhausted = room < fresh
             key.next_block = min(key.next_block * 2, MAX_BLOCK)
-            warn = total >= self.budget // 2 and not key.warned
-            key.warned = key.warned or warn
-            return warn
+            return _wear(key, total, self.budget)
+
+    def refused(self, key_ids: list[str]) -> None:
+        """The database refused the reservations `wanted` just asked for (the login's rate):
+        what they were to pay stays owed, and the next `sealing()` asks again."""
+        with self._lock:
+            for key_id in key_ids:
+                key = self._keys.setdefault(key_id, _Key())
+                key.paying = 0
 
     def take(self, key_id: str, purpose: str) -> None:
         """Count one message sealed under `key_id`.
@@ -104,6 +145,17 @@ class NonceBudget:
                 key.credit += 1
             else:
                 raise NoNonceReservation(key_id)
+
+
+def _wear(key: _Key, total: int, budget: int) -> Wear:
+    rotate_at = budget // 4 * 3
+    if total >= rotate_at and not key.worn:
+        key.worn = key.warned = True
+        return Wear.ROTATE
+    if total >= budget // 2 and not key.warned:
+        key.warned = True
+        return Wear.HALF
+    return Wear.NONE
 
 
 def _low(key: _Key) -> bool:

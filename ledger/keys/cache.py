@@ -43,7 +43,7 @@ from ..errors import (
 from ..log import get_logger
 from ..store import Database
 from . import _sql
-from .budget import NonceBudget
+from .budget import NonceBudget, Wear
 from .kek import Kek
 
 __all__ = ["SIGNING_PURPOSES", "KeyCache", "KeyInfo", "KeyState", "Purpose"]
@@ -155,6 +155,8 @@ class KeyCache:
         self._loaded_at = -float("inf")
         self._lock = asyncio.Lock()
         self.nonces = NonceBudget()
+        self._worn: set[str] = set()  # keys this process saw pass budget.ROTATE_AT, to act on
+        self._rate_told = -float("inf")  # when a refused reservation was last logged
 
     def _creatable(self) -> list[Purpose]:
         """The purposes this ring can make keys for: all but decision signing without the
@@ -186,6 +188,7 @@ class KeyCache:
         elif self.nonces.runs_low(self._sealing_keys()):
             async with self._lock, self.db.connection() as conn:
                 await self._reserve(conn)
+            await self._replace_worn()
 
     async def _confirm_active(self, purpose: Purpose) -> None:
         """Refresh now if the database's active key of `purpose` is not the cached one (rotated
@@ -240,6 +243,7 @@ class KeyCache:
             self._refused = refused
             self._loaded_at = time.monotonic()
             await self._reserve(conn)
+        await self._replace_worn()
 
     def _sealing_keys(self) -> list[str]:
         return [k for p, k in self._active.items() if p in _SEALING and k in self._keys]
@@ -250,17 +254,45 @@ class KeyCache:
         wanted = self.nonces.wanted(self._sealing_keys())
         if not wanted:
             return
-        rows = await conn.fetch(_sql.RESERVE, [k for k, _ in wanted], [n for _, n in wanted])
+        try:
+            rows = await conn.fetch(_sql.RESERVE, [k for k, _ in wanted], [n for _, n in wanted])
+        except asyncpg.ConfigurationLimitExceededError:
+            # This login reserved its most for this minute (`budget.RATE_PER_MINUTE`): seal on
+            # credit, and ask again at the next `sealing()`.
+            self.nonces.refused([k for k, _ in wanted])
+            if time.monotonic() - self._rate_told >= 60:
+                self._rate_told = time.monotonic()
+                log.warning("nonce reservation refused: this login's rate is spent this minute")
+            return
         for row in rows:
             if row["total"] is None:  # retired since the cache was loaded: nothing reserved
                 continue
-            if self.nonces.granted(row["key_id"], row["n"], row["total"]):
+            wear = self.nonces.granted(row["key_id"], row["n"], row["total"])
+            if wear is Wear.HALF:
                 log.warning(
                     "data key past half its nonce budget: rotate it soon",
                     key_id=row["key_id"],
                     sealed=row["total"],
                     budget=self.nonces.budget,
                 )
+            elif wear is Wear.ROTATE:
+                self._worn.add(row["key_id"])
+
+    async def _replace_worn(self) -> None:
+        """Act on keys this process saw pass three quarters of their budget: here, say so
+        loudly; a ring that may rotate keys rotates them (`KeyRing`)."""
+        worn, self._worn = self._worn, set()
+        for key_id in worn:
+            self._tell_worn(key_id)
+
+    def _tell_worn(self, key_id: str) -> None:
+        info = self._all.get(key_id)
+        log.error(
+            "data key near its nonce budget: rotate it now",
+            key_id=key_id,
+            purpose=None if info is None else str(info.purpose),
+            budget=self.nonces.budget,
+        )
 
     def _unwrap(self, info: KeyInfo, wrapped: bytes) -> _Loaded:
         kek = self._kek_for(info.purpose)

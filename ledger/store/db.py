@@ -29,6 +29,7 @@ from ..errors import (
 from ..log import get_logger
 from . import migrate
 from .config import masked
+from .driver_log import quiet_pool_floor
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Database", "open_raw_connection"]
 
 log = get_logger(__name__)
+quiet_pool_floor()
 
 
 def _closed(conn: asyncpg.Connection) -> bool:
@@ -239,4 +241,11 @@ def _translated(error: Exception, conn: asyncpg.Connection, url: str) -> Signoff
     closed = isinstance(error, (asyncpg.InterfaceError, OSError)) and _closed(conn)
     if isinstance(error, OSError) and not closed:
         return None
+    if isinstance(error, asyncpg.InternalClientError):
+        # The driver lost track of the connection's protocol state: what it does when the
+        # server ends the backend under it (a terminated backend, a restart). Unusable from
+        # here: closed, so the pool replaces it, and the caller's error is the lost connection.
+        if not _closed(conn):
+            conn.terminate()
+        closed = True
     return translate(error, target=masked(url), connection_closed=closed)

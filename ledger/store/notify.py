@@ -10,12 +10,18 @@ the change. The connection can drop (server restart, network): the listener reco
 background, and waiters must re-check the database on a timer anyway (they wait on their
 `waiting` event with a timeout), so nothing is ever missed, only delayed by at most the poll
 interval. `mark` and `quiet_since` tell when a payload surely was not notified in between.
+
+A notification is a hint, never a fact: any login may `pg_notify` any channel with any payload.
+Whoever is woken reads the database for what changed and acts on what it finds there only;
+a loop woken by notifications paces its reads (`paced`), so a flood of them costs a read per
+gap, not one per notification.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections import defaultdict
 from collections.abc import Iterator
@@ -30,7 +36,7 @@ from .db import open_raw_connection
 if TYPE_CHECKING:
     from .db import Database
 
-__all__ = ["Listener", "Subscription", "woken"]
+__all__ = ["Listener", "Subscription", "paced", "woken"]
 
 log = get_logger(__name__)
 _RECENT_KEPT = 4096  # payloads a listener remembers hearing (`Listener.quiet_since`)
@@ -183,6 +189,7 @@ class _Connection:
             self._listened.add(channel)
 
     async def _keep_listening(self) -> None:
+        failing = False  # said so once for this outage: the retries are quiet
         while True:
             connection: asyncpg.Connection | None = None
             try:
@@ -193,11 +200,21 @@ class _Connection:
                     await self._listen(connection)
                     self._connection = connection
             except Exception as e:  # any failure: waiters poll meanwhile; try again shortly
-                log.warning("listener cannot connect; retrying", channel=self.name, error=str(e))
+                if not failing:
+                    log.warning(
+                        "listener cannot connect; retrying",
+                        channel=self.name,
+                        error_type=type(e).__name__,
+                        error=str(e),
+                    )
+                failing = True
                 if connection is not None and not connection.is_closed():
                     connection.terminate()
                 await asyncio.sleep(self.reconnect_delay)
                 continue
+            if failing:
+                log.info("listener connected again", channel=self.name)
+                failing = False
             self._epoch += 1
             self._heard = 0
             self._recent.clear()
@@ -312,3 +329,12 @@ async def woken(event: asyncio.Event, seconds: float) -> bool:
         async with asyncio.timeout(seconds):
             await event.wait()
     return event.is_set()
+
+
+async def paced(since: float, gap: float) -> None:
+    """Sleep until `gap` seconds after `since` (a `time.monotonic()` reading): what a loop woken
+    by a notification does before it reads again, so that notifications, which any login may
+    send, cannot make it read the database without pause."""
+    left = since + gap - time.monotonic()
+    if left > 0:
+        await asyncio.sleep(left)

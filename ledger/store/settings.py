@@ -10,6 +10,9 @@
 | `SIGNOFF_OIDC_*`                              | `oidc` (None: no OIDC bearer tokens)          |
 | `SIGNOFF_WEBHOOK_*`                           | `webhook` (None: the service posts nothing)   |
 | `SIGNOFF_LOG_ORIGIN`                          | `log_origin` (None: digests carry no checkpoint)|
+| `SIGNOFF_HTTP_HEADER_SECONDS`                 | `http_header_seconds` (default 10)            |
+| `SIGNOFF_HTTP_IDLE_SECONDS`                   | `http_idle_seconds` (default 15)              |
+| `SIGNOFF_HORIZON_WARN_SECONDS`                | `horizon_warn_seconds` (default 30)           |
 
 Everything else takes these values: `Database.from_settings(settings)` keeps them, and the key
 ring takes its KEK and refresh interval from its database's settings. With no URL configured the
@@ -27,6 +30,11 @@ strings: the HTTP adapter builds its verifier from them.
 `log_origin` names the journal as a transparency log: the origin line of its C2SP checkpoints
 and the key name they are signed under (`example.com/signoff/prod`; no spaces, no '+'). It must
 be unique to the deployment and never change, since witnesses track a log by it.
+
+`http_header_seconds` and `http_idle_seconds` bound what `signoff serve` waits for from a client:
+a request head must be complete within the first, and a client waited on (for a request or the
+rest of its body) may stay silent for at most the second. `horizon_warn_seconds` is how long
+the oldest open transaction may hold back the journal's global order before the service warns.
 
 `webhook` (`WebhookSettings`) is where the HTTP service posts its notifications (a new approval
 request, a call whose outcome is unknown), the secret that signs them and their format.
@@ -74,6 +82,9 @@ OIDC_ALGORITHMS = (
 """The signature algorithms an OIDC token may use: asymmetric only. `none` and the HMACs (HS*)
 are never among them: with a published key, an HMAC "signature" is one anybody can make."""
 _TREE_INTEGRATE_DEFAULT = 30.0
+_HTTP_HEADER_DEFAULT = 10.0
+_HTTP_IDLE_DEFAULT = 15.0
+_HORIZON_WARN_DEFAULT = 30.0
 _OIDC_DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 _OIDC_LEEWAY_DEFAULT = 30.0
 _OIDC_LEEWAY_MAX = 300.0  # clocks are kept in step; more leeway only stretches a stolen token
@@ -126,6 +137,13 @@ class Settings:
     tree_integrate_seconds: float = _TREE_INTEGRATE_DEFAULT
     """How often `signoff serve` integrates new events into the stored Merkle tree (0: never;
     digests still do)."""
+    http_header_seconds: float = _HTTP_HEADER_DEFAULT
+    """How long `signoff serve` waits for a request head to be complete."""
+    http_idle_seconds: float = _HTTP_IDLE_DEFAULT
+    """How long `signoff serve` waits for a silent client's next bytes."""
+    horizon_warn_seconds: float = _HORIZON_WARN_DEFAULT
+    """How long the oldest open transaction may hold back the global order before the
+    service logs a warning."""
 
     def __post_init__(self) -> None:
         if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
@@ -134,6 +152,10 @@ class Settings:
             raise ConfigurationError(
                 f"tree_integrate_seconds is {self.tree_integrate_seconds}: expected 0 or more"
             )
+        for name in ("http_header_seconds", "http_idle_seconds", "horizon_warn_seconds"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ConfigurationError(f"{name} is {value}: expected more than 0 seconds")
         if not math.isfinite(self.key_refresh_seconds) or self.key_refresh_seconds < 0:
             raise ConfigurationError(
                 f"key_refresh_seconds is {self.key_refresh_seconds}: expected 0 or more"
@@ -163,6 +185,13 @@ class Settings:
             webhook=WebhookSettings.from_env(environ),
             log_origin=_origin(environ.get("SIGNOFF_LOG_ORIGIN")),
             tree_integrate_seconds=_seconds(environ, "SIGNOFF_TREE_INTEGRATE_SECONDS"),
+            http_header_seconds=_positive(
+                environ, "SIGNOFF_HTTP_HEADER_SECONDS", _HTTP_HEADER_DEFAULT
+            ),
+            http_idle_seconds=_positive(environ, "SIGNOFF_HTTP_IDLE_SECONDS", _HTTP_IDLE_DEFAULT),
+            horizon_warn_seconds=_positive(
+                environ, "SIGNOFF_HORIZON_WARN_SECONDS", _HORIZON_WARN_DEFAULT
+            ),
         )
 
     @property
@@ -224,6 +253,19 @@ def _seconds(environ: Mapping[str, str], name: str) -> float:
         seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0:
         raise ConfigurationError(f"{name} is {text!r}: expected a number of seconds, 0 or more")
+    return seconds
+
+
+def _positive(environ: Mapping[str, str], name: str, default: float) -> float:
+    text = environ.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(f"{name} is {text!r}: expected a number of seconds above 0")
     return seconds
 
 
