@@ -31,7 +31,6 @@ CHANGES: tuple[str, ...] = (
     "signed_evidence.sql",
     "self_confirm.sql",
     "call_leases.sql",
-    "nonce_rates.sql",
 )
 
 SOURCES: tuple[str, ...] = (
@@ -45,11 +44,12 @@ SOURCES: tuple[str, ...] = (
     # After audit_events: a downgrade creates the baseline's view again, and its grant with it.
     "ledger/journal/sql/privileges.sql",
     "ledger/calls/sql/privileges.sql",
+    "ledger/keys/sql/nonce_rates.sql",
     "ledger/keys/sql/reserve_nonces.sql",
     "ledger/store/sql/session_limits.sql",
 )
 
-# In the reverse order of CHANGES.
+# What is new goes first, then the changes are undone in the reverse order of CHANGES.
 UNDO: tuple[str, ...] = (
     "session_limits.sql",
     "nonce_rates.sql",
