@@ -42,9 +42,11 @@ REASON = "customer Jane Roe, 12 Elm St, card ending 4242: refund already paid by
 @pytest.fixture(scope="module")
 async def kdb(server_url: str) -> AsyncIterator[Database]:
     """A database of this module's own: its tests rotate the value-MAC key."""
+    from tests.support.directory import list_reviewers
     from tests.support.scratch import scratch_database
 
     async with scratch_database(server_url, prefix="signoff_digests") as url:
+        await list_reviewers(url)
         database = await Database.connect(url)
         yield database
         await database.close()

@@ -25,6 +25,7 @@ from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 
+from .support.directory import list_reviewers
 from .support.processes import TEST_KEK, CliResult, kek_env, run_cli
 from .test_digest import settle
 from .test_ledger_verify import FUTURE_TXID, double, fill, forge_event
@@ -45,6 +46,7 @@ class Resumable:
 
 @pytest.fixture
 async def resumable(fresh_database_url: str, tmp_path: Path) -> AsyncIterator[Resumable]:
+    await list_reviewers(fresh_database_url)
     async with await Database.connect(fresh_database_url) as db:
         notes = await fill(db)
         ring = await KeyRing.open(db, LocalKek(TEST_KEK))

@@ -17,6 +17,7 @@ from ledger.calls.service import ToolLedger
 from ledger.errors import CallTampered, ResultNotSerializable
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
+from tests.support.directory import list_reviewers
 from tests.support.scratch import scratch_database
 
 from .support.processes import TEST_KEK
@@ -32,6 +33,7 @@ async def tampered_db(server_url: str) -> AsyncIterator[Database]:
         scratch_database(server_url, prefix="signoff_test") as url,
         await Database.connect(url) as db,
     ):
+        await list_reviewers(url)
         yield db
 
 

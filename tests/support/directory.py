@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from approvals import ReviewerDirectory
 from ledger.store import Database
+from ledger.store.settings import Settings
 
 __all__ = ["SUITE_REVIEWERS", "list_reviewers"]
 
@@ -15,7 +16,9 @@ SUITE_REVIEWERS = ("alice", "bob")
 async def list_reviewers(url: str, *reviewers: str) -> None:
     """Put `reviewers` (default: `SUITE_REVIEWERS`) in the directory of `url`'s database, as
     its owner (an administrator's job), with no groups."""
-    async with await Database.connect(url) as db:
+    # Settings of its own: the directory needs no KEK, and a test may hold a broken one in the
+    # environment while a session fixture is made.
+    async with await Database.connect(url, settings=Settings(database_url=url)) as db:
         directory = ReviewerDirectory(db)
         for reviewer in reviewers or SUITE_REVIEWERS:
             await directory.add(reviewer, by="admin")
