@@ -297,6 +297,8 @@ async def test_verify_reports_a_call_recorded_under_another_calls_approval(
     had_it = await owner.fetchval(old)  # a database made before the check
     try:  # the function as it was before the check, beside today's, for this one call
         await owner.execute(baseline.read_text(encoding="utf-8"))
+        # It writes events as that database did: tag 2, without their login.
+        await owner.execute("ALTER TABLE events ALTER COLUMN tag_version SET DEFAULT 2")
         ledger = ToolLedger(victim.db, victim.ring)
         store = victim.store
 
@@ -337,6 +339,7 @@ async def test_verify_reports_a_call_recorded_under_another_calls_approval(
             )
         await ledger.close()
     finally:
+        await owner.execute("ALTER TABLE events ALTER COLUMN tag_version SET DEFAULT 3")
         if not had_it:
             await owner.execute(f"DROP FUNCTION signoff_commit_call({OLD_COMMIT_CALL})")
         await owner.close()

@@ -34,6 +34,7 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
+from .support.directory import list_reviewers
 from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
 from .support.scratch import scratch_database
 
@@ -64,6 +65,7 @@ async def setting(server_url: str) -> AsyncIterator[Setting]:
     async with scratch_database(server_url, prefix="signoff_forged") as owner:
         async with await Database.connect(owner) as db:  # the owner makes the data keys
             await KeyRing.open(db, LocalKek(TEST_KEK), reviewer_kek=reviewer_kek)
+        await list_reviewers(owner)
         async with (
             temporary_login(owner, "signoff_app") as worker,
             temporary_login(owner, "signoff_reviewer") as reviewer,

@@ -173,7 +173,7 @@ def test_every_source_is_installed_by_a_revision() -> None:
 
 
 async def test_the_sources_alone_build_the_database_at_head(
-    server_url: str, database_url: str
+    server_url: str, fresh_database_url: str
 ) -> None:
     # Tables, domains and rows included: a table changed by a revision's own script but not in
     # its source (or the other way round) shows here.
@@ -188,8 +188,8 @@ async def test_the_sources_alone_build_the_database_at_head(
             built_rights = await conn.fetchval(_RIGHTS)
         finally:
             await conn.close()
-        assert await schema_of(url) == await schema_of(database_url)
-    conn = await asyncpg.connect(database_url)
+        assert await schema_of(url) == await schema_of(fresh_database_url)
+    conn = await asyncpg.connect(fresh_database_url)
     try:
         assert built_rights == await conn.fetchval(_RIGHTS)
     finally:
