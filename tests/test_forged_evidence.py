@@ -447,3 +447,121 @@ async def test_genuine_cancellations_and_reveals_are_signed_and_verify(setting: 
     _, problems = await _verify(setting.owner)
     for clean in (withdrawn.approval_id, cancelled.approval_id, stream):
         assert not _named(problems, clean), problems
+
+
+# -- data the checks read, names that are only words -------------------------------------------
+
+# A call started with data that is a JSON array, written through the tool-call function.
+_ARRAY_STARTED = (
+    "SELECT signoff_commit_call(true, $1, 'c1', 'lookup', 'read', false, 'd1', 'd1', 'k1', NULL,"
+    " 'running', 1, 'w1', NULL, NULL, now(), NULL, '{}', NULL, '\\x00'::bytea, NULL, 30,"
+    " '\\x00112233445566778899aabbccddeeff'::bytea, 'call:' || $1 || '/c1', 0,"
+    " ARRAY['call.started'], ARRAY['[]'::json], ARRAY['w1'], NULL)"
+)
+
+
+async def test_event_data_that_is_no_json_object_is_refused_before_anything_is_written(
+    setting: Setting,
+) -> None:
+    """A worker's `call.started` whose data was `[]` made `ledger verify` crash (exit 2)."""
+    worker, reviewer = await _raw(setting.worker), await _raw(setting.reviewer)
+    try:
+        run_id = _run()
+        assert await _refused(worker.fetchval(_ARRAY_STARTED, run_id)) == "22023"
+        assert (
+            await worker.fetchval("SELECT count(*) FROM tool_calls WHERE run_id = $1", run_id) == 0
+        )
+        reveal = reviewer.fetchval(
+            "SELECT signoff_append($1, 0, ARRAY['ledger.revealed'], ARRAY['[1]'::json],"
+            " ARRAY['bob'], NULL)",
+            f"reveal:{run_id}/c1",
+        )
+        assert await _refused(reveal) == "22023"
+    finally:
+        await worker.close()
+        await reviewer.close()
+
+
+async def test_verify_reports_event_data_that_is_no_json_object_and_does_not_crash(
+    server_url: str,
+) -> None:
+    """Such data put in behind the functions (as the owner) is a finding, exit 1."""
+    async with scratch_database(server_url, prefix="signoff_forged_data") as owner:
+        settings = Settings(database_url=owner, kek=LocalKek(TEST_KEK))
+        async with await Database.connect(owner, settings=settings) as db:
+            ring = await KeyRing.open(db)
+            ledger = ToolLedger(db, ring)
+            try:
+
+                async def lookup(args: dict[str, Any], context: CallContext) -> str:
+                    return "found"
+
+                await ledger.execute(
+                    ToolCall(_run(), "c1", "lookup", {"q": 1}), lookup, ToolPolicy(Effect.READ)
+                )
+            finally:
+                await ledger.close()
+        conn = await _raw(owner)
+        try:
+            await conn.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
+            await conn.execute("UPDATE events SET data = '[]' WHERE type = 'call.started'")
+            await conn.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
+        finally:
+            await conn.close()
+        result = await run_cli("ledger", "verify", "--json", database_url=owner, env=kek_env())
+        assert result.code == 1, result.stderr
+        assert "unexpected" not in result.stderr
+        problems = json.loads(result.stdout)["problems"]
+        assert _named(problems, "not what Signoff writes"), problems
+
+
+async def test_another_worker_login_cannot_withdraw_a_request_in_its_requesters_name(
+    setting: Setting,
+) -> None:
+    """`requested_by` is the caller's word: a second worker login named it and cancelled the
+    first one's pending approval. Unsigned, a cancellation comes from the login that asked."""
+    pending = await _ask(setting.store)
+    withdrawn = NewEvent("approval.cancelled", {"at": datetime.now(UTC).isoformat()}, "agent")
+    async with temporary_login(setting.owner, "signoff_app") as mallory_url:
+        mallory = await _raw(mallory_url)
+        try:
+            assert await _refused(_flip(mallory, pending, withdrawn)) in REFUSED
+        finally:
+            await mallory.close()
+    worker = await _raw(setting.worker)  # the login that asked may
+    try:
+        assert await _flip(worker, pending, withdrawn)
+    finally:
+        await worker.close()
+
+
+async def test_a_worker_cannot_consume_an_approval_before_the_decision_that_ends_it(
+    setting: Setting,
+) -> None:
+    """Requested, consumed, then approved by a sticky grant, in one call: the consumption came
+    before anything had decided the approval."""
+    run_id = _run()
+    until = datetime.now(UTC) + timedelta(hours=1)
+    grant_id = await setting.decider.grant(
+        run_id=run_id, tool="wire_transfer", until=until, granted_by="alice"
+    )
+    conn = await _raw(setting.worker)
+    try:
+        grant = json.loads(
+            await conn.fetchval(
+                "SELECT data FROM events WHERE stream_id = $1 AND version = 1", f"grant:{grant_id}"
+            )
+        )
+        approval_id = f"apr-{uuid.uuid4().hex}"
+        approved = _approved_by("alice", grant_id=grant_id, grant=grant)
+        written = commit(
+            conn,
+            APPROVALS,
+            stream_of(approval_id),
+            None,
+            [_requested(approval_id, run_id), _consumed(), approved],
+            expected_version=0,
+        )
+        assert await _refused(written) in REFUSED
+    finally:
+        await conn.close()

@@ -51,9 +51,12 @@ DECLARE
     final_by text[];
     final_status text;
 BEGIN
+    -- Data is a JSON object: whatever reads an event (verify included) looks fields up in it.
     IF n IS NULL OR n = 0 OR n <> cardinality(p_data) OR n <> cardinality(p_actors)
-            OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0 THEN
-        RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and actors'
+            OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0
+            OR EXISTS (SELECT FROM unnest(p_data) AS d WHERE json_typeof(d) IS DISTINCT FROM 'object') THEN
+        RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and '
+                'actors, each event''s data a JSON object'
             USING ERRCODE = '22023';
     END IF;
     IF NOT is_owner THEN
@@ -158,7 +161,8 @@ BEGIN
             at_run := old.run_id;
             at_tool := old.tool;
         END IF;
-        SELECT x.t INTO unvouched FROM unnest(p_types, p_data, p_actors) AS x(t, d, a)
+        SELECT x.t INTO unvouched
+        FROM unnest(p_types, p_data, p_actors) WITH ORDINALITY AS x(t, d, a, i)
         WHERE CASE x.t
             WHEN 'approval.decided' THEN
                 x.a IS DISTINCT FROM x.d->>'reviewer'
@@ -191,13 +195,21 @@ BEGIN
                 x.a IS DISTINCT FROM 'signoff'
                 OR old.expires_at IS NULL OR at < old.expires_at
             WHEN 'approval.cancelled' THEN
-                -- Unsigned, it is the requester withdrawing its own request; in anyone
-                -- else's name it is a reviewer's, signed (event rights need the signature).
-                x.a IS DISTINCT FROM old.requested_by
-                AND (jsonb_typeof(x.d::jsonb -> 'signature') IS DISTINCT FROM 'object'
-                     OR NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER'))
+                -- Signed, it is a reviewer's (event rights need the signature). Unsigned, it
+                -- is the requester withdrawing its own request: in the requester's name and
+                -- from the login that asked (a name is the caller's word, a login is not).
+                (jsonb_typeof(x.d::jsonb -> 'signature') IS DISTINCT FROM 'object'
+                 OR NOT pg_has_role(session_user, 'signoff_reviewer', 'MEMBER'))
+                AND (x.a IS DISTINCT FROM old.requested_by
+                     OR NOT p_insert AND NOT EXISTS (
+                         SELECT FROM events e
+                         WHERE e.stream_id = p_stream AND e.version = 1
+                           AND e.login = session_user))
             WHEN 'approval.consumed' THEN
+                -- Once final, and after whatever decides it in the same call.
                 p_status = 'pending'
+                OR EXISTS (SELECT FROM unnest(p_types) WITH ORDINALITY AS y(t, j)
+                           WHERE y.t = 'approval.decided' AND y.j > x.i)
             ELSE false
         END
         LIMIT 1;

@@ -34,11 +34,14 @@ DECLARE
     wake boolean;
     a approvals;
 BEGIN
+    -- Data is a JSON object: whatever reads an event (verify included) looks fields up in it.
     IF n IS NULL OR n = 0 OR n <> cardinality(p_data) OR n <> cardinality(p_actors)
             OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0
+            OR EXISTS (SELECT FROM unnest(p_data) AS d WHERE json_typeof(d) IS DISTINCT FROM 'object')
             OR p_status = 'running' AND coalesce(octet_length(p_lease_token), 0) < 16 THEN
         RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and '
-                'actors, and a running call a lease token of 16 bytes or more'
+                'actors, each event''s data a JSON object, and a running call a lease token '
+                'of 16 bytes or more'
             USING ERRCODE = '22023';
     END IF;
     -- current_user: the owner, whose appends are not checked.

@@ -34,9 +34,12 @@ DECLARE
     pos bigint;
     inserted_xmin xid;
 BEGIN
+    -- Data is a JSON object: whatever reads an event (verify included) looks fields up in it.
     IF n IS NULL OR n = 0 OR n <> cardinality(p_data) OR n <> cardinality(p_actors)
-            OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0 THEN
-        RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and actors'
+            OR p_stream IS NULL OR p_expected IS NULL OR p_expected < 0
+            OR EXISTS (SELECT FROM unnest(p_data) AS d WHERE json_typeof(d) IS DISTINCT FROM 'object') THEN
+        RAISE EXCEPTION 'an append needs a stream, a version and as many types, data and '
+                'actors, each event''s data a JSON object'
             USING ERRCODE = '22023';
     END IF;
     IF NOT pg_has_role(session_user, current_user, 'MEMBER') THEN  -- current_user: the owner
