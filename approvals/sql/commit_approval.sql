@@ -97,7 +97,8 @@ BEGIN
     -- Self-confirmation (approvals/confirm.py), whoever appends it: only on an approval whose
     -- stored policy is the self-confirm tier (no approver named, no reviewer admitted), named
     -- as the session's own login and nobody else, with no reviewer's signature or grant.
-    IF EXISTS (
+    -- Only a call that decides is looked at: a statement fewer on every other step.
+    IF decided AND EXISTS (
         SELECT FROM unnest(p_types, p_data, p_actors) AS x(t, d, a)
         WHERE x.t = 'approval.decided' AND x.d::jsonb ? 'self_confirmed'
           AND (p_insert
@@ -161,6 +162,8 @@ BEGIN
             at_run := old.run_id;
             at_tool := old.tool;
         END IF;
+        -- Only decisions, closings and consumptions are vouched for: a request alone skips it.
+        IF decided OR closed OR 'approval.consumed' = ANY(p_types) THEN
         SELECT x.t INTO unvouched
         FROM unnest(p_types, p_data, p_actors) WITH ORDINALITY AS x(t, d, a, i)
         WHERE CASE x.t
@@ -220,7 +223,12 @@ BEGIN
                       DETAIL = json_build_object('login', session_user::text,
                                                  'type', unvouched)::text;
         END IF;
-        -- The row names who decided, and what, as the last event that ends the request says.
+        END IF;
+        -- The row names who decided, and what, as the last event that ends the request says
+        -- (none of them: as it did).
+        final_by := old.decided_by;
+        final_status := coalesce(old.status::text, 'pending');
+        IF decided OR closed THEN
         SELECT CASE x.t WHEN 'approval.decided'
                    THEN ARRAY(SELECT json_array_elements_text(x.d -> 'decided_by'))
                    ELSE ARRAY[x.a] END,
@@ -238,6 +246,7 @@ BEGIN
         IF NOT FOUND THEN
             final_by := old.decided_by;
             final_status := coalesce(old.status::text, 'pending');
+        END IF;
         END IF;
         IF p_decided_by IS DISTINCT FROM final_by OR p_status IS DISTINCT FROM final_status THEN
             RAISE EXCEPTION 'approval % is not what its events % make it', p_approval_id, p_types
