@@ -187,6 +187,9 @@ async def test_a_reviewer_approves_in_the_browser_and_a_waiting_agent_runs_the_t
                 "Refund 120 to the customer?"
             )
             assert "group:" in (await card.locator(".policy").text_content() or "")
+            # A policy naming a group is four-eyes, and the card says so.
+            tier = await card.locator(".tier").text_content() or ""
+            assert tier.startswith("four-eyes"), tier
             assert "expires in" in (await card.locator(".expiry").text_content() or "")
             await card.locator("button.reveal").click()
             args = card.locator("pre.args")
