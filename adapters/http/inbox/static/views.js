@@ -2,7 +2,6 @@
 // approvals as cards grouped by run, or a history newest decision first), or
 // `/inbox/approvals/{id}` (one approval, decided or not).
 import {
-  approvalPath,
   countRuns,
   fillFacts,
   forget,
@@ -216,14 +215,13 @@ async function showDetail(id) {
     return;
   }
   if (state.decided.has(id) && box.querySelector("li.decided")) return; // decided here: stays
-  const list = document.createElement("ol");
-  list.className = "rows";
-  list.appendChild(decidedRow(approval, approval.status));
-  box.replaceChildren(list);
-}
-
-export function samePath(path) {
-  return path === approvalPath(route().approvalId || "");
+  const told = byId("decided-detail").content.firstElementChild.cloneNode(true);
+  told.querySelector("ol.rows").appendChild(decidedRow(approval, approval.status));
+  const story = told.querySelector(".show-story");
+  story.hidden = !approval.call_id;
+  story.setAttribute("aria-label", "The story of the call of " + subject(approval));
+  story.addEventListener("click", () => toggleStory(told, approval.run_id, approval.call_id, story));
+  box.replaceChildren(told);
 }
 
 // -- expiry countdowns and relative times --------------------------------------------------
