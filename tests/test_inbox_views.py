@@ -6,9 +6,6 @@ no serious or critical violation in any of these states."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,7 +23,6 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
 from .support.browser import (
-    GUARD,
     MOBILE,
     NO_CHROMIUM,
     assert_accessible,
@@ -36,9 +32,9 @@ from .support.browser import (
     sign_in,
 )
 from .support.http import token_for, unique
-from .support.inbox import Served, served, token_of
+from .support.inbox import Served, free_port, serve, served, token_of
 from .support.inbox_scenes import REFUND_ARGS, a_refund, a_team, an_email
-from .support.processes import ROOT, TEST_KEK, kek_env
+from .support.processes import TEST_KEK
 from .support.scratch import scratch_database
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
@@ -209,28 +205,6 @@ async def test_a_call_s_story_is_one_click_from_its_approval(
     assert "approval.requested" in text and "call.started" in text
     assert await story.get_attribute("aria-expanded") == "true"
     assert watched.problems == []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def serve(url: str, port: int) -> asyncio.subprocess.Process:
-    """`signoff serve` in a process of its own, listening on `port`."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "adapters.cli", "serve", "--port", str(port), "--json",
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={**kek_env(), "PYTHONPATH": str(ROOT), "SIGNOFF_DATABASE_URL": url},
-    )  # fmt: skip
-    assert process.stdout is not None
-    line = await asyncio.wait_for(process.stdout.readline(), GUARD / 1000)
-    assert line, "the service exited before it listened"
-    return process
 
 
 async def test_connection_lost_shows_while_the_service_is_stopped_and_the_page_recovers(
