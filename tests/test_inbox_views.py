@@ -157,6 +157,24 @@ async def test_an_approval_s_address_opens_it_after_signing_in(
     assert watched.problems == []
 
 
+async def test_a_reviewer_outside_the_policy_sees_neither_its_history_nor_its_page(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    team, others = await a_team(db), await a_team(db, "other")
+    refund = await a_refund(store, team)
+    await decide(inbox, await token_for(db, team.member), refund.approval_id, decision="approve")
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    outsider = token_of(await token_for(db, others.member))
+    await sign_in(watched, outsider, f"/inbox?status=all&run={refund.run_id}")
+    await page.locator("#approvals-note").filter(has_text="Nothing here matches.").wait_for()
+    assert await page.locator("#history li").count() == 0
+    await page.goto(f"/inbox/approvals/{refund.approval_id}")
+    await page.locator("#detail-note").filter(has_text="does not admit you").wait_for()
+    assert await page.locator("#detail li").count() == 0
+    assert watched.problems == []
+
+
 @pytest.fixture(scope="module")
 async def worker(database_url: str) -> AsyncIterator[ToolLedger]:
     """An agent worker's ledger: a login with only `signoff_app`, no reviewer KEK."""

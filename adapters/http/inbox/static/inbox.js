@@ -131,7 +131,9 @@ function follow(event) {
 // -- start ---------------------------------------------------------------------------------
 
 async function start() {
-  configure({ onReconnect: refreshSoon, onSessionEnded: sessionEnded });
+  // Back after the service was away: read everything again, or the session if none was read.
+  const reconnected = () => (state.session ? refreshSoon() : openSession());
+  configure({ onReconnect: reconnected, onSessionEnded: sessionEnded });
   byId("sign-in-form").addEventListener("submit", (event) => {
     event.preventDefault();
     signIn(byId("token").value.trim());

@@ -32,7 +32,13 @@ const STATUS_TITLES = {
 
 export function route() {
   const match = /^\/inbox\/approvals\/([^/]+)$/.exec(location.pathname);
-  if (match) return { approvalId: decodeURIComponent(match[1]) };
+  if (match) {
+    try {
+      return { approvalId: decodeURIComponent(match[1]) };
+    } catch (_) {
+      return { approvalId: match[1] }; // a garbled escape: the service says there is no such one
+    }
+  }
   const query = new URLSearchParams(location.search);
   const filters = {};
   for (const [name] of FILTERS) {
@@ -58,7 +64,10 @@ export async function showView() {
   byId("list-panel").hidden = Boolean(where.approvalId);
   byId("detail-panel").hidden = !where.approvalId;
   byId("filters").hidden = Boolean(where.approvalId);
-  if (where.approvalId) return showDetail(where.approvalId);
+  if (where.approvalId) {
+    byId("unknown-section").hidden = true;
+    return showDetail(where.approvalId);
+  }
   for (const [name, id] of FILTERS) byId(id).value = where.filters[name] || (name === "status" ? "pending" : "");
   const status = where.filters.status || "pending";
   showText(byId("list-title"), STATUS_TITLES[status] || "Approvals " + status);
