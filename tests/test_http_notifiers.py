@@ -4,7 +4,9 @@ from services whose login has only `signoff_reviewer`, on one database."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -20,6 +22,7 @@ from adapters.http.notices import Notice, approval_link
 from adapters.http.service import Service, open_service
 from adapters.http.slack import slack_message
 from approvals import ApprovalPolicy, ApprovalStore
+from ledger.audit.reveals import reveal_problem
 from ledger.errors import ConfigurationError
 from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
@@ -27,8 +30,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import EmailSettings, Settings, SlackSettings
 
-from .support.http import unique
-from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
+from .support.http import token_for, unique
+from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.receivers import HttpReceiver, SmtpReceiver, http_receiver, smtp_receiver
 from .support.until import until
 
@@ -193,6 +196,8 @@ def test_a_slack_message_escapes_what_the_request_says_and_keeps_within_block_ki
     plain = a_notice(irreversible=True)
     shown = str(slack_message(plain))
     assert "120" in shown and "one of support-leads" in shown and "Irreversible" in shown
+    assert "Status" not in shown
+    assert "*Status*\\napproved" in str(slack_message(a_notice(status="approved")))
 
 
 def test_an_email_escapes_what_the_request_says_in_its_html() -> None:
@@ -210,7 +215,7 @@ def test_an_email_escapes_what_the_request_says_in_its_html() -> None:
 
 
 async def test_slack_gets_the_headline_and_a_link_and_the_disclosure_is_journaled(
-    reviewer_url: str, slack_hook: HttpReceiver, store: ApprovalStore, db: Database
+    reviewer_url: str, slack_hook: HttpReceiver, store: ApprovalStore, db: Database, ring: KeyRing
 ) -> None:
     slack = SlackSettings(webhook_url=slack_hook.url, first_retry_seconds=QUICK)
     async with notifying(reviewer_url, slack=slack):
@@ -240,7 +245,7 @@ async def test_slack_gets_the_headline_and_a_link_and_the_disclosure_is_journale
     [(actor, data)] = await reveals_of(db, approval_id)
     assert actor == "notifier:slack"
     assert (data["fields"], data["approval_id"]) == ("amount,currency", approval_id)
-    assert "signature" in data
+    assert await reveal_problem(ring, f"reveal:{approval_id}", actor, data) is None
     assert await reveals_of(db, plain_id) == []  # nothing disclosed, nothing recorded
 
 
@@ -382,6 +387,67 @@ async def test_two_services_on_one_database_notify_each_request_once(
         assert len(slack_hook.with_link(link)) == 1 and len(smtp.with_link(link)) == 1
     for target in (slack.target, email.target):
         assert [r["attempts"] for r in await delivery_rows(db, target)] == [1, 1, 1, 1]
+
+
+async def test_two_serve_processes_configured_from_the_environment_notify_once(
+    reviewer_url: str,
+    slack_api: HttpReceiver,
+    smtp: SmtpReceiver,
+    store: ApprovalStore,
+    db: Database,
+) -> None:
+    """Two `signoff serve` processes, configured from the environment as an operator would."""
+    await token_for(db, unique("ops"))  # serve refuses to start with nobody to let in
+    env = {
+        **kek_env(),
+        "PYTHONPATH": str(ROOT),
+        "SIGNOFF_DATABASE_URL": reviewer_url,
+        "SIGNOFF_PUBLIC_URL": PUBLIC,
+        "SIGNOFF_SLACK_BOT_TOKEN": TOKEN,
+        "SIGNOFF_SLACK_CHANNEL": "C0123",
+        "SIGNOFF_SLACK_API_URL": slack_api.url,
+        "SIGNOFF_SMTP_HOST": smtp.host,
+        "SIGNOFF_SMTP_PORT": str(smtp.port),
+        "SIGNOFF_SMTP_SECURITY": "none",
+        "SIGNOFF_SMTP_FROM": "signoff@example.com",
+        "SIGNOFF_SMTP_TO": "leads@example.com",
+    }
+    command = (sys.executable, "-m", "adapters.cli", "serve", "--port", "0", "--json")
+    pipe = asyncio.subprocess.PIPE
+    processes = [
+        await asyncio.create_subprocess_exec(*command, cwd=ROOT, env=env, stdout=pipe, stderr=pipe)
+        for _ in range(2)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+            assert line, "the service exited before it listened"
+        links = [approval_link(PUBLIC, await refund(store, headline=("amount",))) for _ in range(3)]
+        for link in links:
+            await until(lambda: bool(slack_api.with_link(link) and smtp.with_link(link)))  # noqa: B023
+        slack_target = f"{slack_api.url}#signoff-slack-channel=C0123"
+        await until(lambda: rows_delivered(db, slack_target, 3))
+        [email_target] = {
+            r["target"] for r in await delivery_rows_like(db, f"https://{smtp.host}:{smtp.port}/%")
+        }
+        await until(lambda: rows_delivered(db, email_target, 3))
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.terminate()
+        said = [(await process.communicate())[1].decode() for process in processes]
+    for link in links:
+        assert len(slack_api.with_link(link)) == 1 and len(smtp.with_link(link)) == 1
+    assert all(TOKEN not in text for text in said)
+
+
+async def delivery_rows_like(db: Database, pattern: str) -> list[asyncpg.Record]:
+    async with db.connection() as conn:
+        rows: list[asyncpg.Record] = await conn.fetch(
+            "SELECT * FROM webhook_deliveries WHERE target LIKE $1", pattern
+        )
+    return rows
 
 
 def test_notifier_settings_come_from_the_environment(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ def _facts(notice: Notice) -> list[tuple[str, str]]:
         ("Decided by", notice.deciders),
         ("Requested", format_datetime(notice.requested_at)),
         ("Expires", expires),
+        *([("Status", notice.status)] if notice.status != "pending" else []),
     ]
 
 
@@ -179,6 +180,8 @@ class EmailNotifier(Deliveries):
             notifier=ACTOR,
         )
         message = mail_message(notice, self.settings, row["delivery_id"])
-        # Each socket operation is bounded by the timeout; so is the whole attempt, here.
+        # Each socket operation is bounded by the timeout; so is the whole attempt, here. A
+        # thread past it cannot be stopped: should it still send, the retry is a duplicate
+        # with the same Message-ID.
         async with asyncio.timeout(self.settings.timeout_seconds):
             await asyncio.to_thread(_sent, self.settings, message)

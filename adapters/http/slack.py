@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import asyncpg
@@ -44,6 +45,7 @@ MAX_SECTION_CHARS = 3000
 MAX_FIELDS_PER_SECTION = 10
 MAX_BLOCKS = 50
 _ANSWER_BYTES = 64 * 1024  # of chat.postMessage's answer, read for its `ok` and `error`
+_ERROR_CODE = re.compile(r"[a-z0-9_]{1,100}")  # Slack's codes; anything else is not recorded
 
 
 def mrkdwn(text: str) -> str:
@@ -82,6 +84,8 @@ def slack_message(notice: Notice) -> dict[str, Any]:
         _field("Requested", notice.requested_at.isoformat()),
         _field("Expires", "never" if notice.expires_at is None else notice.expires_at.isoformat()),
     ]
+    if notice.status != "pending":  # decided (or expired) before this was sent
+        facts.append(_field("Status", notice.status))
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _cut(title, MAX_HEADER_CHARS)}},
         {"type": "section", "fields": facts},
@@ -217,5 +221,5 @@ def _posted(status: int, answer: bytes) -> int:
     if isinstance(data, dict) and data.get("ok") is True:
         return status
     error = data.get("error") if isinstance(data, dict) else None
-    code = error if isinstance(error, str) and error.isascii() else "not ok"
-    raise NotSent(f"chat.postMessage: {code[:100]}", status)
+    code = error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else "not ok"
+    raise NotSent(f"chat.postMessage: {code}", status)

@@ -312,7 +312,7 @@ def _email(environ: Mapping[str, str]) -> EmailSettings | None:
             )
     port = 0
     if "PORT" in given:
-        if not given["PORT"].isdigit():
+        if not given["PORT"].isdigit() or int(given["PORT"]) == 0:
             raise ConfigurationError(f"SIGNOFF_SMTP_PORT is {given['PORT']!r}: expected a port")
         port = int(given["PORT"])
     security = given.get("SECURITY", "starttls").lower()
