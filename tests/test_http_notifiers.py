@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 from adapters.http.mail import mail_message
-from adapters.http.notices import Notice, approval_link
+from adapters.http.notices import Notice, approval_link, shown
 from adapters.http.service import Service, open_service
 from adapters.http.slack import slack_message
 from approvals import ApprovalPolicy, ApprovalStore
@@ -37,7 +37,7 @@ from .support.until import until
 
 PUBLIC = "https://signoff.example.com/reviews"
 TOKEN = "xoxb-test-" + "7" * 24
-HOSTILE = "<!channel> <script>alert(1)</script> & <https://evil.example|click>"
+HOSTILE = "<!channel> <script>alert(1)</script> & <https://evil.example|click> \u202etxt.exe"
 QUICK = 0.05  # seconds before the first retry
 
 
@@ -194,9 +194,11 @@ def test_a_slack_message_escapes_what_the_request_says_and_keeps_within_block_ki
     assert by_type["header"]["text"]["text"].startswith("Approval requested: <!channel>")
     assert "&lt;!channel&gt;" in message["text"]
     plain = a_notice(irreversible=True)
-    shown = str(slack_message(plain))
-    assert "120" in shown and "one of support-leads" in shown and "Irreversible" in shown
-    assert "Status" not in shown
+    said = str(slack_message(plain))
+    assert "120" in said and "one of support-leads" in said and "Irreversible" in said
+    assert "Status" not in said
+    # What notices carry is one line, in its order: no line break, no mark that reorders it.
+    assert shown("refund\u202egnp.exe\r\nnext") == "refund gnp.exe  next"
     assert "*Status*\\napproved" in str(slack_message(a_notice(status="approved")))
 
 
@@ -278,7 +280,7 @@ async def test_chat_post_message_carries_the_bearer_and_channel_and_retries_a_re
         assert got.headers["Authorization"] == f"Bearer {TOKEN}"
         assert got.json["channel"] == "C0123"
         check_block_kit(got.json, link)
-    assert "&lt;!channel&gt;" in got.json["text"]
+    assert "&lt;!channel&gt;" in got.json["text"] and "\u202e" not in str(got.json)
     [row] = [r for r in await delivery_rows(db, slack.target) if r["attempts"] == 2]
     assert (row["last_status"], row["last_error"]) == (200, None)
     assert row["delivered_at"] is not None
@@ -311,6 +313,7 @@ async def test_an_email_is_sent_after_the_server_refused_it_once(
     assert link in text.get_content() and "amount: 120" in text.get_content()
     assert "Irreversible" in text.get_content()
     assert "<script>" not in html.get_content() and "&lt;script&gt;" in html.get_content()
+    assert "\u202e" not in mail.text
     assert "4111" not in mail.text
     [row] = [r for r in await delivery_rows(db, email.target) if r["delivered_at"] is not None]
     assert (row["attempts"], row["last_error"]) == (2, None)

@@ -218,7 +218,8 @@ class EmailSettings:
         (The deliveries' table takes http(s) targets only; auditors read its host and port.)"""
         who = "\n".join((self.sender, *sorted(self.recipients)))
         digest = hashlib.sha256(who.encode()).hexdigest()[:16]
-        return f"https://{self.host}:{self.port}/#signoff-email={digest}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return f"https://{host}:{self.port}/#signoff-email={digest}"
 
 
 def _address(value: object, variable: str) -> str:
