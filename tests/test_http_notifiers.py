@@ -193,6 +193,11 @@ def test_a_slack_message_escapes_what_the_request_says_and_keeps_within_block_ki
     by_type = check_block_kit(message, hostile.link)
     assert by_type["header"]["text"]["text"].startswith("Approval requested: <!channel>")
     assert "&lt;!channel&gt;" in message["text"]
+    [first_value] = [
+        f for b in message["blocks"] for f in b.get("fields", ()) if " 7*\n" in f["text"]
+    ]
+    assert len(first_value["text"]) > 1900  # cut to the limit, not emptied
+    assert first_value["text"].endswith("&lt;…")  # and never in the middle of an escape
     plain = a_notice(irreversible=True)
     said = str(slack_message(plain))
     assert "120" in said and "one of support-leads" in said and "Irreversible" in said

@@ -60,12 +60,19 @@ def _cut(text: str, limit: int) -> str:
 def _field(label: str, value: str) -> dict[str, Any]:
     """A section field: a bold label over its value, both escaped, within a field's limit."""
     label_text = f"*{mrkdwn(_cut(label, 100))}*\n"
-    room = MAX_FIELD_CHARS - len(label_text)
-    escaped = mrkdwn(value)
-    while len(escaped) > room:  # escaping lengthens: cut the value, not an escape in half
-        value = value[: max(len(value) - (len(escaped) - room) - 1, 0)] + "…"
-        escaped = mrkdwn(value)
-    return {"type": "mrkdwn", "text": label_text + escaped, "verbatim": True}
+    text = label_text + _fit(mrkdwn(value), MAX_FIELD_CHARS - len(label_text))
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
+def _fit(escaped: str, limit: int) -> str:
+    """Escaped mrkdwn cut to `limit` characters with an ellipsis, never an escape in half."""
+    if len(escaped) <= limit:
+        return escaped
+    kept = escaped[: limit - 1]
+    amp = kept.rfind("&", max(len(kept) - 4, 0))  # `&amp;` is the longest, 5 characters
+    if amp != -1 and ";" not in kept[amp:]:
+        kept = kept[:amp]
+    return kept + "…"
 
 
 def _when(notice: Notice) -> str:
@@ -101,7 +108,7 @@ def slack_message(notice: Notice) -> dict[str, Any]:
             }
         )
     if notice.description:
-        text = mrkdwn(_cut(notice.description, MAX_SECTION_CHARS // 5))
+        text = _fit(mrkdwn(notice.description), MAX_SECTION_CHARS)
         described = {"type": "mrkdwn", "text": text, "verbatim": True}
         blocks.append({"type": "section", "text": described})
     headline = [_field(name, value) for name, value in notice.fields]
@@ -134,7 +141,7 @@ def slack_message(notice: Notice) -> dict[str, Any]:
         }
     )
     summary = f"Approval requested: {notice.tool} in run {notice.run_id}"
-    return {"text": mrkdwn(_cut(summary, MAX_SECTION_CHARS)), "blocks": blocks[:MAX_BLOCKS]}
+    return {"text": _fit(mrkdwn(summary), MAX_SECTION_CHARS), "blocks": blocks[:MAX_BLOCKS]}
 
 
 class SlackNotifier(Deliveries):
