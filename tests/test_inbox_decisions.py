@@ -171,6 +171,7 @@ async def test_reject_asks_for_an_optional_reason_and_escape_gives_focus_back(
     row = page.locator(f'li.decided[data-approval-id="{refund.approval_id}"]')
     await row.wait_for()
     assert "Rejected" in (await row.text_content() or "")
+    assert await row.locator(".reason").text_content() == "The order was already refunded."
     decided = await store.get(refund.approval_id, reveal=True)
     assert decided.status is ApprovalStatus.REJECTED
     assert decided.decision is not None and decided.decision.reason == (

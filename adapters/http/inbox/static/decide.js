@@ -204,12 +204,12 @@ async function decide(element, body) {
     if (focusable) focusable.focus();
     return;
   }
-  decidedInPlace(element, answer.data, body.decision);
+  decidedInPlace(element, answer.data, body.decision, body.reason || null);
 }
 
 // Replaces the card with a compact row where it stood, and moves focus to the next card.
-export function decidedInPlace(element, approval, kind) {
-  const row = decidedRow(approval, PAST[kind] || approval.status);
+export function decidedInPlace(element, approval, kind, reason) {
+  const row = decidedRow(approval, PAST[kind] || approval.status, reason);
   const cards = [...document.querySelectorAll("li.card[data-approval-id]")];
   const next = cards[cards.indexOf(element) + 1] || null;
   forget(element);
@@ -223,7 +223,8 @@ export function decidedInPlace(element, approval, kind) {
   (target || row).focus();
 }
 
-export function decidedRow(approval, said) {
+// `reason`: the one this page just sent, else the approval's where the caller may read it.
+export function decidedRow(approval, said, reason = null) {
   const row = byId("decided-row").content.firstElementChild.cloneNode(true);
   row.dataset.approvalId = approval.approval_id;
   row.classList.add("status-" + approval.status);
@@ -236,17 +237,15 @@ export function decidedRow(approval, said) {
   showText(q(".run"), approval.run_id);
   showText(q(".by"), (approval.decided_by || []).join(", ") || "—");
   showTime(q(".at"), approval.decided_at);
-  const reason = reasonOf(approval);
-  q(".reason-part").hidden = reason === null;
-  showText(q(".reason"), reason);
+  const told = reason === null ? reasonOf(approval) : reason;
+  q(".reason-part").hidden = told === null;
+  showText(q(".reason"), told);
   return row;
 }
 
-// The reject reason, where the service lets the caller read it.
+// The final review's reason, where the service lets the caller read it (a reveal opens it).
 export function reasonOf(approval) {
-  if (approval.decision && typeof approval.decision.reason === "string") return approval.decision.reason;
-  for (const review of (approval.reviews || []).slice().reverse()) {
-    if (typeof review.reason === "string") return review.reason;
-  }
-  return null;
+  const reviews = approval.reviews || [];
+  const last = reviews[reviews.length - 1];
+  return last && typeof last.reason === "string" ? last.reason : null;
 }

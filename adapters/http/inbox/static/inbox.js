@@ -47,6 +47,7 @@ function signedOut(note, error) {
   byId("approvals").replaceChildren();
   byId("history").replaceChildren();
   byId("detail").replaceChildren();
+  delete byId("detail").dataset.shown;
   byId("unknown").replaceChildren();
   byId("inbox").hidden = true;
   byId("who").hidden = true;
@@ -105,6 +106,7 @@ function resetView() {
   byId("approvals").replaceChildren();
   byId("history").replaceChildren();
   byId("detail").replaceChildren();
+  delete byId("detail").dataset.shown;
   document.title = "Signoff inbox";
   setStatus("");
 }

@@ -13,7 +13,7 @@ import {
   toggleStory,
 } from "./card.js";
 import { decidedRow, wireDecisions } from "./decide.js";
-import { messageOf, request } from "./net.js";
+import { messageOf, request, send } from "./net.js";
 import { byId, mayDecide, state } from "./state.js";
 import { fillTime, showText } from "./text.js";
 
@@ -224,8 +224,23 @@ async function showDetail(id) {
     return;
   }
   if (state.decided.has(id) && box.querySelector("li.decided")) return; // decided here: stays
+  const version = id + "@" + approval.version;
+  if (box.dataset.shown === version) return; // unchanged: keep what the reviewer opened
+  box.dataset.shown = version;
+  // A reviewer reads what was decided (the reject reason, an answer) as a card's arguments:
+  // through a recorded reveal, once per approval.
+  let shown = approval;
+  if (mayDecide()) {
+    const path = "/v1/approvals/" + encodeURIComponent(id) + "/reveal";
+    const opened = await send("POST", path, undefined, { "Idempotency-Key": "inbox-view:" + id });
+    if (opened.ok) shown = opened.data;
+  }
   const told = byId("decided-detail").content.firstElementChild.cloneNode(true);
-  told.querySelector("ol.rows").appendChild(decidedRow(approval, approval.status));
+  told.querySelector("ol.rows").appendChild(decidedRow(shown, approval.status));
+  const last = (shown.reviews || [])[(shown.reviews || []).length - 1];
+  const reply = told.querySelector(".answer");
+  reply.hidden = !(last && typeof last.message === "string");
+  if (!reply.hidden) showText(reply.querySelector(".message"), last.message);
   const story = told.querySelector(".show-story");
   story.hidden = !approval.call_id;
   story.setAttribute("aria-label", "The story of the call of " + subject(approval));
