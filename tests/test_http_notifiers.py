@@ -437,7 +437,7 @@ async def test_two_serve_processes_configured_from_the_environment_notify_once(
         slack_target = f"{slack_api.url}#signoff-slack-channel=C0123"
         await until(lambda: rows_delivered(db, slack_target, 3))
         [email_target] = {
-            r["target"] for r in await delivery_rows_like(db, f"https://{smtp.host}:{smtp.port}/%")
+            r["target"] for r in await delivery_rows_like(db, f"smtp://{smtp.host}:{smtp.port}/%")
         }
         await until(lambda: rows_delivered(db, email_target, 3))
     finally:
