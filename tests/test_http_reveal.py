@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from approvals import ApprovalPolicy, ApprovalStore, Decision, RequestContext
+from ledger.audit.reveals import reveal_problem
 from ledger.journal import Journal
 from ledger.keys import KeyRing
 from ledger.store import Database
@@ -58,7 +59,7 @@ async def asked(
 
 
 async def test_a_reveal_leaves_out_sensitive_fields_unless_asked_and_records_which(
-    api: Served, db: Database, store: ApprovalStore, journal: Journal
+    api: Served, db: Database, store: ApprovalStore, journal: Journal, ring: KeyRing
 ) -> None:
     ann = unique("ann")
     approval_id = await asked(store, ann)
@@ -84,6 +85,10 @@ async def test_a_reveal_leaves_out_sensitive_fields_unless_asked_and_records_whi
 
     events = await journal.read_stream(f"reveal:{approval_id}")
     assert [(e.actor, e.data["sensitive"]) for e in events] == [(ann, False), (ann, True)]
+    for event in events:  # what was shown is signed with the rest (`ledger verify` checks it)
+        assert await reveal_problem(ring, event.stream_id, event.actor, event.data) is None
+        forged = {**event.data, "sensitive": not event.data["sensitive"]}
+        assert await reveal_problem(ring, event.stream_id, event.actor, forged) is not None
 
 
 async def test_a_retried_reveal_is_replayed_only_when_it_is_the_same_reveal(
