@@ -58,6 +58,7 @@ from .model import (
     json_object,
 )
 from .policy import PolicyRule, policy_problem
+from .presentation import check_edit
 from .projection import APPROVALS, stream_of
 from .records import Read
 
@@ -99,8 +100,9 @@ class Decisions(StoreCore):
             UnknownApproval, ApprovalAlreadyDecided (also: `request_id` recorded another
             decision), ApprovalExpired (recorded as expired),
             DecisionNotAllowed (policy; a reviewer outside the directory for a policy that
-            names groups), InvalidApprovalRequest (malformed decision; a `Reviewer` that
-            carries groups), InvalidReviewerId (a refused reviewer id),
+            names groups), InvalidApprovalRequest (malformed decision; an edit that does not
+            fit the policy's `args_schema`; a `Reviewer` that carries groups),
+            InvalidReviewerId (a refused reviewer id),
             ReviewerKekMissing (this store's ring cannot sign: an agent worker's).
         """
         check_decision(decision)  # before anything is read
@@ -350,6 +352,8 @@ class Decisions(StoreCore):
                     "of the policy's)"
                 )
             raise DecisionNotAllowed(approval_id, f"{refusal.message}{hint}")
+        if decision.kind is DecisionKind.EDIT and decision.args is not None:  # it must fit
+            check_edit(policy.args_schema, decision.args, approval.tool)
         approvers = set(approval.approvers)
         edited, answer = payload.get("args_text"), payload.get("message")
         review = Review(

@@ -15,7 +15,14 @@ from ledger.limits import name_problem
 
 from .errors import InvalidApprovalRequest
 
-__all__ = ["MAX_SCHEMA_BYTES", "args_schema", "edit_problem", "field_names"]
+__all__ = [
+    "MAX_SCHEMA_BYTES",
+    "args_schema",
+    "check_edit",
+    "edit_problem",
+    "field_names",
+    "without_sensitive",
+]
 
 MAX_SCHEMA_BYTES = 32 * 1024
 """Largest argument schema (canonical JSON) a policy may carry: it is stored with every
@@ -78,6 +85,25 @@ def edit_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> s
         return None
     place = "/".join(str(p) for p in error.absolute_path) or "the arguments"
     return f"{place}: {error.message}"
+
+
+def check_edit(schema: Mapping[str, Any] | None, args: Mapping[str, Any], tool: str) -> None:
+    """Refuse edited arguments that do not conform to the tool's argument schema.
+
+    Raises:
+        InvalidApprovalRequest: they do not (`edit_problem` says where and why).
+    """
+    if (problem := edit_problem(schema, args)) is not None:
+        raise InvalidApprovalRequest(f"the edited arguments do not fit {tool}: {problem}")
+
+
+def without_sensitive(
+    sensitive: Iterable[str], args: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """`args` without the fields a policy marks sensitive, and the names of those left out
+    (sorted; only fields the arguments hold)."""
+    hidden = sorted(set(sensitive) & args.keys())
+    return {k: v for k, v in args.items() if k not in hidden}, hidden
 
 
 def _has_inexact_float(value: Any) -> bool:

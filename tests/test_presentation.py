@@ -33,11 +33,11 @@ REFUND_SCHEMA: dict[str, Any] = {
         ),
         (ApprovalPolicy(any_reviewer=True), "any reviewer in the directory"),
         (ApprovalPolicy(any_reviewer=True, quorum=2), "2 reviewers in the directory"),
-        (ApprovalPolicy(approvers={"group:support-leads"}), "one of support-leads"),
-        (ApprovalPolicy(approvers={"bob", "alice"}), "alice or bob"),
-        (ApprovalPolicy(approvers={"cfo", "group:ops"}), "cfo or one of ops"),
+        (ApprovalPolicy(approvers=frozenset({"group:support-leads"})), "one of support-leads"),
+        (ApprovalPolicy(approvers=frozenset({"bob", "alice"})), "alice or bob"),
+        (ApprovalPolicy(approvers=frozenset({"cfo", "group:ops"})), "cfo or one of ops"),
         (
-            ApprovalPolicy(approvers={"alice", "bob", "group:ops"}, quorum=2),
+            ApprovalPolicy(approvers=frozenset({"alice", "bob", "group:ops"}), quorum=2),
             "2 of: alice, bob, members of ops",
         ),
     ],
@@ -76,9 +76,9 @@ def test_an_edit_is_checked_against_the_schema() -> None:
 
 async def test_hints_are_stored_with_the_request_and_read_back(store: ApprovalStore) -> None:
     policy = ApprovalPolicy(
-        approvers={"group:support-leads"},
+        approvers=frozenset({"group:support-leads"}),
         headline=("amount", "currency"),
-        sensitive={"card_number"},
+        sensitive=frozenset({"card_number"}),
         irreversible=True,
         args_schema=REFUND_SCHEMA,
     )

@@ -55,7 +55,10 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show = commands.add_parser("show", help="one approval request and its reviews")
     show.add_argument("approval_id", type=identifier, help="the approval's id")
     show.add_argument(
-        "--reveal", action="store_true", help="decrypt the arguments and the decision (recorded)"
+        "--reveal",
+        action="store_true",
+        help="decrypt the arguments (sensitive fields too), what led to the call and the "
+        "decision (recorded)",
     )
     show.add_argument(
         "--by", metavar="WHO", type=identifier, help="who reveals (with --reveal; default: you)"
@@ -113,6 +116,8 @@ def _row(approval: Approval) -> dict[str, Any]:
     row = approval_json(approval)
     if approval.args is not None:
         row["args"] = approval.args
+    if approval.context is not None:
+        row["context"] = approval.context.to_json()
     if approval.decision is not None:
         d = approval.decision
         row["decision"] = {
@@ -122,6 +127,14 @@ def _row(approval: Approval) -> dict[str, Any]:
             "message": d.message,
         }
     return row
+
+
+def _shows_sensitive(approval: Approval) -> bool:
+    """Whether a reveal of `approval` shows fields its policy marks sensitive (the CLI shows
+    every field)."""
+    decision = approval.decision
+    shown = {*(approval.args or {}), *((decision.args or {}) if decision else {})}
+    return bool(approval.policy.sensitive & shown)
 
 
 def _parse_decision(args: argparse.Namespace) -> Decision:
@@ -160,7 +173,12 @@ async def _show(args: argparse.Namespace) -> int:
         if args.reveal:  # who read the arguments in clear is part of the record
             who = args.by or getpass.getuser()
             await record_reveal(
-                db, ring, f"reveal:{args.approval_id}", who, approval_id=args.approval_id
+                db,
+                ring,
+                f"reveal:{args.approval_id}",
+                who,
+                approval_id=args.approval_id,
+                sensitive=_shows_sensitive(approval),
             )
     row = _row(approval)
     lines = [

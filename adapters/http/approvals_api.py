@@ -7,12 +7,14 @@ a refusal records nothing. A client's request id (`Idempotency-Key`, or `request
 body) makes a decision idempotent: it is recorded with the decision, so a retry through any
 replica finds the first answer.
 
-`POST /v1/approvals/{id}/reveal` gives the arguments in clear to whoever may see the approval
-(a reviewer its policy admits, an auditor), and records in the journal (`ledger.revealed` on
-`reveal:<approval id>`, signed by the service) that this identity read them, before they are
-sent. Auditors may, as
-they may reveal a call's arguments (`calls_api`): proving what ran needs what was asked. With
-an `Idempotency-Key`, recorded in the event, a retry by the same identity records nothing new.
+`POST /v1/approvals/{id}/reveal` gives the arguments, what led to the call and the reviews'
+reasons in clear to whoever may see the approval (a reviewer its policy admits, an auditor),
+the fields its policy marks sensitive only with `?sensitive=true` (`revealing`), and records
+in the journal (`ledger.revealed` on `reveal:<approval id>`, signed by the service, with
+whether sensitive fields were shown) that this identity read them, before they are sent.
+Auditors may, as they may reveal a call's arguments (`calls_api`): proving what ran needs what
+was asked. With an `Idempotency-Key`, recorded in the event, a retry by the same identity of
+the same reveal records nothing new.
 
 Approvals are shown as `shapes.approval_document` (ours, HITL's and Agent Inbox's; no
 arguments), and a decide body is read by `shapes.decision_from_body` (any of the three).
@@ -45,6 +47,7 @@ from ledger.errors import SignoffError
 from ledger.log import get_logger
 
 from .errors import ApiError, reason, refusal_of
+from .revealing import revealed_document
 from .service import Service
 from .shapes import approval_document, decision_from_body
 
@@ -207,11 +210,15 @@ async def reveal(
     approval_id: str,
     identity: Caller,
     idempotency_key: IdempotencyKey = None,
+    sensitive: Annotated[
+        bool, Query(description="also show the fields the policy marks sensitive")
+    ] = False,
 ) -> dict[str, Any]:
     service = service_of(request)
     request_id = optional_request_id(idempotency_key)
     await _visible(service, identity, approval_id)
     approval = await service.store.get(approval_id, reveal=True)
+    revealed = await revealed_document(service.store, approval, sensitive=sensitive)
     recorded = await record_reveal(
         service.db,
         service.ring,
@@ -219,6 +226,7 @@ async def reveal(
         identity.reviewer,
         request_id=request_id,
         approval_id=approval_id,
+        sensitive=revealed.shows_sensitive,
     )
     if not recorded:  # a retry: its reveal is in the journal already
         response.headers["Idempotent-Replayed"] = "true"
@@ -227,8 +235,9 @@ async def reveal(
         approval_id=approval_id,
         reviewer=identity.reviewer,
         request_id=request_id,
+        sensitive=revealed.shows_sensitive,
     )
-    return approval_document(approval, args=approval.args)
+    return revealed.document
 
 
 @router.post(
