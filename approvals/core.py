@@ -146,9 +146,11 @@ class StoreCore:
         *,
         stream: bool = False,
         reviewer: str | None = None,
+        request_id: str | None = None,
     ) -> tuple[Approval, list[NewEvent]]:
-        """Read the approval (with its stream, and `reviewer`'s directory groups, when asked),
-        let `step` say what to append (nothing: the approval as read), and commit that fenced
+        """Read the approval (with its stream when asked; for a decision by `reviewer`, with its
+        directory groups and what it recorded under `request_id`), let `step` say what to
+        append (nothing: the approval as read), and commit that fenced
         at the version read, each in a statement of its own. When another step moved the
         approval in between, nothing was written: read again. A retry that finds the approval
         where the last attempt left it means a stream out of step with its row, not a race:
@@ -158,7 +160,7 @@ class StoreCore:
             try:
                 async with self.db.connection() as conn:
                     read = await self.records.to_advance(
-                        conn, approval_id, stream=stream, reviewer=reviewer
+                        conn, approval_id, stream=stream, reviewer=reviewer, request_id=request_id
                     )
                     if read is None:
                         raise UnknownApproval(approval_id)

@@ -9,8 +9,8 @@ statements meet no conflict. Final decisions NOTIFY `signoff_approvals` (after c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,7 +62,16 @@ from .presentation import check_edit
 from .projection import APPROVALS, stream_of
 from .records import Read
 
-__all__ = ["Decisions"]
+__all__ = ["Decided", "Decisions"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What `Decisions.decide_as_read` came to."""
+
+    approval: Approval  # as the decision left it; as read when it was a retry
+    decision: Decision  # the decision made of the approval as read
+    replayed: bool  # its request id's decision was recorded before: nothing was written
 
 
 class Decisions(StoreCore):
@@ -79,7 +88,8 @@ class Decisions(StoreCore):
         """Record one reviewer's decision. Final once the quorum approves or anyone rejects.
 
         `request_id`, a client's id for this request (the HTTP service's), is recorded in the
-        `approval.decided` event, so a retry finds its answer (`decision_of_request`).
+        `approval.decided` event: the same request again (same reviewer, same decision) records
+        nothing and returns the approval as it is (`decide_as_read` tells a retry apart).
 
         `reviewer` is the reviewer's id (normalised: `identity.reviewer_id`), or a `Reviewer`
         without groups. Its groups are read from the reviewer directory with the approval it
@@ -87,22 +97,61 @@ class Decisions(StoreCore):
         matches only a reviewer the directory puts in that group.
 
         Raises:
-            UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
+            UnknownApproval, ApprovalAlreadyDecided (also: `request_id` recorded another
+            decision), ApprovalExpired (recorded as expired),
             DecisionNotAllowed (policy; a reviewer outside the directory for a policy that
             names groups), InvalidApprovalRequest (malformed decision; an edit that does not
             fit the policy's `args_schema`; a `Reviewer` that carries groups),
             InvalidReviewerId (a refused reviewer id),
             ReviewerKekMissing (this store's ring cannot sign: an agent worker's).
         """
+        check_decision(decision)  # before anything is read
+
+        def as_given(_: Approval) -> Decision:
+            return decision
+
+        decided = await self.decide_as_read(approval_id, as_given, reviewer, request_id=request_id)
+        return decided.approval
+
+    async def decide_as_read(
+        self,
+        approval_id: str,
+        decision_of: Callable[[Approval], Decision],
+        reviewer: Reviewer | str,
+        *,
+        request_id: str | None = None,
+    ) -> Decided:
+        """`decide` the decision `decision_of` makes of the approval as read, in one read and
+        at most one write: the read brings the approval, the reviewer's directory groups, the
+        server's clock and what this reviewer recorded before under `request_id` (one
+        statement, `_sql.TO_DECIDE`), so neither a retry nor a refusal reads again.
+
+        `decision_of` may raise to refuse the decision (nothing is written); it is called
+        again when another step moved the approval on before this one could write. A retry of
+        a recorded request writes nothing (`Decided.replayed`); the request id's decision is
+        checked before expiry and policy, as it was when it was recorded.
+
+        Raises:
+            whatever `decision_of` raises, and as `decide`.
+        """
         _text(approval_id, "approval id")
         if request_id is not None:
             _text(request_id, "request id")
         who = _reviewer(reviewer)
-        payload = self._decision_payload(decision)
         self.ring.require_decision_signer()  # before anything is written, expiry included
+        asked: Decision | None = None
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            nonlocal asked
             approval = read.approval
+            asked = decision_of(approval)
+            payload = self._decision_payload(asked)
+            if (earlier := read.request_decision) is not None:  # a retry: answered as it was
+                if earlier is not asked.kind:
+                    raise ApprovalAlreadyDecided(
+                        approval_id, f"request id {request_id!r} was a {earlier}"
+                    )
+                return []
             if approval.status is ApprovalStatus.PENDING and _due(approval, read.now):
                 return [_closing("approval.expired", at=read.now)]
             deciding, policy = who, approval.policy
@@ -112,20 +161,26 @@ class Decisions(StoreCore):
                 deciding = Reviewer(who.id, read.reviewer_groups or frozenset(), listed=listed)
             else:
                 deciding = Reviewer(who.id, listed=listed)
-            return [self._review(approval, decision, deciding, payload, request_id)]
+            return [self._review(approval, asked, deciding, payload, request_id)]
 
         async with self.ring.sealing():  # the step seals and signs the decision
-            approval, events = await self._advance(approval_id, step, reviewer=who.id)
+            approval, events = await self._advance(
+                approval_id, step, reviewer=who.id, request_id=request_id
+            )
+        if asked is None:  # `_advance` returns only after the step ran
+            raise RuntimeError("a decision's step did not run")
+        if not events:
+            return Decided(approval, asked, replayed=True)
         if events[0].type == "approval.expired":
             raise ApprovalExpired(approval_id)
         log.info(
             "approval decided",
             approval_id=approval_id,
             reviewer=who.id,
-            decision=str(decision.kind),
+            decision=str(asked.kind),
             status=str(approval.status),
         )
-        return approval
+        return Decided(approval, asked, replayed=False)
 
     async def cancel(self, approval_id: str, by: str) -> Approval:
         """Withdraw a pending request (it will never run).
