@@ -15,11 +15,14 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from approvals import ApiTokens
+from ledger.calls.model import CallStatus
+from ledger.calls.service import ToolLedger
 from ledger.journal import Journal
 from ledger.store import Database
 from ledger.store.config import configured_url
@@ -36,6 +39,9 @@ APPROVED_OVER_HTTP = re.compile(
     r" +POST +/v1/approvals/(apr-[0-9a-f]+)/decision: approved\n"
 )
 RAN_ONCE = re.compile(r"the refund ran once: 1 payment, made by process 2 \(pid (\d+)\)")
+RAN_ONCE_EDITED = re.compile(
+    r"the refund ran once, as edited: 1 payment of 60\.00 EUR, made by process 2 \(pid (\d+)\)"
+)
 LOGINS = re.compile(
     r"logins +workers +(signoff_demo_worker_\w+) \(only signoff_app\)\n"
     r" +reviewer (signoff_demo_reviewer_\w+) \(only signoff_reviewer\); both for this run"
@@ -235,13 +241,30 @@ async def _read_until(stream: asyncio.StreamReader, pattern: re.Pattern[str]) ->
     raise AssertionError(f"the demo ended before printing {pattern.pattern}:\n{seen}")
 
 
-@pytest.mark.parametrize(("kind", "status"), [("approve", "approved"), ("reject", "rejected")])
+ANSWER = "Refunds of broken goods go to store credit: I have sent a voucher."
+DECISIONS: dict[str, dict[str, Any]] = {
+    "approve": {"decision": "approve"},
+    "reject": {"decision": "reject", "reason": "the photo shows no damage"},
+    "edit": {
+        "decision": "edit",
+        "args": {"order_id": "A-1042", "amount": 60, "reason": "half: one of two items broke"},
+    },
+    "respond": {"decision": "respond", "message": ANSWER},
+}
+STATUS = {"approve": "approved", "reject": "rejected", "edit": "edited", "respond": "responded"}
+AGENT_SAYS = re.compile(r"^ +agent +(.+)$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("kind", list(DECISIONS))
 async def test_demo_inbox_waits_for_a_person_who_decides_with_the_printed_token(
-    database_url: str, kind: str, status: str
+    database_url: str, ledger: ToolLedger, kind: str
 ) -> None:
     """`signoff demo --inbox` as a real process: it prints a sign-in link and the token, and
-    waits; whoever holds the token decides through the HTTP API, and the demo resumes the
-    agent, whose refund is paid once (approved) or never (rejected)."""
+    waits; whoever holds the token decides through the HTTP API (approve, reject, edit the
+    amount, respond), and the demo resumes the agent, whose refund is paid once (approved,
+    edited: the edited amount) or never (rejected, answered); the agent's last line says what
+    the ledger recorded."""
+    status = STATUS[kind]
     process = await _start_demo(database_url, "--inbox", "--wait", "3m")
     assert process.stdout is not None and process.stderr is not None
     try:
@@ -262,7 +285,7 @@ async def test_demo_inbox_waits_for_a_person_who_decides_with_the_printed_token(
                 approval_id = ours[0]["approval_id"]
                 answer = await client.post(
                     f"/v1/approvals/{approval_id}/decision",
-                    json={"decision": kind},
+                    json=DECISIONS[kind],
                     headers={"Idempotency-Key": f"person-{uuid.uuid4().hex}"},
                 )
                 assert answer.status_code == 200, answer.text
@@ -273,18 +296,36 @@ async def test_demo_inbox_waits_for_a_person_who_decides_with_the_printed_token(
     stdout = before + more + rest.decode()
     assert process.returncode == 0, stdout + stderr.decode()
     assert re.search(rf"{status} by alice +\d+\.\d s", stdout), stdout
-    if kind == "approve":
-        assert RAN_ONCE.search(stdout), stdout
-        assert re.search(r"call-refund +refund +single_attempt +succeeded +1 +alice", stdout)
-    else:
-        assert "the refund was rejected and did not run: no payment" in stdout
-        assert not re.search(r"call-refund +refund +\w+ +succeeded", stdout), stdout
     assert "check      VERIFIED" in stdout
 
+    run_id = re.findall(r"run +(demo-[0-9a-f]+)", stdout)[0]
+    outcome = await ledger.outcome(run_id, "call-refund")
+    last = AGENT_SAYS.findall(stdout)[-1]  # the agent's last line, as the demo showed it
+    if kind in ("approve", "edit"):
+        paid = "60.00" if kind == "edit" else "120.00"
+        assert outcome.status is CallStatus.SUCCEEDED
+        assert str(outcome.result).endswith(f"\nrefunded {paid} EUR on A-1042"[kind != "edit" :])
+        assert last == f"Done: {paid} EUR for order A-1042 is on its way back to you.", stdout
+        ran = RAN_ONCE if kind == "approve" else RAN_ONCE_EDITED
+        assert ran.search(stdout), stdout
+        assert re.search(r"call-refund +refund +single_attempt +succeeded +1 +alice", stdout)
+    elif kind == "reject":
+        assert outcome.status is CallStatus.DENIED
+        assert last.startswith("I could not refund order A-1042: A reviewer rejected"), stdout
+        assert last.endswith("It did not run."), stdout
+        assert "the refund was rejected and did not run: no payment" in stdout
+    else:
+        assert outcome.status is CallStatus.RESPONDED and outcome.result == ANSWER
+        assert last.startswith("I have not refunded order A-1042; a support lead answered:")
+        assert "on its way" not in last, stdout
+        assert "the reviewer answered instead: the refund did not run, no payment" in stdout
+    if kind in ("reject", "respond"):
+        assert not re.search(r"call-refund +refund +\w+ +succeeded", stdout), stdout
+
     token_id = token.split("_")[1]
-    async with await Database.connect(database_url, pool_size=1) as db:
-        info = await ApiTokens(db).get(token_id)
-        events = await Journal(db).read_stream(f"approval:{approval_id}")
+    async with await Database.connect(database_url, pool_size=1) as own:
+        info = await ApiTokens(own).get(token_id)
+        events = await Journal(own).read_stream(f"approval:{approval_id}")
     assert info.revoked_at is not None  # the demo revoked its token when it ended
     (decided,) = [e for e in events if e.type == "approval.decided"]
     assert decided.actor == "alice" and decided.data["request_id"].startswith("person-")

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from approvals import Approval, ReviewerDirectory
+from approvals import Approval, ApprovalStatus, ReviewerDirectory
 from ledger.audit.digest import DigestCheck, signing_keys, take_digest, verify_digest
 from ledger.audit.queries import CallFilter, find_calls
 from ledger.calls.model import CallRecord, CallStatus
@@ -100,7 +100,7 @@ def run_demo(
     """Run the demo with `settings` (default: the environment's, with `database_url` over its
     URL): their database, else the embedded server. The demo approves over the HTTP API; with
     `inbox` a person decides, within `wait` seconds. Exit code 0 when the refund ran once (or,
-    rejected, not at all) and the digest verified, else 1.
+    rejected or answered, not at all) and the digest verified, else 1.
 
     Raises:
         DemoFailed: a step could not be done, or (`inbox`) nobody decided within `wait`.
@@ -177,7 +177,8 @@ async def _demo(
         second = await run_worker(screen, launch, 2, what, "resume", approval_id)
         pids = {first.pid: 1, second.pid: 2}
 
-        paid_by = [int(payment["pid"]) for payment in recorded_payments(payments)]
+        paid = recorded_payments(payments)
+        paid_by = [int(payment["pid"]) for payment in paid]
         calls = await find_calls(db, CallFilter(run_id=run_id))
         refund = next((c for c, _ in calls if c.call_id == REFUND_CALL), None)
         approved = decided.approval.status.runs_tool
@@ -187,10 +188,10 @@ async def _demo(
             and refund.status is CallStatus.SUCCEEDED
             and refund.attempts == 1
         )
-        # Rejected (with --inbox), the refund must not have run anywhere.
+        # Rejected or answered (with --inbox), the refund must not have run anywhere.
         untouched = paid_by == [] and (refund is None or refund.status is not CallStatus.SUCCEEDED)
         as_decided = once if approved else untouched
-        _show_once(screen, as_decided, approved, paid_by, pids)
+        _show_once(screen, as_decided, decided.approval.status, paid, pids)
 
         rows = [_call_row(call, approved_by, pids) for call, approved_by in calls]
         _show_ledger(screen, run_id, rows)
@@ -333,17 +334,33 @@ def _call_row(
 
 
 def _show_once(
-    screen: Screen, as_decided: bool, approved: bool, paid_by: list[int], pids: dict[int, int]
+    screen: Screen,
+    as_decided: bool,
+    status: ApprovalStatus,
+    paid: list[dict[str, Any]],
+    pids: dict[int, int],
 ) -> None:
-    if as_decided and not approved:
-        screen.step("the refund was rejected and did not run: no payment")
+    if as_decided and not status.runs_tool:
+        if status is ApprovalStatus.RESPONDED:
+            screen.step("the reviewer answered instead: the refund did not run, no payment")
+        else:
+            screen.step(f"the refund was {status} and did not run: no payment")
         return
     if as_decided:
-        screen.step(
-            f"the refund ran once: 1 payment, made by process 2 (pid {paid_by[0]}); "
-            "process 1 made none"
-        )
+        pid = paid[0]["pid"]
+        if status is ApprovalStatus.EDITED:
+            amount = f"{float(paid[0]['amount']):.2f} {paid[0]['currency']}"
+            screen.step(
+                f"the refund ran once, as edited: 1 payment of {amount}, made by process 2 "
+                f"(pid {pid}); process 1 made none"
+            )
+        else:
+            screen.step(
+                f"the refund ran once: 1 payment, made by process 2 (pid {pid}); "
+                "process 1 made none"
+            )
         return
+    paid_by = [int(payment["pid"]) for payment in paid]
     where = ", ".join(f"process {pids.get(p, '?')} (pid {p})" for p in paid_by) or "nowhere"
     screen.step(f"FAILED: {len(paid_by)} payments for one refund, made by {where}")
 
