@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from approvals import ApiTokens
+from approvals import ApiTokens, ApprovalStatus, ApprovalStore
 from ledger.calls.model import CallStatus
 from ledger.calls.service import ToolLedger
 from ledger.journal import Journal
@@ -332,13 +332,55 @@ async def test_demo_inbox_waits_for_a_person_who_decides_with_the_printed_token(
 
 
 async def test_demo_inbox_nobody_deciding_in_time_exits_2_with_one_line(
-    database_url: str,
+    database_url: str, store: ApprovalStore
 ) -> None:
+    """Nobody decides in time: one line, exit 2, and the approval is withdrawn (it would
+    otherwise wait out its expiry beside the next run's)."""
     result = await run_cli(
         "demo", "--inbox", "--wait", "1s", database_url=database_url, env=kek_env(), within=120
     )
     assert result.code == 2, result.stdout + result.stderr
     (line,) = result.stderr.splitlines()
-    assert re.fullmatch(r"error: nobody decided approval apr-[0-9a-f]+ within 1 s", line), line
+    found = re.fullmatch(
+        r"error: nobody decided approval (apr-[0-9a-f]+) within 1 s: it is withdrawn", line
+    )
+    assert found, line
     assert SIGN_IN.search(result.stdout), result.stdout
     assert "process 2" not in result.stdout  # the agent was never resumed
+    await _withdrawn_by_the_demo(store, found.group(1))
+
+
+WAITING = re.compile(r"waiting for a person to decide (apr-[0-9a-f]+)")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+async def test_an_interrupted_inbox_demo_withdraws_its_approval(
+    database_url: str, store: ApprovalStore, signum: signal.Signals
+) -> None:
+    """`signoff demo --inbox` stopped while it waits (Ctrl-C, or SIGTERM as a service manager
+    or `timeout` sends it) cancels the approval it waited on, and says so."""
+    process = await _start_demo(database_url, "--inbox", "--wait", "3m")
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        async with asyncio.timeout(120):
+            before, _ = await _read_until(process.stdout, TOKEN)  # it waits for a person now
+            waiting = WAITING.search(before)
+            assert waiting, before
+            approval_id = waiting.group(1)
+            assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
+            process.send_signal(signum)
+            rest, stderr = await process.communicate()
+    finally:
+        await _interrupt(process)
+    stdout = before + rest.decode()
+    assert process.returncode == 130, stdout + stderr.decode()
+    assert f"interrupted: approval {approval_id} withdrawn (cancelled)" in stdout, stdout
+    assert "Traceback" not in stderr.decode(), stderr.decode()
+    await _withdrawn_by_the_demo(store, approval_id)
+
+
+async def _withdrawn_by_the_demo(store: ApprovalStore, approval_id: str) -> None:
+    assert (await store.get(approval_id)).status is ApprovalStatus.CANCELLED
+    events = await Journal(store.db).read_stream(f"approval:{approval_id}")
+    (cancelled,) = [e for e in events if e.type == "approval.cancelled"]
+    assert cancelled.actor == "signoff-demo"

@@ -36,9 +36,11 @@ import asyncio
 import dataclasses
 import json
 import os
+import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import timedelta
@@ -46,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from approvals import Approval, ApprovalStatus, ReviewerDirectory
+from approvals import Approval, ApprovalAlreadyDecided, ApprovalStatus, ReviewerDirectory
 from ledger.audit.digest import DigestCheck, signing_keys, take_digest, verify_digest
 from ledger.audit.queries import CallFilter, find_calls
 from ledger.calls.model import CallRecord, CallStatus
@@ -67,6 +69,7 @@ __all__ = ["INBOX_WAIT", "DemoFailed", "run_demo"]
 
 INBOX_WAIT = 15 * 60.0
 """How long `--inbox` waits for a person to decide, by default (seconds)."""
+DEMO_ACTOR = "signoff-demo"  # who makes the token and withdraws an approval nobody decided
 TOKEN_SLACK = timedelta(minutes=10)  # the token outlives the wait by this much, then expires
 
 
@@ -123,7 +126,25 @@ def run_demo(
     url = settings.resolve_url()  # starts the embedded server if that is the database
     migrate_database(url, "head")  # blocking (alembic runs its own event loop): before ours
     wait_for = wait if inbox else None
-    return asyncio.run(_demo(settings, url, screen, started, log_level, as_json, wait_for))
+    try:
+        return asyncio.run(
+            _stoppable(_demo(settings, url, screen, started, log_level, as_json, wait_for))
+        )
+    except asyncio.CancelledError:  # SIGTERM (`_stoppable`): stopped as Ctrl-C stops it
+        raise KeyboardInterrupt from None
+
+
+async def _stoppable(demo: Coroutine[Any, Any, int]) -> int:
+    """Run `demo`, cancelled on SIGTERM as asyncio cancels it on SIGINT, so that either signal
+    lets it clean up (withdraw the approval it waits on, drop its logins, revoke its token)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await demo
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def _demo(
@@ -297,12 +318,30 @@ async def _person_decides(screen: Screen, review: Review, run_id: str, wait: flo
     )
     for i, text in enumerate(curl):
         screen.notice(f"      {'or' if i == 0 else '':<9} {text}")
-    approval = await review.wait_for_person(approval_id, wait)
+    try:
+        approval = await review.wait_for_person(approval_id, wait)
+    except asyncio.CancelledError:  # Ctrl-C, SIGTERM: nobody will resume it, so withdraw it
+        await _withdraw(screen, review, approval_id, "interrupted")
+        raise
     if approval is None:
-        raise DemoFailed(f"nobody decided approval {approval_id} within {_minutes(wait)}")
+        await _withdraw(screen, review, approval_id, None)
+        raise DemoFailed(
+            f"nobody decided approval {approval_id} within {_minutes(wait)}: it is withdrawn"
+        )
     by = ", ".join(approval.decided_by) or "?"
     screen.done(f"{approval.status} by {by}", time.perf_counter() - started)
     return Decided("inbox", approval)
+
+
+async def _withdraw(screen: Screen, review: Review, approval_id: str, why: str | None) -> None:
+    """Cancel the approval nobody will resume (signed, as the service's cancellations are), so
+    that it does not wait out its expiry among the next run's; decided meanwhile, it stays so."""
+    try:
+        await review.service.store.cancel(approval_id, by=DEMO_ACTOR)
+    except ApprovalAlreadyDecided:
+        return
+    if why is not None:
+        screen.notice(f"{why}: approval {approval_id} withdrawn (cancelled)")
 
 
 def _minutes(seconds: float) -> str:
