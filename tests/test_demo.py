@@ -20,14 +20,16 @@ from typing import Any
 import httpx
 import pytest
 
-from approvals import ApiTokens, ApprovalStatus, ApprovalStore
+from approvals import ApiTokens, ApprovalPolicy, ApprovalStatus, ApprovalStore
 from ledger.calls.model import CallStatus
 from ledger.calls.service import ToolLedger
 from ledger.journal import Journal
+from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.config import configured_url
 from ledger.store.db import open_raw_connection
 from ledger.store.logins import temporary_login
+from ledger.store.settings import Settings
 from tests.support.scratch import with_database
 
 from .support.processes import ROOT, kek_env, run_cli
@@ -197,6 +199,95 @@ async def test_demo_without_a_kek_keeps_one_for_the_database(
     other = await run_cli("demo", database_url=blank_database_url, env=kek_env(), within=60)
     assert other.code == 2
     assert kek_file.name in other.stderr  # names the KEK the database needs
+
+
+async def test_after_the_demo_decide_cancel_and_serve_find_its_reviewer_kek(
+    blank_database_url: str, tmp_path: Path
+) -> None:
+    """Right after `signoff demo` on a database of one's own with no KEK configured, the
+    reviewer side's commands (`approvals decide`, `approvals cancel`, `serve`, `serve --dev`)
+    find the reviewer KEK the demo kept, by the id of the KEK its decision key names, as every
+    command finds the workers' kept KEK; the demo says where that file is. Without the file,
+    a command that signs says which file it looked for."""
+    if configured_url() is None:
+        pytest.skip("on the embedded server the demo uses the server's own local KEK file")
+    unset = ("SIGNOFF_KEK", "SIGNOFF_KEK_FILE", "SIGNOFF_REVIEWER_KEK", "SIGNOFF_REVIEWER_KEK_FILE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env["SIGNOFF_EMBEDDED_DIR"] = str(tmp_path / "embedded")
+    url = blank_database_url
+    demo = await run_cli("demo", database_url=url, env=env, within=300)
+    assert demo.code == 0, demo.stdout + demo.stderr
+    (kek_file,) = (tmp_path / "keks").iterdir()
+    (reviewer_file,) = (tmp_path / "reviewer-keks").iterdir()
+    assert f"reviewer KEK {reviewer_file}, made now" in demo.stdout, demo.stdout
+
+    # Requests as the demo's agent makes them (no reviewer KEK: asking signs nothing), and a
+    # token for alice, whom the demo listed as a support lead.
+    settings = Settings(database_url=url, kek=LocalKek.from_file(kek_file))
+    async with await Database.connect(url, pool_size=1, settings=settings) as db:
+        store = ApprovalStore(db, await KeyRing.open(db, create_missing=False))
+        ids = [
+            (
+                await store.request(
+                    run_id=f"after-demo-{uuid.uuid4().hex[:8]}",
+                    tool="refund",
+                    args={"order_id": "A-1042", "amount": 120.0, "reason": "arrived broken"},
+                    call_id="call-refund",
+                    requested_by="support-agent",
+                    policy=ApprovalPolicy(approvers=frozenset({"group:support-leads"})),
+                )
+            ).approval_id
+            for _ in range(3)
+        ]
+        token = (await ApiTokens(db).create("alice", by="admin")).token
+
+        decided = await run_cli(
+            "approvals", "decide", ids[0], "--approve", "--by", "alice", database_url=url, env=env
+        )
+        assert decided.code == 0, decided.stderr
+        cancelled = await run_cli(
+            "approvals", "cancel", ids[1], "--by", "alice", database_url=url, env=env
+        )
+        assert cancelled.code == 0, cancelled.stderr
+        served = await _serving(url, env, token)
+        assert served["active_tokens"] == 1
+        dev = await _serving(url, env, None, "--dev")
+        assert dev["dev_reviewer"] == "dev"
+
+        reviewer_file.rename(tmp_path / "elsewhere")
+        refused = await run_cli(
+            "approvals", "decide", ids[2], "--approve", "--by", "alice", database_url=url, env=env
+        )
+        assert refused.code == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert (
+            str(reviewer_file) in refused.stderr and "SIGNOFF_REVIEWER_KEK_FILE" in refused.stderr
+        )
+        assert (await store.get(ids[0])).status is ApprovalStatus.APPROVED
+        assert (await store.get(ids[1])).status is ApprovalStatus.CANCELLED
+        assert (await store.get(ids[2])).status is ApprovalStatus.PENDING
+        await store.close()
+
+
+async def _serving(url: str, env: dict[str, str], token: str | None, *args: str) -> dict[str, Any]:
+    """Start `signoff serve ARGS` on a free port; once it listens, ask it for the approvals
+    (with `token`, else its --dev token), stop it, and return what it said when it started."""
+    env = {**env, "PYTHONPATH": str(ROOT), "SIGNOFF_DATABASE_URL": url}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "adapters.cli", "serve", "--port", "0", "--json", *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line, (await process.stderr.read()).decode()
+        started: dict[str, Any] = json.loads(line)
+        auth = {"Authorization": f"Bearer {token or started['dev_token']}"}
+        async with httpx.AsyncClient(base_url=started["url"], headers=auth, timeout=30) as client:
+            listed = await client.get("/v1/approvals")
+            assert listed.status_code == 200, listed.text
+    finally:
+        await _interrupt(process)
+    return started
 
 
 SIGN_IN = re.compile(r"sign in +(http://127\.0\.0\.1:(\d+))/inbox#token=(sgf_\w+_[\w-]+)")
