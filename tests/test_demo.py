@@ -25,7 +25,7 @@ from ledger.calls.model import CallStatus
 from ledger.calls.service import ToolLedger
 from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
-from ledger.store import Database
+from ledger.store import Database, migrate
 from ledger.store.config import configured_url
 from ledger.store.db import open_raw_connection
 from ledger.store.logins import temporary_login
@@ -48,6 +48,30 @@ LOGINS = re.compile(
     r"logins +workers +(signoff_demo_worker_\w+) \(only signoff_app\)\n"
     r" +reviewer (signoff_demo_reviewer_\w+) \(only signoff_reviewer\); both for this run"
 )
+
+
+VARYING = (  # what differs between two runs of the demo, and the column padding it moves
+    (re.compile(r"\b[0-9a-f]{8,}\b"), "<hex>"),
+    (re.compile(r"pid \d+"), "pid <n>"),
+    (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
+    (re.compile(r"\d+\.\d s\b"), "<t> s"),
+    (re.compile(r"(events|tree size) +\d+"), r"\1 <n>"),
+    (re.compile(r" +"), " "),
+)
+
+
+def _steps(output: str) -> list[str]:
+    """The demo's lines from its first step to its last line, less what varies."""
+    lines = output[output.index("[1/5]") : output.index("\nDone in")].splitlines()
+    for pattern, stand_in in VARYING:
+        lines = [pattern.sub(stand_in, line) for line in lines]
+    return lines
+
+
+def _readme_sample() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("$ signoff demo\n")
+    return text[start : text.index("```", start)]
 
 
 async def _roles_like(server_url: str, pattern: str) -> list[str]:
@@ -90,6 +114,9 @@ async def test_demo_on_a_fresh_then_a_used_database(
     assert re.search(r"call-refund +refund +single_attempt +succeeded +1 +alice +process 2", ledger)
     assert re.search(r"call-lookup +lookup_order +read +succeeded +1 +- +process 1", ledger)
     assert first.stderr == ""  # no log noise: the KEK comes from the environment
+    # The README's sample output is what the demo prints today (the schema's head included).
+    assert _steps(first.stdout) == _steps(_readme_sample())
+    assert f"schema at head {migrate.head_revision()}," in _readme_sample()
     over_http = APPROVED_OVER_HTTP.search(first.stdout)
     assert over_http, first.stdout
     token_id, approval_id = over_http.groups()
@@ -475,3 +502,13 @@ async def _withdrawn_by_the_demo(store: ApprovalStore, approval_id: str) -> None
     events = await Journal(store.db).read_stream(f"approval:{approval_id}")
     (cancelled,) = [e for e in events if e.type == "approval.cancelled"]
     assert cancelled.actor == "signoff-demo"
+
+
+async def test_wait_without_inbox_is_refused_in_one_line(database_url: str) -> None:
+    """Without --inbox nothing waits for a person: --wait there is a mistake, said before the
+    demo starts anything."""
+    result = await run_cli("demo", "--wait", "5m", database_url=database_url, env=kek_env())
+    assert result.code == 2, result.stdout + result.stderr
+    assert result.stdout == ""  # nothing ran
+    (line,) = result.stderr.splitlines()
+    assert line == "error: --wait goes with --inbox only (see `signoff demo --help`)"
