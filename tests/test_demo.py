@@ -68,8 +68,12 @@ def _steps(output: str) -> list[str]:
     return lines
 
 
-def _readme_sample() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+SAMPLED = ("README.md", "docs/pages/getting-started.md")  # the pages that show a run
+
+
+def _sample(page: str) -> str:
+    """The sample output of `signoff demo` on `page`."""
+    text = (ROOT / page).read_text(encoding="utf-8")
     start = text.index("$ signoff demo\n")
     return text[start : text.index("```", start)]
 
@@ -114,9 +118,10 @@ async def test_demo_on_a_fresh_then_a_used_database(
     assert re.search(r"call-refund +refund +single_attempt +succeeded +1 +alice +process 2", ledger)
     assert re.search(r"call-lookup +lookup_order +read +succeeded +1 +- +process 1", ledger)
     assert first.stderr == ""  # no log noise: the KEK comes from the environment
-    # The README's sample output is what the demo prints today (the schema's head included).
-    assert _steps(first.stdout) == _steps(_readme_sample())
-    assert f"schema at head {migrate.head_revision()}," in _readme_sample()
+    # The pages' sample output is what the demo prints today (the schema's head included).
+    for page in SAMPLED:
+        assert _steps(first.stdout) == _steps(_sample(page)), page
+        assert f"schema at head {migrate.head_revision()}," in _sample(page), page
     over_http = APPROVED_OVER_HTTP.search(first.stdout)
     assert over_http, first.stdout
     token_id, approval_id = over_http.groups()

@@ -5,7 +5,8 @@ Three OS processes share one database: process 1 (`python -m adapters.demo.worke
 the agent until the refund pauses for approval; this process serves the HTTP API of `signoff
 serve` on loopback (`review`) and approves with `POST /v1/approvals/{id}/decision` as the
 reviewer of a short-lived API token, or with `--inbox` waits for a person to decide with that
-token; process 2 (`... resume`) finds the thread stored with the approval and resumes it. Every
+token (a wait that times out or is stopped, Ctrl-C or SIGTERM, cancels the approval); process 2
+(`... resume`) finds the thread stored with the approval and resumes it. Every
 invocation uses a fresh run (and thread) id, so the demo runs again and again on one database.
 The refund pays into a file of the run's (`script.record_payment`), which this process counts.
 
