@@ -27,16 +27,16 @@ from .reviewer_kek import signing_ring
 
 _DECIDE_EXAMPLES = """\
 examples:
-  signoff approvals decide 0b9e...  --approve --by alice
-  signoff approvals decide 0b9e...  --reject --reason "wrong order" --by alice
-  signoff approvals decide 0b9e...  --edit '{"order_id": "A-1", "amount": 20}' --by alice
-  signoff approvals decide 0b9e...  --respond "refunds over 100 need a manager" --by alice
+  signoff approvals decide apr-7d99...  --approve --by alice
+  signoff approvals decide apr-7d99...  --reject --reason "wrong order" --by alice
+  signoff approvals decide apr-7d99...  --edit '{"order_id": "A-1", "amount": 20}' --by alice
+  signoff approvals decide apr-7d99...  --respond "refunds over 100 need a manager" --by alice
 """
 
 _CANCEL_EXAMPLES = """\
 examples:
   signoff approvals list --status pending
-  signoff approvals cancel 0b9e...  --by alice
+  signoff approvals cancel apr-7d99...  --by alice
 """
 
 
