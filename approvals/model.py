@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -15,6 +16,7 @@ from ledger.limits import name_problem, text_problem
 
 from .errors import InvalidApprovalRequest
 from .identity import GROUP_PREFIX, approver, group_name, reviewer_id
+from .presentation import args_schema, field_names
 
 __all__ = [
     "SELF_CONFIRMED_BY",
@@ -169,6 +171,13 @@ class ApprovalPolicy:
         allow_self_approval: whether the requester may decide its own request.
         expires_in: after this the request is denied by default; None never expires.
         description: shown to reviewers.
+        headline: argument fields reviewers see first and large (an amount, an address).
+        sensitive: argument fields reviewers see only after one more click (each viewing is
+            journaled); notifications never carry them.
+        irreversible: the tool's effect cannot be undone: reviewers confirm an approval.
+        args_schema: the JSON Schema (2020-12) of the tool's arguments, as the adapter
+            captured it from the tool: the inbox builds its edit form from it, and an edit
+            that does not conform is refused before anything is recorded.
     """
 
     allowed: frozenset[DecisionKind] = frozenset(DecisionKind)
@@ -178,6 +187,10 @@ class ApprovalPolicy:
     expires_in: timedelta | None = timedelta(hours=24)
     description: str = ""
     any_reviewer: bool = False
+    headline: tuple[str, ...] = ()
+    sensitive: frozenset[str] = frozenset()
+    irreversible: bool = False
+    args_schema: Mapping[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if self.quorum < 1:
@@ -189,6 +202,12 @@ class ApprovalPolicy:
         if not isinstance(self.any_reviewer, bool):
             raise InvalidApprovalRequest("any_reviewer is True or False")
         object.__setattr__(self, "approvers", frozenset(approver(a) for a in self.approvers))
+        object.__setattr__(self, "headline", field_names(self.headline, "headline"))
+        object.__setattr__(self, "sensitive", frozenset(field_names(self.sensitive, "sensitive")))
+        if not isinstance(self.irreversible, bool):
+            raise InvalidApprovalRequest("irreversible is True or False")
+        if self.args_schema is not None:
+            object.__setattr__(self, "args_schema", args_schema(self.args_schema))
         if self.any_reviewer and self.approvers:
             raise InvalidApprovalRequest(
                 "any_reviewer=True admits every reviewer the directory lists, approvers name "
@@ -224,7 +243,20 @@ class ApprovalPolicy:
             "allow_self_approval": self.allow_self_approval,
             "expires_in_seconds": None if self.expires_in is None else _seconds(self.expires_in),
             "description": self.description,
-        }
+        } | self._presentation_json()
+
+    def _presentation_json(self) -> dict[str, Any]:
+        """The reviewers' hints, only those set: a policy without them is stored as before."""
+        data: dict[str, Any] = {}
+        if self.headline:
+            data["headline"] = list(self.headline)
+        if self.sensitive:
+            data["sensitive"] = sorted(self.sensitive)
+        if self.irreversible:
+            data["irreversible"] = True
+        if self.args_schema is not None:
+            data["args_schema"] = dict(self.args_schema)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ApprovalPolicy:
@@ -240,6 +272,10 @@ class ApprovalPolicy:
             expires_in=None if seconds is None else timedelta(seconds=seconds),
             description=str(data.get("description", "")),
             any_reviewer=data.get("any_reviewer", False),
+            headline=tuple(data.get("headline", ())),
+            sensitive=frozenset(data.get("sensitive", ())),
+            irreversible=data.get("irreversible", False),
+            args_schema=data.get("args_schema"),
         )
         if data.get("tier", policy.tier) != policy.tier:
             raise InvalidApprovalRequest(

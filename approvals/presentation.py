@@ -1,0 +1,88 @@
+"""What a policy tells reviewers about a tool's arguments: pure checks, no I/O.
+
+A policy may name headline fields (shown first and large), sensitive fields (shown only after
+one more click) and carry the JSON Schema of the tool's arguments, against which an edit is
+checked before anything is recorded (`edit_problem`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ledger.canonical import canonical_json
+from ledger.limits import name_problem
+
+from .errors import InvalidApprovalRequest
+
+__all__ = ["MAX_SCHEMA_BYTES", "args_schema", "edit_problem", "field_names"]
+
+MAX_SCHEMA_BYTES = 32 * 1024
+"""Largest argument schema (canonical JSON) a policy may carry: it is stored with every
+request."""
+_EXACT_FLOAT = 2.0**53  # beyond this a float and the integer jsonb prints for it differ
+
+
+def field_names(names: Iterable[str], what: str) -> tuple[str, ...]:
+    """`names` as a tuple of distinct argument field names, in their order.
+
+    Raises:
+        InvalidApprovalRequest: one string instead of a collection, or a name that is not one.
+    """
+    if isinstance(names, str):
+        raise InvalidApprovalRequest(f"{what} must be a collection of field names, not a string")
+    found: dict[str, None] = {}
+    for name in names:
+        if (problem := name_problem(name)) is not None:
+            raise InvalidApprovalRequest(f"a {what} field {problem}")
+        found[name] = None
+    return tuple(found)
+
+
+def args_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` as a plain dict, once it is a JSON Schema that can be stored with a request.
+
+    Raises:
+        InvalidApprovalRequest: not a JSON object, larger than `MAX_SCHEMA_BYTES`, holding a
+            float jsonb would store as another number, or not a valid JSON Schema.
+    """
+    if not isinstance(schema, Mapping):
+        raise InvalidApprovalRequest(f"args_schema must be a JSON object, not {type(schema)}")
+    data = dict(schema)
+    try:
+        text = canonical_json(data)
+    except ValueError as e:
+        raise InvalidApprovalRequest(f"args_schema is not JSON: {e}") from e
+    if len(text.encode()) > MAX_SCHEMA_BYTES:
+        raise InvalidApprovalRequest(f"args_schema is more than {MAX_SCHEMA_BYTES} bytes of JSON")
+    if _has_inexact_float(data):
+        raise InvalidApprovalRequest("args_schema holds a float too large to store exactly")
+    from jsonschema import Draft202012Validator, SchemaError  # only where a schema is given
+
+    try:
+        Draft202012Validator.check_schema(data)
+    except SchemaError as e:
+        raise InvalidApprovalRequest(f"args_schema is not a JSON Schema: {e.message}") from e
+    return data
+
+
+def edit_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> str | None:
+    """What is wrong with edited arguments under the tool's argument schema (the first
+    problem, with its place), or None when they conform or there is no schema."""
+    if schema is None:
+        return None
+    from jsonschema import Draft202012Validator  # only where a schema is given
+
+    error = next(iter(Draft202012Validator(schema).iter_errors(dict(args))), None)
+    if error is None:
+        return None
+    place = "/".join(str(p) for p in error.absolute_path) or "the arguments"
+    return f"{place}: {error.message}"
+
+
+def _has_inexact_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return abs(value) >= _EXACT_FLOAT
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, list) and any(_has_inexact_float(v) for v in value)

@@ -1,0 +1,113 @@
+"""What a policy tells reviewers: headline and sensitive fields, irreversibility, the tool's
+argument schema (checked as a JSON Schema, stored with the request, read back the same), and
+who decides in plain words."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from adapters.runtime.documents import approval_json, policy_text
+from approvals import ApprovalPolicy, ApprovalStore, InvalidApprovalRequest
+from approvals.presentation import edit_problem
+
+REFUND_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "amount": {"type": "number", "exclusiveMinimum": 0.0},
+        "currency": {"type": "string", "enum": ["EUR", "USD"]},
+        "order_id": {"type": "string"},
+    },
+    "required": ["amount", "currency", "order_id"],
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "text"),
+    [
+        (
+            ApprovalPolicy(),
+            "self-confirm (the person at the agent, or any reviewer in the directory)",
+        ),
+        (ApprovalPolicy(any_reviewer=True), "any reviewer in the directory"),
+        (ApprovalPolicy(any_reviewer=True, quorum=2), "2 reviewers in the directory"),
+        (ApprovalPolicy(approvers={"group:support-leads"}), "one of support-leads"),
+        (ApprovalPolicy(approvers={"bob", "alice"}), "alice or bob"),
+        (ApprovalPolicy(approvers={"cfo", "group:ops"}), "cfo or one of ops"),
+        (
+            ApprovalPolicy(approvers={"alice", "bob", "group:ops"}, quorum=2),
+            "2 of: alice, bob, members of ops",
+        ),
+    ],
+)
+def test_the_policy_says_who_decides_in_plain_words(policy: ApprovalPolicy, text: str) -> None:
+    assert policy_text(policy) == text
+
+
+@pytest.mark.parametrize(
+    ("hints", "problem"),
+    [
+        ({"headline": "amount"}, "not a string"),
+        ({"sensitive": [""]}, "non-empty"),
+        ({"irreversible": "yes"}, "True or False"),
+        ({"args_schema": {"type": 12}}, "not a JSON Schema"),
+        ({"args_schema": ["not", "an", "object"]}, "JSON object"),
+        ({"args_schema": {"maximum": 1e300}}, "too large"),
+        ({"args_schema": {"description": "x" * 40_000}}, "bytes of JSON"),
+    ],
+)
+def test_malformed_hints_are_refused(hints: dict[str, Any], problem: str) -> None:
+    with pytest.raises(InvalidApprovalRequest, match=problem):
+        ApprovalPolicy(**hints)
+
+
+def test_an_edit_is_checked_against_the_schema() -> None:
+    good = {"amount": 60, "currency": "EUR", "order_id": "A-1"}
+    assert edit_problem(REFUND_SCHEMA, good) is None
+    assert edit_problem(None, {"amount": "lots"}) is None  # no schema: nothing to check
+    assert edit_problem(REFUND_SCHEMA, good | {"amount": "lots"}) == (
+        "amount: 'lots' is not of type 'number'"
+    )
+    problem = edit_problem(REFUND_SCHEMA, {"amount": 1, "currency": "EUR"})
+    assert problem == "the arguments: 'order_id' is a required property"
+
+
+async def test_hints_are_stored_with_the_request_and_read_back(store: ApprovalStore) -> None:
+    policy = ApprovalPolicy(
+        approvers={"group:support-leads"},
+        headline=("amount", "currency"),
+        sensitive={"card_number"},
+        irreversible=True,
+        args_schema=REFUND_SCHEMA,
+    )
+    asked = await store.request(
+        run_id=f"run-{uuid.uuid4().hex}",
+        tool="refund",
+        args={"amount": 120, "currency": "EUR", "order_id": "A-1"},
+        call_id="call-1",
+        requested_by="support-agent",
+        policy=policy,
+    )
+    read = await store.get(asked.approval_id)
+    assert read.policy == policy
+    assert read.policy.args_schema == REFUND_SCHEMA
+    document = approval_json(read)
+    assert document["policy"]["headline"] == ["amount", "currency"]
+    assert document["policy"]["sensitive"] == ["card_number"]
+    assert document["policy"]["irreversible"] is True
+    assert document["policy_text"] == "one of support-leads"
+
+
+def test_a_policy_without_hints_is_stored_as_before() -> None:
+    assert set(ApprovalPolicy().to_json()) == {
+        "tier",
+        "allowed",
+        "approvers",
+        "any_reviewer",
+        "quorum",
+        "allow_self_approval",
+        "expires_in_seconds",
+        "description",
+    }
