@@ -7,8 +7,9 @@ credentials. Nothing here is state another replica needs: every answer comes fro
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
 KEK (it signs decisions). What is missing is named in one line. With `settings.webhook`, the
-service also posts webhook notifications (`webhooks.Webhooks`), from when it is opened until
-it is closed.
+service also posts webhook notifications (`webhooks.Webhooks`), and with `settings.slack` and
+`settings.email` it tells reviewers of new requests in Slack (`slack.SlackNotifier`) and by
+e-mail (`mail.EmailNotifier`), from when it is opened until it is closed.
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ from ledger.store.settings import Settings
 from . import _sql as sql
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
 from .csrf import CsrfKey
+from .deliveries import Deliveries
 from .limits import DEFAULT_FAILURE_LIMIT, FailureLimit, FailureLimiter
 from .live import ApprovalFeed
+from .mail import EmailNotifier
 from .metrics import Metrics
 from .oidc import JwksUnavailable, OidcVerifier
+from .slack import SlackNotifier
 from .webhooks import Webhooks
 
 log = get_logger(__name__)
@@ -78,6 +82,7 @@ class Service:
     keepalive_seconds: float = KEEPALIVE_SECONDS
     stream_seconds: float = STREAM_SECONDS
     webhooks: Webhooks | None = None
+    notifiers: list[Deliveries] = field(default_factory=list)
     # Digests, proofs and the tree's integration: one at a time per process, so that auditors
     # cannot take every database connection and the event loop from reviewers (a digest reads
     # the events since the last integration, which after a long pause may be many).
@@ -112,6 +117,8 @@ class Service:
                 await self.integrator
         if self.webhooks is not None:
             await self.webhooks.close()
+        for notifier in self.notifiers:
+            await notifier.close()
         await self.feed.close()
         await self.ledger.close()
         await self.store.close()
@@ -144,7 +151,8 @@ async def open_service(
         failure_limit: how many refused credentials a client address may present in a time
             (10 a minute by default), after which its credentials get 429 unchecked.
 
-    With `settings.webhook`, the webhook task starts here; `Service.close` stops it.
+    With `settings.webhook`, the webhook task starts here, and so do the Slack and e-mail
+    notifiers with `settings.slack` and `settings.email`; `Service.close` stops them.
 
     Raises:
         ServiceMisconfigured: no reviewer KEK, or a login without `signoff_reviewer`.
@@ -190,21 +198,34 @@ async def open_service(
             max_body_bytes=max_body_bytes,
             oidc=verifier,
             webhooks=webhooks,
+            notifiers=_notifiers(settings, db, store),
         )
     except BaseException:
         await db.close()
         raise
-    if webhooks is not None:
-        try:
-            await webhooks.start()
-        except BaseException:
-            await service.close()
-            raise
+    try:
+        for task in ([webhooks] if webhooks is not None else []) + service.notifiers:
+            await task.start()
+    except BaseException:
+        await service.close()
+        raise
     if settings.tree_integrate_seconds > 0:
         service.integrator = asyncio.create_task(
             _integrate_every(service, settings.tree_integrate_seconds)
         )
     return service
+
+
+def _notifiers(settings: Settings, db: Database, store: ApprovalStore) -> list[Deliveries]:
+    """The reviewers' notifiers the settings configure (Slack, e-mail)."""
+    found: list[Deliveries] = []
+    if settings.public_url is None:  # the settings refuse a notifier without it
+        return found
+    if settings.slack is not None:
+        found.append(SlackNotifier(db, store, settings.slack, settings.public_url))
+    if settings.email is not None:
+        found.append(EmailNotifier(db, store, settings.email, settings.public_url))
+    return found
 
 
 async def _integrate_every(service: Service, seconds: float) -> None:

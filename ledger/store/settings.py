@@ -9,6 +9,9 @@
 | `SIGNOFF_EMBEDDED_DIR`, `XDG_DATA_HOME`       | `embedded_home`                               |
 | `SIGNOFF_OIDC_*`                              | `oidc` (None: no OIDC bearer tokens)          |
 | `SIGNOFF_WEBHOOK_*`                           | `webhook` (None: the service posts nothing)   |
+| `SIGNOFF_PUBLIC_URL`                          | `public_url` (None: notifications link nowhere)|
+| `SIGNOFF_SLACK_*`                             | `slack` (None: no Slack notifications)        |
+| `SIGNOFF_SMTP_*`                              | `email` (None: no e-mail notifications)       |
 | `SIGNOFF_LOG_ORIGIN`                          | `log_origin` (None: digests carry no checkpoint)|
 | `SIGNOFF_HTTP_HEADER_SECONDS`                 | `http_header_seconds` (default 10)            |
 | `SIGNOFF_HTTP_IDLE_SECONDS`                   | `http_idle_seconds` (default 15)              |
@@ -38,6 +41,10 @@ the oldest open transaction may hold back the journal's global order before the 
 
 `webhook` (`WebhookSettings`) is where the HTTP service posts its notifications (a new approval
 request, a call whose outcome is unknown), the secret that signs them and their format.
+
+`slack` (`SlackSettings`) and `email` (`EmailSettings`) are where the HTTP service tells
+reviewers of a new approval request, with a link to it under `public_url`, the address
+reviewers open the service at (required with either).
 """
 
 from __future__ import annotations
@@ -55,12 +62,15 @@ from ..audit.checkpoint import MalformedNote, check_key_name
 from ..errors import ConfigurationError
 from ..keys.kek import LocalKek
 from .config import is_loopback, normalize_url
+from .notifier_settings import SMTP_SECURITY, EmailSettings, SlackSettings, public_url
 
 __all__ = [
     "OIDC_ALGORITHMS",
     "WEBHOOK_FORMATS",
+    "EmailSettings",
     "OidcSettings",
     "Settings",
+    "SlackSettings",
     "WebhookSettings",
     "embedded_home_from_env",
 ]
@@ -133,6 +143,11 @@ class Settings:
     embedded_home: Path = field(default_factory=lambda: embedded_home_from_env({}))
     oidc: OidcSettings | None = None
     webhook: WebhookSettings | None = None
+    public_url: str | None = None
+    """The address reviewers open the service at (`https://signoff.example.com`): the base
+    of the links notifications carry."""
+    slack: SlackSettings | None = None
+    email: EmailSettings | None = None
     log_origin: str | None = None
     tree_integrate_seconds: float = _TREE_INTEGRATE_DEFAULT
     """How often `signoff serve` integrates new events into the stored Merkle tree (0: never;
@@ -160,6 +175,13 @@ class Settings:
             raise ConfigurationError(
                 f"key_refresh_seconds is {self.key_refresh_seconds}: expected 0 or more"
             )
+        if self.public_url is not None:
+            object.__setattr__(self, "public_url", public_url(self.public_url))
+        elif self.slack is not None or self.email is not None:
+            raise ConfigurationError(
+                "Slack and e-mail notifications link to the approval: set SIGNOFF_PUBLIC_URL "
+                "to the address reviewers open the service at (https://signoff.example.com)"
+            )
         if self.log_origin is not None:
             try:
                 check_key_name(self.log_origin)
@@ -183,6 +205,9 @@ class Settings:
             embedded_home=embedded_home_from_env(environ),
             oidc=OidcSettings.from_env(environ),
             webhook=WebhookSettings.from_env(environ),
+            public_url=(environ.get("SIGNOFF_PUBLIC_URL") or "").strip() or None,
+            slack=_slack(environ),
+            email=_email(environ),
             log_origin=_origin(environ.get("SIGNOFF_LOG_ORIGIN")),
             tree_integrate_seconds=_seconds(environ, "SIGNOFF_TREE_INTEGRATE_SECONDS"),
             http_header_seconds=_positive(
@@ -232,6 +257,78 @@ def _kek(environ: Mapping[str, str], name: str = "SIGNOFF_KEK") -> LocalKek | No
     if path := environ.get(f"{name}_FILE"):
         return LocalKek.from_file(Path(path), variable=f"{name}_FILE")
     return None
+
+
+def _secret(environ: Mapping[str, str], name: str) -> str | None:
+    """The secret in variable `name`, else in the file `name`_FILE names; None without
+    either."""
+    if secret := environ.get(name):
+        return secret
+    if path := environ.get(f"{name}_FILE"):
+        try:
+            return Path(path).read_text().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) else "not text"
+            raise ConfigurationError(f"cannot read {name}_FILE={path}: {reason}") from e
+    return None
+
+
+def _slack(environ: Mapping[str, str]) -> SlackSettings | None:
+    """The Slack notifier's settings: None when none of its variables is set."""
+    url = _secret(environ, "SIGNOFF_SLACK_WEBHOOK_URL")
+    token = _secret(environ, "SIGNOFF_SLACK_BOT_TOKEN")
+    channel = (environ.get("SIGNOFF_SLACK_CHANNEL") or "").strip() or None
+    api = (environ.get("SIGNOFF_SLACK_API_URL") or "").strip() or None
+    if url is None and token is None:
+        if channel or api:
+            raise ConfigurationError(
+                "SIGNOFF_SLACK_CHANNEL or _API_URL is set, but neither "
+                "SIGNOFF_SLACK_WEBHOOK_URL nor SIGNOFF_SLACK_BOT_TOKEN is"
+            )
+        return None
+    if api is not None and token is None:
+        raise ConfigurationError("SIGNOFF_SLACK_API_URL goes with SIGNOFF_SLACK_BOT_TOKEN")
+    if api is None:
+        return SlackSettings(webhook_url=url, bot_token=token, channel=channel)
+    return SlackSettings(webhook_url=url, bot_token=token, channel=channel, api_url=api)
+
+
+def _email(environ: Mapping[str, str]) -> EmailSettings | None:
+    """The e-mail notifier's settings: None when SIGNOFF_SMTP_HOST is not set."""
+    names = ("PORT", "SECURITY", "FROM", "TO", "USER", "PASSWORD", "PASSWORD_FILE")
+    given = {n: v.strip() for n in names if (v := environ.get(f"SIGNOFF_SMTP_{n}")) and v.strip()}
+    host = (environ.get("SIGNOFF_SMTP_HOST") or "").strip()
+    if not host:
+        if given:
+            raise ConfigurationError(
+                f"SIGNOFF_SMTP_{next(iter(given))} is set, but SIGNOFF_SMTP_HOST is not"
+            )
+        return None
+    for required in ("FROM", "TO"):
+        if required not in given:
+            raise ConfigurationError(
+                f"SIGNOFF_SMTP_HOST is set without SIGNOFF_SMTP_{required}: e-mail needs a "
+                "sender and recipients"
+            )
+    port = 0
+    if "PORT" in given:
+        if not given["PORT"].isdigit() or int(given["PORT"]) == 0:
+            raise ConfigurationError(f"SIGNOFF_SMTP_PORT is {given['PORT']!r}: expected a port")
+        port = int(given["PORT"])
+    security = given.get("SECURITY", "starttls").lower()
+    if security not in SMTP_SECURITY:
+        raise ConfigurationError(
+            f"SIGNOFF_SMTP_SECURITY is {security!r}: expected one of {', '.join(SMTP_SECURITY)}"
+        )
+    return EmailSettings(
+        host=host,
+        sender=given["FROM"],
+        recipients=tuple(r.strip() for r in given["TO"].split(",") if r.strip()),
+        port=port,
+        security=security,
+        user=given.get("USER"),
+        password=_secret(environ, "SIGNOFF_SMTP_PASSWORD"),
+    )
 
 
 def _origin(text: str | None) -> str | None:
