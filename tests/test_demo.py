@@ -33,6 +33,7 @@ from ledger.store.settings import Settings
 from tests.support.scratch import with_database
 
 from .support.processes import ROOT, kek_env, run_cli
+from .support.receivers import http_receiver, smtp_receiver
 
 APPROVED_OVER_HTTP = re.compile(
     r"\[3/5\] alice of support-leads approves over HTTP, as the API token's reviewer.*\n"
@@ -165,6 +166,29 @@ async def test_demo_on_a_fresh_then_a_used_database(
     assert reviewer.startswith("signoff_demo_reviewer_")
     assert {worker, reviewer}.isdisjoint(logins.groups())
     assert await _roles_like(server_url, "signoff_demo_%") == []
+
+
+async def test_the_demo_tells_nobody_of_its_run(fresh_database_url: str) -> None:
+    """The demo's own service, in its process, posts nothing to the environment's webhook,
+    Slack or e-mail: its refund is nobody's to be told of."""
+    with http_receiver("/hooks") as hooks, smtp_receiver() as smtp:
+        env = {
+            **kek_env(),
+            "SIGNOFF_PUBLIC_URL": "https://signoff.example.com/",
+            "SIGNOFF_WEBHOOK_URL": hooks.url,
+            "SIGNOFF_WEBHOOK_SECRET": "s" * 32,
+            "SIGNOFF_SLACK_WEBHOOK_URL": hooks.url,
+            "SIGNOFF_SMTP_HOST": smtp.host,
+            "SIGNOFF_SMTP_PORT": str(smtp.port),
+            "SIGNOFF_SMTP_SECURITY": "none",
+            "SIGNOFF_SMTP_FROM": "signoff@example.com",
+            "SIGNOFF_SMTP_TO": "leads@example.com",
+        }
+        result = await run_cli("demo", database_url=fresh_database_url, env=env, within=300)
+        assert result.code == 0, result.stdout + result.stderr
+        assert RAN_ONCE.search(result.stdout), result.stdout
+        # The demo has exited: its service, and whatever it would have sent, is gone.
+        assert hooks.received == [] and smtp.attempts == 0
 
 
 async def test_demo_on_a_login_that_may_not_create_roles_runs_every_process_on_it(
