@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from approvals import (
     Approval,
     ApprovalPolicy,
+    ApprovalStatus,
     ApprovalStore,
     Decision,
     DecisionForged,
@@ -477,6 +478,36 @@ async def test_the_cli_decides_only_with_the_reviewer_kek(
     assert decided.code == 0, decided.stderr
     assert (await store.get(approval.approval_id)).status == "approved"
     assert await store.problems(approval.approval_id) == []
+
+
+async def test_the_cli_cancels_a_pending_approval_signed_in_the_reviewer_s_name(
+    database_url: str, store: ApprovalStore, journal: Journal
+) -> None:
+    """`signoff approvals cancel ID --by WHO`: refused without the reviewer KEK (a cancellation
+    that names a person is signed), else cancelled and signed; a second cancel, and an unknown
+    id, are one line and exit 2."""
+    approval, _ = await _ask(store, LEADS)
+    cancel = ("approvals", "cancel", approval.approval_id, "--by", "lead-1")
+    worker = {k: v for k, v in kek_env().items() if not k.startswith("SIGNOFF_REVIEWER_KEK")}
+    refused = await run_cli(*cancel, database_url=database_url, env=worker)
+    assert refused.code == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "SIGNOFF_REVIEWER_KEK" in refused.stderr
+    assert (await store.get(approval.approval_id)).version == approval.version  # nothing written
+
+    cancelled = await run_cli(*cancel, "--json", database_url=database_url, env=kek_env())
+    assert cancelled.code == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["status"] == "cancelled"
+    assert (await store.get(approval.approval_id)).status is ApprovalStatus.CANCELLED
+    assert await store.problems(approval.approval_id) == []  # signed, and the signature holds
+    events = await journal.read_stream(stream_of(approval.approval_id))
+    assert [e.actor for e in events if e.type == "approval.cancelled"] == ["lead-1"]
+
+    again = await run_cli(*cancel, database_url=database_url, env=kek_env())
+    assert again.code == 2 and again.stderr.count("\n") == 1, again.stderr
+    assert "already cancelled" in again.stderr
+    unknown = ("approvals", "cancel", f"apr-{uuid.uuid4().hex}", "--by", "lead-1")
+    missing = await run_cli(*unknown, database_url=database_url, env=kek_env())
+    assert missing.code == 2 and missing.stderr.count("\n") == 1, missing.stderr
 
 
 def test_the_reviewer_kek_is_read_from_its_own_variables(tmp_path: Path) -> None:
