@@ -21,6 +21,7 @@ from ledger.journal.projection import Fact, fold, verify_projection
 from ledger.keys.digests import text_digest
 
 from .core import (
+    CANCEL_REASON_PART,
     StoreCore,
     _closing,
     _committed,
@@ -182,19 +183,24 @@ class Decisions(StoreCore):
         )
         return Decided(approval, asked, replayed=False)
 
-    async def cancel(self, approval_id: str, by: str) -> Approval:
+    async def cancel(self, approval_id: str, by: str, *, reason: str | None = None) -> Approval:
         """Withdraw a pending request (it will never run).
 
         On the reviewer side (a ring that signs decisions) the cancellation is `by`'s, signed
         like a decision. An agent worker's ring cannot sign: it withdraws a request only in the
         name it was requested under (`by` is its `requested_by`), which names no one else.
+        A `reason` is sealed like a reject's (`cancel_reason_of` opens it) and the agent that
+        waits is told it.
 
         Raises:
             UnknownApproval, ApprovalAlreadyDecided (it is final already), ReviewerKekMissing
-            (a worker cancelling in a name other than the requester's; nothing is written).
+            (a worker cancelling in a name other than the requester's; nothing is written),
+            InvalidApprovalRequest (a reason that is not storable text within `MAX_TEXT_BYTES`).
         """
         _text(approval_id, "approval id")
         _text(by, "by")
+        if reason is not None:
+            check_decision(Decision.reject(reason))  # the same rules as a reject's reason
         signs = self.ring.can_sign_decisions
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
@@ -202,6 +208,11 @@ class Decisions(StoreCore):
             if approval.status.final:
                 raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
             cancelled = _closing("approval.cancelled", actor=by)
+            if reason is not None:
+                sealed = self.records.seal(reason, approval_id, CANCEL_REASON_PART)
+                cancelled = NewEvent(
+                    cancelled.type, {**cancelled.data, "reason_sealed": sealed}, cancelled.actor
+                )
             if signs:
                 return [sign_cancellation(self.ring, approval.binding, approval_id, cancelled)]
             if by != approval.requested_by:  # a person's cancellation: the reviewer side's

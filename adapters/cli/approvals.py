@@ -36,7 +36,7 @@ examples:
 _CANCEL_EXAMPLES = """\
 examples:
   signoff approvals list --status pending
-  signoff approvals cancel apr-7d99...  --by alice
+  signoff approvals cancel apr-7d99...  --by alice --reason "asked twice"
 """
 
 
@@ -121,6 +121,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     cancel.add_argument(
         "--by", required=True, metavar="REVIEWER", type=reviewer, help="who withdraws it"
     )
+    cancel.add_argument("--reason", type=text, help="why (sealed; the waiting agent is told it)")
     add_json_flag(cancel)
     cancel.set_defaults(run=lambda a: asyncio.run(_cancel(a)))
 
@@ -233,6 +234,8 @@ async def _cancel(args: argparse.Namespace) -> int:
         ring = await signing_ring(db)
         # It names a person: signed by the reviewer side, never a requester's bare withdrawal.
         ring.require_decision_signer()
-        approval = await ApprovalStore(db, ring).cancel(args.approval_id, args.by)
+        approval = await ApprovalStore(db, ring).cancel(
+            args.approval_id, args.by, reason=args.reason
+        )
     emit(args, f"{safe(approval.approval_id)}: {approval.status.value}", _row(approval))
     return 0

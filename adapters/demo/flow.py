@@ -338,7 +338,8 @@ async def _withdraw(screen: Screen, review: Review, approval_id: str, why: str |
     """Cancel the approval nobody will resume (signed, as the service's cancellations are), so
     that it does not wait out its expiry among the next run's; decided meanwhile, it stays so."""
     try:
-        await review.service.store.cancel(approval_id, by=DEMO_ACTOR)
+        reason = f"the demo was {why or 'not answered in time'}"
+        await review.service.store.cancel(approval_id, by=DEMO_ACTOR, reason=reason)
     except ApprovalAlreadyDecided:
         return
     if why is not None:

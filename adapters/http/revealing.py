@@ -10,7 +10,8 @@ The document is `shapes.approval_document` with the shown arguments (also in its
   it (each null when it captured none);
 - each of `reviews` with its `reason` opened (null when it gave none); the final review of an
   edit with the edited `args` (sensitive fields left out as above), of a respond with its
-  `message`.
+  `message`;
+- `cancel_reason`: a cancelled approval's reason (null when it gave none, or not cancelled).
 """
 
 from __future__ import annotations
@@ -61,4 +62,5 @@ async def revealed_document(
             reviews[-1]["args"] = edited_shown
         if approval.status is ApprovalStatus.RESPONDED:
             reviews[-1]["message"] = decision.message
+    document["cancel_reason"] = await store.cancel_reason_of(approval)
     return Revealed(document, shows_sensitive=sensitive and bool(hidden))
