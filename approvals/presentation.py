@@ -79,8 +79,16 @@ def edit_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> s
     if schema is None:
         return None
     from jsonschema import Draft202012Validator  # only where a schema is given
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
 
-    error = next(iter(Draft202012Validator(schema).iter_errors(dict(args))), None)
+    # An empty registry: a `$ref` resolves within the schema or not at all. jsonschema's
+    # default would fetch any other URL (http, file) from this process, with no timeout.
+    validator = Draft202012Validator(schema, registry=Registry())
+    try:
+        error = next(iter(validator.iter_errors(dict(args))), None)
+    except Unresolvable as e:
+        return f"the tool's schema refers to {e.ref[:200]!r}, which is not in it"
     if error is None:
         return None
     place = "/".join(str(p) for p in error.absolute_path) or "the arguments"

@@ -18,6 +18,7 @@ from ledger.store import Database
 
 from .support.http import token_for, unique
 from .support.inbox import Served, served
+from .support.receivers import http_receiver
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -175,3 +176,34 @@ async def test_an_edit_that_breaks_the_schema_is_a_422_and_records_nothing(
         headers={**token, "Idempotency-Key": unique("k")},
     )
     assert fitting.status_code == 200 and fitting.json()["status"] == "edited"
+
+
+@pytest.mark.parametrize("where", ["http", "file"])
+async def test_an_edit_is_checked_without_fetching_what_the_schema_refers_to(
+    api: Served, db: Database, store: ApprovalStore, journal: Journal, where: str
+) -> None:
+    # A worker writes the schema: a `$ref` to a URL would have the service fetch it (SSRF,
+    # a read of its files, a hang without timeout). It resolves within the schema or not.
+    ann = unique("ann")
+    with http_receiver("/schema") as fetched:
+        fetched.otherwise = (200, b'{"type": "string"}')
+        url = fetched.url if where == "http" else "file:///etc/hostname"
+        schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "order_id": {"$ref": url}}}
+        approval = await store.request(
+            run_id=unique("reveal"),
+            tool="refund",
+            args=ARGS,
+            call_id="c1",
+            requested_by="support-agent",
+            policy=ApprovalPolicy(approvers=frozenset({ann}), args_schema=schema),
+        )
+        before = await journal.read_stream(f"approval:{approval.approval_id}")
+        refused = await api.client.post(
+            f"/v1/approvals/{approval.approval_id}/decision",
+            json={"decision": "edit", "args": {"order_id": "A7", "amount": 60}},
+            headers={**await token_for(db, ann), "Idempotency-Key": unique("k")},
+        )
+        assert refused.status_code == 422, refused.text
+        assert f"refers to '{url}'" in refused.json()["message"]
+        assert fetched.received == []
+    assert await journal.read_stream(f"approval:{approval.approval_id}") == before
