@@ -7,13 +7,18 @@ checked before anything is recorded (`edit_problem`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_json
 from ledger.limits import name_problem
 
 from .errors import InvalidApprovalRequest
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "MAX_SCHEMA_BYTES",
@@ -70,6 +75,10 @@ def args_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
         Draft202012Validator.check_schema(data)
     except SchemaError as e:
         raise InvalidApprovalRequest(f"args_schema is not a JSON Schema: {e.message}") from e
+    if _holds_pattern_properties(data):
+        raise InvalidApprovalRequest(
+            "args_schema has patternProperties: Signoff does not run a schema's regular expressions"
+        )
     return data
 
 
@@ -78,13 +87,12 @@ def edit_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> s
     problem, with its place), or None when they conform or there is no schema."""
     if schema is None:
         return None
-    from jsonschema import Draft202012Validator  # only where a schema is given
     from referencing import Registry
     from referencing.exceptions import Unresolvable
 
     # An empty registry: a `$ref` resolves within the schema or not at all. jsonschema's
     # default would fetch any other URL (http, file) from this process, with no timeout.
-    validator = Draft202012Validator(schema, registry=Registry())
+    validator = _edit_checker()(schema, registry=Registry())
     try:
         error = next(iter(validator.iter_errors(dict(args))), None)
     except Unresolvable as e:
@@ -103,6 +111,34 @@ def check_edit(schema: Mapping[str, Any] | None, args: Mapping[str, Any], tool: 
     """
     if (problem := edit_problem(schema, args)) is not None:
         raise InvalidApprovalRequest(f"the edited arguments do not fit {tool}: {problem}")
+
+
+@cache
+def _edit_checker() -> type[Validator]:
+    """JSON Schema 2020-12 without `pattern`: a schema's regular expressions are never run
+    here (`^(a+)+$` would hold this process for as long as it backtracks); the tool checks
+    them when it runs. `args_schema` refuses `patternProperties`, the other keyword that
+    runs one."""
+    from jsonschema import Draft202012Validator, validators  # only where a schema is given
+
+    checker: type[Validator] = validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator, {"pattern": _pattern_not_run}
+    )
+    return checker
+
+
+def _pattern_not_run(
+    validator: Validator, pattern: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    return iter(())
+
+
+def _holds_pattern_properties(value: Any) -> bool:
+    if isinstance(value, dict):
+        if isinstance(value.get("patternProperties"), dict):
+            return True
+        value = list(value.values())
+    return isinstance(value, list) and any(_holds_pattern_properties(v) for v in value)
 
 
 def without_sensitive(

@@ -207,3 +207,27 @@ async def test_an_edit_is_checked_without_fetching_what_the_schema_refers_to(
         assert f"refers to '{url}'" in refused.json()["message"]
         assert fetched.received == []
     assert await journal.read_stream(f"approval:{approval.approval_id}") == before
+
+
+async def test_an_edit_is_checked_without_running_the_schemas_regular_expressions(
+    api: Served, db: Database, store: ApprovalStore
+) -> None:
+    # A worker writes the schema: `^(a+)+$` backtracks for ever on a long run of "a" and a
+    # "!", holding the service's event loop. Its patterns are left to the tool.
+    ann = unique("ann")
+    schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "order_id": {"pattern": "^(a+)+$"}}}
+    approval = await store.request(
+        run_id=unique("reveal"),
+        tool="refund",
+        args=ARGS,
+        call_id="c1",
+        requested_by="support-agent",
+        policy=ApprovalPolicy(approvers=frozenset({ann}), args_schema=schema),
+    )
+    edited = await api.client.post(
+        f"/v1/approvals/{approval.approval_id}/decision",
+        json={"decision": "edit", "args": {"order_id": "aaaa!", "amount": 60}},
+        headers={**await token_for(db, ann), "Idempotency-Key": unique("k")},
+    )
+    assert edited.status_code == 200, edited.text
+    assert edited.json()["status"] == "edited"

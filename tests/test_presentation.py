@@ -56,6 +56,10 @@ def test_the_policy_says_who_decides_in_plain_words(policy: ApprovalPolicy, text
         ({"args_schema": ["not", "an", "object"]}, "JSON object"),
         ({"args_schema": {"maximum": 1e300}}, "too large"),
         ({"args_schema": {"description": "x" * 40_000}}, "bytes of JSON"),
+        (
+            {"args_schema": {"properties": {"a": {"patternProperties": {"^(a+)+$": {}}}}}},
+            "patternProperties",
+        ),
     ],
 )
 def test_malformed_hints_are_refused(hints: dict[str, Any], problem: str) -> None:
