@@ -7,8 +7,9 @@ checked before anything is recorded (`edit_problem`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_json
@@ -51,8 +52,13 @@ def field_names(names: Iterable[str], what: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def args_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+def args_schema(schema: Mapping[str, Any], *, read_back: bool = False) -> dict[str, Any]:
     """`schema` as a plain dict, once it is a JSON Schema that can be stored with a request.
+
+    With `read_back` (a policy read from the database), only the cheap checks: judging a
+    large schema against the metaschema takes a quarter of a second, which every row of every
+    page would pay; it was judged when it was asked for, and `edit_problem` judges it again
+    before it checks an edit.
 
     Raises:
         InvalidApprovalRequest: not a JSON object, larger than `MAX_SCHEMA_BYTES`, holding a
@@ -69,17 +75,29 @@ def args_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidApprovalRequest(f"args_schema is more than {MAX_SCHEMA_BYTES} bytes of JSON")
     if _has_inexact_float(data):
         raise InvalidApprovalRequest("args_schema holds a float too large to store exactly")
+    if not read_back and (problem := _schema_problem(data)) is not None:
+        raise InvalidApprovalRequest(f"args_schema {problem}")
+    return data
+
+
+def _schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Why `schema` cannot check edits, or None."""
+    return _judged(canonical_json(dict(schema)))
+
+
+@lru_cache(maxsize=256)  # a tool's schema is judged once, not on each check of an edit
+def _judged(text: str) -> str | None:
     from jsonschema import Draft202012Validator, SchemaError  # only where a schema is given
 
+    schema = json.loads(text)
+
     try:
-        Draft202012Validator.check_schema(data)
+        Draft202012Validator.check_schema(schema)
     except SchemaError as e:
-        raise InvalidApprovalRequest(f"args_schema is not a JSON Schema: {e.message}") from e
-    if _holds_pattern_properties(data):
-        raise InvalidApprovalRequest(
-            "args_schema has patternProperties: Signoff does not run a schema's regular expressions"
-        )
-    return data
+        return f"is not a JSON Schema: {e.message}"
+    if _holds_pattern_properties(schema):
+        return "has patternProperties: Signoff does not run a schema's regular expressions"
+    return None
 
 
 def edit_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> str | None:
@@ -87,6 +105,8 @@ def edit_problem(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> s
     problem, with its place), or None when they conform or there is no schema."""
     if schema is None:
         return None
+    if (problem := _schema_problem(schema)) is not None:  # a policy read back is not judged
+        return f"the tool's schema {problem}"
     from referencing import Registry
     from referencing.exceptions import Unresolvable
 
