@@ -231,3 +231,25 @@ async def test_an_edit_is_checked_without_running_the_schemas_regular_expression
     )
     assert edited.status_code == 200, edited.text
     assert edited.json()["status"] == "edited"
+
+
+async def test_a_reveal_that_hides_a_field_hides_its_value_in_what_led_to_the_call(
+    api: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    # A model echoes the arguments it asks with: the IBAN the card hides is in its reason.
+    ann = unique("ann")
+    echoed = RequestContext(
+        "Refunding 120 EUR to DE89370400440532013000 for A7.",
+        "My IBAN is DE89370400440532013000, where is my money?",
+    )
+    approval_id = await asked(store, ann, context=echoed)
+    path, token = f"/v1/approvals/{approval_id}/reveal", await token_for(db, ann)
+    plain = (await api.client.post(path, headers=token)).json()
+    assert plain["context"] == {
+        "reason": "Refunding 120 EUR to [iban hidden] for A7.",
+        "last_user_message": "My IBAN is [iban hidden], where is my money?",
+    }
+    full = (await api.client.post(path, headers=token, params={"sensitive": "true"})).json()
+    assert full["context"] == echoed.to_json()
+    events = await journal.read_stream(f"reveal:{approval_id}")
+    assert [e.data["sensitive"] for e in events] == [False, True]
