@@ -278,12 +278,13 @@ class ApprovalPolicy:
             headline=tuple(data.get("headline", ())),
             sensitive=frozenset(data.get("sensitive", ())),
             irreversible=data.get("irreversible", False),
-            args_schema=data.get("args_schema"),
         )
         if data.get("tier", policy.tier) != policy.tier:
             raise InvalidApprovalRequest(
                 f"a policy that says tier {data['tier']!r} is {policy.tier}"
             )
+        if (schema := data.get("args_schema")) is not None:  # judged when it was asked for
+            object.__setattr__(policy, "args_schema", args_schema(schema, read_back=True))
         return policy
 
 

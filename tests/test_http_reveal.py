@@ -18,6 +18,7 @@ from ledger.store import Database
 
 from .support.http import token_for, unique
 from .support.inbox import Served, served
+from .support.receivers import http_receiver
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -175,3 +176,80 @@ async def test_an_edit_that_breaks_the_schema_is_a_422_and_records_nothing(
         headers={**token, "Idempotency-Key": unique("k")},
     )
     assert fitting.status_code == 200 and fitting.json()["status"] == "edited"
+
+
+@pytest.mark.parametrize("where", ["http", "file"])
+async def test_an_edit_is_checked_without_fetching_what_the_schema_refers_to(
+    api: Served, db: Database, store: ApprovalStore, journal: Journal, where: str
+) -> None:
+    # A worker writes the schema: a `$ref` to a URL would have the service fetch it (SSRF,
+    # a read of its files, a hang without timeout). It resolves within the schema or not.
+    ann = unique("ann")
+    with http_receiver("/schema") as fetched:
+        fetched.otherwise = (200, b'{"type": "string"}')
+        url = fetched.url if where == "http" else "file:///etc/hostname"
+        schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "order_id": {"$ref": url}}}
+        approval = await store.request(
+            run_id=unique("reveal"),
+            tool="refund",
+            args=ARGS,
+            call_id="c1",
+            requested_by="support-agent",
+            policy=ApprovalPolicy(approvers=frozenset({ann}), args_schema=schema),
+        )
+        before = await journal.read_stream(f"approval:{approval.approval_id}")
+        refused = await api.client.post(
+            f"/v1/approvals/{approval.approval_id}/decision",
+            json={"decision": "edit", "args": {"order_id": "A7", "amount": 60}},
+            headers={**await token_for(db, ann), "Idempotency-Key": unique("k")},
+        )
+        assert refused.status_code == 422, refused.text
+        assert f"refers to '{url}'" in refused.json()["message"]
+        assert fetched.received == []
+    assert await journal.read_stream(f"approval:{approval.approval_id}") == before
+
+
+async def test_an_edit_is_checked_without_running_the_schemas_regular_expressions(
+    api: Served, db: Database, store: ApprovalStore
+) -> None:
+    # A worker writes the schema: `^(a+)+$` backtracks for ever on a long run of "a" and a
+    # "!", holding the service's event loop. Its patterns are left to the tool.
+    ann = unique("ann")
+    schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "order_id": {"pattern": "^(a+)+$"}}}
+    approval = await store.request(
+        run_id=unique("reveal"),
+        tool="refund",
+        args=ARGS,
+        call_id="c1",
+        requested_by="support-agent",
+        policy=ApprovalPolicy(approvers=frozenset({ann}), args_schema=schema),
+    )
+    edited = await api.client.post(
+        f"/v1/approvals/{approval.approval_id}/decision",
+        json={"decision": "edit", "args": {"order_id": "aaaa!", "amount": 60}},
+        headers={**await token_for(db, ann), "Idempotency-Key": unique("k")},
+    )
+    assert edited.status_code == 200, edited.text
+    assert edited.json()["status"] == "edited"
+
+
+async def test_a_reveal_that_hides_a_field_hides_its_value_in_what_led_to_the_call(
+    api: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    # A model echoes the arguments it asks with: the IBAN the card hides is in its reason.
+    ann = unique("ann")
+    echoed = RequestContext(
+        "Refunding 120 EUR to DE89370400440532013000 for A7.",
+        "My IBAN is DE89370400440532013000, where is my money?",
+    )
+    approval_id = await asked(store, ann, context=echoed)
+    path, token = f"/v1/approvals/{approval_id}/reveal", await token_for(db, ann)
+    plain = (await api.client.post(path, headers=token)).json()
+    assert plain["context"] == {
+        "reason": "Refunding 120 EUR to [iban hidden] for A7.",
+        "last_user_message": "My IBAN is [iban hidden], where is my money?",
+    }
+    full = (await api.client.post(path, headers=token, params={"sensitive": "true"})).json()
+    assert full["context"] == echoed.to_json()
+    events = await journal.read_stream(f"reveal:{approval_id}")
+    assert [e.data["sensitive"] for e in events] == [False, True]
