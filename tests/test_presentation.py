@@ -4,6 +4,7 @@ who decides in plain words."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -132,16 +133,20 @@ async def test_a_stored_schema_is_judged_before_an_edit_not_on_every_read(
         requested_by="support-agent",
         policy=ApprovalPolicy(any_reviewer=True, args_schema=REFUND_SCHEMA),
     )
+    planted = "UPDATE approvals SET policy = jsonb_set(policy, '{args_schema}', $2::jsonb)"
     async with db.connection() as conn:  # the owner, behind the journal's back
-        await conn.execute(
-            "UPDATE approvals SET policy = jsonb_set(policy, '{args_schema}', $2::jsonb)"
-            " WHERE approval_id = $1",
-            asked.approval_id,
-            '{"type": 12}',
-        )
-    read = await store.get(asked.approval_id)
-    assert read.policy.args_schema == {"type": 12}
-    [listed] = await store.find(run_id=asked.run_id)
-    assert listed.approval_id == asked.approval_id
-    problem = edit_problem(read.policy.args_schema, {"amount": 60})
-    assert problem is not None and problem.startswith("the tool's schema is not a JSON Schema")
+        await conn.execute(f"{planted} WHERE approval_id = $1", asked.approval_id, '{"type": 12}')
+    try:
+        read = await store.get(asked.approval_id)
+        assert read.policy.args_schema == {"type": 12}
+        [listed] = await store.find(run_id=asked.run_id)
+        assert listed.approval_id == asked.approval_id
+        problem = edit_problem(read.policy.args_schema, {"amount": 60})
+        assert problem is not None and problem.startswith("the tool's schema is not a JSON Schema")
+    finally:  # the row as its stream says again: the suite's projection checks read it
+        async with db.connection() as conn:
+            await conn.execute(
+                f"{planted} WHERE approval_id = $1",
+                asked.approval_id,
+                json.dumps(REFUND_SCHEMA),
+            )
