@@ -1,5 +1,6 @@
 """Approval records, decisions, signed resume tokens and policies, built on the ledger's journal."""
 
+from .context import RequestContext
 from .credentials import ApiTokens, CreatedToken, Identity, Scope, TokenInfo
 from .errors import (
     ApprovalAlreadyDecided,
@@ -74,6 +75,7 @@ __all__ = [
     "PolicyRule",
     "PolicyViolation",
     "ProblemKind",
+    "RequestContext",
     "Review",
     "Reviewer",
     "ReviewerDirectory",

@@ -33,23 +33,35 @@ BY_ID = f"SELECT {COLUMNS} FROM approvals WHERE approval_id = $1"
 
 # A step on an approval (a decision, a cancellation, an expiry, a consumption) reads it without
 # a lock and commits fenced at the version it read (`ApprovalStore._advance`): one read and one
-# write, no transaction around them. A decision's read brings the directory's groups of the
-# deciding reviewer ($2), a consumption's the approval's stream (a consumer proves the row by it;
-# row and stream are then of one snapshot). Two statements, not one with a switch: a parameter
-# that turns a subquery on or off is planned again on every call. Each brings the server's
-# clock: a request is due (and may be expired) by it, as the database checks.
+# write, no transaction around them (a lock would need two more statements, BEGIN and COMMIT,
+# and a lost race writes nothing anyway). A decision's read brings the directory's groups of
+# the deciding reviewer ($2) and the decision that reviewer recorded before under the client's
+# request id ($3), so a retry is answered from the read; a consumption's the approval's stream
+# (a consumer proves the row by it). Row, groups and events are of one snapshot. One statement
+# per kind of step, not one with a switch: a parameter that turns a subquery on or off is
+# planned again on every call. Each brings the server's clock: a request is due (and may be
+# expired) by it, as the database checks.
 _STREAM = """(
 SELECT json_agg(json_build_array(e.version, e.type, e.data, e.actor) ORDER BY e.version)::text
 FROM events e WHERE e.stream_id = 'approval:' || t.approval_id)"""
 TO_ADVANCE = f"""
+SELECT {COLUMNS}, NULL::text AS stream, NULL::text[] AS reviewer_groups,
+NULL::text AS request_decision, clock_timestamp() AS server_now
+FROM approvals t WHERE t.approval_id = $1
+"""
+TO_DECIDE = f"""
 SELECT {COLUMNS}, NULL::text AS stream,
-(SELECT groups FROM reviewers WHERE reviewer_id = $2 AND active) AS reviewer_groups,
+(SELECT groups FROM reviewers WHERE reviewer_id = $2::text AND active) AS reviewer_groups,
+(SELECT e.data->>'decision' FROM events e
+ WHERE e.stream_id = 'approval:' || t.approval_id AND e.type = 'approval.decided'
+ AND e.actor = $2::text AND e.data->>'request_id' = $3::text
+ ORDER BY e.version LIMIT 1) AS request_decision,
 clock_timestamp() AS server_now
 FROM approvals t WHERE t.approval_id = $1
 """
 TO_CONSUME = f"""
 SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups,
-clock_timestamp() AS server_now
+NULL::text AS request_decision, clock_timestamp() AS server_now
 FROM approvals t WHERE t.approval_id = $1
 """
 # Inside a caller's transaction a consumer locks the row instead (the caller's later statements
@@ -59,7 +71,7 @@ FROM approvals t WHERE t.approval_id = $1
 # it does not prove the row (the lock keeps both still).
 LOCKED_WITH_STREAM = f"""
 SELECT {COLUMNS}, {_STREAM} AS stream, NULL::text[] AS reviewer_groups,
-clock_timestamp() AS server_now
+NULL::text AS request_decision, clock_timestamp() AS server_now
 FROM signoff_lock_approval($1) t
 """
 

@@ -33,6 +33,7 @@ from .model import (
     json_object,
 )
 from .policy import policy_problem
+from .presentation import check_edit
 from .records import Read
 
 __all__ = ["SelfConfirmations"]
@@ -47,7 +48,8 @@ class SelfConfirmations(StoreCore):
         Raises:
             UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
             DecisionNotAllowed (a four-eyes approval, a decision its policy does not allow),
-            InvalidApprovalRequest (malformed decision).
+            InvalidApprovalRequest (malformed decision; an edit that does not fit the policy's
+                `args_schema`).
         """
         _text(approval_id, "approval id")
         check_decision(decision)
@@ -94,6 +96,8 @@ class SelfConfirmations(StoreCore):
         )
         if refusal is not None:
             raise DecisionNotAllowed(approval_id, refusal.message)
+        if edited is not None:  # an edit must fit the tool, or nothing is recorded
+            check_edit(approval.policy.args_schema, decision.args or {}, approval.tool)
         seal = self.records.seal
         review = Review(
             reviewer=name,

@@ -110,7 +110,9 @@ class StoreCore:
         if status is ApprovalStatus.EXPIRED:
             return Decision.reject("the approval request expired before anyone decided")
         if status is ApprovalStatus.CANCELLED:
-            return Decision.reject("the approval request was cancelled")
+            why = await self.cancel_reason_of(approval)
+            said = "" if why is None else f": {why}"
+            return Decision.reject(f"the approval request was cancelled{said}")
         raise ApprovalPending(approval.approval_id)
 
     async def reason_of(self, approval: Approval, review: Review) -> str | None:
@@ -124,6 +126,19 @@ class StoreCore:
             return None
         part = _reason_part(review.decision, review.reviewer)
         return await self.records.open(review.reason_sealed, approval.approval_id, part)
+
+    async def cancel_reason_of(self, approval: Approval) -> str | None:
+        """A cancelled approval's reason in clear; None when it gave none (or it is not
+        cancelled)."""
+        if approval.status is not ApprovalStatus.CANCELLED:
+            return None
+        events = await self.journal.read_stream(stream_of(approval.approval_id))
+        sealed = next(
+            (e.data.get("reason_sealed") for e in events if e.type == "approval.cancelled"), None
+        )
+        if sealed is None:
+            return None
+        return await self.records.open(sealed, approval.approval_id, CANCEL_REASON_PART)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -146,9 +161,11 @@ class StoreCore:
         *,
         stream: bool = False,
         reviewer: str | None = None,
+        request_id: str | None = None,
     ) -> tuple[Approval, list[NewEvent]]:
-        """Read the approval (with its stream, and `reviewer`'s directory groups, when asked),
-        let `step` say what to append (nothing: the approval as read), and commit that fenced
+        """Read the approval (with its stream when asked; for a decision by `reviewer`, with its
+        directory groups and what it recorded under `request_id`), let `step` say what to
+        append (nothing: the approval as read), and commit that fenced
         at the version read, each in a statement of its own. When another step moved the
         approval in between, nothing was written: read again. A retry that finds the approval
         where the last attempt left it means a stream out of step with its row, not a race:
@@ -158,7 +175,7 @@ class StoreCore:
             try:
                 async with self.db.connection() as conn:
                     read = await self.records.to_advance(
-                        conn, approval_id, stream=stream, reviewer=reviewer
+                        conn, approval_id, stream=stream, reviewer=reviewer, request_id=request_id
                     )
                     if read is None:
                         raise UnknownApproval(approval_id)
@@ -175,6 +192,10 @@ class StoreCore:
                 return approval, events
             conflict = VersionConflict(stream_of(approval_id), read.approval.version, None)
         raise conflict
+
+
+CANCEL_REASON_PART = "reason:cancel"
+"""Where a cancellation's reason is sealed (an approval is cancelled at most once)."""
 
 
 def _reason_part(kind: DecisionKind, reviewer: str) -> str:

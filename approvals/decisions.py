@@ -9,8 +9,8 @@ statements meet no conflict. Final decisions NOTIFY `signoff_approvals` (after c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from ledger.journal.projection import Fact, fold, verify_projection
 from ledger.keys.digests import text_digest
 
 from .core import (
+    CANCEL_REASON_PART,
     StoreCore,
     _closing,
     _committed,
@@ -58,10 +59,20 @@ from .model import (
     json_object,
 )
 from .policy import PolicyRule, policy_problem
+from .presentation import check_edit
 from .projection import APPROVALS, stream_of
 from .records import Read
 
-__all__ = ["Decisions"]
+__all__ = ["Decided", "Decisions"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What `Decisions.decide_as_read` came to."""
+
+    approval: Approval  # as the decision left it; as read when it was a retry
+    decision: Decision  # the decision made of the approval as read
+    replayed: bool  # its request id's decision was recorded before: nothing was written
 
 
 class Decisions(StoreCore):
@@ -78,7 +89,8 @@ class Decisions(StoreCore):
         """Record one reviewer's decision. Final once the quorum approves or anyone rejects.
 
         `request_id`, a client's id for this request (the HTTP service's), is recorded in the
-        `approval.decided` event, so a retry finds its answer (`decision_of_request`).
+        `approval.decided` event: the same request again (same reviewer, same decision) records
+        nothing and returns the approval as it is (`decide_as_read` tells a retry apart).
 
         `reviewer` is the reviewer's id (normalised: `identity.reviewer_id`), or a `Reviewer`
         without groups. Its groups are read from the reviewer directory with the approval it
@@ -86,21 +98,61 @@ class Decisions(StoreCore):
         matches only a reviewer the directory puts in that group.
 
         Raises:
-            UnknownApproval, ApprovalAlreadyDecided, ApprovalExpired (recorded as expired),
+            UnknownApproval, ApprovalAlreadyDecided (also: `request_id` recorded another
+            decision), ApprovalExpired (recorded as expired),
             DecisionNotAllowed (policy; a reviewer outside the directory for a policy that
-            names groups), InvalidApprovalRequest (malformed decision; a `Reviewer` that
-            carries groups), InvalidReviewerId (a refused reviewer id),
+            names groups), InvalidApprovalRequest (malformed decision; an edit that does not
+            fit the policy's `args_schema`; a `Reviewer` that carries groups),
+            InvalidReviewerId (a refused reviewer id),
             ReviewerKekMissing (this store's ring cannot sign: an agent worker's).
+        """
+        check_decision(decision)  # before anything is read
+
+        def as_given(_: Approval) -> Decision:
+            return decision
+
+        decided = await self.decide_as_read(approval_id, as_given, reviewer, request_id=request_id)
+        return decided.approval
+
+    async def decide_as_read(
+        self,
+        approval_id: str,
+        decision_of: Callable[[Approval], Decision],
+        reviewer: Reviewer | str,
+        *,
+        request_id: str | None = None,
+    ) -> Decided:
+        """`decide` the decision `decision_of` makes of the approval as read, in one read and
+        at most one write: the read brings the approval, the reviewer's directory groups, the
+        server's clock and what this reviewer recorded before under `request_id` (one
+        statement, `_sql.TO_DECIDE`), so neither a retry nor a refusal reads again.
+
+        `decision_of` may raise to refuse the decision (nothing is written); it is called
+        again when another step moved the approval on before this one could write. A retry of
+        a recorded request writes nothing (`Decided.replayed`); the request id's decision is
+        checked before expiry and policy, as it was when it was recorded.
+
+        Raises:
+            whatever `decision_of` raises, and as `decide`.
         """
         _text(approval_id, "approval id")
         if request_id is not None:
             _text(request_id, "request id")
         who = _reviewer(reviewer)
-        payload = self._decision_payload(decision)
         self.ring.require_decision_signer()  # before anything is written, expiry included
+        asked: Decision | None = None
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
+            nonlocal asked
             approval = read.approval
+            asked = decision_of(approval)
+            payload = self._decision_payload(asked)
+            if (earlier := read.request_decision) is not None:  # a retry: answered as it was
+                if earlier is not asked.kind:
+                    raise ApprovalAlreadyDecided(
+                        approval_id, f"request id {request_id!r} was a {earlier}"
+                    )
+                return []
             if approval.status is ApprovalStatus.PENDING and _due(approval, read.now):
                 return [_closing("approval.expired", at=read.now)]
             deciding, policy = who, approval.policy
@@ -110,34 +162,45 @@ class Decisions(StoreCore):
                 deciding = Reviewer(who.id, read.reviewer_groups or frozenset(), listed=listed)
             else:
                 deciding = Reviewer(who.id, listed=listed)
-            return [self._review(approval, decision, deciding, payload, request_id)]
+            return [self._review(approval, asked, deciding, payload, request_id)]
 
         async with self.ring.sealing():  # the step seals and signs the decision
-            approval, events = await self._advance(approval_id, step, reviewer=who.id)
+            approval, events = await self._advance(
+                approval_id, step, reviewer=who.id, request_id=request_id
+            )
+        if asked is None:  # `_advance` returns only after the step ran
+            raise RuntimeError("a decision's step did not run")
+        if not events:
+            return Decided(approval, asked, replayed=True)
         if events[0].type == "approval.expired":
             raise ApprovalExpired(approval_id)
         log.info(
             "approval decided",
             approval_id=approval_id,
             reviewer=who.id,
-            decision=str(decision.kind),
+            decision=str(asked.kind),
             status=str(approval.status),
         )
-        return approval
+        return Decided(approval, asked, replayed=False)
 
-    async def cancel(self, approval_id: str, by: str) -> Approval:
+    async def cancel(self, approval_id: str, by: str, *, reason: str | None = None) -> Approval:
         """Withdraw a pending request (it will never run).
 
         On the reviewer side (a ring that signs decisions) the cancellation is `by`'s, signed
         like a decision. An agent worker's ring cannot sign: it withdraws a request only in the
         name it was requested under (`by` is its `requested_by`), which names no one else.
+        A `reason` is sealed like a reject's (`cancel_reason_of` opens it) and the agent that
+        waits is told it.
 
         Raises:
             UnknownApproval, ApprovalAlreadyDecided (it is final already), ReviewerKekMissing
-            (a worker cancelling in a name other than the requester's; nothing is written).
+            (a worker cancelling in a name other than the requester's; nothing is written),
+            InvalidApprovalRequest (a reason that is not storable text within `MAX_TEXT_BYTES`).
         """
         _text(approval_id, "approval id")
         _text(by, "by")
+        if reason is not None:
+            check_decision(Decision.reject(reason))  # the same rules as a reject's reason
         signs = self.ring.can_sign_decisions
 
         async def step(_: asyncpg.Connection, read: Read) -> list[NewEvent]:
@@ -145,6 +208,11 @@ class Decisions(StoreCore):
             if approval.status.final:
                 raise ApprovalAlreadyDecided(approval_id, f"already {approval.status}")
             cancelled = _closing("approval.cancelled", actor=by)
+            if reason is not None:
+                sealed = self.records.seal(reason, approval_id, CANCEL_REASON_PART)
+                cancelled = NewEvent(
+                    cancelled.type, {**cancelled.data, "reason_sealed": sealed}, cancelled.actor
+                )
             if signs:
                 return [sign_cancellation(self.ring, approval.binding, approval_id, cancelled)]
             if by != approval.requested_by:  # a person's cancellation: the reviewer side's
@@ -295,6 +363,8 @@ class Decisions(StoreCore):
                     "of the policy's)"
                 )
             raise DecisionNotAllowed(approval_id, f"{refusal.message}{hint}")
+        if decision.kind is DecisionKind.EDIT and decision.args is not None:  # it must fit
+            check_edit(policy.args_schema, decision.args, approval.tool)
         approvers = set(approval.approvers)
         edited, answer = payload.get("args_text"), payload.get("message")
         review = Review(

@@ -128,13 +128,16 @@ def sign_review(ring: KeyRing, binding: str, approval_id: str, review: Review) -
     return replace(review, signature=signed)
 
 
-def cancel_statement(binding: str, approval_id: str, by: str, at: str) -> Statement:
-    """What a reviewer's `approval.cancelled` is signed over (`at`: the event's `at`)."""
+def cancel_statement(
+    binding: str, approval_id: str, by: str, at: str, reason_sealed: str | None = None
+) -> Statement:
+    """What a reviewer's `approval.cancelled` is signed over (`at`: the event's `at`; its
+    sealed reason, when it gives one)."""
     return Statement(
         binding=binding,
         subject=approval_id,
         kind="cancel",
-        payload={},
+        payload={} if reason_sealed is None else {"reason_sealed": reason_sealed},
         reviewer=by,
         groups=(),
         at=format_time(datetime.fromisoformat(at)),
@@ -144,7 +147,9 @@ def cancel_statement(binding: str, approval_id: str, by: str, at: str) -> Statem
 def sign_cancellation(ring: KeyRing, binding: str, approval_id: str, event: NewEvent) -> NewEvent:
     """The cancellation signed by the reviewer side in its actor's name (raises
     `ReviewerKekMissing` on a worker)."""
-    statement = cancel_statement(binding, approval_id, event.actor, event.data["at"])
+    statement = cancel_statement(
+        binding, approval_id, event.actor, event.data["at"], event.data.get("reason_sealed")
+    )
     return NewEvent(
         event.type, {**event.data, "signature": sign_statement(ring, statement)}, event.actor
     )
@@ -360,7 +365,13 @@ async def _cancel_problem(
     signed = event.data.get("signature")
     if signed is None and event.actor == req.requested_by:
         return
-    statement = cancel_statement(req.binding, req.approval_id, event.actor, event.data["at"])
+    statement = cancel_statement(
+        req.binding,
+        req.approval_id,
+        event.actor,
+        event.data["at"],
+        event.data.get("reason_sealed"),
+    )
     why = await statement_ok(ring, statement, signed)
     if why == "unsigned":
         problem(event, ProblemKind.UNSIGNED, f"{event.actor}'s cancellation is unsigned")

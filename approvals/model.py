@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_json
 from ledger.keys import KeyRing
@@ -17,6 +17,9 @@ from ledger.limits import name_problem, text_problem
 from .errors import InvalidApprovalRequest
 from .identity import GROUP_PREFIX, approver, group_name, reviewer_id
 from .presentation import args_schema, field_names
+
+if TYPE_CHECKING:
+    from .context import RequestContext
 
 __all__ = [
     "SELF_CONFIRMED_BY",
@@ -275,12 +278,13 @@ class ApprovalPolicy:
             headline=tuple(data.get("headline", ())),
             sensitive=frozenset(data.get("sensitive", ())),
             irreversible=data.get("irreversible", False),
-            args_schema=data.get("args_schema"),
         )
         if data.get("tier", policy.tier) != policy.tier:
             raise InvalidApprovalRequest(
                 f"a policy that says tier {data['tier']!r} is {policy.tier}"
             )
+        if (schema := data.get("args_schema")) is not None:  # judged when it was asked for
+            object.__setattr__(policy, "args_schema", args_schema(schema, read_back=True))
         return policy
 
 
@@ -426,6 +430,9 @@ class Approval:
     version: int = 0
     args: dict[str, Any] | None = field(default=None, compare=False)
     decision: Decision | None = field(default=None, compare=False)
+    context: RequestContext | None = field(default=None, compare=False)
+    """What led to the call (`ApprovalStore.get(..., reveal=True)` opens it; empty when the
+    adapter captured nothing); None when not revealed."""
 
     @property
     def consumed(self) -> bool:

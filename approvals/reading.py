@@ -18,6 +18,7 @@ from ledger.store.config import masked
 from ledger.store.notify import woken
 
 from . import _sql
+from .context import RequestContext
 from .core import PageCursor, StoreCore, _admitting_names, _due, _reviewer, _text, log
 from .errors import (
     ApprovalAlreadyDecided,
@@ -49,7 +50,8 @@ class Reading(StoreCore):
     """Reading, waiting and resume tokens."""
 
     async def get(self, approval_id: str, *, reveal: bool = False) -> Approval:
-        """One approval; with `reveal`, its arguments and decision decrypted."""
+        """One approval; with `reveal`, its arguments, its context (`RequestContext`, empty
+        when none was captured) and its decision decrypted."""
         _text(approval_id, "approval id")
         async with self.db.connection() as conn:
             row = await conn.fetchrow(_sql.BY_ID, approval_id)
@@ -60,8 +62,13 @@ class Reading(StoreCore):
             return approval
         first = (await self.journal.read_stream(stream_of(approval_id)))[0]
         args = json.loads(await self.records.open(first.data["args_sealed"], approval_id, "args"))
+        context = RequestContext()
+        if (sealed := first.data.get("context_sealed")) is not None:
+            context = RequestContext.from_text(
+                await self.records.open(sealed, approval_id, "context")
+            )
         decision = await self.final_decision(approval) if approval.status.final else None
-        return replace(approval, args=args, decision=decision)
+        return replace(approval, args=args, decision=decision, context=context)
 
     async def find(
         self,

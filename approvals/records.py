@@ -18,7 +18,7 @@ from ledger.store import Database
 
 from . import _sql
 from .integrity import mac_events
-from .model import Approval
+from .model import Approval, DecisionKind
 from .projection import APPROVALS, NOTIFY_CHANNEL, row_to_approval, stream_of
 
 __all__ = ["NOTIFY_CHANNEL", "ApprovalRecorder", "Read", "row_to_approval"]
@@ -63,14 +63,18 @@ class ApprovalRecorder:
         *,
         stream: bool = False,
         reviewer: str | None = None,
+        request_id: str | None = None,
     ) -> Read | None:
         """The approval as a step reads it (no lock): with its stream when `stream`
-        (`_sql.TO_CONSUME`), else with the directory's groups of `reviewer` when given
-        (`_sql.TO_ADVANCE`); None if unknown."""
+        (`_sql.TO_CONSUME`); for a decision by `reviewer` when given, with its directory
+        groups and what it recorded before under `request_id` (`_sql.TO_DECIDE`); else the
+        row alone (`_sql.TO_ADVANCE`). None if unknown."""
         if stream:
             row = await conn.fetchrow(_sql.TO_CONSUME, approval_id)
+        elif reviewer is not None:
+            row = await conn.fetchrow(_sql.TO_DECIDE, approval_id, reviewer, request_id)
         else:
-            row = await conn.fetchrow(_sql.TO_ADVANCE, approval_id, reviewer)
+            row = await conn.fetchrow(_sql.TO_ADVANCE, approval_id)
         return None if row is None else _read(approval_id, row)
 
     async def locked_with_stream(self, conn: asyncpg.Connection, approval_id: str) -> Read | None:
@@ -87,16 +91,20 @@ class Read:
     approval: Approval
     stream: list[Fact]  # empty when not asked for
     reviewer_groups: frozenset[str] | None  # None: not asked for, or not in the directory
+    # What the deciding reviewer recorded under the request id asked about (None: not asked
+    # for, or nothing): a retry of a request that was recorded.
+    request_decision: DecisionKind | None
     now: datetime  # the server's clock when it was read: what a request is due by
 
 
 def _read(approval_id: str, row: asyncpg.Record) -> Read:
     stream = stream_of(approval_id)
     entries = json.loads(row["stream"]) if row["stream"] is not None else []
-    groups = row["reviewer_groups"]
+    groups, earlier = row["reviewer_groups"], row["request_decision"]
     return Read(
         row_to_approval(row),
         [Fact(stream, v, t, d, a) for v, t, d, a in entries],
         None if groups is None else frozenset(groups),
+        None if earlier is None else DecisionKind(earlier),
         row["server_now"],
     )

@@ -19,6 +19,7 @@ from ledger.keys.attest import sign_statement, statement_ok
 from ledger.keys.digests import text_digest, value_digests
 
 from . import _sql
+from .context import RequestContext
 from .core import _KEPT, StoreCore, _reviewer, _text, log
 from .errors import (
     InvalidApprovalRequest,
@@ -60,15 +61,20 @@ class Requests(StoreCore):
         thread_id: str | None = None,
         kind: str = "tool_call",
         thread_config: dict[str, Any] | None = None,
+        context: RequestContext | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> Approval:
         """Ask for approval of one call. The same (run, call id, arguments) returns the same
-        approval. A sticky grant for this run and tool approves it at once.
+        approval, whatever its context. A sticky grant for this run and tool approves it at
+        once.
+
+        `context` (what led to the call: the agent's reason, the user's last message) is
+        sealed into the request like the arguments; a reveal opens it.
 
         Raises:
             InvalidApprovalRequest: empty ids, arguments or config that are not JSON objects,
                 text or JSON that cannot be stored (`ledger.limits`), arguments of more than
-                `MAX_ARGS_BYTES`.
+                `MAX_ARGS_BYTES`, a context that is no `RequestContext`.
         """
         for value, what in (
             (run_id, "run_id"),
@@ -85,6 +91,8 @@ class Requests(StoreCore):
             json_object(thread_config, "thread config")
             if has_float(thread_config):  # jsonb would turn 1e23 into another number
                 raise InvalidApprovalRequest("a thread config holds no floats")
+        if context is not None and not isinstance(context, RequestContext):
+            raise InvalidApprovalRequest(f"not a RequestContext: {type(context).__name__}")
         policy = policy or ApprovalPolicy()
         if not isinstance(policy, ApprovalPolicy):
             raise InvalidApprovalRequest(f"not an ApprovalPolicy: {type(policy).__name__}")
@@ -120,6 +128,10 @@ class Requests(StoreCore):
                 "requested_at": now.isoformat(),
                 "expires_at": None if expires_at is None else expires_at.isoformat(),
             }
+            if context is not None and not context.empty:  # absent: a request as before
+                requested["context_sealed"] = self.records.seal(
+                    context.sealed_text(), approval_id, "context"
+                )
             events = [NewEvent("approval.requested", requested, actor=requested_by)]
             if found["active_grant"] is not None:
                 review = await self._granted(conn, found["active_grant"], policy, requested_by, now)

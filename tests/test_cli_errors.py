@@ -107,6 +107,7 @@ COMMANDS: dict[str, Command] = {
     "approvals decide": Command(
         ("00000000-0000-0000-0000-000000000000", "--approve", "--by", "tester")
     ),
+    "approvals cancel": Command(("00000000-0000-0000-0000-000000000000", "--by", "tester")),
     # The directory needs no KEK: it holds no secrets.
     "reviewers add": Command(("tester", "--group", "leads"), fails_on=DATABASE),
     "reviewers list": Command(fails_on=DATABASE),
@@ -247,6 +248,7 @@ BAD_VALUES = {
     "NUL in a tool": ["ledger", "calls", "--tool", "re\x00fund"],
     "blank revealer": ["ledger", "show", "run", "call", "--reveal", "--by", " "],
     "blank reviewer": ["approvals", "decide", "id", "--approve", "--by", ""],
+    "blank canceller": ["approvals", "cancel", "id", "--by", " "],
     "control characters in a reviewer": ["approvals", "decide", "id", "--approve", "--by", "a\x1b"],
     "JSON nested 10,000 deep": ["approvals", "decide", "id", "--edit", DEEP_OBJECT, "--by", "a"],
     "JSON arrays nested 10,000 deep": [
@@ -346,6 +348,7 @@ MAIN_COMMANDS = [
     "ledger export",
     "ledger resolve",
     "approvals decide",
+    "approvals cancel",
     "keys rotate",
     "keys new-kek",
 ]

@@ -121,6 +121,7 @@ def test_a_plain_install_pulls_no_agent_framework_and_test_installs_every_extra(
         "cryptography",
         "structlog",
         "tqdm",
+        "jsonschema",
     }
     extras = project["optional-dependencies"]
     assert {"langgraph", "dex", "welt", "embedded", "demo", "test"} <= extras.keys()

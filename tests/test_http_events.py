@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -26,7 +28,7 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
 from .support.http import ask, token_for, unique
-from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
+from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 
 GUARD = 60  # seconds before a stuck step fails instead of hanging; nothing here is timed
 
@@ -215,3 +217,42 @@ async def test_an_idle_stream_gets_keepalives_and_ends_for_the_client_to_reconne
 
 async def _all_lines(response: httpx.Response) -> list[str]:
     return [line async for line in response.aiter_lines()]
+
+
+async def test_a_stopping_server_ends_its_streams_itself(database_url: str, db: Database) -> None:
+    """`signoff serve` as a real process, a client's stream open: stopped as a service manager
+    stops it (SIGTERM), the server ends the stream whole (the client reads its end, no cut
+    connection), logs no traceback, and exits without waiting out its shutdown timeout."""
+    headers = await token_for(db, unique("fay"))
+    env = {**kek_env(), "PYTHONPATH": str(ROOT), "SIGNOFF_DATABASE_URL": database_url}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "adapters.cli", "serve", "--port", "0", "--json",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), GUARD)
+        assert line, (await process.stderr.read()).decode()
+        url = json.loads(line)["url"]
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=GUARD) as client,
+            client.stream("GET", "/v1/approvals/events", headers=headers) as response,
+        ):
+            assert response.status_code == 200
+            lines = response.aiter_lines()
+            assert await asyncio.wait_for(anext(lines), GUARD) == "retry: 1000"
+            process.send_signal(signal.SIGTERM)
+            # A stream cut mid-response raises here (httpx: an incomplete chunked body).
+            await asyncio.wait_for(_rest(lines), GUARD)
+        _, stderr = await asyncio.wait_for(process.communicate(), GUARD)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    said = stderr.decode()
+    assert "Traceback" not in said and "Exception in ASGI application" not in said, said
+    assert "timeout graceful shutdown exceeded" not in said, said
+
+
+async def _rest(lines: AsyncIterator[str]) -> list[str]:
+    return [line async for line in lines]

@@ -204,6 +204,8 @@ def test_a_slack_message_escapes_what_the_request_says_and_keeps_within_block_ki
     assert "Status" not in said
     # What notices carry is one line, in its order: no line break, no mark that reorders it.
     assert shown("refund\u202egnp.exe\r\nnext") == "refund gnp.exe  next"
+    # Unicode's own line and paragraph separators break a line too (a forged "Decided by").
+    assert shown("60\u2028Decided by: ann\u2029ok\x85") == "60 Decided by: ann ok "
     assert "*Status*\\napproved" in str(slack_message(a_notice(status="approved")))
 
 
@@ -437,7 +439,7 @@ async def test_two_serve_processes_configured_from_the_environment_notify_once(
         slack_target = f"{slack_api.url}#signoff-slack-channel=C0123"
         await until(lambda: rows_delivered(db, slack_target, 3))
         [email_target] = {
-            r["target"] for r in await delivery_rows_like(db, f"https://{smtp.host}:{smtp.port}/%")
+            r["target"] for r in await delivery_rows_like(db, f"smtp://{smtp.host}:{smtp.port}/%")
         }
         await until(lambda: rows_delivered(db, email_target, 3))
     finally:

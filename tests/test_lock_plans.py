@@ -1,5 +1,6 @@
-"""The statements that lock a call or an approval, and the token check, are planned as the one row
-their functions return. Planned as 1,000 rows, the per-row read of the stream would price the
+"""The statements that lock a call or an approval, the token check, and the read a decision starts
+with (an approval with its reviewer's earlier decision from the stream) are planned as the one
+row they return. Planned as 1,000 rows, the per-row read of the stream would price the
 locking statements above `jit_above_cost` once stream reads cost enough, and every execution
 would be JIT-compiled (15 to 50 ms each, on every approved call)."""
 
@@ -21,6 +22,7 @@ STATEMENTS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "a call": (call_sql.BY_ID_FOR_UPDATE, ("run", "call")),
     "a run's once-per-run tool": (call_sql.ONCE_PER_RUN_FOR_UPDATE, ("run", "tool")),
     "an approval": (approval_sql.LOCKED_WITH_STREAM, ("apr-1",)),
+    "an approval to decide": (approval_sql.TO_DECIDE, ("apr-1", "ann", "req-1")),
     "a token": (TOKEN_USE, ("tok-1", b"hash")),
 }
 

@@ -4,6 +4,7 @@ who decides in plain words."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from adapters.runtime.documents import approval_json, policy_text
 from approvals import ApprovalPolicy, ApprovalStore, InvalidApprovalRequest
 from approvals.presentation import edit_problem
+from ledger.store import Database
 
 REFUND_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -33,11 +35,11 @@ REFUND_SCHEMA: dict[str, Any] = {
         ),
         (ApprovalPolicy(any_reviewer=True), "any reviewer in the directory"),
         (ApprovalPolicy(any_reviewer=True, quorum=2), "2 reviewers in the directory"),
-        (ApprovalPolicy(approvers={"group:support-leads"}), "one of support-leads"),
-        (ApprovalPolicy(approvers={"bob", "alice"}), "alice or bob"),
-        (ApprovalPolicy(approvers={"cfo", "group:ops"}), "cfo or one of ops"),
+        (ApprovalPolicy(approvers=frozenset({"group:support-leads"})), "one of support-leads"),
+        (ApprovalPolicy(approvers=frozenset({"bob", "alice"})), "alice or bob"),
+        (ApprovalPolicy(approvers=frozenset({"cfo", "group:ops"})), "cfo or one of ops"),
         (
-            ApprovalPolicy(approvers={"alice", "bob", "group:ops"}, quorum=2),
+            ApprovalPolicy(approvers=frozenset({"alice", "bob", "group:ops"}), quorum=2),
             "2 of: alice, bob, members of ops",
         ),
     ],
@@ -56,6 +58,10 @@ def test_the_policy_says_who_decides_in_plain_words(policy: ApprovalPolicy, text
         ({"args_schema": ["not", "an", "object"]}, "JSON object"),
         ({"args_schema": {"maximum": 1e300}}, "too large"),
         ({"args_schema": {"description": "x" * 40_000}}, "bytes of JSON"),
+        (
+            {"args_schema": {"properties": {"a": {"patternProperties": {"^(a+)+$": {}}}}}},
+            "patternProperties",
+        ),
     ],
 )
 def test_malformed_hints_are_refused(hints: dict[str, Any], problem: str) -> None:
@@ -76,9 +82,9 @@ def test_an_edit_is_checked_against_the_schema() -> None:
 
 async def test_hints_are_stored_with_the_request_and_read_back(store: ApprovalStore) -> None:
     policy = ApprovalPolicy(
-        approvers={"group:support-leads"},
+        approvers=frozenset({"group:support-leads"}),
         headline=("amount", "currency"),
-        sensitive={"card_number"},
+        sensitive=frozenset({"card_number"}),
         irreversible=True,
         args_schema=REFUND_SCHEMA,
     )
@@ -111,3 +117,36 @@ def test_a_policy_without_hints_is_stored_as_before() -> None:
         "expires_in_seconds",
         "description",
     }
+
+
+async def test_a_stored_schema_is_judged_before_an_edit_not_on_every_read(
+    db: Database, store: ApprovalStore
+) -> None:
+    # Judging a large schema against the metaschema takes a quarter of a second: every read
+    # (each row of every page of the inbox) would pay it. A read takes the stored schema as
+    # it is, so one written behind the library's back breaks no listing; an edit judges it.
+    asked = await store.request(
+        run_id=f"run-{uuid.uuid4().hex}",
+        tool="refund",
+        args={"amount": 120, "currency": "EUR", "order_id": "A-1"},
+        call_id="call-1",
+        requested_by="support-agent",
+        policy=ApprovalPolicy(any_reviewer=True, args_schema=REFUND_SCHEMA),
+    )
+    planted = "UPDATE approvals SET policy = jsonb_set(policy, '{args_schema}', $2::jsonb)"
+    async with db.connection() as conn:  # the owner, behind the journal's back
+        await conn.execute(f"{planted} WHERE approval_id = $1", asked.approval_id, '{"type": 12}')
+    try:
+        read = await store.get(asked.approval_id)
+        assert read.policy.args_schema == {"type": 12}
+        [listed] = await store.find(run_id=asked.run_id)
+        assert listed.approval_id == asked.approval_id
+        problem = edit_problem(read.policy.args_schema, {"amount": 60})
+        assert problem is not None and problem.startswith("the tool's schema is not a JSON Schema")
+    finally:  # the row as its stream says again: the suite's projection checks read it
+        async with db.connection() as conn:
+            await conn.execute(
+                f"{planted} WHERE approval_id = $1",
+                asked.approval_id,
+                json.dumps(REFUND_SCHEMA),
+            )

@@ -31,7 +31,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypedDict
@@ -357,6 +357,16 @@ async def the_quorum_approved_and_the_approval_is_used(ns: Namespace, given: Giv
     assert (approval.run_id, approval.tool, approval.call_id) == ("run-7", "refund", "call-3")
 
 
+async def the_request_carries_its_hints_and_context(ns: Namespace, given: Given) -> None:
+    revealed = ns["revealed"]
+    assert revealed.context.reason.startswith("The parcel never arrived")
+    assert revealed.context.last_user_message.startswith("My order A-1 never came")
+    policy = (await ns["store"].get(revealed.approval_id)).policy
+    assert policy.headline == ("amount", "currency") and policy.sensitive == {"iban"}
+    assert policy.irreversible and policy.args_schema == ns["policy"].args_schema
+    assert revealed.args["amount"] == 120
+
+
 async def the_agent_paused_at_the_refund(ns: Namespace, given: Given) -> None:
     [paused] = ns["state"]["__interrupt__"]
     [request] = paused.value["action_requests"]  # the batched shape: one per gated call
@@ -457,7 +467,9 @@ async def the_session_worker_finds_the_agents_tools(ns: Namespace, given: Given)
     assert flow.get_flow_type() == "SignoffAgentSession"
     runtime = flow.signoff()
     assert set(runtime.tools) == {"lookup_order", "refund"}
-    assert runtime.tool("refund").spec.approval == ApprovalPolicy()
+    policy = runtime.tool("refund").spec.approval
+    assert policy is not None and policy.args_schema is not None  # the tool's, for reviewers
+    assert replace(policy, args_schema=None) == ApprovalPolicy()
     assert runtime.tool("lookup_order").effect is Effect.READ
     assert flow.session().graph.checkpointer is ns["saver"]
     assert ns["worker"].worker_target
@@ -499,6 +511,9 @@ CASES: dict[str, Case] = {
     ),
     "concepts/approvals.md:Approvals #1": Case(
         ("db",), the_quorum_approved_and_the_approval_is_used
+    ),
+    "concepts/approvals.md:What reviewers see #1": Case(
+        ("store",), the_request_carries_its_hints_and_context
     ),
     "concepts/journal.md:The journal #1": Case((), the_event_is_in_its_stream),
     "concepts/tool-call-ledger.md:The tool-call ledger #1": Case(

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from approvals import (
     Approval,
     ApprovalPolicy,
+    ApprovalStatus,
     ApprovalStore,
     Decision,
     DecisionForged,
@@ -33,7 +34,12 @@ from approvals import (
     approval_gate,
 )
 from approvals.checks import verify_all
-from approvals.integrity import as_facts, review_statement, sign_review
+from approvals.integrity import (
+    approval_problems,
+    as_facts,
+    review_statement,
+    sign_review,
+)
 from approvals.projection import APPROVALS, stream_of
 from approvals.reviewers import ReviewerDirectory
 from ledger.calls.model import CallContext, CallStatus, Effect, ToolCall, ToolPolicy
@@ -477,6 +483,67 @@ async def test_the_cli_decides_only_with_the_reviewer_kek(
     assert decided.code == 0, decided.stderr
     assert (await store.get(approval.approval_id)).status == "approved"
     assert await store.problems(approval.approval_id) == []
+
+
+async def test_the_cli_cancels_a_pending_approval_signed_in_the_reviewer_s_name(
+    database_url: str, store: ApprovalStore, journal: Journal
+) -> None:
+    """`signoff approvals cancel ID --by WHO`: refused without the reviewer KEK (a cancellation
+    that names a person is signed), else cancelled and signed; a second cancel, and an unknown
+    id, are one line and exit 2."""
+    approval, _ = await _ask(store, LEADS)
+    cancel = ("approvals", "cancel", approval.approval_id, "--by", "lead-1")
+    worker = {k: v for k, v in kek_env().items() if not k.startswith("SIGNOFF_REVIEWER_KEK")}
+    refused = await run_cli(*cancel, database_url=database_url, env=worker)
+    assert refused.code == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "SIGNOFF_REVIEWER_KEK" in refused.stderr
+    assert (await store.get(approval.approval_id)).version == approval.version  # nothing written
+
+    reason = ("--reason", "asked twice")
+    cancelled = await run_cli(*cancel, *reason, "--json", database_url=database_url, env=kek_env())
+    assert cancelled.code == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["status"] == "cancelled"
+    read = await store.get(approval.approval_id, reveal=True)
+    assert read.status is ApprovalStatus.CANCELLED
+    assert await store.problems(approval.approval_id) == []  # signed, and the signature holds
+    events = await journal.read_stream(stream_of(approval.approval_id))
+    [event] = [e for e in events if e.type == "approval.cancelled"]
+    assert event.actor == "lead-1"
+    assert "asked twice" not in json.dumps(event.data)  # sealed, never in clear
+    assert await store.cancel_reason_of(read) == "asked twice"
+    # The agent that waits is told why.
+    assert read.decision == Decision.reject("the approval request was cancelled: asked twice")
+
+    again = await run_cli(*cancel, database_url=database_url, env=kek_env())
+    assert again.code == 2 and again.stderr.count("\n") == 1, again.stderr
+    assert "already cancelled" in again.stderr
+    unknown = ("approvals", "cancel", f"apr-{uuid.uuid4().hex}", "--by", "lead-1")
+    missing = await run_cli(*unknown, database_url=database_url, env=kek_env())
+    assert missing.code == 2 and missing.stderr.count("\n") == 1, missing.stderr
+
+
+async def test_a_cancellation_s_reason_is_covered_by_its_signature(
+    store: ApprovalStore, journal: Journal, ring: KeyRing
+) -> None:
+    """A reason swapped into a signed cancellation (another sealed text, or one added to a
+    cancellation signed without one) is a forged event to `ledger verify`."""
+    first, _ = await _ask(store, LEADS)
+    second, _ = await _ask(store, LEADS)
+    await store.cancel(first.approval_id, "lead-1", reason="asked twice")
+    await store.cancel(second.approval_id, "lead-1")
+    streams = [await journal.read_stream(stream_of(a.approval_id)) for a in (first, second)]
+    sealed = streams[0][-1].data["reason_sealed"]
+    assert await approval_problems(ring, as_facts(streams[0])) == []
+    for events, swapped in (
+        (streams[0], store.records.seal("no reason", first.approval_id, "reason:cancel")),
+        (streams[1], sealed),
+    ):
+        facts = as_facts(events)
+        last = facts[-1]
+        forged = replace(last, data={**last.data, "reason_sealed": swapped})
+        problems = await approval_problems(ring, [*facts[:-1], forged])
+        assert problems and {p.kind for p in problems} == {ProblemKind.FORGED}, problems
+        assert any("cancellation: its signature does not verify" in p.message for p in problems)
 
 
 def test_the_reviewer_kek_is_read_from_its_own_variables(tmp_path: Path) -> None:

@@ -175,6 +175,15 @@ def test_the_question_shows_the_call_as_a_person_reads_it() -> None:
     assert "Refund money" in approval_reason(approval, ARGS, description="Refund money")["message"]
 
 
+def test_fields_the_policy_marks_sensitive_stay_out_of_the_thread() -> None:
+    approval = approval_with(ApprovalPolicy(sensitive=frozenset({"iban", "card"})))
+    message = approval_reason(approval, {**ARGS, "iban": "DE89370400440532013000"})["message"]
+
+    assert "DE8937" not in message and '"amount": 120' in message
+    assert "Not shown, marked sensitive: `iban`" in message
+    assert f"signoff approvals show {approval.approval_id} --reveal" in message
+
+
 def test_an_edit_only_policy_is_asked_with_where_to_decide_it() -> None:
     approval = approval_with(ApprovalPolicy(allowed=frozenset({DecisionKind.EDIT})))
     reason = approval_reason(approval, ARGS)

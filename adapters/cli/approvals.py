@@ -1,4 +1,4 @@
-"""`signoff approvals ...`: list, show and decide approval requests from any shell."""
+"""`signoff approvals ...`: list, show, decide and cancel approval requests from any shell."""
 
 from __future__ import annotations
 
@@ -23,18 +23,27 @@ from ledger.store import Database
 from .arguments import identifier, json_object, positive_int, reviewer, text
 from .context import open_database
 from .output import add_json_flag, emit, safe
+from .reviewer_kek import signing_ring
 
 _DECIDE_EXAMPLES = """\
 examples:
-  signoff approvals decide 0b9e...  --approve --by alice
-  signoff approvals decide 0b9e...  --reject --reason "wrong order" --by alice
-  signoff approvals decide 0b9e...  --edit '{"order_id": "A-1", "amount": 20}' --by alice
-  signoff approvals decide 0b9e...  --respond "refunds over 100 need a manager" --by alice
+  signoff approvals decide apr-7d99...  --approve --by alice
+  signoff approvals decide apr-7d99...  --reject --reason "wrong order" --by alice
+  signoff approvals decide apr-7d99...  --edit '{"order_id": "A-1", "amount": 20}' --by alice
+  signoff approvals decide apr-7d99...  --respond "refunds over 100 need a manager" --by alice
+"""
+
+_CANCEL_EXAMPLES = """\
+examples:
+  signoff approvals list --status pending
+  signoff approvals cancel apr-7d99...  --by alice --reason "asked twice"
 """
 
 
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    approvals = groups.add_parser("approvals", help="list, show and decide approval requests")
+    approvals = groups.add_parser(
+        "approvals", help="list, show, decide and cancel approval requests"
+    )
     commands = approvals.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="what to do"
     )
@@ -55,7 +64,10 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show = commands.add_parser("show", help="one approval request and its reviews")
     show.add_argument("approval_id", type=identifier, help="the approval's id")
     show.add_argument(
-        "--reveal", action="store_true", help="decrypt the arguments and the decision (recorded)"
+        "--reveal",
+        action="store_true",
+        help="decrypt the arguments (sensitive fields too), what led to the call and the "
+        "decision (recorded)",
     )
     show.add_argument(
         "--by", metavar="WHO", type=identifier, help="who reveals (with --reveal; default: you)"
@@ -67,7 +79,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "decide",
         help="record a reviewer's decision",
         description="Record one reviewer's decision, signed with the decision key (this needs "
-        "the reviewer-side KEK, SIGNOFF_REVIEWER_KEK_FILE). The approval's policy says who may "
+        "the reviewer-side KEK: SIGNOFF_REVIEWER_KEK_FILE, else the file signoff demo keeps for "
+        "the database). The approval's policy says who may "
         "decide and how many approvals it needs; a decision that breaks it records nothing. The "
         "reviewer's groups come from the reviewer directory (`signoff reviewers`).",
         epilog=_DECIDE_EXAMPLES,
@@ -94,6 +107,24 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add_json_flag(decide)
     decide.set_defaults(run=lambda a: asyncio.run(_decide(a)))
 
+    cancel = commands.add_parser(
+        "cancel",
+        help="withdraw a pending approval request (it will never run)",
+        description="Withdraw a pending approval request: it becomes cancelled and its call "
+        "never runs. The cancellation is recorded in the reviewer's name and signed with the "
+        "decision key, so this needs the reviewer-side KEK (SIGNOFF_REVIEWER_KEK_FILE, else the "
+        "file signoff demo keeps for the database). A request already decided, expired or "
+        "cancelled is refused.",
+        epilog=_CANCEL_EXAMPLES,
+    )
+    cancel.add_argument("approval_id", type=identifier, help="the approval's id")
+    cancel.add_argument(
+        "--by", required=True, metavar="REVIEWER", type=reviewer, help="who withdraws it"
+    )
+    cancel.add_argument("--reason", type=text, help="why (sealed; the waiting agent is told it)")
+    add_json_flag(cancel)
+    cancel.set_defaults(run=lambda a: asyncio.run(_cancel(a)))
+
 
 class _NoGroups(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any, **__: Any) -> None:
@@ -113,6 +144,8 @@ def _row(approval: Approval) -> dict[str, Any]:
     row = approval_json(approval)
     if approval.args is not None:
         row["args"] = approval.args
+    if approval.context is not None:
+        row["context"] = approval.context.to_json()
     if approval.decision is not None:
         d = approval.decision
         row["decision"] = {
@@ -122,6 +155,14 @@ def _row(approval: Approval) -> dict[str, Any]:
             "message": d.message,
         }
     return row
+
+
+def _shows_sensitive(approval: Approval) -> bool:
+    """Whether a reveal of `approval` shows fields its policy marks sensitive (the CLI shows
+    every field)."""
+    decision = approval.decision
+    shown = {*(approval.args or {}), *((decision.args or {}) if decision else {})}
+    return bool(approval.policy.sensitive & shown)
 
 
 def _parse_decision(args: argparse.Namespace) -> Decision:
@@ -160,7 +201,12 @@ async def _show(args: argparse.Namespace) -> int:
         if args.reveal:  # who read the arguments in clear is part of the record
             who = args.by or getpass.getuser()
             await record_reveal(
-                db, ring, f"reveal:{args.approval_id}", who, approval_id=args.approval_id
+                db,
+                ring,
+                f"reveal:{args.approval_id}",
+                who,
+                approval_id=args.approval_id,
+                sensitive=_shows_sensitive(approval),
             )
     row = _row(approval)
     lines = [
@@ -174,10 +220,22 @@ async def _show(args: argparse.Namespace) -> int:
 async def _decide(args: argparse.Namespace) -> int:
     decision = _parse_decision(args)  # before touching the database: malformed records nothing
     async with open_database(args) as db:
-        ring = await KeyRing.open(db, create_missing=False)
+        ring = await signing_ring(db)
         approval = await ApprovalStore(db, ring).decide(args.approval_id, decision, args.by)
     shown = f"{safe(approval.approval_id)}: {approval.status.value}"
     if approval.status is ApprovalStatus.PENDING:
         shown += " (more approvals needed)"
     emit(args, shown, _row(approval))
+    return 0
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    async with open_database(args) as db:
+        ring = await signing_ring(db)
+        # It names a person: signed by the reviewer side, never a requester's bare withdrawal.
+        ring.require_decision_signer()
+        approval = await ApprovalStore(db, ring).cancel(
+            args.approval_id, args.by, reason=args.reason
+        )
+    emit(args, f"{safe(approval.approval_id)}: {approval.status.value}", _row(approval))
     return 0

@@ -40,8 +40,8 @@ examples:
 """
 _SHOW_EXAMPLES = """\
 examples:
-  signoff ledger show demo-1a2b3c4d refund-1
-  signoff ledger show demo-1a2b3c4d refund-1 --reveal --by alice    (the reveal is recorded)
+  signoff ledger show demo-1a2b3c4d call-refund
+  signoff ledger show demo-1a2b3c4d call-refund --reveal --by alice    (the reveal is recorded)
 """
 _EXPORT_EXAMPLES = """\
 examples:
@@ -50,8 +50,8 @@ examples:
 """
 _RESOLVE_EXAMPLES = """\
 examples:
-  signoff ledger resolve demo-1a2b3c4d refund-1 --succeeded --by alice --note "seen in Stripe"
-  signoff ledger resolve demo-1a2b3c4d refund-1 --failed --by alice
+  signoff ledger resolve demo-1a2b3c4d call-refund --succeeded --by alice --note "seen in Stripe"
+  signoff ledger resolve demo-1a2b3c4d call-refund --failed --by alice
 """
 
 _COLUMNS = [

@@ -10,6 +10,7 @@ from .output import add_json_flag, safe
 _WAIT = re.compile(r"([1-9][0-9]{0,5})([smh]?)")
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
 _MAX_WAIT = 24 * 3600
+_DEFAULT_WAIT = 15 * 60.0  # as `adapters.demo.INBOX_WAIT`, which needs the demo extra to import
 
 
 def wait_time(text: str) -> float:
@@ -40,6 +41,7 @@ examples:
   signoff demo --database-url postgresql://postgres@localhost/signoff_demo
   signoff demo --json | jq .refund
   signoff demo --inbox             you decide the refund: sign in with the link it prints
+  signoff demo --inbox --wait 1h   ... and take up to an hour to decide
 """,
     )
     demo.add_argument(
@@ -51,16 +53,17 @@ examples:
     demo.add_argument(
         "--wait",
         type=wait_time,
-        default=15 * 60.0,
         metavar="TIME",
         help="with --inbox, how long to wait for the decision: 15m (default), 90s, 1h; "
-        "nobody deciding in time is an error (exit 2)",
+        "nobody deciding in time is an error (exit 2), and the approval is withdrawn",
     )
     add_json_flag(demo)
-    demo.set_defaults(run=_demo)
+    demo.set_defaults(run=lambda args: _demo(args, demo))
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.wait is not None and not args.inbox:  # nothing waits without --inbox: say so
+        parser.error("--wait goes with --inbox only")
     from adapters.demo import run_demo  # only this command needs it (and the demo extra)
 
     from .context import settings_of
@@ -70,5 +73,5 @@ def _demo(args: argparse.Namespace) -> int:
         log_level=args.log_level.upper(),
         as_json=args.json,
         inbox=args.inbox,
-        wait=args.wait,
+        wait=_DEFAULT_WAIT if args.wait is None else args.wait,
     )

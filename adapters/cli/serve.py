@@ -17,6 +17,7 @@ from adapters.extras import SERVE, require_extra
 from .arguments import positive_int, reviewer
 from .context import settings_of
 from .output import safe
+from .reviewer_kek import with_reviewer_kek
 
 if TYPE_CHECKING:
     from adapters.http.server import Started
@@ -27,9 +28,11 @@ examples:
   signoff serve --host 0.0.0.0 --port 8080      behind a reverse proxy that terminates TLS
   signoff serve --dev --dev-reviewer alice      development: a one-time token for alice
 
-The service's login needs the role signoff_reviewer, and SIGNOFF_REVIEWER_KEK (or _FILE) must
-be set: it signs decisions. It refuses to start with no active API token and no OIDC
-configuration (SIGNOFF_OIDC_ISSUER, _AUDIENCE, _JWKS) unless --dev.
+The service's login needs the role signoff_reviewer, and the reviewer side's KEK: it signs
+decisions. That is SIGNOFF_REVIEWER_KEK (or _FILE), else the file signoff demo keeps for the
+database's decision key (reviewer-keks/<KEK id> beside the embedded server's folder). It
+refuses to start with no active API token and no OIDC configuration (SIGNOFF_OIDC_ISSUER,
+_AUDIENCE, _JWKS) unless --dev.
 """
 
 
@@ -111,14 +114,16 @@ def _run(args: argparse.Namespace) -> int:
     require_extra("signoff serve", "serve", SERVE)
     from adapters.http.server import serve  # the web framework: only when serving
 
-    settings = settings_of(args)
-    asyncio.run(
-        serve(
+    async def run() -> None:
+        # The reviewer KEK: configured, else the one `signoff demo` keeps for this database.
+        settings = await with_reviewer_kek(settings_of(args))
+        await serve(
             settings,
             host=args.host,
             port=args.port,
             dev_reviewer=args.dev_reviewer if args.dev else None,
             on_started=lambda started: _announce(started, args.json),
         )
-    )
+
+    asyncio.run(run())
     return 0

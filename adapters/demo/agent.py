@@ -47,12 +47,17 @@ SPECS = (
 )
 
 
+_REFUNDED = re.compile(r"refunded (-?\d+\.\d\d) ([A-Z]{3}) on (\S+)")
+"""The refund tool's result (`support_tools`), which says what it paid."""
+
+
 def _ask(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
     return AIMessage("", tool_calls=[{"name": name, "args": args, "id": call_id}])
 
 
 def next_step(messages: Sequence[BaseMessage]) -> AIMessage:
-    """The script: look the order up, refund its total, then tell the customer."""
+    """The script: look the order up, ask to refund its total, then tell the customer what the
+    refund did: paid (the amount the tool paid), rejected, or answered by a reviewer instead."""
     asked = {
         call["id"]: call["name"]
         for message in messages
@@ -77,12 +82,17 @@ def next_step(messages: Sequence[BaseMessage]) -> AIMessage:
     if refund is None:
         args = {"order_id": order_id, "amount": order["total"], "reason": "arrived broken"}
         return _ask("refund", args, REFUND_CALL)
-    if refund.status == "error":
+    if refund.status == "error":  # rejected (the message says it did not run), or it failed
         return AIMessage(f"I could not refund order {order_id}: {refund.content}")
-    return AIMessage(
-        f"Done: {order['total']:.2f} {order['currency']} for order {order_id} is on its way "
-        "back to you."
-    )
+    # The tool's own words are the last line (after a reviewer's edit, a note comes first).
+    paid = _REFUNDED.fullmatch(str(refund.content).rpartition("\n")[2])
+    if paid is None:  # a reviewer answered instead of running the tool: nothing was paid
+        return AIMessage(
+            f"I have not refunded order {order_id}; a support lead answered: {refund.content}"
+        )
+    # What the tool paid, which a reviewer's edit may have changed: not the order's total.
+    amount, currency, paid_order = paid.groups()
+    return AIMessage(f"Done: {amount} {currency} for order {paid_order} is on its way back to you.")
 
 
 class SupportModel(ScriptedChatModel):

@@ -5,7 +5,8 @@ Three OS processes share one database: process 1 (`python -m adapters.demo.worke
 the agent until the refund pauses for approval; this process serves the HTTP API of `signoff
 serve` on loopback (`review`) and approves with `POST /v1/approvals/{id}/decision` as the
 reviewer of a short-lived API token, or with `--inbox` waits for a person to decide with that
-token; process 2 (`... resume`) finds the thread stored with the approval and resumes it. Every
+token (a wait that times out or is stopped, Ctrl-C or SIGTERM, cancels the approval); process 2
+(`... resume`) finds the thread stored with the approval and resumes it. Every
 invocation uses a fresh run (and thread) id, so the demo runs again and again on one database.
 The refund pays into a file of the run's (`script.record_payment`), which this process counts.
 
@@ -36,9 +37,11 @@ import asyncio
 import dataclasses
 import json
 import os
+import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import timedelta
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from approvals import Approval, ReviewerDirectory
+from approvals import Approval, ApprovalAlreadyDecided, ApprovalStatus, ReviewerDirectory
 from ledger.audit.digest import DigestCheck, signing_keys, take_digest, verify_digest
 from ledger.audit.queries import CallFilter, find_calls
 from ledger.calls.model import CallRecord, CallStatus
@@ -67,6 +70,7 @@ __all__ = ["INBOX_WAIT", "DemoFailed", "run_demo"]
 
 INBOX_WAIT = 15 * 60.0
 """How long `--inbox` waits for a person to decide, by default (seconds)."""
+DEMO_ACTOR = "signoff-demo"  # who makes the token and withdraws an approval nobody decided
 TOKEN_SLACK = timedelta(minutes=10)  # the token outlives the wait by this much, then expires
 
 
@@ -100,7 +104,7 @@ def run_demo(
     """Run the demo with `settings` (default: the environment's, with `database_url` over its
     URL): their database, else the embedded server. The demo approves over the HTTP API; with
     `inbox` a person decides, within `wait` seconds. Exit code 0 when the refund ran once (or,
-    rejected, not at all) and the digest verified, else 1.
+    rejected or answered, not at all) and the digest verified, else 1.
 
     Raises:
         DemoFailed: a step could not be done, or (`inbox`) nobody decided within `wait`.
@@ -123,7 +127,25 @@ def run_demo(
     url = settings.resolve_url()  # starts the embedded server if that is the database
     migrate_database(url, "head")  # blocking (alembic runs its own event loop): before ours
     wait_for = wait if inbox else None
-    return asyncio.run(_demo(settings, url, screen, started, log_level, as_json, wait_for))
+    try:
+        return asyncio.run(
+            _stoppable(_demo(settings, url, screen, started, log_level, as_json, wait_for))
+        )
+    except asyncio.CancelledError:  # SIGTERM (`_stoppable`): stopped as Ctrl-C stops it
+        raise KeyboardInterrupt from None
+
+
+async def _stoppable(demo: Coroutine[Any, Any, int]) -> int:
+    """Run `demo`, cancelled on SIGTERM as asyncio cancels it on SIGINT, so that either signal
+    lets it clean up (withdraw the approval it waits on, drop its logins, revoke its token)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await demo
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def _demo(
@@ -177,7 +199,8 @@ async def _demo(
         second = await run_worker(screen, launch, 2, what, "resume", approval_id)
         pids = {first.pid: 1, second.pid: 2}
 
-        paid_by = [int(payment["pid"]) for payment in recorded_payments(payments)]
+        paid = recorded_payments(payments)
+        paid_by = [int(payment["pid"]) for payment in paid]
         calls = await find_calls(db, CallFilter(run_id=run_id))
         refund = next((c for c, _ in calls if c.call_id == REFUND_CALL), None)
         approved = decided.approval.status.runs_tool
@@ -187,10 +210,10 @@ async def _demo(
             and refund.status is CallStatus.SUCCEEDED
             and refund.attempts == 1
         )
-        # Rejected (with --inbox), the refund must not have run anywhere.
+        # Rejected or answered (with --inbox), the refund must not have run anywhere.
         untouched = paid_by == [] and (refund is None or refund.status is not CallStatus.SUCCEEDED)
         as_decided = once if approved else untouched
-        _show_once(screen, as_decided, approved, paid_by, pids)
+        _show_once(screen, as_decided, decided.approval.status, paid, pids)
 
         rows = [_call_row(call, approved_by, pids) for call, approved_by in calls]
         _show_ledger(screen, run_id, rows)
@@ -296,12 +319,31 @@ async def _person_decides(screen: Screen, review: Review, run_id: str, wait: flo
     )
     for i, text in enumerate(curl):
         screen.notice(f"      {'or' if i == 0 else '':<9} {text}")
-    approval = await review.wait_for_person(approval_id, wait)
+    try:
+        approval = await review.wait_for_person(approval_id, wait)
+    except asyncio.CancelledError:  # Ctrl-C, SIGTERM: nobody will resume it, so withdraw it
+        await _withdraw(screen, review, approval_id, "interrupted")
+        raise
     if approval is None:
-        raise DemoFailed(f"nobody decided approval {approval_id} within {_minutes(wait)}")
+        await _withdraw(screen, review, approval_id, None)
+        raise DemoFailed(
+            f"nobody decided approval {approval_id} within {_minutes(wait)}: it is withdrawn"
+        )
     by = ", ".join(approval.decided_by) or "?"
     screen.done(f"{approval.status} by {by}", time.perf_counter() - started)
     return Decided("inbox", approval)
+
+
+async def _withdraw(screen: Screen, review: Review, approval_id: str, why: str | None) -> None:
+    """Cancel the approval nobody will resume (signed, as the service's cancellations are), so
+    that it does not wait out its expiry among the next run's; decided meanwhile, it stays so."""
+    try:
+        reason = f"the demo was {why or 'not answered in time'}"
+        await review.service.store.cancel(approval_id, by=DEMO_ACTOR, reason=reason)
+    except ApprovalAlreadyDecided:
+        return
+    if why is not None:
+        screen.notice(f"{why}: approval {approval_id} withdrawn (cancelled)")
 
 
 def _minutes(seconds: float) -> str:
@@ -333,17 +375,33 @@ def _call_row(
 
 
 def _show_once(
-    screen: Screen, as_decided: bool, approved: bool, paid_by: list[int], pids: dict[int, int]
+    screen: Screen,
+    as_decided: bool,
+    status: ApprovalStatus,
+    paid: list[dict[str, Any]],
+    pids: dict[int, int],
 ) -> None:
-    if as_decided and not approved:
-        screen.step("the refund was rejected and did not run: no payment")
+    if as_decided and not status.runs_tool:
+        if status is ApprovalStatus.RESPONDED:
+            screen.step("the reviewer answered instead: the refund did not run, no payment")
+        else:
+            screen.step(f"the refund was {status} and did not run: no payment")
         return
     if as_decided:
-        screen.step(
-            f"the refund ran once: 1 payment, made by process 2 (pid {paid_by[0]}); "
-            "process 1 made none"
-        )
+        pid = paid[0]["pid"]
+        if status is ApprovalStatus.EDITED:
+            amount = f"{float(paid[0]['amount']):.2f} {paid[0]['currency']}"
+            screen.step(
+                f"the refund ran once, as edited: 1 payment of {amount}, made by process 2 "
+                f"(pid {pid}); process 1 made none"
+            )
+        else:
+            screen.step(
+                f"the refund ran once: 1 payment, made by process 2 (pid {pid}); "
+                "process 1 made none"
+            )
         return
+    paid_by = [int(payment["pid"]) for payment in paid]
     where = ", ".join(f"process {pids.get(p, '?')} (pid {p})" for p in paid_by) or "nowhere"
     screen.step(f"FAILED: {len(paid_by)} payments for one refund, made by {where}")
 

@@ -32,27 +32,33 @@ async def demo_keys(db: Database, reviewer_kek: LocalKek | None) -> Keys:
     docstring): `reviewer_kek` when one is configured. Makes the keys a new database lacks,
     the decision key too (a key administrator's job, and the reviewer side's: the owner's)."""
     keys = await _worker_keys(db)
-    keys.reviewer_kek = reviewer_kek or _reviewer_kek(db.settings, keys.ring)
+    if reviewer_kek is None:
+        reviewer_kek, made = _reviewer_kek(db.settings, keys.ring)
+        # Say where it is: `signoff serve` and `approvals decide` find it there too.
+        path = kept_kek_folder(db.settings, reviewer=True) / reviewer_kek.kek_id
+        keys.note += f"\nreviewer KEK {path}{', made now' if made else ''}"
+    keys.reviewer_kek = reviewer_kek
     await KeyRing.open(db, keys.ring.kek, reviewer_kek=keys.reviewer_kek)
     return keys
 
 
-def _reviewer_kek(settings: Settings, ring: KeyRing) -> LocalKek:
-    """The kept reviewer KEK that wraps this database's decision key, made now if it has none."""
+def _reviewer_kek(settings: Settings, ring: KeyRing) -> tuple[LocalKek, bool]:
+    """The kept reviewer KEK that wraps this database's decision key, made now if it has none
+    (and whether it was)."""
     wrapping = {
         k.kek_id
         for k in ring.all_keys()
         if k.purpose is Purpose.DECISION_SIGNING and k.state is not KeyState.RETIRED
     }
     if not wrapping:
-        return new_kept_kek(settings, reviewer=True)[1]
+        return new_kept_kek(settings, reviewer=True)[1], True
     kek = kept_kek(settings, min(wrapping), reviewer=True)
     if kek is None:
         raise DemoFailed(
             f"this database's decisions are signed by a key wrapped by reviewer KEK "
             f"{min(wrapping)}: set SIGNOFF_REVIEWER_KEK_FILE to it"
         )
-    return kek
+    return kek, False
 
 
 async def _worker_keys(db: Database) -> Keys:

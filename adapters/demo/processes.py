@@ -195,8 +195,8 @@ def show_event(screen: Screen, event: dict[str, Any]) -> None:
     elif kind == "asks":
         args = ", ".join(f"{k}={v!r}" for k, v in event["args"].items())
         screen.detail("agent", f"calls {event['tool']}({args})")
-    elif kind == "says":
-        screen.detail("agent", _short(event["text"]))
+    elif kind == "says":  # the agent's words to the customer: whole, they say what happened
+        screen.detail("agent", event["text"])
     elif kind == "tool":
         failed = " (error)" if event.get("status") == "error" else ""
         screen.detail("tool", f"{event['tool']}{failed}: {_short(event['content'])}")

@@ -112,8 +112,8 @@ async def open_review(
     token = await tokens.create(reviewer, expires_in=lifetime, by="signoff-demo")
     stack.push_async_callback(_revoke, tokens, token.info.token_id)
     # Only the demo's token lets anyone in (no OIDC issuer of the environment's), and nothing
-    # is announced to the environment's webhook.
-    quiet = dataclasses.replace(settings, oidc=None, webhook=None)
+    # is announced to the environment's webhook, Slack or e-mail.
+    quiet = dataclasses.replace(settings, oidc=None, webhook=None, slack=None, email=None)
     service = await open_service(quiet, pool_size=4)
     stack.push_async_callback(service.close)
     _, port = await stack.enter_async_context(running(service))

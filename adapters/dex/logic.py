@@ -163,7 +163,9 @@ async def await_approval(
 ) -> ApprovalWait:
     """Record the approval request of a call (once: the same request returns the same
     approval) and say whether to go on or how long to wait."""
-    approval = await ask(store, spec, _call(flow_id, request), request.requested_by)
+    approval = await ask(
+        store, spec, _call(flow_id, request), request.requested_by, context=request.context
+    )
     now = now or datetime.now(UTC)
     timer = None
     if approval.expires_at is not None:
@@ -236,7 +238,7 @@ async def call_tool(
     bound = log.bind(run_id=flow_id, call_id=request.call_id, tool=request.tool)
     approval_id = None
     if tool.spec.approval is not None and not await answered(ledger, flow_id, request, tool.spec):
-        approval = await ask(store, tool.spec, call, request.requested_by)
+        approval = await ask(store, tool.spec, call, request.requested_by, context=request.context)
         require_ready(approval)
         approval_id = approval.approval_id
         bound = bound.bind(approval_id=approval_id)

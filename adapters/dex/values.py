@@ -17,6 +17,7 @@ from approvals import (
     Decision,
     DecisionKind,
     InvalidApprovalRequest,
+    RequestContext,
     Reviewer,
 )
 from ledger.calls.model import CallOutcome, CallStatus
@@ -56,6 +57,11 @@ class ToolCallRequest:
             approval policy allows it.
         checkpoint_id: an agent session's call: `args` is empty and the arguments are read
             from this encrypted checkpoint of the session's thread (never held by Dex).
+        reason, last_user_message: what led to the call (the agent's stated reason, the last
+            thing its user said), shown to reviewers and sealed with the approval request
+            (`approvals.RequestContext`, cut to what reviewers read). Given by whoever starts
+            the Flow, they are in its input as Dex stores it; an agent session's call leaves
+            them empty and the Step reads them from the checkpoint with the arguments.
     """
 
     call_id: str
@@ -64,6 +70,13 @@ class ToolCallRequest:
     turn_id: str = "0"
     requested_by: str = "agent"
     checkpoint_id: str | None = None
+    reason: str | None = None
+    last_user_message: str | None = None
+
+    @property
+    def context(self) -> RequestContext | None:
+        """What led to the call, as an approval request records it (None: nothing said)."""
+        return RequestContext.captured(self.reason, self.last_user_message)
 
 
 @dataclass(frozen=True)

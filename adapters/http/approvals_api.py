@@ -8,12 +8,14 @@ a refusal records nothing. A client's request id (`Idempotency-Key`, or `request
 body) makes a decision idempotent: it is recorded with the decision, so a retry through any
 replica finds the first answer.
 
-`POST /v1/approvals/{id}/reveal` gives the arguments in clear to whoever may see the approval
-(a reviewer its policy admits, an auditor), and records in the journal (`ledger.revealed` on
-`reveal:<approval id>`, signed by the service) that this identity read them, before they are
-sent. Auditors may, as
-they may reveal a call's arguments (`calls_api`): proving what ran needs what was asked. With
-an `Idempotency-Key`, recorded in the event, a retry by the same identity records nothing new.
+`POST /v1/approvals/{id}/reveal` gives the arguments, what led to the call and the reviews'
+reasons in clear to whoever may see the approval (a reviewer its policy admits, an auditor),
+the fields its policy marks sensitive only with `?sensitive=true` (`revealing`), and records
+in the journal (`ledger.revealed` on `reveal:<approval id>`, signed by the service, with
+whether sensitive fields were shown) that this identity read them, before they are sent.
+Auditors may, as they may reveal a call's arguments (`calls_api`): proving what ran needs what
+was asked. With an `Idempotency-Key`, recorded in the event, a retry by the same identity of
+the same reveal records nothing new.
 
 Approvals are shown as `shapes.approval_document` (ours, HITL's and Agent Inbox's; no
 arguments), and a decide body is read by `shapes.decision_from_body` (any of the three).
@@ -33,17 +35,21 @@ from approvals import (
     Approval,
     ApprovalAlreadyDecided,
     ApprovalStatus,
+    Decision,
     DecisionNotAllowed,
     Identity,
     InvalidApprovalRequest,
     Reviewer,
     UnknownApproval,
 )
+from approvals.model import identifier
 from approvals.store import PageCursor
 from ledger.audit.reveals import record_reveal
+from ledger.errors import SignoffError
 from ledger.log import get_logger
 
-from .errors import ApiError, reason
+from .errors import ApiError, reason, refusal_of
+from .revealing import revealed_document
 from .service import Service
 from .shapes import approval_document, decision_from_body
 
@@ -247,11 +253,15 @@ async def reveal(
     approval_id: str,
     identity: Caller,
     idempotency_key: IdempotencyKey = None,
+    sensitive: Annotated[
+        bool, Query(description="also show the fields the policy marks sensitive")
+    ] = False,
 ) -> dict[str, Any]:
     service = service_of(request)
     request_id = optional_request_id(idempotency_key)
     await _visible(service, identity, approval_id)
     approval = await service.store.get(approval_id, reveal=True)
+    revealed = await revealed_document(service.store, approval, sensitive=sensitive)
     recorded = await record_reveal(
         service.db,
         service.ring,
@@ -259,6 +269,7 @@ async def reveal(
         identity.reviewer,
         request_id=request_id,
         approval_id=approval_id,
+        sensitive=revealed.shows_sensitive,
     )
     if not recorded:  # a retry: its reveal is in the journal already
         response.headers["Idempotent-Replayed"] = "true"
@@ -267,8 +278,9 @@ async def reveal(
         approval_id=approval_id,
         reviewer=identity.reviewer,
         request_id=request_id,
+        sensitive=revealed.shows_sensitive,
     )
-    return approval_document(approval, args=approval.args)
+    return revealed.document
 
 
 @router.post(
@@ -288,39 +300,47 @@ async def decide(
     bound = log.bind(approval_id=approval_id, reviewer=identity.reviewer, request_id=request_id)
     if not identity.may_decide:
         raise ApiError(403, "forbidden", "an auditor's token reads and never decides")
-    shown = await _visible(service, identity, approval_id)
-    decision = decision_from_body(body, shown)  # refusals by the error table
-
-    async def replayed() -> dict[str, Any] | None:
-        """The answer to this request if it was recorded before (a retry), else None."""
-        earlier = await service.store.decision_of_request(
-            approval_id, identity.reviewer, request_id
-        )
-        if earlier is None:
-            return None
-        if earlier is not decision.kind:
-            raise ApiError(409, "conflict", f"request id {request_id!r} was a {earlier}")
-        response.headers["Idempotent-Replayed"] = "true"
-        bound.info("decision replayed", decision=str(earlier))
-        return approval_document(await service.store.get(approval_id), args=None)
-
-    if (answer := await replayed()) is not None:
-        return answer
     try:
-        approval = await service.store.decide(
-            approval_id, decision, identity.reviewer, request_id=request_id
+        identifier(approval_id, "approval id")
+    except InvalidApprovalRequest as e:
+        raise ApiError(404, "not_found", f"no approval {approval_id}") from e
+    seen: Approval | None = None
+
+    def decision_of(approval: Approval) -> Decision:
+        """The body's decision on the approval as the store read it (with the request id's
+        earlier decision and the reviewer's groups, in one statement): refused as reading it
+        would be, before anything is recorded."""
+        nonlocal seen
+        seen = approval
+        if not may_see(identity, approval):
+            raise ApiError(403, "forbidden", "this approval's policy does not admit you")
+        try:
+            return decision_from_body(body, approval)
+        except SignoffError as e:  # as the error table answers it, whatever the store does next
+            if (refusal := refusal_of(e)) is None:
+                raise
+            raise ApiError(refusal.status, refusal.code, refusal.message(e)) from e
+
+    try:
+        decided = await service.store.decide_as_read(
+            approval_id, decision_of, identity.reviewer, request_id=request_id
         )
+    except UnknownApproval as e:
+        raise ApiError(404, "not_found", f"no approval {approval_id}") from e
     except (ApprovalAlreadyDecided, DecisionNotAllowed) as e:
-        if (answer := await replayed()) is not None:  # the same request, racing itself
-            return answer
-        # Voting again (another request of the same reviewer) conflicts with its first vote.
-        conflict = (
-            isinstance(e, ApprovalAlreadyDecided)
-            or identity.reviewer in (await service.store.get(approval_id)).approvers
+        # Voting again (another request of the same reviewer) conflicts with its first vote;
+        # so does this request id with another decision.
+        conflict = isinstance(e, ApprovalAlreadyDecided) or (
+            seen is not None and identity.reviewer in seen.approvers
         )
         status, code = (409, "conflict") if conflict else (403, "forbidden")
         bound.info("decision refused", status=status, problem=type(e).__name__)
         raise ApiError(status, code, reason(e)) from e
-    service.metrics.decisions.labels(decision=str(decision.kind)).inc()
-    bound.info("decided", decision=str(decision.kind), status=str(approval.status))
-    return approval_document(approval, args=None)
+    kind = decided.decision.kind
+    if decided.replayed:  # a retry: its decision is in the journal already
+        response.headers["Idempotent-Replayed"] = "true"
+        bound.info("decision replayed", decision=str(kind))
+        return approval_document(decided.approval, args=None)
+    service.metrics.decisions.labels(decision=str(kind)).inc()
+    bound.info("decided", decision=str(kind), status=str(decided.approval.status))
+    return approval_document(decided.approval, args=None)

@@ -12,7 +12,8 @@ event by itself.
 
 An idle stream gets a keepalive comment every `Service.keepalive_seconds`; a stream ends after
 `Service.stream_seconds`, and the client's reconnect is authenticated again (a revoked or
-expired token streams no longer than that).
+expired token streams no longer than that). A stream also ends, whole, as soon as the server
+begins to stop (`Service.stopping`), so that stopping waits for no stream.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
@@ -88,11 +89,19 @@ async def _stream(service: Service, identity: Identity, after: int | None) -> As
     ends = time.monotonic() + service.stream_seconds
     pending: asyncio.Future[ApprovalChange] | None = None
     yield _RETRY
+    stopping = asyncio.ensure_future(service.stopping.wait())
     try:
-        while (left := ends - time.monotonic()) > 0:
+        while (left := ends - time.monotonic()) > 0 and not service.stopping.is_set():
             if pending is None:
                 pending = asyncio.ensure_future(anext(changes))
-            done, _ = await asyncio.wait({pending}, timeout=min(left, service.keepalive_seconds))
+            waiting: set[asyncio.Future[Any]] = {pending, stopping}
+            done, _ = await asyncio.wait(
+                waiting,
+                timeout=min(left, service.keepalive_seconds),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if stopping in done:
+                break  # the server stops: end the response whole, the client reconnects
             if not done:
                 yield KEEPALIVE
                 continue
@@ -100,10 +109,11 @@ async def _stream(service: Service, identity: Identity, after: int | None) -> As
             if (frame := await _frame(service, identity, change)) is not None:
                 yield frame
     finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await pending
+        for task in (pending, stopping):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await task
         await changes.aclose()
 
 

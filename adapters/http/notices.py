@@ -37,6 +37,7 @@ MAX_VALUE_CHARS = 500
 """Longest headline value a notification shows, in characters (then cut, with an ellipsis)."""
 MAX_TEXT_CHARS = 1000
 """Longest text of anything else it shows (a tool's description, a name)."""
+_BREAKS = frozenset({"Cc", "Zl", "Zp"})  # control characters, U+2028 and U+2029 break lines
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
@@ -61,13 +62,14 @@ class Notice:
 
 def shown(value: object, limit: int = MAX_TEXT_CHARS) -> str:
     """`value` as one short text: a string as it is, anything else as compact JSON; control
-    characters (line breaks too) and the marks that reorder text (which would let a tool's
-    name show as another) as spaces; cut to `limit` characters with an ellipsis."""
+    characters and line separators (every line break) and the marks that reorder text (which
+    would let a tool's name show as another) as spaces; cut to `limit` characters with an
+    ellipsis."""
     if isinstance(value, str):
         text = value
     else:
         text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-    text = "".join(" " if c in _BIDI or unicodedata.category(c) == "Cc" else c for c in text)
+    text = "".join(" " if c in _BIDI or unicodedata.category(c) in _BREAKS else c for c in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import hmac
 import secrets
+import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -113,6 +114,19 @@ async def _checked_service(
     return service, dev, active
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, which tells the service it stops before it waits for the requests in
+    flight: event streams end themselves then (`Service.stopping`), so none is cancelled."""
+
+    def __init__(self, config: uvicorn.Config, service: Service) -> None:
+        super().__init__(config)
+        self.service = service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.service.stopping.set()
+        await super().shutdown(sockets)
+
+
 def _server(service: Service, host: str, port: int) -> uvicorn.Server:
     settings = service.db.settings
     config = uvicorn.Config(
@@ -127,10 +141,10 @@ def _server(service: Service, host: str, port: int) -> uvicorn.Server:
         lifespan="off",
         server_header=False,
         proxy_headers=False,
-        # Event streams never end by themselves: cut them when stopping (clients reconnect).
+        # Streams end themselves when the server stops (`_Server`); this bounds the rest.
         timeout_graceful_shutdown=5,
     )
-    return uvicorn.Server(config)
+    return _Server(config, service)
 
 
 def _bound_port(server: uvicorn.Server) -> int:

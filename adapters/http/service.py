@@ -88,6 +88,9 @@ class Service:
     # the events since the last integration, which after a long pause may be many).
     journal_scans: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     integrator: asyncio.Task[None] | None = None
+    # Set when the server begins to stop: event streams never end by themselves, so each ends
+    # itself on this (the client reconnects elsewhere) instead of being cut mid-response.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def failure_limit(self) -> FailureLimit:

@@ -21,6 +21,7 @@ from approvals import (
     InvalidApprovalRequest,
 )
 from approvals.model import check_decision
+from approvals.presentation import check_edit
 from ledger.canonical import canonical_json
 from ledger.errors import InvalidJson
 
@@ -108,8 +109,8 @@ def decision_from_body(body: Any, approval: Approval) -> Decision:
 
     Raises:
         InvalidApprovalRequest: not one of these, ambiguous between them, or malformed (an
-            edit of another tool, arguments that are not an object or cannot be stored, text
-            that is not text); nothing was recorded.
+            edit of another tool, arguments that are not an object, cannot be stored or do not
+            fit the policy's `args_schema`, text that is not text); nothing was recorded.
         DecisionNotAllowed: the approval's policy does not allow that decision.
     """
     if not isinstance(body, dict):
@@ -132,6 +133,8 @@ def decision_from_body(body: Any, approval: Approval) -> Decision:
         raise DecisionNotAllowed(
             approval.approval_id, f"its policy does not allow {decision.kind} decisions"
         )
+    if decision.kind is DecisionKind.EDIT and decision.args is not None:  # and where recorded
+        check_edit(approval.policy.args_schema, decision.args, approval.tool)
     return decision
 
 

@@ -10,6 +10,14 @@ call passes through it.
 - `interrupt_mode="per_call"`: each call pauses on its own interrupt (`{"type":
   "tool_approval", ...}` plus `approval_id`), answered with one decision.
 
+Each request carries what led to the call for reviewers (sealed like its arguments,
+`approvals.RequestContext`): the text of the model message that asked for it (the agent's
+stated reason) and the last human message before it, each cut to its last (for the user's
+message) or first 2,000 characters. A policy without an `args_schema` gets the tool's argument
+schema (its `tool_call_schema`, as the model is given the tool), which the inbox builds its
+edit form from and every edit is checked against; a schema the policy cannot carry is left
+out with a warning.
+
 Who may answer is the tool's policy's tier (`ApprovalPolicy.tier`):
 
 - self-confirm (a tool with no policy of its own gets `ApprovalPolicy()`, which is this tier):
@@ -43,8 +51,14 @@ from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware.types import (
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime, get_runtime
@@ -125,6 +139,34 @@ class SignoffMiddleware(AgentMiddleware):
         self.shape: Shape = shape
         self.store_only = store_only
         self.edit_notice = edit_notice
+        # The agent's tools by name, as its model calls see them: a batched request is made
+        # after the model, where only these give the tool's argument schema.
+        self._tools: dict[str, BaseTool] = {}
+
+    # -- the tools the model is given ----------------------------------------------------------
+
+    def _saw(self, request: ModelRequest[Any]) -> None:
+        for tool in request.tools:
+            if isinstance(tool, BaseTool):
+                self._tools[tool.name] = tool
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """The model call as it is; the tools it is given noted (`_tools`)."""
+        self._saw(request)
+        return handler(request)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """`wrap_model_call` for `agent.ainvoke`."""
+        self._saw(request)
+        return await handler(request)
 
     # -- descriptions ----------------------------------------------------------------------
 
@@ -160,7 +202,12 @@ class SignoffMiddleware(AgentMiddleware):
         if not gated:
             return None
         config = get_config()
-        asked = [await self.signoff.pending_approval(c, config) for c in gated]
+        asked = [
+            await self.signoff.pending_approval(
+                c, config, messages=messages, tool=self._tools.get(c["name"])
+            )
+            for c in gated
+        ]
         pairs: list[tuple[Mapping[str, Any], Approval]] = [
             (c, a) for c, a in zip(gated, asked, strict=True) if a is not None
         ]
@@ -237,7 +284,9 @@ class SignoffMiddleware(AgentMiddleware):
         turn, same = turn_of(_messages(request.state), call_id_of(tool_call))
         if len(same) > 1:
             return await self.signoff.refuse_duplicate(tool_call, same, request.tool, config, turn)
-        approval = await self.signoff.pending_approval(tool_call, config)
+        approval = await self.signoff.pending_approval(
+            tool_call, config, messages=_messages(request.state), tool=request.tool
+        )
         refused: str | None = None
         # Batched: decided in after_model already; still pending here only if a decision was
         # withdrawn in between, and then this call asks on its own.

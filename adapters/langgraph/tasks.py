@@ -85,7 +85,8 @@ class SignoffToolTask:
         return await self._run_call({"id": call_id, "name": self.tool.name, "args": args}, config)
 
     async def _run_call(self, call: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        approval = await self.signoff.pending_approval(call, config)
+        # A Send carries no conversation: the request has the tool's schema, no context.
+        approval = await self.signoff.pending_approval(call, config, tool=self.tool)
         refused: str | None = None
         while approval is not None and not approval.status.final:
             # One approval per task: every resume position of this task is its own. A refused

@@ -7,7 +7,8 @@ with nothing (store-decided), or a mapping from tool call id (or approval id) to
 signed token; a single decision or token answers a single call. An answer that is refused
 writes nothing: the node pauses again, the value carrying `refused` (why). A decision is
 recorded as self-confirmed by this process on a self-confirm approval; a four-eyes approval
-(and with `store_only=True` any) is decided by the store only.
+(and with `store_only=True` any) is decided by the store only. Requests carry what led to
+each call and its tool's argument schema, as `SignoffMiddleware`'s do.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class SignoffToolNode:
         ids = [call_id_of(call) for call in calls]
         # A repeated call id is refused, never run: nobody is asked about it.
         unique = [c for c, i in zip(calls, ids, strict=True) if ids.count(i) == 1]
-        approvals = await self._decided(unique, config)
+        approvals = await self._decided(unique, messages, config)
         tasks = [
             asyncio.ensure_future(self._one(c, messages, config, approvals.get(i)))
             for c, i in zip(calls, ids, strict=True)
@@ -78,10 +79,18 @@ class SignoffToolNode:
             raise
         return {self.messages_key: list(results)}
 
-    async def _decided(self, calls: list[Any], config: RunnableConfig) -> dict[str, Approval]:
-        """Ask for every approval the message needs; pause once until all are decided."""
+    async def _decided(
+        self, calls: list[Any], messages: list[Any], config: RunnableConfig
+    ) -> dict[str, Approval]:
+        """Ask for every approval the message needs (with what led to each call and its
+        tool's argument schema); pause once until all are decided."""
         asked = await asyncio.gather(
-            *(self.signoff.pending_approval(call, config) for call in calls)
+            *(
+                self.signoff.pending_approval(
+                    call, config, messages=messages, tool=self.by_name.get(call["name"])
+                )
+                for call in calls
+            )
         )
         approvals = {c["id"]: a for c, a in zip(calls, asked, strict=True) if a is not None}
         by_id = {c["id"]: c for c in calls}

@@ -53,6 +53,7 @@ from ledger.store.settings import Settings
 
 from ._loop_thread import held_on_loop_thread
 from .errors import InvalidResume, ToolOutsideStep
+from .request_context import request_context, with_args_schema
 
 __all__ = [
     "DEFERRED",
@@ -300,10 +301,19 @@ class SignoffTools:
             return await self.approvals.get(approval.approval_id), str(e)
 
     async def pending_approval(
-        self, tool_call: Mapping[str, Any], config: RunnableConfig
+        self,
+        tool_call: Mapping[str, Any],
+        config: RunnableConfig,
+        *,
+        messages: Sequence[Any] = (),
+        tool: BaseTool | None = None,
     ) -> Approval | None:
         """The approval this call still needs, or None: its spec asks for none, or the ledger
-        has the call already (a finished call is never asked about again)."""
+        has the call already (a finished call is never asked about again).
+
+        A new request carries what led to the call, read from `messages` (the conversation:
+        `request_context`), and `tool`'s argument schema when the policy has none
+        (`with_args_schema`)."""
         spec = self.spec(tool_call["name"])
         if deferred(config):
             await self.require_recorded(tool_call, config)
@@ -317,6 +327,7 @@ class SignoffTools:
         except UnknownCall:
             pass
         configurable = config.get("configurable") or {}
+        spec = replace(spec, approval=with_args_schema(spec.approval, tool))
         return await ask(
             self.approvals,
             spec,
@@ -326,6 +337,7 @@ class SignoffTools:
             str(configurable.get(REQUESTED_BY) or self.requested_by),
             thread_id=configurable.get("thread_id"),
             thread_config=_thread_config(config),
+            context=request_context(messages, tool_call["id"]),
         )
 
     async def require_recorded(self, tool_call: Mapping[str, Any], config: RunnableConfig) -> None:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from approvals import Approval, ApprovalPending, ApprovalStatus, ApprovalStore, approval_gate
+from approvals import (
+    Approval,
+    ApprovalPending,
+    ApprovalStatus,
+    ApprovalStore,
+    RequestContext,
+    approval_gate,
+)
 from approvals.model import is_expired
 from ledger.calls.model import CallOutcome, ToolCall
 from ledger.calls.service import ToolFunction, ToolLedger
@@ -29,9 +36,10 @@ async def ask(
     *,
     thread_id: str | None = None,
     thread_config: dict[str, Any] | None = None,
+    context: RequestContext | None = None,
 ) -> Approval:
-    """Request the approval of `call` under `spec.approval`; the same request (run, call id,
-    arguments) returns the same approval.
+    """Request the approval of `call` under `spec.approval`, with what led to it (`context`,
+    sealed); the same request (run, call id, arguments) returns the same approval.
 
     Raises:
         ValueError: the spec asks for no approval.
@@ -48,6 +56,7 @@ async def ask(
         policy=spec.approval,
         thread_id=thread_id,
         thread_config=thread_config,
+        context=context,
     )
 
 

@@ -2,8 +2,9 @@
 
 Each approval becomes one `interrupt` event whose id is the approval id, so an answer names the
 approval it decides, in any process. The question shows the tool, its arguments as pretty JSON in
-a code block (what the approval is bound to, read back from the store), the description, the
-approval id and expiry, and the widgets the policy's decisions call for:
+a code block (what the approval is bound to, read back from the store; the fields its policy
+marks sensitive left out and named), the description, the approval id and expiry, and the
+widgets the policy's decisions call for:
 
 | allowed decision | widget | answer |
 |---|---|---|
@@ -32,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from approvals import Approval, ApprovalStore, DecisionKind
+from approvals.presentation import without_sensitive
 
 from .errors import UnsupportedInterrupt
 from .wire import MESSAGE_LIMIT, InputSpec, InterruptEvent, OptionSpec, Reason, interrupt_event
@@ -181,6 +183,11 @@ def _message(approval: Approval, args: Mapping[str, Any], description: str | Non
         approvers = sorted(approval.approvers)
         so_far = f"; approved so far by {', '.join(approvers)}" if approvers else ""
         tail.append(f"Needs {approval.policy.quorum} approvals from different people{so_far}.")
+    args, hidden = without_sensitive(approval.policy.sensitive, args)
+    if hidden:  # a Slack thread is no place for them: the reveal is journaled
+        names = ", ".join(inline_code(h) for h in hidden)
+        show = inline_code(f"signoff approvals show {approval.approval_id} --reveal")
+        tail.append(f"Not shown, marked sensitive: {names} (see them with {show}).")
     footer = f"Approval {approval_id}"
     if approval.expires_at is not None:
         expires = approval.expires_at.strftime("%Y-%m-%d %H:%M UTC")

@@ -61,15 +61,17 @@ async def record_reveal(
     by: str,
     *,
     request_id: str | None = None,
-    **what: str,
+    **what: str | bool,
 ) -> bool:
     """Record in the journal, signed by the reviewer side, that `by` read something sealed, in
-    clear. Reveals of the same thing at once take turns: the loser of a version race appends
-    after the winner.
+    clear: `what` names it (ids, and flags such as an approval reveal's `sensitive`: whether
+    the fields its policy marks sensitive were shown), signed with it. Reveals of the same
+    thing at once take turns: the loser of a version race appends after the winner.
 
     With a client's `request_id` (recorded in the event), a retry finds the reveal `by`
-    recorded under it and records nothing new. Returns whether a reveal was recorded: False
-    for a retry.
+    recorded under it of the same `what` and records nothing new (another `what` under the
+    same request id is recorded: a reveal is never left out). Returns whether a reveal was
+    recorded: False for a retry.
 
     Raises:
         InvalidEvent: a name or request id that cannot be stored.
@@ -90,7 +92,10 @@ async def record_reveal(
     for _ in range(10):
         version = await journal.stream_version(stream)
         if request_id is not None and any(
-            e.type == REVEALED and e.actor == by and e.data.get("request_id") == request_id
+            e.type == REVEALED
+            and e.actor == by
+            and e.data.get("request_id") == request_id
+            and all(e.data.get(k) == v for k, v in what.items())
             for e in await journal.read_stream(stream)
         ):
             return False

@@ -214,12 +214,12 @@ class EmailSettings:
     @property
     def target(self) -> str:
         """What its deliveries are recorded under: the server, and a digest of the sender and
-        recipients, so that every replica configured alike records the same deliveries.
-        (The deliveries' table takes http(s) targets only; auditors read its host and port.)"""
+        recipients (auditors read the server, not the addresses), so that every replica
+        configured alike records the same deliveries."""
         who = "\n".join((self.sender, *sorted(self.recipients)))
         digest = hashlib.sha256(who.encode()).hexdigest()[:16]
         host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
-        return f"https://{host}:{self.port}/#signoff-email={digest}"
+        return f"smtp://{host}:{self.port}/#{digest}"
 
 
 def _address(value: object, variable: str) -> str:

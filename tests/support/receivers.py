@@ -34,7 +34,8 @@ class Posted:
 
 @dataclass
 class HttpReceiver:
-    """Records every POST; answers with `answers` in turn (status, body), then `otherwise`."""
+    """Records every POST (and GET, with an empty body); answers with `answers` in turn
+    (status, body), then `otherwise`."""
 
     url: str
     otherwise: tuple[int, bytes] = (200, b"ok")
@@ -63,6 +64,8 @@ def http_receiver(path: str) -> Iterator[HttpReceiver]:
             self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
             self.wfile.write(answer)
+
+        do_GET = do_POST
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass

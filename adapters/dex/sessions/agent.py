@@ -22,7 +22,9 @@ from langchain_core.tools import BaseTool
 
 from adapters.langgraph import EncryptedPostgresSaver, SignoffTools
 from adapters.langgraph.middleware import EDIT_NOTICE, announce_edit
+from adapters.langgraph.request_context import request_context, with_args_schema
 from adapters.langgraph.tools import DEFERRED, REQUESTED_BY, RUN_ID, effect_of
+from approvals import RequestContext
 from ledger.calls.model import CallContext
 
 from ..errors import SessionGraphRefused, TurnRefused
@@ -123,6 +125,8 @@ class AgentSession:
     def _dex_tool(self, tool: BaseTool) -> DexTool:
         spec = self.signoff.spec(tool.name)
         spec = replace(spec, effect=effect_of(tool, spec))
+        if spec.approval is not None:  # reviewers edit by the tool's schema
+            spec = replace(spec, approval=with_args_schema(spec.approval, tool))
         notice = self.edit_notice if spec.approval is not None else None
 
         async def run(args: dict[str, Any], context: CallContext) -> Any:
@@ -274,6 +278,17 @@ class AgentSession:
         Raises:
             TurnRefused: the checkpoint holds no such call.
         """
+        return (await self.asked_call(session_id, checkpoint_id, call_id))[0]
+
+    async def asked_call(
+        self, session_id: str, checkpoint_id: str, call_id: str
+    ) -> tuple[dict[str, Any], RequestContext | None]:
+        """The arguments of call `call_id` and what led to it (`request_context`), from the
+        conversation in that checkpoint.
+
+        Raises:
+            TurnRefused: the checkpoint holds no such call.
+        """
         config: RunnableConfig = {
             "configurable": {
                 "thread_id": session_id,
@@ -283,13 +298,14 @@ class AgentSession:
         }
         found = await self.saver.aget_tuple(config)
         values = found.checkpoint["channel_values"] if found is not None else {}
-        for message in reversed(self._messages(values)):
+        messages = self._messages(values)
+        for message in reversed(messages):
             if isinstance(message, AIMessage):
                 for call in message.tool_calls:
                     if call.get("id") == call_id:
                         args = dict(call["args"])
                         _read_args.set(((session_id, call_id), args))  # for this Step's tool
-                        return args
+                        return args, request_context(messages, call_id)
         raise TurnRefused(session_id, f"checkpoint {checkpoint_id} has no tool call {call_id!r}")
 
     async def add_messages(

@@ -321,12 +321,14 @@ class AgentSessionFlow(Flow[SessionStart]):
         return require_runtime(self._runtime, self._flow_type)
 
     async def request_for(self, context: AsyncContext, input: ToolCallRequest) -> ToolCallRequest:
-        """The call with its arguments, read from the encrypted checkpoint it names."""
+        """The call with its arguments and what led to it, read from the encrypted checkpoint
+        it names."""
         if input.checkpoint_id is None:
             return input
         session = self.session()
-        args = await session.call_args(context.flow_id, input.checkpoint_id, input.call_id)
-        return replace(input, args=args)
+        args, led = await session.asked_call(context.flow_id, input.checkpoint_id, input.call_id)
+        reason, said = (None, None) if led is None else (led.reason, led.last_user_message)
+        return replace(input, args=args, reason=reason, last_user_message=said)
 
     def approval_waiting(
         self, context: AsyncContext, request: ToolCallRequest, state: ApprovalWait

@@ -1,9 +1,9 @@
--- Webhook deliveries: what `signoff serve` posts, to where, and how each attempt went. One row
--- per journal event and target URL, unique on the two, so however many replicas of the service
--- see an event, it is delivered once. The service's login (signoff_reviewer) neither reads nor
--- writes the table, as people hold reviewers' logins too and a URL's path is often its secret
--- (Slack's incoming webhooks): it goes through the signoff_webhook_* functions, which take
--- their times from the database.
+-- Webhook and notifier deliveries: what `signoff serve` sends, to where, and how each attempt
+-- went. One row per journal event and target (a URL; for e-mail smtp://host:port/#digest), unique
+-- on the two, so however many replicas of the service see an event, it is delivered once. The
+-- service's login (signoff_reviewer) neither reads nor writes the table, as people hold
+-- reviewers' logins too and a URL's path is often its secret (Slack's incoming webhooks): it
+-- goes through the signoff_webhook_* functions, which take their times from the database.
 CREATE TABLE webhook_deliveries (
     delivery_id bigint GENERATED ALWAYS AS IDENTITY,
     "position" bigint NOT NULL,
@@ -24,7 +24,7 @@ CREATE TABLE webhook_deliveries (
         CHECK ((kind = ANY (ARRAY['approval.requested'::text, 'call.outcome_unknown'::text]))),
     CONSTRAINT webhook_deliveries_last_error_check CHECK ((length(last_error) <= 500)),
     CONSTRAINT webhook_deliveries_target_check
-        CHECK (((target ~ '^https?://'::text) AND (length(target) <= 2048))),
+        CHECK (((target ~ '^(https?|smtp)://'::text) AND (length(target) <= 2048))),
     CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (delivery_id),
     CONSTRAINT webhook_deliveries_position_target_key UNIQUE ("position", target)
 );
