@@ -27,7 +27,7 @@ from .support.browser import (
 )
 from .support.http import token_for, unique
 from .support.inbox import Served, served, token_of
-from .support.inbox_scenes import REFUND_ARGS, a_refund, a_team, an_email
+from .support.inbox_scenes import REFUND_ARGS, REFUND_CONTEXT, a_refund, a_team, an_email
 from .support.processes import TEST_KEK
 from .support.scratch import scratch_database
 
@@ -119,7 +119,10 @@ async def test_a_card_carries_the_decision_and_cards_of_two_runs_look_different(
     assert await card.locator(".requester").text_content() == "support-agent"
     assert await card.locator(".policy").text_content() == f"one of {team.group}"
     assert await card.locator(".irreversible").is_visible()
-    assert await card.locator(".context").is_hidden()  # no reason or message recorded
+    # What led to the call, as the agent's adapter captured it.
+    assert await card.locator(".context .reason").text_content() == REFUND_CONTEXT.reason
+    said = await card.locator(".context .said").text_content()
+    assert said == REFUND_CONTEXT.last_user_message
     assert await card.locator("button.approve").get_attribute("aria-label") == (
         f"Approve refund for run {refund.run_id}"
     )
@@ -132,6 +135,8 @@ async def test_a_card_carries_the_decision_and_cards_of_two_runs_look_different(
     ]
     assert colours[0] != colours[1]
     email_card = card_of(page, email.approval_id)
+    await email_card.locator('dl.args dd[data-field="to"]').wait_for()
+    assert await email_card.locator(".context").is_hidden()  # nothing captured: no block
     assert await email_card.locator("xpath=ancestor::section[1]").get_attribute("data-run-id") == (
         email.run_id
     )
@@ -285,6 +290,34 @@ async def test_a_refused_edit_is_shown_in_the_card_and_records_nothing(
     assert (await error.text_content() or "").startswith("Not recorded:")
     assert await events_of(journal, email.approval_id) == ["approval.requested"]
     assert await card.locator("form.editor").is_visible()  # the reviewer can correct it
+    assert watched.problems == []
+
+
+async def test_an_edit_that_breaks_the_tool_s_schema_is_refused_and_records_nothing(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    team = await a_team(db)
+    refund = await a_refund(store, team)
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, team.member)))
+    card = card_of(page, refund.approval_id)
+    await card.locator("button.edit").click()
+    amount = card.get_by_role("textbox", name="Amount (required)")
+    await amount.fill("lots")
+    await card.locator("form.editor button.send").click()
+    error = card.locator("p.error")
+    await error.filter(has_text="Nothing was recorded").wait_for()
+    assert "amount" in (await error.text_content() or "")
+    assert await events_of(journal, refund.approval_id) == ["approval.requested"]
+    assert (await store.get(refund.approval_id)).status is ApprovalStatus.PENDING
+    # Corrected in the same form, it is recorded.
+    await amount.fill("100")
+    await card.locator("form.editor button.send").click()
+    await page.locator(f'li.decided[data-approval-id="{refund.approval_id}"]').wait_for()
+    decided = await store.get(refund.approval_id, reveal=True)
+    assert decided.decision is not None and decided.decision.args is not None
+    assert decided.decision.args["amount"] == 100
     assert watched.problems == []
 
 

@@ -120,10 +120,12 @@ async def test_the_history_lists_decisions_with_who_and_when_under_filters_in_th
     await page.go_back()
     await page.wait_for_url(f"**/inbox?status=decided&run={run_id}")
     await page.locator("#history li").nth(1).wait_for()
-    # A row opens its approval at its own address.
-    await page.locator(f'#history li[data-approval-id="{email.approval_id}"] a.tool').click()
-    await page.wait_for_url(f"**/inbox/approvals/{email.approval_id}")
-    await page.locator(f'#detail li.decided[data-approval-id="{email.approval_id}"]').wait_for()
+    # A row opens its approval at its own address, where the reason is read (a reveal).
+    await page.locator(f'#history li[data-approval-id="{refund.approval_id}"] a.tool').click()
+    await page.wait_for_url(f"**/inbox/approvals/{refund.approval_id}")
+    opened = page.locator(f'#detail li.decided[data-approval-id="{refund.approval_id}"]')
+    await opened.locator(".reason").filter(has_text="duplicate").wait_for()
+    assert await opened.locator(".by").text_content() == team.member
     assert watched.problems == []
 
 

@@ -1,13 +1,20 @@
 """What a reviewer meets in the inbox, for its browser tests and the docs' screenshots: a team
 with a reviewer, a refund whose policy names headline, sensitive fields and an argument schema
-(its effect cannot be undone), and an e-mail of another run."""
+(its effect cannot be undone), asked with the agent's reason and the user's last message, and
+an e-mail of another run (no schema, no context)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from approvals import Approval, ApprovalPolicy, ApprovalStore, ReviewerDirectory
+from approvals import (
+    Approval,
+    ApprovalPolicy,
+    ApprovalStore,
+    RequestContext,
+    ReviewerDirectory,
+)
 from ledger.store import Database
 
 from .http import unique
@@ -34,6 +41,10 @@ REFUND_ARGS: dict[str, Any] = {
     "notify_customer": True,
     "lines": ["headphones"],
 }
+REFUND_CONTEXT = RequestContext(
+    reason="The customer returned the headphones unopened; order A-1042 qualifies for a refund.",
+    last_user_message="I sent the headphones back last week, where is my money?",
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,7 @@ async def a_refund(
         call_id=unique("call"),
         requested_by="support-agent",
         policy=refund_policy(team, **changes),
+        context=REFUND_CONTEXT,
     )
 
 
