@@ -3,7 +3,7 @@
 // asked and when, who decides (in plain words) and until when. Cards of one run sit under
 // that run's header, in a colour of their own.
 import { messageOf, send } from "./net.js";
-import { byId, mayDecide, state } from "./state.js";
+import { byId, state } from "./state.js";
 import { showText, showTime, showValue } from "./text.js";
 
 const HUES = 8;
@@ -225,5 +225,3 @@ export async function toggleStory(container, runId, callId, button) {
   out.hidden = false;
   showText(note, "");
 }
-
-export { mayDecide };
