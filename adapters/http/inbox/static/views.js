@@ -232,7 +232,9 @@ async function showDetail(id) {
   let shown = approval;
   if (mayDecide()) {
     const path = "/v1/approvals/" + encodeURIComponent(id) + "/reveal";
-    const opened = await send("POST", path, undefined, { "Idempotency-Key": "inbox-view:" + id });
+    // Its own request id: what was decided is more than the card showed, and is journaled so.
+    const key = "inbox-view-decided:" + id;
+    const opened = await send("POST", path, undefined, { "Idempotency-Key": key });
     if (opened.ok) shown = opened.data;
   }
   const told = byId("decided-detail").content.firstElementChild.cloneNode(true);
