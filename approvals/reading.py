@@ -187,10 +187,18 @@ class Reading(StoreCore):
         """One page of the approvals in `statuses`, newest first by decision time (a pending
         one's by its request time), for `reviewer` (only those whose policy admits it, as
         `pending_page` reads them) or everyone's when None, and the cursor of the next page
-        (None at the end). At most `scan` rows are read for one page."""
+        (None at the end). At most `scan` rows are read for one page.
+
+        Raises:
+            InvalidApprovalRequest: no status or one that is not an `ApprovalStatus`, a limit
+                outside 1-1000, malformed ids or cursor.
+        """
         if (problem := int_problem(limit, (1, 1000))) is not None:
             raise InvalidApprovalRequest(f"limit {problem}")
-        chosen = tuple(sorted({ApprovalStatus(s).value for s in statuses}))
+        try:
+            chosen = tuple(sorted({ApprovalStatus(s).value for s in statuses}))
+        except ValueError as e:
+            raise InvalidApprovalRequest(f"not an approval status: {e}") from e
         if not chosen:
             raise InvalidApprovalRequest("a history names at least one status")
         for value, what in ((run_id, "run_id"), (tool, "tool"), (requested_by, "requested_by")):

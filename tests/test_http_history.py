@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from approvals import ApprovalPolicy, ApprovalStore, ReviewerDirectory
+from approvals import ApprovalPolicy, ApprovalStore, InvalidApprovalRequest, ReviewerDirectory
 from ledger.keys import KeyRing
 from ledger.store import Database
 
@@ -167,3 +167,9 @@ async def test_a_reviewer_outside_a_policy_sees_no_history_of_it_and_an_auditor_
     assert await listed(api, unlisted, run_id=run_id, status="all") == []
     audited = await listed(api, auditor, run_id=run_id, status="decided")
     assert [a["approval_id"] for a in audited] == [anyones.approval_id, theirs.approval_id]
+
+
+async def test_a_history_of_no_status_or_an_unknown_one_is_refused(store: ApprovalStore) -> None:
+    for statuses in ([], ["nope"]):
+        with pytest.raises(InvalidApprovalRequest):
+            await store.history_page(statuses)  # type: ignore[arg-type]
