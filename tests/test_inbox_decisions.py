@@ -30,6 +30,7 @@ from .support.inbox import Served, served, token_of
 from .support.inbox_scenes import REFUND_ARGS, REFUND_CONTEXT, a_refund, a_team, an_email
 from .support.processes import TEST_KEK
 from .support.scratch import scratch_database
+from .support.until import until
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 
@@ -146,6 +147,33 @@ async def test_a_card_carries_the_decision_and_cards_of_two_runs_look_different(
     await page.reload()
     await card.locator('dl.headline dd[data-field="amount"]').wait_for()
     assert len(await journal.read_stream(reveals)) == 2
+    assert watched.problems == []
+
+
+async def test_only_the_cards_that_come_on_screen_are_revealed(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    team = await a_team(db)
+    run_id = unique("r")
+    made = [await a_refund(store, team, run_id=run_id) for _ in range(12)]
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    reveals: list[str] = []
+    page.on("request", lambda r: reveals.append(r.url) if r.url.endswith("/reveal") else None)
+    await sign_in(watched, token_of(await token_for(db, team.member)))
+    await page.locator("li.card").nth(11).wait_for(state="attached")
+    await card_of(page, made[0].approval_id).locator("dl.headline dd").first.wait_for()
+    assert 1 <= len(reveals) < len(made)  # the first cards, not the twelve
+    last = card_of(page, made[-1].approval_id)
+    await last.scroll_into_view_if_needed()
+    await last.locator("dl.headline dd").first.wait_for()  # read once it is seen
+    shown = page.locator("li.card dl.headline:not([hidden])")
+
+    async def each_answered() -> bool:  # a card next to the last may still be being read
+        return await shown.count() == len(reveals)
+
+    await until(each_answered, what="every reveal asked shown")
+    assert len(reveals) < len(made)  # one reveal per card seen, none for the cards passed by
     assert watched.problems == []
 
 
