@@ -6,6 +6,7 @@ processes asking the same new question at the same moment within `key_refresh_se
 rotation, one still on the old key, may record two requests; the tool-call ledger still runs the
 call at most once.)"""
 
+from collections.abc import Callable
 from functools import cache
 
 from .projection import COLUMNS
@@ -76,16 +77,84 @@ FROM signoff_lock_approval($1) t
 
 
 @cache
-def listing(status: str | None, *, run_id: bool, after: bool, tool: bool, admitting: bool) -> str:
+def listing(
+    status: str | None,
+    *,
+    run_id: bool,
+    after: bool,
+    tool: bool,
+    admitting: bool,
+    requested_by: bool = False,
+) -> str:
     """The query of a page of approvals, oldest first, with only the conditions asked for; its
     parameters, in order: the run id, the (requested_at, approval_id) the page starts after,
-    the tool, the approver names that admit a reviewer (`policy->'approvers'`), then the limit.
-    A status is written in (one of `ApprovalStatus`'s values), so a pending list reads the
-    pending rows' index. One statement per combination, each planned once: a condition made
-    optional by its parameter (`$1 IS NULL OR ...`) is planned again on every call."""
+    the tool, the approver names that admit a reviewer (`policy->'approvers'`), who requested
+    it, then the limit. A status is written in (one of `ApprovalStatus`'s values), so a pending
+    list reads the pending rows' index. One statement per combination, each planned once: a
+    condition made optional by its parameter (`$1 IS NULL OR ...`) is planned again on every
+    call."""
     if status is not None and not status.isalpha():
         raise ValueError(f"not an approval status: {status!r}")
-    conditions = [] if status is None else [f"status = '{status}'"]
+    where, parameter = _conditions(
+        [] if status is None else [f"status = '{status}'"],
+        run_id=run_id,
+        after="(requested_at, approval_id) > ({}, {}::text)" if after else None,
+        tool=tool,
+        admitting=admitting,
+        requested_by=requested_by,
+    )
+    return f"""
+SELECT {COLUMNS} FROM approvals {where}
+ORDER BY requested_at, approval_id
+LIMIT {parameter()}
+"""
+
+
+_DECIDED = "COALESCE(decided_at, requested_at)"  # every final status has a decided_at
+
+
+@cache
+def history(
+    statuses: tuple[str, ...],
+    *,
+    run_id: bool,
+    after: bool,
+    tool: bool,
+    admitting: bool,
+    requested_by: bool,
+) -> str:
+    """The query of a page of approvals in `statuses`, newest first by decision time (a pending
+    one's by its request time), then id descending; parameters as `listing`'s, the cursor being
+    that time and the id. The statuses are written in, each one of `ApprovalStatus`'s values."""
+    if not statuses or not all(s.isalpha() for s in statuses):
+        raise ValueError(f"not approval statuses: {statuses!r}")
+    named = ", ".join(f"'{s}'" for s in statuses)
+    where, parameter = _conditions(
+        [f"status IN ({named})"],
+        run_id=run_id,
+        after=f"({_DECIDED}, approval_id) < ({{}}, {{}}::text)" if after else None,
+        tool=tool,
+        admitting=admitting,
+        requested_by=requested_by,
+    )
+    return f"""
+SELECT {COLUMNS} FROM approvals {where}
+ORDER BY {_DECIDED} DESC, approval_id DESC
+LIMIT {parameter()}
+"""
+
+
+def _conditions(
+    conditions: list[str],
+    *,
+    run_id: bool,
+    after: str | None,
+    tool: bool,
+    admitting: bool,
+    requested_by: bool,
+) -> tuple[str, Callable[[], str]]:
+    """A WHERE clause of `conditions` and the optional ones asked for, numbering parameters
+    in the order `listing` says, and the function that numbers the next (the limit)."""
     n = 0
 
     def parameter() -> str:
@@ -93,22 +162,21 @@ def listing(status: str | None, *, run_id: bool, after: bool, tool: bool, admitt
         n += 1
         return f"${n}"
 
+    conditions = list(conditions)
     if run_id:
         conditions.append(f"run_id = {parameter()}")
-    if after:
-        conditions.append(f"(requested_at, approval_id) > ({parameter()}, {parameter()}::text)")
+    if after is not None:
+        conditions.append(after.format(parameter(), parameter()))
     if tool:
         conditions.append(f"tool = {parameter()}")
     if admitting:
         conditions.append(
             f"(policy->'approvers' = '[]'::jsonb OR policy->'approvers' ?| {parameter()}::text[])"
         )
+    if requested_by:
+        conditions.append(f"requested_by = {parameter()}")
     where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-    return f"""
-SELECT {COLUMNS} FROM approvals {where}
-ORDER BY requested_at, approval_id
-LIMIT {parameter()}
-"""
+    return where, parameter
 
 
 GRANT = "SELECT signoff_grant($1, $2, $3, $4, $5, $6, $7::json)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -78,13 +79,14 @@ class Reading(StoreCore):
         after: PageCursor | None = None,
         limit: int = 100,
         admitting: Reviewer | None = None,
+        requested_by: str | None = None,
     ) -> list[Approval]:
         """Approvals oldest first (by request time, then id), after `after` when given; with
-        `admitting`, only those whose approvers admit that reviewer (by its id or groups)."""
-        if run_id is not None:
-            _text(run_id, "run_id")
-        if tool is not None:
-            _text(tool, "tool")
+        `admitting`, only those whose approvers admit that reviewer (by its id or groups); with
+        `requested_by`, only those that principal requested."""
+        for value, what in ((run_id, "run_id"), (tool, "tool"), (requested_by, "requested_by")):
+            if value is not None:
+                _text(value, what)
         if (problem := int_problem(limit, (0, INT8[1]))) is not None:
             raise InvalidApprovalRequest(f"limit {problem}")
         at, last = (None, None) if after is None else after
@@ -101,11 +103,12 @@ class Reading(StoreCore):
             after=at is not None,
             tool=tool is not None,
             admitting=names is not None,
+            requested_by=requested_by is not None,
         )
         arguments: list[Any] = [] if run_id is None else [run_id]
         if at is not None:
             arguments += [at, last]
-        arguments += [a for a in (tool, names) if a is not None]
+        arguments += [a for a in (tool, names, requested_by) if a is not None]
         async with self.db.connection() as conn:
             rows = await conn.fetch(query, *arguments, limit)
         return [row_to_approval(r) for r in rows]
@@ -129,6 +132,7 @@ class Reading(StoreCore):
         reviewer: Reviewer | str | None = None,
         run_id: str | None = None,
         tool: str | None = None,
+        requested_by: str | None = None,
         after: PageCursor | None = None,
         limit: int = 100,
         scan: int = 2000,
@@ -139,12 +143,7 @@ class Reading(StoreCore):
         read for one page, so a page may be short while a cursor still says there is more."""
         if (problem := int_problem(limit, (1, 1000))) is not None:
             raise InvalidApprovalRequest(f"limit {problem}")
-        who = None
-        if reviewer is not None:
-            rid = _reviewer(reviewer).id
-            async with self.db.connection() as conn:
-                groups = await directory_groups(conn, rid)
-            who = Reviewer(rid, groups or frozenset(), listed=groups is not None)
+        who = await self._with_groups(reviewer)
         now = datetime.now(UTC)
         page: list[Approval] = []
         scanned = 0
@@ -157,6 +156,7 @@ class Reading(StoreCore):
                 after=cursor,
                 limit=limit,
                 admitting=who,
+                requested_by=requested_by,
             )
             for approval in batch:
                 scanned += 1
@@ -171,6 +171,81 @@ class Reading(StoreCore):
                 return page, None
             if scanned >= scan:
                 return page, cursor
+
+    async def history_page(
+        self,
+        statuses: Iterable[ApprovalStatus],
+        *,
+        reviewer: Reviewer | str | None = None,
+        run_id: str | None = None,
+        tool: str | None = None,
+        requested_by: str | None = None,
+        after: PageCursor | None = None,
+        limit: int = 100,
+        scan: int = 2000,
+    ) -> tuple[list[Approval], PageCursor | None]:
+        """One page of the approvals in `statuses`, newest first by decision time (a pending
+        one's by its request time), for `reviewer` (only those whose policy admits it, as
+        `pending_page` reads them) or everyone's when None, and the cursor of the next page
+        (None at the end). At most `scan` rows are read for one page.
+
+        Raises:
+            InvalidApprovalRequest: no status or one that is not an `ApprovalStatus`, a limit
+                outside 1-1000, malformed ids or cursor.
+        """
+        if (problem := int_problem(limit, (1, 1000))) is not None:
+            raise InvalidApprovalRequest(f"limit {problem}")
+        try:
+            chosen = tuple(sorted({ApprovalStatus(s).value for s in statuses}))
+        except ValueError as e:
+            raise InvalidApprovalRequest(f"not an approval status: {e}") from e
+        if not chosen:
+            raise InvalidApprovalRequest("a history names at least one status")
+        for value, what in ((run_id, "run_id"), (tool, "tool"), (requested_by, "requested_by")):
+            if value is not None:
+                _text(value, what)
+        if after is not None and (not isinstance(after[0], datetime) or after[0].tzinfo is None):
+            raise InvalidApprovalRequest("a page cursor's time must be timezone-aware")
+        who = await self._with_groups(reviewer)
+        names = _admitting_names(who)
+        page: list[Approval] = []
+        scanned = 0
+        cursor = after
+        while True:
+            query = _sql.history(
+                chosen,
+                run_id=run_id is not None,
+                after=cursor is not None,
+                tool=tool is not None,
+                admitting=names is not None,
+                requested_by=requested_by is not None,
+            )
+            arguments: list[Any] = [] if run_id is None else [run_id]
+            if cursor is not None:
+                arguments += [cursor[0], cursor[1]]
+            arguments += [a for a in (tool, names, requested_by) if a is not None]
+            async with self.db.connection() as conn:
+                rows = await conn.fetch(query, *arguments, limit)
+            for approval in map(row_to_approval, rows):
+                scanned += 1
+                cursor = (approval.decided_at or approval.requested_at, approval.approval_id)
+                if who is None or _may_decide(who, approval):
+                    page.append(approval)
+                    if len(page) == limit:
+                        return page, cursor
+            if len(rows) < limit:
+                return page, None
+            if scanned >= scan:
+                return page, cursor
+
+    async def _with_groups(self, reviewer: Reviewer | str | None) -> Reviewer | None:
+        """`reviewer` with the groups the reviewer directory gives it (None: everyone)."""
+        if reviewer is None:
+            return None
+        rid = _reviewer(reviewer).id
+        async with self.db.connection() as conn:
+            groups = await directory_groups(conn, rid)
+        return Reviewer(rid, groups or frozenset(), listed=groups is not None)
 
     async def decision_of_request(
         self, approval_id: str, reviewer: str, request_id: str

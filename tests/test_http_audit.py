@@ -263,6 +263,13 @@ async def test_a_reviewer_sees_and_settles_only_calls_whose_approval_admits_it(
     settled = await api.client.post("/v1/calls/resolve", json=resolution(call), headers=insider)
     assert settled.status_code == 200 and settled.json()["resolved_by"] == member
 
+    # The story of what it decided is one request away for the reviewer the policy admits.
+    story = await api.client.get("/v1/calls/story", params=ids(call), headers=insider)
+    assert story.status_code == 200, story.text
+    assert [e["type"] for e in story.json()["events"]][-1] == "call.resolved"
+    outside = await api.client.get("/v1/calls/story", params=ids(call), headers=api.reviewer)
+    assert outside.status_code == 403 and outside.json()["error"] == "forbidden"
+
 
 async def test_resolving_is_refused_to_auditors_and_for_calls_whose_outcome_is_known(
     api: Api, worker: ToolLedger, db: Database, journal: Journal

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from adapters.http.csrf import CsrfKey
-from adapters.http.inbox import CONTENT_SECURITY_POLICY
+from adapters.http.inbox import CONTENT_SECURITY_POLICY, MODULES
 from adapters.http.limits import FailureLimit
 from approvals import ApprovalStatus, ApprovalStore, ReviewerDirectory
 from ledger.journal import Journal
@@ -57,8 +57,19 @@ async def test_the_page_and_its_files_are_served_under_a_strict_csp(inbox: Serve
         asset = await inbox.client.get(f"/inbox/static/{name}")
         assert asset.status_code == 200 and asset.headers["content-type"].startswith(kind)
         assert_secured(asset.headers)
-    script = (await inbox.client.get("/inbox/static/inbox.js")).text
-    assert "innerHTML" not in script and "eval(" not in script
+    for module in MODULES:  # the entry script and every module it imports
+        asset = await inbox.client.get(f"/inbox/static/{module}")
+        assert asset.status_code == 200 and asset.headers["content-type"].startswith(
+            "text/javascript"
+        )
+        assert_secured(asset.headers)
+        assert "innerHTML" not in asset.text and "eval(" not in asset.text, module
+        imported = re.findall(r'from "\./([a-z_]+\.js)"', asset.text)
+        assert set(imported) <= set(MODULES), (module, imported)
+    # An approval's address is the page too (it shows that approval), under the same headers.
+    deep = await inbox.client.get("/inbox/approvals/apr-anything")
+    assert deep.status_code == 200 and deep.text == html
+    assert_secured(deep.headers)
     missing = await inbox.client.get("/inbox/static/../app.py")
     assert missing.status_code == 404
     assert_secured((await inbox.client.get("/inbox/static/nothing.js")).headers)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, Route, async_playwright
+from playwright.async_api import Browser, Route
 
 from approvals import (
     ApprovalPolicy,
@@ -35,27 +34,15 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
+from .support.browser import NO_CHROMIUM, Watched, chromium, launched, sign_in
+from .support.browser import open_inbox as open_page
 from .support.http import token_for, unique
 from .support.inbox import Served, served, token_of
 from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, start_program
 from .support.scratch import scratch_database
 from .support.until import until
 
-GUARD = 60_000  # ms a step may wait before it fails instead of hanging; nothing here is timed
-
-
-def chromium() -> str | None:
-    found = ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser"))
-    for candidate in found:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-pytestmark = pytest.mark.skipif(
-    chromium() is None,
-    reason="no Chromium binary (apt-get install -y chromium gives /usr/bin/chromium)",
-)
+pytestmark = pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 
 
 # A database of this module's own: "nothing to decide" is about the reviewer, and the session's
@@ -91,41 +78,12 @@ async def inbox(database_url: str, ring: KeyRing) -> AsyncIterator[Served]:
 
 @pytest.fixture(scope="module")
 async def browser(inbox: Served) -> AsyncIterator[Browser]:
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(
-            executable_path=chromium(), headless=True, args=["--no-sandbox"]
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-class Watched:
-    """A page whose CSP violations and page errors are kept, to be asserted empty."""
-
-    def __init__(self, page: Page) -> None:
-        self.page, self.problems = page, list[str]()
-        page.on("console", self._console)
-        page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
-
-    def _console(self, message: ConsoleMessage) -> None:
-        if message.type == "error" and "Content Security Policy" in message.text:
-            self.problems.append(message.text)
+    async with launched() as chromium_browser:
+        yield chromium_browser
 
 
 async def open_inbox(browser: Browser, inbox: Served) -> Watched:
-    context = await browser.new_context(base_url=inbox.base_url)
-    context.set_default_timeout(GUARD)
-    return Watched(await context.new_page())
-
-
-async def sign_in(watched: Watched, token: str) -> None:
-    page = watched.page
-    await page.goto("/inbox")
-    await page.fill("#token", token)
-    await page.click("#sign-in-form button[type=submit]")
-    await page.wait_for_selector("#inbox:not([hidden])")
+    return await open_page(browser, inbox.base_url)
 
 
 async def a_refund(db: Database, store: ApprovalStore) -> tuple[str, str, str]:
@@ -186,24 +144,27 @@ async def test_a_reviewer_approves_in_the_browser_and_a_waiting_agent_runs_the_t
             assert await card.locator(".description").text_content() == (
                 "Refund 120 to the customer?"
             )
-            assert "group:" in (await card.locator(".policy").text_content() or "")
+            policy = await card.locator(".policy").text_content() or ""
+            assert policy.startswith("one of leads-"), policy  # in plain words
             # A policy naming a group is four-eyes, and the card says so.
             tier = await card.locator(".tier").text_content() or ""
             assert tier.startswith("four-eyes"), tier
             assert "expires in" in (await card.locator(".expiry").text_content() or "")
-            await card.locator("button.reveal").click()
-            args = card.locator("pre.args")
-            await args.wait_for()
-            assert json.loads(await args.text_content() or "") == {"amount": 120}
+            # A reviewer the policy admits reads the arguments inline, no click needed.
+            amount = card.locator('dl.args dd[data-field="amount"]')
+            await amount.wait_for()
+            assert await amount.text_content() == "120"
 
             shot = screenshot_path(tmp_path)
             await page.screenshot(path=str(shot), full_page=True)
             assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
             await card.locator("button.approve").click()
-            await card.wait_for(state="detached")  # no longer pending: gone from the list
+            await card.wait_for(state="detached")  # no longer pending: a row in its place
+            row = page.locator(f'li.decided[data-approval-id="{approval_id}"]')
+            assert "Approved" in (await row.text_content() or "")
             status = await page.locator("#status").text_content() or ""
-            assert "approve refund" in status, status
+            assert "approved refund for run " + run_id in status, status
             stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
         finally:
             if process.returncode is None:
@@ -339,14 +300,13 @@ async def test_a_new_request_appears_live_with_its_invisible_characters_shown(
     )
     card = page.locator(f'li.card[data-approval-id="{approval.approval_id}"]')
     await card.wait_for()
-    await card.locator("button.reveal").click()
-    args = card.locator("pre.args")
+    args = card.locator('dl.args dd[data-field="to"]')
     await args.wait_for()
     marks = await args.locator("span.invisible").all_text_contents()
     assert marks == ["\\u200b", "\\u202e"]
     shown = await args.text_content() or ""
     assert "\u200b" not in shown and "\u202e" not in shown
-    assert '"to": "pay\\u200bee \\u202egnp.exe"' in shown
+    assert shown == "pay\\u200bee \\u202egnp.exe"
 
     # The editor writes them as JSON escapes: the same value, and nothing hidden in the text.
     await card.locator("button.edit").click()
@@ -378,8 +338,9 @@ async def test_an_auditor_reads_and_reveals_the_pending_approvals_and_decides_no
     card = page.locator(f'li.card[data-approval-id="{approval_id}"]')
     await card.wait_for()
     assert await card.locator(".actions button:visible").count() == 0  # no decision
+    assert await card.locator("dl.args").is_hidden()  # an auditor's reading is a choice
     await card.locator("button.reveal").click()
-    await card.locator("pre.args").wait_for()
+    await card.locator('dl.args dd[data-field="amount"]').wait_for()
     assert [e.actor for e in await journal.read_stream(f"reveal:{approval_id}")] == [auditor]
     assert await page.locator("#story-section").is_visible()
     assert "(auditor)" in (await page.locator("#who-name").text_content() or "")
@@ -451,7 +412,7 @@ async def test_signing_out_after_the_signing_key_rotated_ends_the_session(
     assert csrf is not None
     await csrf.ring.refresh()  # as the service does every SIGNOFF_KEY_REFRESH_SECONDS
     await page.click("#sign-out")
-    await page.locator("#sign-in-error").filter(has_text="Signed out.").wait_for()
+    await page.locator("#sign-in-note").filter(has_text="Signed out.").wait_for()
     assert await page.context.cookies() == []
     await page.reload()
     await page.wait_for_selector("#sign-in:not([hidden])")
@@ -471,12 +432,13 @@ async def test_a_request_answered_after_signing_out_leaves_the_page_signed_out(
     await sign_in(watched, token_of(await token_for(db, unique("ann"))))
     await until(lambda: bool(held), what="the inbox's first read")
     await page.click("#sign-out")
-    await page.locator("#sign-in-error").filter(has_text="Signed out.").wait_for()
+    await page.locator("#sign-in-note").filter(has_text="Signed out.").wait_for()
     async with page.expect_response("**/v1/approvals?*") as late:
         await held[0].continue_()
     assert (await late.value).status == 401
     await page.evaluate("() => new Promise(done => setTimeout(done, 200))")  # page reads it
-    assert await page.locator("#sign-in-error").text_content() == "Signed out."
+    assert await page.locator("#sign-in-note").text_content() == "Signed out."
+    assert await page.locator("#sign-in-error").text_content() == ""
     assert watched.problems == []
 
 

@@ -1,4 +1,5 @@
-"""`/v1/approvals`: what the caller may decide, one approval, and deciding it.
+"""`/v1/approvals`: what the caller may decide and what was decided, one approval, and
+deciding it.
 
 A reviewer sees only the approvals whose policy admits it (approvers, the directory's groups);
 an auditor sees every one and decides none. A decision is made as the authenticated identity,
@@ -33,6 +34,7 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from approvals import (
     Approval,
     ApprovalAlreadyDecided,
+    ApprovalStatus,
     Decision,
     DecisionNotAllowed,
     Identity,
@@ -174,23 +176,64 @@ async def _visible(service: Service, identity: Identity, approval_id: str) -> Ap
     return approval
 
 
-@router.get("", summary="Pending approvals the caller may decide, oldest first")
-async def pending(
+# `status=`: one status, or a set of them by name.
+_FINAL = tuple(s for s in ApprovalStatus if s.final)
+_STATUS_SETS = {"decided": _FINAL, "all": tuple(ApprovalStatus)}
+_STATUS_NAMES = ", ".join([*_STATUS_SETS, *ApprovalStatus])
+
+
+def _statuses(text: str) -> tuple[ApprovalStatus, ...]:
+    if text in _STATUS_SETS:
+        return _STATUS_SETS[text]
+    try:
+        return (ApprovalStatus(text),)
+    except ValueError:
+        raise ApiError(422, "invalid", f"status is one of {_STATUS_NAMES}") from None
+
+
+@router.get(
+    "",
+    summary="Approvals the caller may see: pending oldest first, others newest decision first",
+)
+async def listing(
     request: Request,
     identity: Caller,
+    status: Annotated[
+        str,
+        Query(
+            max_length=20,
+            description="pending (the default), decided (every final status), all, or one "
+            "status (approved, rejected, edited, responded, expired, cancelled)",
+        ),
+    ] = "pending",
     run_id: Annotated[str | None, Query(max_length=200)] = None,
     tool: Annotated[str | None, Query(max_length=200)] = None,
+    requested_by: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
 ) -> dict[str, Any]:
+    statuses = _statuses(status)  # malformed names and cursors: 422 by the error table
     service = service_of(request)
-    page, after = await service.store.pending_page(
-        reviewer=identity.reviewer if identity.may_decide else None,
-        run_id=run_id,
-        tool=tool,
-        after=_cursor_of(cursor),
-        limit=limit,
-    )
+    reviewer = identity.reviewer if identity.may_decide else None
+    if statuses == (ApprovalStatus.PENDING,):
+        page, after = await service.store.pending_page(
+            reviewer=reviewer,
+            run_id=run_id,
+            tool=tool,
+            requested_by=requested_by,
+            after=_cursor_of(cursor),
+            limit=limit,
+        )
+    else:
+        page, after = await service.store.history_page(
+            statuses,
+            reviewer=reviewer,
+            run_id=run_id,
+            tool=tool,
+            requested_by=requested_by,
+            after=_cursor_of(cursor),
+            limit=limit,
+        )
     documents = [approval_document(a, args=None) for a in page]
     return {"approvals": documents, "next_cursor": _cursor_text(after)}
 

@@ -1,6 +1,7 @@
 """`/v1/calls`: the tool-call ledger for auditors, and the `outcome_unknown` queue for reviewers.
 
-An auditor queries calls, reads one call's story (its record and events, never its arguments)
+An auditor queries calls, reads one call's story (its record and events, never its arguments;
+a reviewer too, of a call whose approval's policy admits it: what became of what it decided)
 and reveals a call's arguments and result in clear: each reveal is recorded in the journal
 (`reveal:<run>/<call>`) under the authenticated identity, signed by the service, before
 anything is shown; with a
@@ -159,12 +160,24 @@ async def _may_resolve(service: Service, identity: Identity, call: CallRecord) -
     return may_see(identity, approval)
 
 
-@router.get("/story", summary="One call's record and events (auditors; no arguments)")
+@router.get(
+    "/story",
+    summary="One call's record and events (auditors; reviewers its approval admits; no arguments)",
+)
 async def story(request: Request, identity: Caller, run_id: Id, call_id: Id) -> dict[str, Any]:
-    _auditor(identity, "a call's story")
     _names(run_id=run_id, call_id=call_id)
-    found = await call_story(service_of(request).db, run_id, call_id)
+    service = service_of(request)
+    found = await call_story(service.db, run_id, call_id)
+    if identity.may_decide and not await _approval_admits(service, identity, found.call):
+        raise ApiError(
+            403, "forbidden", "a reviewer reads the story of a call its approval's policy admits"
+        )
     return story_summary(found)
+
+
+async def _approval_admits(service: Service, identity: Identity, call: CallRecord) -> bool:
+    """Whether the approval that allowed `call` admits `identity` (no approval: no)."""
+    return call.approval_id is not None and await _may_resolve(service, identity, call)
 
 
 class CallRef(BaseModel):

@@ -1,8 +1,12 @@
-"""What the inbox's tests share: the service on a free loopback port, its login one that has
-only `signoff_reviewer`, and signing in through `POST /inbox/session`."""
+"""What the inbox's tests share: the service on a free loopback port (in this process, or
+`signoff serve` in one of its own), its login one that has only `signoff_reviewer`, and signing
+in through `POST /inbox/session`."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,7 +19,7 @@ from adapters.http.service import Service, open_service
 from ledger.keys import LocalKek
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
-from tests.support.processes import TEST_KEK, TEST_REVIEWER_KEK
+from tests.support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 
 LENIENT = FailureLimit(1000)
 
@@ -74,3 +78,25 @@ async def sign_in(client: httpx.AsyncClient, token: str, **headers: str) -> Sess
 def token_of(headers: dict[str, str]) -> str:
     """The token of `support.http.token_for`'s headers."""
     return headers["Authorization"].removeprefix("Bearer ")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def serve(url: str, port: int) -> asyncio.subprocess.Process:
+    """`signoff serve` in a process of its own, listening on `port`."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "adapters.cli", "serve", "--port", str(port), "--json",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env={**kek_env(), "PYTHONPATH": str(ROOT), "SIGNOFF_DATABASE_URL": url},
+    )  # fmt: skip
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 60)
+    assert line, "the service exited before it listened"
+    return process

@@ -1,7 +1,10 @@
-"""The web inbox of `signoff serve`: one HTML page, one script and one style sheet shipped in
-this package (`static/`), served by the same process; nothing is built or downloaded.
+"""The web inbox of `signoff serve`: one HTML page, its script (plain ES modules) and one style
+sheet shipped in this package (`static/`), served by the same process; nothing is built or
+downloaded.
 
-- `GET /inbox` is the page; `GET /inbox/static/{inbox.js,inbox.css}` its two files. Every
+- `GET /inbox` is the page (its query holds the filters), and so is
+  `GET /inbox/approvals/{id}` (one approval's address, for links in notifications);
+  `GET /inbox/static/{name}` its files (`inbox.css`, `inbox.js` and the modules it imports). Every
   response of the inbox carries a strict Content-Security-Policy (no inline script or style,
   nothing from elsewhere), `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
 - `POST /inbox/session` `{"token": ...}` signs in: the token is authenticated like a bearer
@@ -18,6 +21,6 @@ this package (`static/`), served by the same process; nothing is built or downlo
 from __future__ import annotations
 
 from ..cookies import plain_loopback
-from .routes import CONTENT_SECURITY_POLICY, InboxHeaders, router
+from .routes import CONTENT_SECURITY_POLICY, MODULES, InboxHeaders, router
 
-__all__ = ["CONTENT_SECURITY_POLICY", "InboxHeaders", "plain_loopback", "router"]
+__all__ = ["CONTENT_SECURITY_POLICY", "MODULES", "InboxHeaders", "plain_loopback", "router"]

@@ -17,7 +17,7 @@ from ..cookies import HOST_SESSION_COOKIE, plain_loopback, session_cookie
 from ..csrf import CSRF_HEADER
 from ..errors import ApiError
 
-__all__ = ["CONTENT_SECURITY_POLICY", "InboxHeaders", "router"]
+__all__ = ["CONTENT_SECURITY_POLICY", "MODULES", "InboxHeaders", "router"]
 
 log = get_logger(__name__)
 
@@ -38,10 +38,21 @@ _CACHE = {"Cache-Control": "no-cache"}  # the page and its files: ask again, a d
 _MAX_TOKEN = 4096 - len(HOST_SESSION_COOKIE) - 1
 
 _STATIC = files(__package__) / "static"
-_FILES = {
-    "inbox.js": "text/javascript; charset=utf-8",
-    "inbox.css": "text/css; charset=utf-8",
-}
+_SCRIPT = "text/javascript; charset=utf-8"
+# The page's script is ES modules (`script-src 'self'` allows them): the entry and what it
+# imports, each a file of one job.
+MODULES = (
+    "inbox.js",
+    "calls.js",
+    "card.js",
+    "decide.js",
+    "net.js",
+    "schema_form.js",
+    "state.js",
+    "text.js",
+    "views.js",
+)
+_FILES = {**dict.fromkeys(MODULES, _SCRIPT), "inbox.css": "text/css; charset=utf-8"}
 
 
 class InboxHeaders:
@@ -78,6 +89,7 @@ def _file(name: str) -> bytes:
 
 
 @router.get("/inbox")
+@router.get("/inbox/approvals/{approval_id}")  # one approval's address: the page shows it
 async def page() -> Response:
     return Response(
         _file("inbox.html"),
