@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -275,17 +276,32 @@ class ApprovalPolicy:
             expires_in=None if seconds is None else timedelta(seconds=seconds),
             description=str(data.get("description", "")),
             any_reviewer=data.get("any_reviewer", False),
-            headline=tuple(data.get("headline", ())),
-            sensitive=frozenset(data.get("sensitive", ())),
-            irreversible=data.get("irreversible", False),
         )
         if data.get("tier", policy.tier) != policy.tier:
             raise InvalidApprovalRequest(
                 f"a policy that says tier {data['tier']!r} is {policy.tier}"
             )
-        if (schema := data.get("args_schema")) is not None:  # judged when it was asked for
-            object.__setattr__(policy, "args_schema", args_schema(schema, read_back=True))
+        for name, value in _stored_hints(data).items():
+            object.__setattr__(policy, name, value)
         return policy
+
+
+def _stored_hints(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The reviewers' hints of a stored policy that the library would have taken. One it
+    would refuse was written behind its back (a worker calling the database's function):
+    left out, so that one planted row cannot break every reviewer's listing. The schema is
+    judged fully when asked for and before an edit, not on every read (`args_schema`)."""
+    hints: dict[str, Any] = {}
+    with suppress(InvalidApprovalRequest, TypeError):
+        hints["headline"] = field_names(data.get("headline", ()), "headline")
+    with suppress(InvalidApprovalRequest, TypeError):
+        hints["sensitive"] = frozenset(field_names(data.get("sensitive", ()), "sensitive"))
+    if isinstance(irreversible := data.get("irreversible", False), bool):
+        hints["irreversible"] = irreversible
+    if (schema := data.get("args_schema")) is not None:
+        with suppress(InvalidApprovalRequest):
+            hints["args_schema"] = args_schema(schema, read_back=True)
+    return hints
 
 
 @dataclass(frozen=True)

@@ -150,3 +150,47 @@ async def test_a_stored_schema_is_judged_before_an_edit_not_on_every_read(
                 asked.approval_id,
                 json.dumps(REFUND_SCHEMA),
             )
+
+
+async def test_a_planted_hint_is_left_out_and_breaks_no_listing(
+    db: Database, store: ApprovalStore
+) -> None:
+    # A worker calling the database's function can store any policy JSON: hints the library
+    # would refuse are read as absent, so the other approvals of the page are still listed.
+    policy = ApprovalPolicy(any_reviewer=True, headline=("amount",), irreversible=True)
+    run_id = f"run-{uuid.uuid4().hex}"
+    asked = [
+        await store.request(
+            run_id=run_id,
+            tool="refund",
+            args={"amount": n, "currency": "EUR", "order_id": f"A-{n}"},
+            call_id=f"call-{n}",
+            requested_by="support-agent",
+            policy=policy,
+        )
+        for n in (1, 2)
+    ]
+    planted = """UPDATE approvals SET policy = policy || $2::jsonb WHERE approval_id = $1"""
+    async with db.connection() as conn:  # the owner, behind the journal's back
+        await conn.execute(
+            planted,
+            asked[0].approval_id,
+            '{"headline": "amount", "irreversible": "yes", "sensitive": [""]}',
+        )
+    try:
+        listed = await store.find(run_id=run_id)
+        assert [a.approval_id for a in listed] == [a.approval_id for a in asked]
+        assert (listed[0].policy.headline, listed[0].policy.irreversible) == ((), False)
+        assert listed[0].policy.sensitive == frozenset()
+        assert listed[1].policy == policy
+    finally:  # the row as its stream says again: the suite's projection checks read it
+        async with db.connection() as conn:
+            await conn.execute(
+                planted,
+                asked[0].approval_id,
+                '{"headline": ["amount"], "irreversible": true}',
+            )
+            await conn.execute(
+                "UPDATE approvals SET policy = policy - 'sensitive' WHERE approval_id = $1",
+                asked[0].approval_id,
+            )
