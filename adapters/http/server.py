@@ -58,7 +58,9 @@ class DevAuthenticator:
             raise InvalidCredential()
         async with self.db.connection() as conn:
             groups = await directory_groups(conn, self.reviewer)
-        return Identity(self.reviewer, Scope.REVIEWER, groups or frozenset(), "dev")
+        return Identity(
+            self.reviewer, Scope.REVIEWER, groups or frozenset(), "dev", listed=groups is not None
+        )
 
 
 @dataclass(frozen=True)
