@@ -421,3 +421,27 @@ async def test_a_decision_whose_answer_was_lost_is_sent_again_under_its_request_
     decided = [e for e in await events_of(journal, email.approval_id) if e == "approval.decided"]
     assert decided == ["approval.decided"]
     assert watched.problems == []
+
+
+async def test_a_dialog_left_open_on_an_approval_closed_meanwhile_records_nothing(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    team = await a_team(db)
+    refund = await a_refund(store, team)
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, team.member)))
+    card = card_of(page, refund.approval_id)
+    await card.locator('dl.headline dd[data-field="amount"]').wait_for()
+    await card.locator("button.approve").click()
+    dialog = page.locator("#confirm-dialog")
+    await dialog.wait_for()
+    await store.cancel(refund.approval_id, by="ops", reason="asked twice")
+    await card.wait_for(state="detached")  # the live stream took the card away
+    await dialog.locator("button.yes").click()
+    await page.locator("#status").filter(has_text="meanwhile").wait_for()
+    assert await events_of(journal, refund.approval_id) == [
+        "approval.requested",
+        "approval.cancelled",
+    ]
+    assert watched.problems == []

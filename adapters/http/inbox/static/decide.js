@@ -194,7 +194,14 @@ function requestIdFor(approvalId, body) {
 }
 
 async function decide(element, body) {
-  const approval = approvalOf(element);
+  const known = state.cards.get(element.dataset.approvalId);
+  if (!known || !element.isConnected) {
+    // Its card went while a dialog was open: another reviewer decided it, or it was
+    // withdrawn or expired. Nothing is sent.
+    showText(byId("status"), "Not sent: that approval was closed meanwhile; nothing was recorded.");
+    return;
+  }
+  const approval = known.approval;
   const error = element.querySelector(".error");
   showText(error, "");
   const buttons = element.querySelectorAll("button");
