@@ -445,3 +445,33 @@ async def test_a_dialog_left_open_on_an_approval_closed_meanwhile_records_nothin
         "approval.cancelled",
     ]
     assert watched.problems == []
+
+
+async def test_an_edit_keeps_an_argument_named_like_a_javascript_prototype(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    team = await a_team(db)
+    args = {"amount": 120, "__proto__": {"amount": 1}, "constructor": "x"}
+    asked = await store.request(
+        run_id=unique("r"),
+        tool="transfer",
+        args=args,
+        call_id=unique("call"),
+        requested_by="agent",
+        policy=ApprovalPolicy(approvers=team.approvers),
+    )
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, team.member)))
+    card = card_of(page, asked.approval_id)
+    await card.locator("button.edit").click()
+    box = card.get_by_role("textbox", name="The arguments to run instead (a JSON object)")
+    await box.wait_for()
+    text = await box.input_value()
+    await box.fill(text.replace('"amount": 120', '"amount": 60'))
+    await card.locator("form.editor button.send").click()
+    await page.locator(f'li.decided[data-approval-id="{asked.approval_id}"]').wait_for()
+    decided = await store.get(asked.approval_id, reveal=True)
+    # What the reviewer saw in the box is what runs: no argument silently dropped.
+    assert decided.decision is not None and decided.decision.args == {**args, "amount": 60}
+    assert watched.problems == []
