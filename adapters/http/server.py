@@ -124,6 +124,10 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.service = service
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self.service.stopping.clear()  # served again after a stop: its streams run again
+        await super().startup(sockets)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.service.stopping.set()
         await super().shutdown(sockets)
