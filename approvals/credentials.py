@@ -87,12 +87,15 @@ class Identity:
             an auditor, or a reviewer the directory does not hold). A decision reads them again
             in its own transaction.
         credential: what authenticated it (`token:<id>`), for logs and records; never a secret.
+        listed: whether the reviewer directory held `reviewer` when it authenticated: a policy
+            that names nobody admits only the directory's reviewers.
     """
 
     reviewer: str
     scope: Scope
     groups: frozenset[str] = frozenset()
     credential: str = ""
+    listed: bool = False
 
     @property
     def may_decide(self) -> bool:
@@ -322,6 +325,7 @@ class ApiTokens:
             scope=scope,
             groups=groups or frozenset(),
             credential=STREAM_PREFIX + token_id,
+            listed=groups is not None,
         )
 
     async def _journaled(

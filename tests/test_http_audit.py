@@ -555,3 +555,32 @@ async def test_a_resolution_with_an_idempotency_key_records_it_and_replays_by_it
     new = await api.client.post("/v1/calls/resolve", json=body, headers=api.reviewer | again)
     assert new.status_code == 409 and new.json()["error"] == "conflict"
     assert len(await journal.read_stream(stream)) == len(events)
+
+
+async def test_a_reviewer_the_directory_does_not_list_reads_no_story_of_an_open_policy(
+    api: Api, worker: ToolLedger, store: ApprovalStore, db: Database
+) -> None:
+    member = unique("lee")
+    await ReviewerDirectory(db).add(member, [unique("any")], by="admin")
+    call = refund(unique("run/http"))
+    approval = await store.request(
+        run_id=call.run_id,
+        tool=call.tool,
+        args=call.args,
+        call_id=call.call_id,
+        requested_by="agent",
+        policy=ApprovalPolicy(any_reviewer=True),
+    )
+    await store.decide(approval.approval_id, Decision.approve(), member)
+    consumer = ApprovalStore(worker.db, worker.ring)
+    gate = approval_gate(consumer, approval.approval_id, f"{call.run_id}/{call.call_id}", call.args)
+    await worker.execute(call, Refunds(), gate=gate)
+    await consumer.close()
+
+    listed = await api.client.get(
+        "/v1/calls/story", params=ids(call), headers=await token_for(db, member)
+    )
+    assert listed.status_code == 200, listed.text
+    # api.reviewer is in no directory: "any reviewer in the directory" is not it.
+    unlisted = await api.client.get("/v1/calls/story", params=ids(call), headers=api.reviewer)
+    assert unlisted.status_code == 403, unlisted.text

@@ -256,3 +256,30 @@ async def test_a_stopping_server_ends_its_streams_itself(database_url: str, db: 
 
 async def _rest(lines: AsyncIterator[str]) -> list[str]:
     return [line async for line in lines]
+
+
+async def test_a_service_served_again_after_a_stop_streams_again(
+    database_url: str, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    """`running` stopped once (its streams ended then) and started again on the same service:
+    a stream of the new server carries what happens, as the first one's did."""
+    member = unique("gus")
+    headers = await token_for(db, member)
+    async with temporary_login(database_url, "signoff_reviewer") as url:
+        settings = Settings(
+            database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
+        )
+        service = await open_service(settings, pool_size=3)
+        try:
+            async with running(service):
+                pass
+            async with (
+                running(service) as (_, port),
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=GUARD) as client,
+            ):
+                start = await journal.last_position()
+                approval_id = await ask(store, member)
+                async with streaming(client, headers, since=start) as stream:
+                    assert (await stream.until(approval_id, "pending"))[-1].json
+        finally:
+            await service.close()

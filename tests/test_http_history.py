@@ -173,3 +173,29 @@ async def test_a_history_of_no_status_or_an_unknown_one_is_refused(store: Approv
     for statuses in ([], ["nope"]):
         with pytest.raises(InvalidApprovalRequest):
             await store.history_page(statuses)  # type: ignore[arg-type]
+
+
+async def test_a_reviewer_the_directory_does_not_list_opens_no_approval_that_names_nobody(
+    api: Served, db: Database, store: ApprovalStore
+) -> None:
+    listed_name = unique("lee")
+    await ReviewerDirectory(db).add(listed_name, [unique("any")], by="admin")
+    member = await token_for(db, listed_name)
+    unlisted = await token_for(db, unique("nobody"))
+    for policy in (ApprovalPolicy(any_reviewer=True), ApprovalPolicy()):
+        approval = await store.request(
+            run_id=unique("anyone"),
+            tool="refund",
+            args={"amount": 120},
+            call_id="c1",
+            requested_by="agent",
+            policy=policy,
+        )
+        path = f"/v1/approvals/{approval.approval_id}"
+        assert (await api.client.get(path, headers=member)).status_code == 200
+        # As the listing and deciding judge it: the policy admits the directory's reviewers.
+        one = await api.client.get(path, headers=unlisted)
+        assert one.status_code == 403, one.text
+        revealed = await api.client.post(f"{path}/reveal", headers=unlisted)
+        assert revealed.status_code == 403, revealed.text
+        assert "amount" not in revealed.text

@@ -10,9 +10,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from playwright.async_api import Browser, Locator, Page
+from playwright.async_api import Browser, Locator, Page, Route
 
-from approvals import ApprovalStatus, ApprovalStore, DecisionKind
+from approvals import (
+    ApprovalPolicy,
+    ApprovalStatus,
+    ApprovalStore,
+    DecisionKind,
+    ReviewerDirectory,
+)
 from ledger.journal import Journal
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
@@ -371,4 +377,101 @@ async def test_respond_has_a_named_text_box_and_records_the_answer(
     assert decided.status is ApprovalStatus.RESPONDED
     assert decided.decision is not None
     assert decided.decision.message == "Send it tomorrow morning instead."
+    assert watched.problems == []
+
+
+async def test_a_decision_whose_answer_was_lost_is_sent_again_under_its_request_id(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    team = await a_team(db)
+    await ReviewerDirectory(db).add(unique("bo"), [team.group], by="admin")
+    email = await store.request(
+        run_id=unique("r"),
+        tool="send_email",
+        args={"to": "customer@example.com"},
+        call_id=unique("call"),
+        requested_by="mail-agent",
+        policy=ApprovalPolicy(approvers=team.approvers, quorum=2),
+    )
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    lost: list[str] = []
+
+    async def answer_lost_once(route: Route) -> None:
+        if lost:
+            await route.continue_()
+            return
+        await route.fetch()  # the service records it; its answer never reaches the page
+        lost.append(route.request.headers.get("idempotency-key", ""))
+        await route.abort("connectionreset")
+
+    await page.route("**/decision", answer_lost_once)
+    await sign_in(watched, token_of(await token_for(db, team.member)))
+    card = card_of(page, email.approval_id)
+    approve = card.get_by_role("button", name=f"Approve send_email for run {email.run_id}")
+    await approve.click()
+    await until(lambda: bool(lost), what="the first decision reached the service")
+    error = card.locator("p.error")
+    await error.filter(has_text="cannot be reached").wait_for()
+    # Recorded for all the page knows: it does not say otherwise.
+    assert "Not recorded" not in (await error.text_content() or "")
+    await page.locator("#connection").wait_for(state="hidden")
+    await approve.click()  # the reviewer tries again: the same request, answered as recorded
+    await page.locator(f'li.decided[data-approval-id="{email.approval_id}"]').wait_for()
+    decided = [e for e in await events_of(journal, email.approval_id) if e == "approval.decided"]
+    assert decided == ["approval.decided"]
+    assert watched.problems == []
+
+
+async def test_a_dialog_left_open_on_an_approval_closed_meanwhile_records_nothing(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore, journal: Journal
+) -> None:
+    team = await a_team(db)
+    refund = await a_refund(store, team)
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, team.member)))
+    card = card_of(page, refund.approval_id)
+    await card.locator('dl.headline dd[data-field="amount"]').wait_for()
+    await card.locator("button.approve").click()
+    dialog = page.locator("#confirm-dialog")
+    await dialog.wait_for()
+    await store.cancel(refund.approval_id, by="ops", reason="asked twice")
+    await card.wait_for(state="detached")  # the live stream took the card away
+    await dialog.locator("button.yes").click()
+    await page.locator("#status").filter(has_text="meanwhile").wait_for()
+    assert await events_of(journal, refund.approval_id) == [
+        "approval.requested",
+        "approval.cancelled",
+    ]
+    assert watched.problems == []
+
+
+async def test_an_edit_keeps_an_argument_named_like_a_javascript_prototype(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    team = await a_team(db)
+    args = {"amount": 120, "__proto__": {"amount": 1}, "constructor": "x"}
+    asked = await store.request(
+        run_id=unique("r"),
+        tool="transfer",
+        args=args,
+        call_id=unique("call"),
+        requested_by="agent",
+        policy=ApprovalPolicy(approvers=team.approvers),
+    )
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    await sign_in(watched, token_of(await token_for(db, team.member)))
+    card = card_of(page, asked.approval_id)
+    await card.locator("button.edit").click()
+    box = card.get_by_role("textbox", name="The arguments to run instead (a JSON object)")
+    await box.wait_for()
+    text = await box.input_value()
+    await box.fill(text.replace('"amount": 120', '"amount": 60'))
+    await card.locator("form.editor button.send").click()
+    await page.locator(f'li.decided[data-approval-id="{asked.approval_id}"]').wait_for()
+    decided = await store.get(asked.approval_id, reveal=True)
+    # What the reviewer saw in the box is what runs: no argument silently dropped.
+    assert decided.decision is not None and decided.decision.args == {**args, "amount": 60}
     assert watched.problems == []

@@ -294,3 +294,28 @@ async def test_signed_out_is_information_and_the_page_fits_a_phone(
     ).evaluate("e => getComputedStyle(e).color")
     await assert_accessible(page)
     assert watched.problems == []
+
+
+async def test_a_history_read_further_stays_as_long_when_news_arrives(
+    browser: Browser, inbox: Served, db: Database, store: ApprovalStore
+) -> None:
+    team = await a_team(db)
+    run_id = unique("r")
+    for _ in range(201):  # the page reads 200 a time: two pages
+        asked = await an_email(store, team, run_id=run_id)
+        await store.cancel(asked.approval_id, by="ops")
+    watched = await open_inbox(browser, inbox.base_url)
+    page = watched.page
+    await sign_in(
+        watched, token_of(await token_for(db, team.member)), f"/inbox?status=decided&run={run_id}"
+    )
+    rows = page.locator("#history li")
+    await rows.nth(199).wait_for()
+    await page.locator("#more").click()
+    await rows.nth(200).wait_for()
+    news = await an_email(store, team, run_id=run_id)
+    await store.cancel(news.approval_id, by="ops")
+    await page.locator(f'#history li[data-approval-id="{news.approval_id}"]').wait_for()
+    # The live refresh read as far as the reviewer had: nothing they scrolled to went away.
+    assert await rows.count() == 202
+    assert watched.problems == []

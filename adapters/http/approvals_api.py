@@ -140,10 +140,13 @@ def optional_request_id(header: str | None, field: str | None = None) -> str | N
 
 def may_see(identity: Identity, approval: Approval) -> bool:
     """Whether `identity` may see `approval`: an auditor every one, a reviewer those whose
-    policy admits it."""
+    policy admits it, as the listing and a decision judge it (a policy that names nobody
+    admits only the reviewers the directory lists)."""
     if not identity.may_decide:  # an auditor reads every approval
         return True
-    return Reviewer(identity.reviewer, identity.groups).matches(approval.policy.approvers)
+    approvers = approval.policy.approvers
+    reviewer = Reviewer(identity.reviewer, identity.groups)
+    return reviewer.matches(approvers) and (bool(approvers) or identity.listed)
 
 
 def _cursor_text(cursor: PageCursor | None) -> str | None:

@@ -104,7 +104,9 @@ class OidcAuthenticator:
         if scope is Scope.REVIEWER:
             async with self.db.connection() as conn:
                 groups = await directory_groups(conn, verified.reviewer)
-        return Identity(verified.reviewer, scope, groups or frozenset(), "oidc")
+        return Identity(
+            verified.reviewer, scope, groups or frozenset(), "oidc", listed=groups is not None
+        )
 
 
 def bearer_credential(request: Request) -> str:

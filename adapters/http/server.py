@@ -58,7 +58,9 @@ class DevAuthenticator:
             raise InvalidCredential()
         async with self.db.connection() as conn:
             groups = await directory_groups(conn, self.reviewer)
-        return Identity(self.reviewer, Scope.REVIEWER, groups or frozenset(), "dev")
+        return Identity(
+            self.reviewer, Scope.REVIEWER, groups or frozenset(), "dev", listed=groups is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,10 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, service: Service) -> None:
         super().__init__(config)
         self.service = service
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self.service.stopping.clear()  # served again after a stop: its streams run again
+        await super().startup(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.service.stopping.set()

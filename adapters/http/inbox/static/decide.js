@@ -180,8 +180,28 @@ function submitEditor(element) {
 
 // -- recording -----------------------------------------------------------------------------
 
+// A decision whose answer never came (the connection dropped) may have been recorded: sent
+// again, the same decision goes under the same request id, so the service answers it as
+// recorded instead of refusing a second vote. Approval id -> {body, key}.
+const unanswered = new Map();
+
+function requestIdFor(approvalId, body) {
+  const text = JSON.stringify(body);
+  const earlier = unanswered.get(approvalId);
+  const key = earlier && earlier.body === text ? earlier.key : crypto.randomUUID();
+  unanswered.set(approvalId, { body: text, key });
+  return key;
+}
+
 async function decide(element, body) {
-  const approval = approvalOf(element);
+  const known = state.cards.get(element.dataset.approvalId);
+  if (!known || !element.isConnected) {
+    // Its card went while a dialog was open: another reviewer decided it, or it was
+    // withdrawn or expired. Nothing is sent.
+    showText(byId("status"), "Not sent: that approval was closed meanwhile; nothing was recorded.");
+    return;
+  }
+  const approval = known.approval;
   const error = element.querySelector(".error");
   showText(error, "");
   const buttons = element.querySelectorAll("button");
@@ -192,11 +212,20 @@ async function decide(element, body) {
       "POST",
       "/v1/approvals/" + encodeURIComponent(approval.approval_id) + "/decision",
       body,
-      { "Idempotency-Key": crypto.randomUUID() },
+      { "Idempotency-Key": requestIdFor(approval.approval_id, body) },
     );
   } finally {
     for (const button of buttons) button.disabled = false;
   }
+  if (answer.unreachable) {
+    showText(
+      error,
+      "The service cannot be reached, so whether this was recorded is not known. Send it " +
+        "again once the service answers: it is recorded once.",
+    );
+    return;
+  }
+  unanswered.delete(approval.approval_id);
   if (!answer.ok) {
     const nothing = answer.status === 422 || answer.status === 403 ? " Nothing was recorded." : "";
     showText(error, "Not recorded: " + messageOf(answer) + "." + nothing);

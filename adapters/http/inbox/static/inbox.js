@@ -5,7 +5,7 @@ import { loadUnknown, showStory } from "./calls.js";
 import { configure, messageOf, request, send, stream } from "./net.js";
 import { byId, state } from "./state.js";
 import { showText } from "./text.js";
-import { FILTERS, route, showView, tick } from "./views.js";
+import { FILTERS, forgetHistoryPages, route, showView, tick } from "./views.js";
 
 function setStatus(text) {
   showText(byId("status"), text);
@@ -44,6 +44,7 @@ function signedOut(note, error) {
   state.cards.clear();
   state.revealed.clear();
   state.decided.clear();
+  forgetHistoryPages();
   byId("approvals").replaceChildren();
   byId("history").replaceChildren();
   byId("detail").replaceChildren();
@@ -101,6 +102,7 @@ function go(path) {
 }
 
 function resetView() {
+  forgetHistoryPages();
   state.cards.clear();
   state.decided.clear();
   byId("approvals").replaceChildren();

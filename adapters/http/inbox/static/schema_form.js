@@ -125,7 +125,9 @@ export function buildForm(container, schema, args, headline = []) {
 
 // The arguments the form says, or throws an Error naming what is not readable.
 export function readForm(container, schema) {
-  const args = {};
+  // No prototype: an argument named `__proto__` is an argument like any other, not a setter
+  // that would drop it from what is sent.
+  const args = Object.create(null);
   for (const element of container.querySelectorAll("[data-field]")) {
     const name = element.dataset.field;
     if (element.tagName === "TEXTAREA") {

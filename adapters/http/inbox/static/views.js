@@ -161,22 +161,41 @@ export function card(approval) {
 
 // -- history, as rows ----------------------------------------------------------------------
 
+// How many pages of history the reviewer has read: a live refresh reads as many again, so
+// that news never takes away the rows they had scrolled to.
+let historyPages = 1;
+
+export function forgetHistoryPages() {
+  historyPages = 1;
+}
+
 async function loadHistory(filters, cursor) {
   const list = byId("history");
   const more = byId("more");
-  const answer = await request("GET", apiQuery(filters, cursor));
-  if (answer.unreachable) return;
-  if (!answer.ok) {
-    showText(byId("approvals-note"), "Approvals cannot be read now: " + messageOf(answer));
-    return;
+  const rows = [];
+  let next = cursor;
+  for (let page = 0; page < (cursor ? 1 : historyPages); page += 1) {
+    const answer = await request("GET", apiQuery(filters, next));
+    if (answer.unreachable) return;
+    if (!answer.ok) {
+      showText(byId("approvals-note"), "Approvals cannot be read now: " + messageOf(answer));
+      return;
+    }
+    rows.push(...answer.data.approvals.map(historyRow));
+    next = answer.data.next_cursor;
+    if (!next) break;
   }
-  if (!cursor) list.replaceChildren();
-  for (const approval of answer.data.approvals) list.appendChild(historyRow(approval));
+  if (cursor) {
+    list.append(...rows);
+    historyPages += 1;
+  } else {
+    list.replaceChildren(...rows);
+  }
   const shown = list.children.length;
-  showText(byId("list-count"), String(shown) + (answer.data.next_cursor ? "+" : ""));
+  showText(byId("list-count"), String(shown) + (next ? "+" : ""));
   showText(byId("approvals-note"), shown ? "" : "Nothing here matches.");
-  more.hidden = !answer.data.next_cursor;
-  more.onclick = () => loadHistory(filters, answer.data.next_cursor);
+  more.hidden = !next;
+  more.onclick = () => loadHistory(filters, next);
 }
 
 function historyRow(approval) {
