@@ -129,8 +129,11 @@ def history(
     if not statuses or not all(s.isalpha() for s in statuses):
         raise ValueError(f"not approval statuses: {statuses!r}")
     named = ", ".join(f"'{s}'" for s in statuses)
+    conditions = [f"status IN ({named})"]
+    if "pending" not in statuses:  # the history index's own predicate, so the planner uses it
+        conditions.append("status::text <> 'pending'")
     where, parameter = _conditions(
-        [f"status IN ({named})"],
+        conditions,
         run_id=run_id,
         after=f"({_DECIDED}, approval_id) < ({{}}, {{}}::text)" if after else None,
         tool=tool,

@@ -232,6 +232,7 @@ async def test_a_new_request_is_delivered_when_notified_not_at_the_next_poll(
                 await until(lambda: finished(watcher, claimed), what="the first pass")
             finally:
                 await watcher.close()
+            await webhooks.until_listening()  # a request notified before would wait a poll
             approval_id = await ask(store, "alice")
             await until(lambda: bool(receiver.of(for_approval(approval_id))))
         finally:

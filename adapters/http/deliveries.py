@@ -146,6 +146,11 @@ class Deliveries:
         self._task = asyncio.create_task(self._run(after), name=self.noun)
         log.info(f"{self.noun}s on", after=after, **self._described())
 
+    async def until_listening(self) -> None:
+        """Return once a started delivery loop listens for new requests: until then a request
+        is delivered by the next poll, not at once (its LISTEN connection comes up apart)."""
+        await self._listener.until_connected()
+
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()

@@ -33,3 +33,8 @@ CREATE TABLE approvals (
 );
 CREATE INDEX approvals_pending_idx ON approvals (requested_at)
     WHERE ((status)::text = 'pending'::text);
+-- Reviewers' history, newest decision first (`approvals._sql.history`): read in index order,
+-- never sorted whole; pending requests, the busiest rows, are not in it.
+CREATE INDEX approvals_decided_idx ON approvals
+    ((COALESCE(decided_at, requested_at)) DESC, approval_id DESC)
+    WHERE ((status)::text <> 'pending'::text);

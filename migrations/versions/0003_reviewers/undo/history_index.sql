@@ -1,0 +1,1 @@
+DROP INDEX approvals_decided_idx;
