@@ -149,6 +149,15 @@ def may_see(identity: Identity, approval: Approval) -> bool:
     return reviewer.matches(approvers) and (bool(approvers) or identity.listed)
 
 
+def not_admitted(identity: Identity, approval: Approval) -> ApiError:
+    """The 403 for a caller `may_see` refuses, saying why."""
+    if not approval.policy.approvers and not identity.listed:
+        why = "this approval's policy admits only reviewers the directory lists: you are not one"
+    else:
+        why = "this approval's policy does not admit you"
+    return ApiError(403, "forbidden", why)
+
+
 def _cursor_text(cursor: PageCursor | None) -> str | None:
     if cursor is None:
         return None
@@ -175,7 +184,7 @@ async def _visible(service: Service, identity: Identity, approval_id: str) -> Ap
     except (UnknownApproval, InvalidApprovalRequest) as e:
         raise ApiError(404, "not_found", f"no approval {approval_id}") from e
     if not may_see(identity, approval):
-        raise ApiError(403, "forbidden", "this approval's policy does not admit you")
+        raise not_admitted(identity, approval)
     return approval
 
 
@@ -316,7 +325,7 @@ async def decide(
         nonlocal seen
         seen = approval
         if not may_see(identity, approval):
-            raise ApiError(403, "forbidden", "this approval's policy does not admit you")
+            raise not_admitted(identity, approval)
         try:
             return decision_from_body(body, approval)
         except SignoffError as e:  # as the error table answers it, whatever the store does next
