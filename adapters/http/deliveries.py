@@ -32,8 +32,9 @@ import asyncpg
 import httpx
 
 from approvals import NOTIFY_CHANNEL, REQUESTS_CHANNEL, ApprovalStore
+from ledger import __version__
 from ledger.calls._sql import CHANNEL as CALLS_CHANNEL
-from ledger.errors import DatabaseUnavailable
+from ledger.errors import ConfigurationError, DatabaseUnavailable
 from ledger.journal import Journal
 from ledger.log import get_logger
 from ledger.store import Database
@@ -63,6 +64,26 @@ class Retries(Protocol):
     def max_retry_seconds(self) -> float: ...
     @property
     def max_attempts(self) -> int: ...
+
+
+def http_client(url: str, timeout: float, unusable: str) -> httpx.AsyncClient:
+    """The client a delivery posts to `url` with: no redirect followed (it would carry the URL's
+    or the token's secret elsewhere), no proxy or setting read from the environment.
+
+    Raises:
+        ConfigurationError(`unusable`): no request can be made to `url` though the settings let
+            it through (a bad IDNA label).
+    """
+    try:
+        httpx.Request("POST", url)
+    except (httpx.InvalidURL, ValueError):
+        raise ConfigurationError(unusable) from None
+    return httpx.AsyncClient(
+        timeout=timeout,
+        follow_redirects=False,
+        trust_env=False,  # Signoff reads no environment but its settings
+        headers={"User-Agent": f"signoff/{__version__}"},
+    )
 
 
 def retry_delay(attempts: int, settings: Retries, rand: Callable[[], float]) -> float:

@@ -26,12 +26,10 @@ import asyncpg
 import httpx
 
 from approvals import ApprovalStore
-from ledger import __version__
-from ledger.errors import ConfigurationError
 from ledger.store import Database
 from ledger.store.notifier_settings import SlackSettings
 
-from .deliveries import Deliveries, NotSent
+from .deliveries import Deliveries, NotSent, http_client
 from .notices import Notice, notice_for
 from .webhook_bodies import encoded
 
@@ -164,15 +162,10 @@ class SlackNotifier(Deliveries):
         self._client: httpx.AsyncClient | None = None
 
     async def _open(self) -> None:
-        try:  # what the settings let through but no request can be made to (a bad IDNA label)
-            httpx.Request("POST", self.settings.url)
-        except (httpx.InvalidURL, ValueError):
-            raise ConfigurationError("the Slack URL cannot be posted to (its host)") from None
-        self._client = httpx.AsyncClient(
-            timeout=self.settings.timeout_seconds,
-            follow_redirects=False,  # a redirect would carry the token elsewhere
-            trust_env=False,  # Signoff reads no environment but its settings
-            headers={"User-Agent": f"signoff/{__version__}"},
+        self._client = http_client(
+            self.settings.url,
+            self.settings.timeout_seconds,
+            "the Slack URL cannot be posted to (its host)",
         )
 
     async def _shut(self) -> None:

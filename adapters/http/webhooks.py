@@ -22,15 +22,13 @@ import httpx
 
 from approvals import ApprovalStore, UnknownApproval
 from approvals.projection import STREAM_PREFIX, approval_id_of
-from ledger import __version__
-from ledger.errors import ConfigurationError
 from ledger.journal.reader import event_at
 from ledger.log import get_logger
 from ledger.store import Database
 from ledger.store.settings import WebhookSettings
 
 from . import _sql as sql
-from .deliveries import MIN_PASS_GAP, Deliveries, NotSent, retry_delay
+from .deliveries import MIN_PASS_GAP, Deliveries, NotSent, http_client, retry_delay
 from .shapes import approval_document
 from .webhook_bodies import encoded, signature_header, signoff_body, slack_body
 
@@ -61,17 +59,10 @@ class Webhooks(Deliveries):
         self._client: httpx.AsyncClient | None = None
 
     async def _open(self) -> None:
-        try:  # what the settings let through but no request can be made to (a bad IDNA label)
-            httpx.Request("POST", self.settings.url)
-        except (httpx.InvalidURL, ValueError):
-            raise ConfigurationError(
-                "SIGNOFF_WEBHOOK_URL cannot be posted to (its host or port)"
-            ) from None
-        self._client = httpx.AsyncClient(
-            timeout=self.settings.timeout_seconds,
-            follow_redirects=False,
-            trust_env=False,  # Signoff reads no environment but its settings
-            headers={"User-Agent": f"signoff/{__version__}"},
+        self._client = http_client(
+            self.settings.url,
+            self.settings.timeout_seconds,
+            "SIGNOFF_WEBHOOK_URL cannot be posted to (its host or port)",
         )
 
     async def _shut(self) -> None:
