@@ -12,9 +12,10 @@ import pytest
 
 from approvals import ApprovalPolicy, ApprovalStore, Decision, RequestContext
 from ledger.audit.reveals import reveal_problem
-from ledger.journal import Journal
+from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing
 from ledger.store import Database
+from ledger.store.logins import temporary_login
 
 from .support.http import token_for, unique
 from .support.inbox import Served, served
@@ -107,6 +108,37 @@ async def test_a_retried_reveal_is_replayed_only_when_it_is_the_same_reveal(
     assert more.status_code == 200 and "idempotent-replayed" not in more.headers
     events = await journal.read_stream(f"reveal:{approval_id}")
     assert [e.data["sensitive"] for e in events] == [False, True]
+
+
+async def test_a_reveal_planted_under_a_guessed_request_id_hides_no_real_reading(
+    api: Served, db: Database, store: ApprovalStore, journal: Journal, database_url: str
+) -> None:
+    # A reviewer login without the signing key appends a reveal in ann's name under the key
+    # the inbox will use (it is guessable): ann's real reading must still be recorded.
+    ann = unique("ann")
+    approval_id = await asked(store, ann)
+    stream, key = f"reveal:{approval_id}", f"inbox-view:{approval_id}"
+    planted = {
+        "approval_id": approval_id,
+        "sensitive": False,
+        "at": "2026-01-01T00:00:00+00:00",
+        "signature": {"key_id": "dsig-0000000000000000", "signature": "AAAA"},
+        "request_id": key,
+    }
+    async with (
+        temporary_login(database_url, "signoff_reviewer") as reviewer_url,
+        await Database.connect(reviewer_url, pool_size=1) as thief,
+    ):
+        planting = [NewEvent("ledger.revealed", planted, ann)]
+        await Journal(thief).append(stream, planting, expected_version=0)
+    shown = await api.client.post(
+        f"/v1/approvals/{approval_id}/reveal",
+        headers={**await token_for(db, ann), "Idempotency-Key": key},
+    )
+    assert shown.status_code == 200 and "idempotent-replayed" not in shown.headers
+    events = await journal.read_stream(stream)
+    assert len(events) == 2
+    assert await reveal_problem(api.service.ring, stream, ann, events[1].data) is None
 
 
 async def test_a_reveal_without_captured_context_says_so_with_nulls(
