@@ -75,7 +75,7 @@ def args_schema(schema: Mapping[str, Any], *, read_back: bool = False) -> dict[s
         raise InvalidApprovalRequest(f"args_schema is more than {MAX_SCHEMA_BYTES} bytes of JSON")
     if _has_inexact_float(data):
         raise InvalidApprovalRequest("args_schema holds a float too large to store exactly")
-    if not read_back and (problem := _schema_problem(data)) is not None:
+    if not read_back and (problem := _judged(text)) is not None:
         raise InvalidApprovalRequest(f"args_schema {problem}")
     return data
 
