@@ -28,11 +28,9 @@ from .errors import (
     TokenBindingMismatch,
     UnknownApproval,
 )
-from .identity import reviewer_id
 from .model import (
     Approval,
     ApprovalStatus,
-    DecisionKind,
     Reviewer,
     binding_of,
     is_expired,
@@ -246,23 +244,6 @@ class Reading(StoreCore):
         async with self.db.connection() as conn:
             groups = await directory_groups(conn, rid)
         return Reviewer(rid, groups or frozenset(), listed=groups is not None)
-
-    async def decision_of_request(
-        self, approval_id: str, reviewer: str, request_id: str
-    ) -> DecisionKind | None:
-        """The decision `reviewer` recorded on this approval with a client's `request_id`
-        (`decide(..., request_id=)`), or None: how a retried request finds its answer."""
-        _text(approval_id, "approval id")
-        rid = reviewer_id(reviewer)
-        for event in await self.journal.read_stream(stream_of(approval_id)):
-            data = event.data
-            if (
-                event.type == "approval.decided"
-                and event.actor == rid
-                and data.get("request_id") == request_id
-            ):
-                return DecisionKind(data["decision"])
-        return None
 
     async def wait(self, approval_id: str, seconds: float) -> Approval:
         """Wait up to `seconds` for a final decision; return the approval as it then is.
