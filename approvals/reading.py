@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -143,11 +143,9 @@ class Reading(StoreCore):
             raise InvalidApprovalRequest(f"limit {problem}")
         who = await self._with_groups(reviewer)
         now = datetime.now(UTC)
-        page: list[Approval] = []
-        scanned = 0
-        cursor = after
-        while True:
-            batch = await self.find(
+
+        async def fetch(cursor: PageCursor | None) -> list[Approval]:
+            return await self.find(
                 status=ApprovalStatus.PENDING,
                 run_id=run_id,
                 tool=tool,
@@ -156,19 +154,15 @@ class Reading(StoreCore):
                 admitting=who,
                 requested_by=requested_by,
             )
-            for approval in batch:
-                scanned += 1
-                cursor = (approval.requested_at, approval.approval_id)
-                if not is_expired(approval.expires_at, now) and (
-                    who is None or _may_decide(who, approval)
-                ):
-                    page.append(approval)
-                    if len(page) == limit:
-                        return page, cursor
-            if len(batch) < limit:
-                return page, None
-            if scanned >= scan:
-                return page, cursor
+
+        return await _scanned_page(
+            fetch,
+            lambda a: (a.requested_at, a.approval_id),
+            lambda a: not is_expired(a.expires_at, now) and (who is None or _may_decide(who, a)),
+            after=after,
+            limit=limit,
+            scan=scan,
+        )
 
     async def history_page(
         self,
@@ -206,10 +200,8 @@ class Reading(StoreCore):
             raise InvalidApprovalRequest("a page cursor's time must be timezone-aware")
         who = await self._with_groups(reviewer)
         names = _admitting_names(who)
-        page: list[Approval] = []
-        scanned = 0
-        cursor = after
-        while True:
+
+        async def fetch(cursor: PageCursor | None) -> list[Approval]:
             query = _sql.history(
                 chosen,
                 run_id=run_id is not None,
@@ -224,17 +216,16 @@ class Reading(StoreCore):
             arguments += [a for a in (tool, names, requested_by) if a is not None]
             async with self.db.connection() as conn:
                 rows = await conn.fetch(query, *arguments, limit)
-            for approval in map(row_to_approval, rows):
-                scanned += 1
-                cursor = (approval.decided_at or approval.requested_at, approval.approval_id)
-                if who is None or _may_decide(who, approval):
-                    page.append(approval)
-                    if len(page) == limit:
-                        return page, cursor
-            if len(rows) < limit:
-                return page, None
-            if scanned >= scan:
-                return page, cursor
+            return [row_to_approval(r) for r in rows]
+
+        return await _scanned_page(
+            fetch,
+            lambda a: (a.decided_at or a.requested_at, a.approval_id),
+            lambda a: who is None or _may_decide(who, a),
+            after=after,
+            limit=limit,
+            scan=scan,
+        )
 
     async def _with_groups(self, reviewer: Reviewer | str | None) -> Reviewer | None:
         """`reviewer` with the groups the reviewer directory gives it (None: everyone)."""
@@ -348,3 +339,32 @@ def _may_decide(who: Reviewer, approval: Approval) -> bool:
     where it is named)."""
     approvers = approval.policy.approvers
     return who.matches(approvers) and (bool(approvers) or who.listed)
+
+
+async def _scanned_page(
+    fetch: Callable[[PageCursor | None], Awaitable[list[Approval]]],
+    position: Callable[[Approval], PageCursor],
+    keep: Callable[[Approval], bool],
+    *,
+    after: PageCursor | None,
+    limit: int,
+    scan: int,
+) -> tuple[list[Approval], PageCursor | None]:
+    """Batches of `limit` rows after a cursor (`fetch`), read until `limit` approvals are kept
+    or `scan` rows were read: the page, and the cursor of the next (None at the end)."""
+    page: list[Approval] = []
+    scanned = 0
+    cursor = after
+    while True:
+        batch = await fetch(cursor)
+        for approval in batch:
+            scanned += 1
+            cursor = position(approval)
+            if keep(approval):
+                page.append(approval)
+                if len(page) == limit:
+                    return page, cursor
+        if len(batch) < limit:
+            return page, None
+        if scanned >= scan:
+            return page, cursor
