@@ -58,6 +58,22 @@ async def start_worker(*args: str) -> asyncio.subprocess.Process:
     return await start_program("tests.support.workers", *args)
 
 
+async def start_mcp_upstream(
+    env: dict[str, str] | None = None,
+) -> tuple[str, asyncio.subprocess.Process]:
+    """The test MCP server (`support.mcp_upstream`) over Streamable HTTP on a free port, in a
+    process of its own, once it accepts connections: its endpoint URL and its process (the
+    caller kills it). `env` is added to this process's environment (the log path, the hold)."""
+    process = await start_program("tests.support.mcp_upstream", "http", "--port", "0", env=env)
+    assert process.stdout is not None and process.stderr is not None
+    line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+    if not line.startswith("listening on "):
+        process.kill()
+        stderr = (await asyncio.wait_for(process.stderr.read(), 10)).decode()
+        raise AssertionError(f"the MCP upstream did not listen: {line!r} {stderr[-2000:]}")
+    return line.removeprefix("listening on ").strip(), process
+
+
 async def finish(process: asyncio.subprocess.Process, within: float = 120) -> str:
     """Wait for a worker; return its stdout, failing with its stderr if it failed."""
     stdout, stderr = await asyncio.wait_for(process.communicate(), within)
