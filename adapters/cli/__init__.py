@@ -25,6 +25,7 @@ from . import (
     embedded,
     keys,
     ledger_commands,
+    mcp,
     reviewers,
     serve,
     tokens,
@@ -73,6 +74,7 @@ def build_parser() -> Parser:
     reviewers.register(groups)
     tokens.register(groups)
     serve.register(groups)
+    mcp.register(groups)
     checkpoints.register(groups)
     demo.register(groups)
     embedded.register(groups)

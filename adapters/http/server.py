@@ -34,7 +34,15 @@ from .connections import bounded_protocol
 from .horizon import HorizonWatch
 from .service import Service, ServiceMisconfigured, api_tokens, open_service
 
-__all__ = ["DEV_PREFIX", "DevAuthenticator", "running", "serve"]
+__all__ = [
+    "DEV_PREFIX",
+    "DevAuthenticator",
+    "bound_port",
+    "ended",
+    "running",
+    "serve",
+    "until_started",
+]
 
 DEV_PREFIX = "sgfdev_"
 
@@ -153,7 +161,7 @@ def _server(service: Service, host: str, port: int) -> uvicorn.Server:
     return _Server(config, service)
 
 
-def _bound_port(server: uvicorn.Server) -> int:
+def bound_port(server: uvicorn.Server) -> int:
     port: int = server.servers[0].sockets[0].getsockname()[1]
     return port
 
@@ -188,12 +196,12 @@ async def running(
     server = _server(service, host, port)
     task = asyncio.create_task(server.serve())
     try:
-        await _until_started(server, task, host, port)
+        await until_started(server, task, host, port)
         async with _watching_horizon(service):
-            yield server, _bound_port(server)
+            yield server, bound_port(server)
     finally:
         server.should_exit = True
-        await _ended(task, host, port)
+        await ended(task, host, port)
 
 
 async def serve(
@@ -221,12 +229,12 @@ async def serve(
     try:
         server = _server(service, host, port)
         task = asyncio.create_task(server.serve())
-        await _until_started(server, task, host, port)
+        await until_started(server, task, host, port)
         if on_started is not None:
             shown = f"[{host}]" if ":" in host else host
             on_started(
                 Started(
-                    url=f"http://{shown}:{_bound_port(server)}",
+                    url=f"http://{shown}:{bound_port(server)}",
                     login=await _login(service),
                     active_tokens=active,
                     oidc_issuer=None if service.oidc is None else service.oidc.settings.issuer,
@@ -235,18 +243,18 @@ async def serve(
                 )
             )
         async with _watching_horizon(service):
-            await _ended(task, host, port)
+            await ended(task, host, port)
     finally:
         await service.close()
 
 
-async def _until_started(
+async def until_started(
     server: uvicorn.Server, task: asyncio.Task[None], host: str, port: int
 ) -> None:
     """Wait until uvicorn listens (it has no event to wait on); its failure to bind is ours."""
     while not server.started:
         if task.done():
-            await _ended(task, host, port)
+            await ended(task, host, port)
             raise _cannot_listen(host, port)
         await asyncio.sleep(0.01)
 
@@ -255,7 +263,7 @@ def _cannot_listen(host: str, port: int) -> ServiceMisconfigured:
     return ServiceMisconfigured(f"cannot listen on {host}:{port} (in use, or not allowed)")
 
 
-async def _ended(task: asyncio.Task[None], host: str, port: int) -> None:
+async def ended(task: asyncio.Task[None], host: str, port: int) -> None:
     """Wait for uvicorn's task; it exits the process when it cannot bind: say so instead."""
     try:
         await task

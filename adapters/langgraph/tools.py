@@ -28,7 +28,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from adapters.runtime import DecisionConflict, ToolSpec, ask, confirm_once
+from adapters.runtime import DecisionConflict, ToolSpec, ask, confirm_once, effect_of_hints
 from adapters.runtime import run as run_call
 from adapters.runtime.documents import description_of
 from adapters.runtime.hitl import decidable, hitl_decision, one_decision
@@ -86,12 +86,7 @@ def effect_of(tool: BaseTool | None, spec: ToolSpec) -> Effect:
     if spec.effect is not None:
         return spec.effect
     metadata: Mapping[str, Any] = (tool.metadata or {}) if tool is not None else {}
-    hints = {**metadata, **(metadata.get("annotations") or {})}
-    if hints.get("readOnlyHint") is True:
-        return Effect.READ
-    if hints.get("idempotentHint") is True:
-        return Effect.IDEMPOTENT_WRITE
-    return Effect.SINGLE_ATTEMPT
+    return effect_of_hints({**metadata, **(metadata.get("annotations") or {})})
 
 
 _current_key: ContextVar[str | None] = ContextVar("signoff_idempotency_key", default=None)

@@ -17,7 +17,7 @@ an approval's JSON (the CLI's, the HTTP service's).
 
 from .decide import DecisionConflict, DecisionRecord, confirm_once, decide_once, same_decision
 from .flow import ask, await_final, ready, require_ready, run
-from .spec import ToolSpec, task_run_id
+from .spec import ToolSpec, effect_of_hints, task_run_id
 
 __all__ = [
     "DecisionConflict",
@@ -27,6 +27,7 @@ __all__ = [
     "await_final",
     "confirm_once",
     "decide_once",
+    "effect_of_hints",
     "ready",
     "require_ready",
     "run",

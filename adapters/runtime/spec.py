@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from approvals import ApprovalPolicy
 from ledger.calls.model import Effect, ToolPolicy
 
-__all__ = ["ToolSpec", "task_run_id"]
+__all__ = ["ToolSpec", "effect_of_hints", "task_run_id"]
 
 
 @dataclass(frozen=True)
@@ -39,3 +41,13 @@ class ToolSpec:
 def task_run_id(run_id: str, call_id: str) -> str:
     """Who consumes the approval of a call: `<run>/<call id>`, one per call of a run."""
     return f"{run_id}/{call_id}"
+
+
+def effect_of_hints(hints: Mapping[str, Any]) -> Effect:
+    """The effect MCP tool annotations claim: `readOnlyHint` -> read, `idempotentHint` ->
+    idempotent_write, else single-attempt (hints, so only what the server claims)."""
+    if hints.get("readOnlyHint") is True:
+        return Effect.READ
+    if hints.get("idempotentHint") is True:
+        return Effect.IDEMPOTENT_WRITE
+    return Effect.SINGLE_ATTEMPT

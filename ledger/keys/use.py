@@ -91,10 +91,19 @@ class KeyUse(KeyCache):
             DecryptionFailed: altered, or bound to another place.
             UnknownKey: the key it names is unknown or retired.
         """
-        key_id = key_id_of(sealed)
-        if key_id is None:
-            raise UnknownKey("?", f"{where} is not a Signoff ciphertext")
+        key_id = _sealed_key_id(sealed, where)
         loaded = await self._key_fresh(key_id, purpose)
+        return open_sealed(_aead_of(loaded), purpose, key_id, sealed, context, where)
+
+    def decrypt_cached(self, purpose: Purpose, sealed: bytes, context: bytes, where: str) -> bytes:
+        """`decrypt` from the keys this process has loaded, for a synchronous caller (a
+        protocol library's codec); a key it has not seen is `UnknownKey`.
+
+        Raises:
+            DecryptionFailed, UnknownKey: as `decrypt`.
+        """
+        key_id = _sealed_key_id(sealed, where)
+        loaded = self._key(key_id, purpose)
         return open_sealed(_aead_of(loaded), purpose, key_id, sealed, context, where)
 
     # -- MACs and signatures -----------------------------------------------------------------
@@ -228,3 +237,10 @@ class KeyUse(KeyCache):
 def _public_key(raw: bytes) -> Ed25519PublicKey:
     """The loaded key of raw Ed25519 public key bytes (loading costs a tenth of a check)."""
     return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def _sealed_key_id(sealed: bytes, where: str) -> str:
+    key_id = key_id_of(sealed)
+    if key_id is None:
+        raise UnknownKey("?", f"{where} is not a Signoff ciphertext")
+    return key_id

@@ -1,0 +1,348 @@
+"""One `tools/call` through the gateway: which run and call it is, its approval asked for and
+waited on in MCP's terms, then the ledger runs it on its upstream (or replays it).
+
+Runs and calls. The run is `mcp:<principal>:<conversation>`: the conversation is the client's
+`_meta["io.signoff/run"]`, else the transport's session (an HTTP session, one gateway process
+on stdio), else `default`. The call is the client's `_meta["io.signoff/call"]`, else, for a
+write, a keyed digest of the tool and its arguments (the same write in one run is one call:
+it runs once and then replays), else, for a read, a new id (reads run every time).
+
+Approvals. On 2026-07-28 a call that needs one answers `input_required` with a sealed
+`requestState` naming it; on 2025-11-25 the gateway sends `elicitation/create` itself. Either
+way the approval is consumed by the ledger's intent, in one transaction, and a state whose
+call is in the ledger already is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from adapters.runtime import ask, confirm_once, ready, run
+from approvals import Approval, ApprovalError, ApprovalStatus, ApprovalStore, ApprovalTier
+from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
+from ledger.calls.service import ToolLedger
+from ledger.canonical import canonical_json
+from ledger.keys import KeyRing
+from ledger.log import get_logger
+
+from .asking import APPROVAL_KEY, decision_of_form, form_params, url_params
+from .config import GatewayConfig
+from .errors import APPROVAL_REFUSED, CALL_REFUSED, OUTCOME_UNKNOWN, refused
+from .request_state import PendingCall
+from .upstreams import Route, Upstreams
+
+__all__ = ["CALL_META", "RUN_META", "Gateway"]
+
+log = get_logger(__name__)
+
+RUN_META = "io.signoff/run"
+CALL_META = "io.signoff/call"
+IDEMPOTENCY_META = "io.signoff/idempotencyKey"
+"""Told to the upstream with every call: the same on every attempt of one call."""
+_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_REFUSED_STATUS = {
+    ApprovalStatus.REJECTED: "approval_rejected",
+    ApprovalStatus.EXPIRED: "approval_expired",
+    ApprovalStatus.CANCELLED: "approval_cancelled",
+}
+
+Answer = types.CallToolResult | types.InputRequiredResult
+
+
+@dataclass
+class Gateway:
+    """The gateway's state: its config, upstreams and Signoff stores.
+
+    Attributes:
+        principal: who calls, on a transport that authenticates nobody (stdio); None: the
+            bearer token's (HTTP).
+        conversation: the conversation of a request without a session (one gateway process).
+    """
+
+    config: GatewayConfig
+    upstreams: Upstreams
+    store: ApprovalStore
+    ledger: ToolLedger
+    ring: KeyRing
+    principal: str | None = None
+    conversation: str = "default"
+
+    def principal_of(self, ctx: ServerRequestContext[Any, Any] | None = None) -> str:
+        """Who calls: the authenticated token's principal, else the configured one."""
+        token = get_access_token()
+        if token is not None:
+            return token.client_id
+        if self.principal is None:
+            raise refused(CALL_REFUSED, "unauthenticated", "this gateway needs a bearer token")
+        return self.principal
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> Answer:
+        route = self.upstreams.routes.get(params.name)
+        if route is None:
+            raise refused(CALL_REFUSED, "unknown_tool", f"no tool {params.name!r} here")
+        args = dict(params.arguments or {})
+        meta = dict(params.meta or {})
+        who = self.principal_of(ctx)
+        run_id = self._run_of(ctx, who, meta)
+        if route.spec.approval is None:
+            call = ToolCall(run_id, await self._call_id(route, args, meta), route.spec.name, args)
+            return await self._run(route, call)
+        if params.request_state is not None:
+            pending = self._pending(params.request_state, run_id)
+            call = ToolCall(run_id, pending.call_id, route.spec.name, args)
+            if await self.ledger.answering(run_id, call.call_id) is not None:
+                raise _state_used()
+            approval = await self.store.get(pending.approval_id)
+            if (approval.run_id, approval.call_id, approval.tool) != (
+                run_id,
+                call.call_id,
+                call.tool,
+            ):
+                raise refused(CALL_REFUSED, "request_state_foreign", "requestState of another call")
+        else:
+            call = ToolCall(run_id, await self._call_id(route, args, meta), route.spec.name, args)
+            if (entry := await self.ledger.answering(run_id, call.call_id)) is not None:
+                return await self._run(route, call, entry.approval_id)
+            approval = await ask(self.store, route.spec, call, requested_by=who)
+        bound = log.bind(run_id=run_id, call_id=call.call_id, approval_id=approval.approval_id)
+        if not ready(approval):
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                answered = await self._modern_round(route, call, approval, params)
+            else:
+                answered = await self._legacy_round(ctx, route, call, approval)
+            if isinstance(answered, types.InputRequiredResult):
+                bound.info("call waits for its approval")
+                return answered
+            approval = answered
+        bound.info("approval final", status=str(approval.status))
+        fresh = params.request_state is not None
+        return await self._run(route, call, approval.approval_id, approval=approval, fresh=fresh)
+
+    # -- one round of asking -------------------------------------------------------------------
+
+    async def _modern_round(
+        self,
+        route: Route,
+        call: ToolCall,
+        approval: Approval,
+        params: types.CallToolRequestParams,
+    ) -> Approval | types.InputRequiredResult:
+        """2026-07-28: the answer in `inputResponses`, else ask; still pending: the state."""
+        state = PendingCall(approval.approval_id, call.run_id, call.call_id).to_state()
+        response = (params.input_responses or {}).get(APPROVAL_KEY)
+        if (
+            route.spec.approval is not None
+            and route.spec.approval.tier is ApprovalTier.SELF_CONFIRM
+        ):
+            if not isinstance(response, types.ElicitResult):
+                form = types.ElicitRequest(params=form_params(route.spec, call.args))
+                return await self._input_required({APPROVAL_KEY: form}, state)
+            return await self._confirmed(route, call, approval, response)
+        if params.request_state is None or (
+            isinstance(response, types.ElicitResult) and response.action != "accept"
+        ):
+            if isinstance(response, types.ElicitResult):
+                raise self._not_opened(approval)
+            asked = url_params(self.config.public_url, route.spec, approval, with_id=False)
+            return await self._input_required(
+                {APPROVAL_KEY: types.ElicitRequest(params=asked)}, state
+            )
+        waited = await self.store.wait(approval.approval_id, self.config.wait_seconds)
+        if ready(waited):
+            return waited
+        return await self._input_required(None, state)
+
+    async def _legacy_round(
+        self, ctx: ServerRequestContext[Any, Any], route: Route, call: ToolCall, approval: Approval
+    ) -> Approval:
+        """2025-11-25: ask with `elicitation/create` now and wait for the answer."""
+        policy = route.spec.approval
+        try:
+            if policy is not None and policy.tier is ApprovalTier.SELF_CONFIRM:
+                form = form_params(route.spec, call.args)
+                result = await ctx.session.elicit_form(
+                    form.message, form.requested_schema, related_request_id=ctx.request_id
+                )
+                return await self._confirmed(route, call, approval, result)
+            asked = url_params(self.config.public_url, route.spec, approval, with_id=True)
+            assert asked.elicitation_id is not None
+            result = await ctx.session.elicit_url(
+                asked.message, asked.url, asked.elicitation_id, related_request_id=ctx.request_id
+            )
+        except MCPError as e:
+            raise refused(
+                CALL_REFUSED, "elicitation_failed", f"the client cannot be asked: {e.message}"
+            ) from None
+        if result.action != "accept":
+            raise self._not_opened(approval)
+        waited = await self.store.wait(approval.approval_id, self.config.wait_seconds)
+        if not ready(waited):
+            raise MCPError(
+                code=types.URL_ELICITATION_REQUIRED,
+                message=f"{route.spec.name} is still waiting for a reviewer: call it again once "
+                "the approval is decided",
+                data=types.ElicitationRequiredErrorData(elicitations=[asked]).model_dump(
+                    mode="json", by_alias=True, exclude_none=True
+                ),
+            )
+        await ctx.session.send_elicit_complete(approval.approval_id, ctx.request_id)
+        return waited
+
+    async def _confirmed(
+        self, route: Route, call: ToolCall, approval: Approval, response: types.ElicitResult
+    ) -> Approval:
+        """The self-confirm form's answer, recorded (a repeat of the same answer is one)."""
+        if response.action == "cancel":
+            raise refused(
+                APPROVAL_REFUSED,
+                "approval_dismissed",
+                "the confirmation was dismissed; nothing ran (call again to be asked again)",
+                approval_id=approval.approval_id,
+            )
+        try:
+            decision = (
+                decision_of_form(route.spec, call.args, response.content)
+                if response.action == "accept"
+                else decision_of_form(route.spec, call.args, {"approve": False})
+            )
+            return (await confirm_once(self.store, approval.approval_id, decision)).approval
+        except (ValueError, ApprovalError) as e:
+            raise refused(
+                APPROVAL_REFUSED, "confirmation_refused", f"the confirmation was refused: {e}"
+            ) from None
+
+    async def _input_required(
+        self, requests: types.InputRequests | None, state: str
+    ) -> types.InputRequiredResult:
+        # The SDK seals the state after this returns: reserve the ring's nonce for it now.
+        async with self.ring.sealing():
+            pass
+        return types.InputRequiredResult(input_requests=requests, request_state=state)
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        route: Route,
+        call: ToolCall,
+        approval_id: str | None = None,
+        *,
+        approval: Approval | None = None,
+        fresh: bool = False,
+    ) -> types.CallToolResult:
+        """Run (or replay) `call`; `fresh`: a requestState's call, which must not replay (a
+        concurrent request with the same state ran it)."""
+
+        async def on_upstream(args: dict[str, Any], context: CallContext) -> Any:
+            meta = {IDEMPOTENCY_META: context.idempotency_key}
+            try:
+                result = await self.upstreams.call(route, args, meta)
+            except MCPError as e:  # the upstream refused the request: nothing ran there
+                raise ToolFailed(f"the upstream refused the call: {e.message}") from None
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+        outcome = await run(self.ledger, self.store, route.spec, call, on_upstream, approval_id)
+        if fresh and outcome.replayed:
+            raise _state_used()
+        return _answer(outcome, approval)
+
+    async def _call_id(self, route: Route, args: dict[str, Any], meta: dict[str, Any]) -> str:
+        given = meta.get(CALL_META)
+        if given is not None:
+            return _checked_id(given, CALL_META)
+        if route.spec.effect is Effect.READ:
+            return f"r-{uuid.uuid4().hex}"
+        async with self.ring.sealing():
+            _, digest = self.ring.value_mac(
+                canonical_json({"tool": route.spec.name, "args": args}).encode()
+            )
+        return f"w-{digest[:40]}"
+
+    def _run_of(
+        self, ctx: ServerRequestContext[Any, Any], principal: str, meta: dict[str, Any]
+    ) -> str:
+        conversation = meta.get(RUN_META)
+        if conversation is not None:
+            conversation = _checked_id(conversation, RUN_META)
+        else:
+            request = ctx.request
+            headers = getattr(request, "headers", None)
+            session = headers.get("mcp-session-id") if headers is not None else None
+            conversation = session if session and _ID.match(session) else self.conversation
+        return f"mcp:{principal}:{conversation}"
+
+    def _pending(self, state: str, run_id: str) -> PendingCall:
+        try:
+            pending = PendingCall.from_state(state)
+        except ValueError:
+            raise refused(
+                CALL_REFUSED, "invalid_request_state", "not a Signoff requestState"
+            ) from None
+        if pending.run_id != run_id:
+            raise refused(CALL_REFUSED, "request_state_foreign", "requestState of another run")
+        return pending
+
+    def _not_opened(self, approval: Approval) -> MCPError:
+        return refused(
+            APPROVAL_REFUSED,
+            "approval_not_opened",
+            "the approval was not opened; nothing ran and it stays pending for reviewers",
+            approval_id=approval.approval_id,
+        )
+
+
+def _state_used() -> MCPError:
+    return refused(
+        CALL_REFUSED,
+        "request_state_used",
+        "this requestState was used already; call the tool again without it",
+    )
+
+
+def _checked_id(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise refused(
+            CALL_REFUSED, "invalid_meta", f"_meta[{key!r}] must be 1 to 64 of A-Z a-z 0-9 _ . : -"
+        )
+    return value
+
+
+def _answer(outcome: CallOutcome, approval: Approval | None) -> types.CallToolResult:
+    """The client's answer for what the ledger says of the call."""
+    if outcome.status is CallStatus.SUCCEEDED:
+        return types.CallToolResult.model_validate(outcome.result)
+    if outcome.status is CallStatus.RESPONDED:
+        text = f"A reviewer answered instead of running the tool: {outcome.result}"
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+    if outcome.status is CallStatus.FAILED:
+        text = f"The tool failed: {outcome.error}"
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], is_error=True
+        )
+    if outcome.status is CallStatus.DENIED:
+        status = approval.status if approval is not None else ApprovalStatus.REJECTED
+        reason = _REFUSED_STATUS.get(status, "approval_rejected")
+        raise refused(
+            APPROVAL_REFUSED,
+            reason,
+            f"not run: the approval was {status}: {outcome.error}",
+            approval_id=outcome.approval_id,
+        )
+    raise refused(
+        OUTCOME_UNKNOWN,
+        "outcome_unknown",
+        "the call may have run once and its outcome was not recorded; it will not run again "
+        "until a reviewer resolves it (signoff calls resolve)",
+        call_id=outcome.call_id,
+    )

@@ -1,0 +1,31 @@
+"""The MCP errors the gateway answers with. Each has a code in JSON-RPC's range for
+implementation-defined server errors and a `data.reason` a client can branch on; the message is
+one line for the person reading it. Nothing ran when one of these is the answer, except
+`outcome_unknown`, which says the call may have run once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+
+__all__ = [
+    "APPROVAL_REFUSED",
+    "CALL_REFUSED",
+    "OUTCOME_UNKNOWN",
+    "refused",
+]
+
+APPROVAL_REFUSED = -32051
+"""The approval did not allow the call: rejected, expired, cancelled, or declined here."""
+OUTCOME_UNKNOWN = -32052
+"""A write of this call may have happened and was not recorded; a reviewer resolves it."""
+CALL_REFUSED = INVALID_PARAMS
+"""The request itself is refused: an unknown tool, a requestState used already or for another
+run, a run or call id that is malformed."""
+
+
+def refused(code: int, reason: str, message: str, **data: Any) -> MCPError:
+    """An MCP error with `data = {"reason": reason, **data}`."""
+    return MCPError(code=code, message=message, data={"reason": reason, **data})

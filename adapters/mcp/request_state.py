@@ -1,0 +1,77 @@
+"""The `requestState` of a call waiting for its approval (MCP 2026-07-28).
+
+The SDK's `RequestStateBoundary` wraps what the gateway hands it in an envelope that binds the
+method, the tool, a digest of the arguments, the principal and an expiry; `RingCodec` seals
+that envelope under Signoff's ring (the result-sealing key, its own associated data), so every
+gateway process of one database opens what another sealed, and nothing but Signoff's key ring
+is configured. Single use is not the envelope's: the approval it names is consumed once, in
+the call's intent transaction, and a state whose call is in the ledger already is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+from mcp.server.request_state import InvalidRequestState
+
+from ledger.errors import SignoffError
+from ledger.keys import KeyRing
+from ledger.keys.cache import Purpose
+
+__all__ = ["PendingCall", "RingCodec"]
+
+_CONTEXT = b"signoff.mcp.request_state.v1"
+_PREFIX = "sgs1."
+
+
+class RingCodec:
+    """The SDK's `RequestStateCodec` over Signoff's ring: AES-256-GCM under the active result
+    key, bound to its own associated data. Synchronous, as the SDK asks: it opens with keys
+    this process has loaded (the ring refreshes them as it serves calls)."""
+
+    def __init__(self, ring: KeyRing) -> None:
+        self.ring = ring
+
+    def seal(self, payload: bytes) -> str:
+        sealed = self.ring.encrypt(Purpose.RESULT, payload, _CONTEXT)
+        return _PREFIX + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
+
+    def unseal(self, token: str) -> bytes:
+        if not token.startswith(_PREFIX) or len(token) > 16_384:
+            raise InvalidRequestState("malformed")
+        body = token[len(_PREFIX) :]
+        try:
+            sealed = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        except ValueError:
+            raise InvalidRequestState("malformed") from None
+        try:
+            return self.ring.decrypt_cached(Purpose.RESULT, sealed, _CONTEXT, "requestState")
+        except SignoffError as e:
+            raise InvalidRequestState(type(e).__name__) from None
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """What a round hands the next: the approval asked for, and the call it is for."""
+
+    approval_id: str
+    run_id: str
+    call_id: str
+
+    def to_state(self) -> str:
+        return json.dumps(
+            {"approval": self.approval_id, "run": self.run_id, "call": self.call_id},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_state(cls, text: str) -> PendingCall:
+        """Raises: ValueError: not a state this gateway made (the SDK checked its seal)."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(k), str) for k in ("approval", "run", "call")
+        ):
+            raise ValueError("not a Signoff requestState")
+        return cls(data["approval"], data["run"], data["call"])
