@@ -10,6 +10,7 @@ import sys
 
 from adapters.extras import MCP, require_extra
 from approvals.identity import reviewer_id
+from ledger.calls.service import DEFAULT_LEASE_SECONDS
 
 from .arguments import reviewer
 from .context import settings_of
@@ -48,6 +49,14 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     mcp.add_argument("--public-url", metavar="URL", help="the inbox's URL (over the config's)")
     mcp.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=DEFAULT_LEASE_SECONDS,
+        metavar="S",
+        help="how long a running call is held without a beat from this gateway before another "
+        f"takes it over or records outcome_unknown (default {DEFAULT_LEASE_SECONDS:g})",
+    )
+    mcp.add_argument(
         "--json",
         action="store_true",
         help='with --http: once listening, print {"url": ...} as one JSON line on stdout',
@@ -79,7 +88,12 @@ def _run(args: argparse.Namespace) -> int:
 
     asyncio.run(
         run_gateway(
-            settings_of(args), config, principal=principal, listen=listen, on_started=announce
+            settings_of(args),
+            config,
+            principal=principal,
+            listen=listen,
+            lease_seconds=args.lease_seconds,
+            on_started=announce,
         )
     )
     return 0

@@ -332,6 +332,8 @@ def _answer(outcome: CallOutcome, approval: Approval | None) -> types.CallToolRe
         )
     if outcome.status is CallStatus.DENIED:
         status = approval.status if approval is not None else ApprovalStatus.REJECTED
+        if status is ApprovalStatus.PENDING:  # ready while pending: its time ran out
+            status = ApprovalStatus.EXPIRED
         reason = _REFUSED_STATUS.get(status, "approval_rejected")
         raise refused(
             APPROVAL_REFUSED,

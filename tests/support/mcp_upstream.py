@@ -9,7 +9,7 @@ prints `listening on http://127.0.0.1:PORT/mcp` once it accepts connections.
 
 Three tools, with MCP tool annotations: `balance` (read-only), `tag_ticket` (idempotent,
 additive) and `refund` (destructive, not idempotent: money moves). Every execution appends one
-JSON line `{"tool", "args", "pid"}` to the file `$SIGNOFF_UPSTREAM_LOG` (nothing is recorded
+JSON line `{"tool", "args", "pid", "ppid"}` to the file `$SIGNOFF_UPSTREAM_LOG` (nothing is recorded
 when it is unset), flushed and fsynced before the tool answers, so a test sees it even after
 another process was killed. When `$SIGNOFF_UPSTREAM_HOLD` names a path, `refund` waits, after
 recording its execution, until that path exists: a test can kill the caller while it is in flight.
@@ -49,7 +49,9 @@ def _record(tool: str, args: Mapping[str, Any]) -> None:
     path = os.environ.get(LOG_ENV)
     if not path:
         return
-    line = json.dumps({"tool": tool, "args": dict(args), "pid": os.getpid()}) + "\n"
+    # `ppid`: the process that started this one over stdio (a gateway a test may kill).
+    entry = {"tool": tool, "args": dict(args), "pid": os.getpid(), "ppid": os.getppid()}
+    line = json.dumps(entry) + "\n"
     # One write of one line in append mode: lines of concurrent processes never interleave.
     with open(path, "a", encoding="utf-8") as log:
         log.write(line)
