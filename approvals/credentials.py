@@ -6,11 +6,13 @@ copy of the database holds no usable token. Making and revoking tokens is an adm
 owner's login): the row and its `token.created` / `token.revoked` event on the stream
 `token:<id>` are written in one transaction, with no secret or hash in the event. The service's
 login (`signoff_reviewer` or `signoff_auditor`) only calls `signoff_token_use`, which checks the
-hash, revocation and expiry and stamps the token's last use.
+hash, revocation and expiry and stamps the token's last use; so does the MCP gateway's, a
+worker's (`signoff_app`), for its clients' agent tokens (`authenticate_agent`).
 
-An authenticated caller is an `Identity`: a normalised reviewer id, a scope (a reviewer decides,
-an auditor only reads) and the groups the reviewer directory gives it. Other authenticators (OIDC
-bearer tokens) return the same `Identity`.
+An authenticated caller is an `Identity`: a normalised reviewer id (an agent's principal name for
+an agent), a scope (a reviewer decides, an auditor only reads, an agent only talks to the MCP
+gateway) and the groups the reviewer directory gives it. Other authenticators (OIDC bearer tokens)
+return the same `Identity`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from . import _sql
 from .errors import (
     CredentialExpired,
     CredentialRevoked,
+    CredentialScopeRefused,
     InvalidApprovalRequest,
     InvalidCredential,
     UnknownCredential,
@@ -70,10 +73,12 @@ _TOKEN = re.compile(rf"{PREFIX}_([a-z0-9]{{8,64}})_([A-Za-z0-9_-]{{43}})")
 
 class Scope(StrEnum):
     """What a token allows: a reviewer sees and decides what its policies admit; an auditor
-    reads and never decides."""
+    reads and never decides; an agent (an MCP client of `signoff mcp`) is admitted by the
+    gateway alone, and the HTTP service refuses it as it refuses an invalid token."""
 
     REVIEWER = "reviewer"
     AUDITOR = "auditor"
+    AGENT = "agent"
 
 
 @dataclass(frozen=True)
@@ -81,11 +86,12 @@ class Identity:
     """An authenticated caller of the service.
 
     Attributes:
-        reviewer: the normalised reviewer id (`identity.reviewer_id`) it acts as.
-        scope: reviewer or auditor.
+        reviewer: the normalised reviewer id (`identity.reviewer_id`) it acts as; for an
+            agent, the agent's principal name, normalised the same way.
+        scope: reviewer, auditor or agent.
         groups: the reviewer directory's groups of `reviewer` when it authenticated (none for
-            an auditor, or a reviewer the directory does not hold). A decision reads them again
-            in its own transaction.
+            an auditor, an agent, or a reviewer the directory does not hold). A decision reads
+            them again in its own transaction.
         credential: what authenticated it (`token:<id>`), for logs and records; never a secret.
         listed: whether the reviewer directory held `reviewer` when it authenticated: a policy
             that names nobody admits only the directory's reviewers.
@@ -184,7 +190,8 @@ def parse_token(token: object) -> tuple[str, bytes]:
 
 class ApiTokens:
     """The API tokens of one database. `create`, `revoke` and `list` are the owner's (an
-    administrator's login); `authenticate` runs on the service's login."""
+    administrator's login); `authenticate` runs on the service's login, `authenticate_agent`
+    on the MCP gateway's (a worker's)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -198,7 +205,8 @@ class ApiTokens:
         expires_in: timedelta = timedelta(days=30),
         by: str,
     ) -> CreatedToken:
-        """Make a token for `reviewer` (journaled as `token.created`, without the secret).
+        """Make a token for `reviewer` (journaled as `token.created`, without the secret): a
+        reviewer's or an auditor's id, or an agent's principal name with `scope` agent.
 
         Raises:
             InvalidReviewerId: the reviewer id is refused (`identity.reviewer_id`).
@@ -210,7 +218,9 @@ class ApiTokens:
         try:
             scope = Scope(scope)
         except ValueError as e:
-            raise InvalidApprovalRequest(f"scope must be reviewer or auditor, not {scope!r}") from e
+            raise InvalidApprovalRequest(
+                f"scope must be reviewer, auditor or agent, not {scope!r}"
+            ) from e
         if not isinstance(expires_in, timedelta) or not timedelta(0) < expires_in <= MAX_LIFETIME:
             raise InvalidApprovalRequest(
                 f"a token's lifetime is more than 0 and at most {MAX_LIFETIME.days} days"
@@ -299,8 +309,9 @@ class ApiTokens:
         return count
 
     async def authenticate(self, token: str) -> Identity:
-        """Who `token` stands for; stamps its last use. Needs EXECUTE on `signoff_token_use`
-        (`signoff_reviewer`, `signoff_auditor`).
+        """Who `token` stands for, in whichever scope; stamps its last use. Needs EXECUTE on
+        `signoff_token_use` (`signoff_reviewer`, `signoff_auditor`, `signoff_app`). Whoever
+        calls it admits only the scopes it serves (the HTTP service refuses agents).
 
         Raises:
             InvalidCredential: malformed, unknown, or the wrong secret.
@@ -308,14 +319,7 @@ class ApiTokens:
         """
         token_id, secret = parse_token(token)
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(_sql.TOKEN_USE, token_id, secret_hash(secret))
-            status = row["status"]
-            if status == "revoked":
-                raise CredentialRevoked(token_id)
-            if status == "expired":
-                raise CredentialExpired(token_id)
-            if status != "valid":
-                raise InvalidCredential()
+            row = await _used(conn, token_id, secret)
             scope = Scope(row["scope"])
             groups = (
                 await directory_groups(conn, row["reviewer"]) if scope is Scope.REVIEWER else None
@@ -328,12 +332,47 @@ class ApiTokens:
             listed=groups is not None,
         )
 
+    async def authenticate_agent(self, token: str) -> Identity:
+        """Which agent `token` stands for: how the MCP gateway checks its clients. Stamps the
+        token's last use. Works on a login with only `signoff_app`; never reads the reviewer
+        directory (an agent has no groups).
+
+        Raises:
+            InvalidCredential: malformed, unknown, or the wrong secret.
+            CredentialRevoked, CredentialExpired: a real token that no longer authenticates.
+            CredentialScopeRefused: a reviewer's or an auditor's token: it admits no agent.
+        """
+        token_id, secret = parse_token(token)
+        async with self.db.connection() as conn:
+            row = await _used(conn, token_id, secret)
+        credential = STREAM_PREFIX + token_id
+        if row["scope"] != Scope.AGENT:
+            raise CredentialScopeRefused(credential, row["scope"], str(Scope.AGENT))
+        return Identity(reviewer=row["reviewer"], scope=Scope.AGENT, credential=credential)
+
     async def _journaled(
         self, conn: asyncpg.Connection, token_id: str, version: int, event: NewEvent
     ) -> None:
         await self.journal.append(
             STREAM_PREFIX + token_id, [event], expected_version=version, connection=conn
         )
+
+
+async def _used(conn: asyncpg.Connection, token_id: str, secret: bytes) -> Any:
+    """The `signoff_token_use` row of a token that authenticates.
+
+    Raises:
+        InvalidCredential, CredentialRevoked, CredentialExpired: it does not.
+    """
+    row = await conn.fetchrow(_sql.TOKEN_USE, token_id, secret_hash(secret))
+    status = row["status"]
+    if status == "revoked":
+        raise CredentialRevoked(token_id)
+    if status == "expired":
+        raise CredentialExpired(token_id)
+    if status != "valid":
+        raise InvalidCredential()
+    return row
 
 
 def _token_id(value: object) -> str:

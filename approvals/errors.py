@@ -12,6 +12,7 @@ __all__ = [
     "CredentialError",
     "CredentialExpired",
     "CredentialRevoked",
+    "CredentialScopeRefused",
     "DecisionForged",
     "DecisionNotAllowed",
     "InvalidApprovalRequest",
@@ -148,6 +149,16 @@ class CredentialRevoked(CredentialError):
     def __init__(self, token_id: str) -> None:
         super().__init__(f"API token {token_id} was revoked")
         self.token_id = token_id
+
+
+class CredentialScopeRefused(CredentialError):
+    """A credential that authenticates, but in a scope this door does not admit: an agent's
+    at the HTTP service, a reviewer's or an auditor's at the MCP gateway."""
+
+    def __init__(self, credential: str, scope: str, admitted: str) -> None:
+        super().__init__(f"credential {credential or '?'} has scope {scope}, not {admitted}")
+        self.credential = credential
+        self.scope = scope
 
 
 class UnknownCredential(CredentialError):

@@ -15,6 +15,7 @@ from approvals import (
     ApiTokens,
     CredentialExpired,
     CredentialRevoked,
+    CredentialScopeRefused,
     InvalidApprovalRequest,
     InvalidCredential,
     InvalidReviewerId,
@@ -185,8 +186,11 @@ async def test_only_the_owner_makes_tokens_and_writes_their_streams(
         temporary_login(database_url, "signoff_app") as url,
         await Database.connect(url, pool_size=1) as worker_db,
     ):
-        with pytest.raises(PermissionDenied):  # a worker cannot even try a token
-            await ApiTokens(worker_db).authenticate(created.token)
+        # A worker checks tokens for the MCP gateway, which lets in agents alone.
+        with pytest.raises(CredentialScopeRefused):
+            await ApiTokens(worker_db).authenticate_agent(created.token)
+        with pytest.raises(PermissionDenied):
+            await ApiTokens(worker_db).get(created.info.token_id)
 
 
 async def test_the_cli_prints_a_token_once_and_lists_none(

@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 
-from .support.http import every_pending, token_for, unique
+from .support.http import ask, bearer, every_pending, token_for, unique
 from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli, start_program
 
 
@@ -174,6 +174,54 @@ async def test_no_token_or_a_bad_one_is_401_with_a_bearer_challenge(api: Api, db
     assert said == {"invalid token"}
     ok = await api.client.get("/v1/approvals", headers={"Authorization": f"Bearer {good.token}"})
     assert ok.status_code == 200
+
+
+@pytest.fixture
+def auth_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """The authenticator's records (its logger does not propagate once configured)."""
+    logger = logging.getLogger("signoff.adapters.http.auth")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="signoff.adapters.http.auth")
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+async def test_an_agent_token_is_refused_as_an_invalid_one(
+    api: Api, db: Database, store: ApprovalStore, auth_log: pytest.LogCaptureFixture
+) -> None:
+    """An agent's token is for the MCP gateway: here it reads and decides nothing, and its
+    refusal looks like any other (the log alone says why)."""
+    agent = await ApiTokens(db).create(unique("agent"), scope="agent", by="admin")
+    approval_id = await ask(store, agent.info.reviewer)  # even where a policy names it
+    invalid = await api.client.get("/v1/approvals", headers=bearer(agent.token[:-1] + "A"))
+    for method, path in (
+        ("GET", "/v1/approvals"),
+        ("GET", f"/v1/approvals/{approval_id}"),
+        ("POST", f"/v1/approvals/{approval_id}/decision"),
+    ):
+        response = await api.client.request(
+            method, path, headers=bearer(agent.token), json=decision()
+        )
+        assert response.status_code == 401, response.text
+        assert (
+            response.json()
+            == invalid.json()
+            == {
+                "error": "unauthenticated",
+                "message": "invalid token",
+            }
+        )
+        assert response.headers["www-authenticate"] == invalid.headers["www-authenticate"]
+    assert (await store.get(approval_id)).status is ApprovalStatus.PENDING
+    refused = {  # a record reaches the handler once more through the root logger
+        id(r)
+        for r in auth_log.records
+        if r.getMessage() == "credential refused"
+        and getattr(r, "reason", None) == "CredentialScopeRefused"
+        and agent.info.token_id in getattr(r, "problem", "")
+    }
+    assert len(refused) == 3, [r.__dict__ for r in auth_log.records]
+    assert all(agent.token not in r.getMessage() for r in auth_log.records)
 
 
 async def test_a_reviewer_outside_the_policy_sees_nothing_and_records_nothing(

@@ -268,6 +268,29 @@ async def test_members_of_the_auditor_group_get_the_auditor_scope(
     assert (await v.verify(nobody)).groups == ()
 
 
+async def test_members_of_the_agent_group_are_agents_whatever_else_they_are(
+    rsa_key: Signer, jwks_server: JwksServer, verifier: Verifier
+) -> None:
+    jwks_server.document = jwks(rsa_key)
+    v = verifier(groups_claim="groups", auditor_group="auditors", agent_group="signoff-agents")
+    for groups in (
+        ["signoff-agents"],
+        ["auditors", "signoff-agents"],
+        ["finance", " signoff-agents"],
+    ):
+        assert (await v.verify(rsa_key.token(groups=groups))).scope == "agent", groups
+    assert (await v.verify(rsa_key.token(groups=["auditors"]))).scope == "auditor"
+    assert (await v.verify(rsa_key.token(groups=["finance"]))).scope == "reviewer"
+    # Without the setting, nobody is an agent through OIDC.
+    plain = verifier(groups_claim="groups")
+    assert (await plain.verify(rsa_key.token(groups=["signoff-agents"]))).scope == "reviewer"
+
+
+def test_the_agent_group_is_not_the_auditor_group(verifier: Verifier) -> None:
+    with pytest.raises(ConfigurationError, match="SIGNOFF_OIDC_AGENT_GROUP"):
+        verifier(groups_claim="groups", auditor_group="bots", agent_group="group:bots")
+
+
 async def test_a_namespaced_claim_with_dots_is_read_as_one_claim(
     rsa_key: Signer, jwks_server: JwksServer, verifier: Verifier
 ) -> None:
@@ -671,6 +694,7 @@ def test_the_oidc_settings_read_every_variable() -> None:
             "SIGNOFF_OIDC_REVIEWER_CLAIM": "email",
             "SIGNOFF_OIDC_GROUPS_CLAIM": "groups",
             "SIGNOFF_OIDC_AUDITOR_GROUP": "signoff-auditors",
+            "SIGNOFF_OIDC_AGENT_GROUP": "signoff-agents",
             "SIGNOFF_OIDC_ALGORITHMS": "rs256,PS256,eddsa",
             "SIGNOFF_OIDC_LEEWAY_SECONDS": "10",
         }
@@ -682,6 +706,7 @@ def test_the_oidc_settings_read_every_variable() -> None:
         reviewer_claim="email",
         groups_claim="groups",
         auditor_group="signoff-auditors",
+        agent_group="signoff-agents",
         algorithms=("RS256", "PS256", "EdDSA"),
         leeway_seconds=10.0,
     )
@@ -700,7 +725,8 @@ def test_the_oidc_settings_default_and_a_file_path_is_made_absolute(tmp_path: Pa
         }
     )
     assert oidc is not None
-    assert (oidc.reviewer_claim, oidc.groups_claim, oidc.auditor_group) == ("sub", None, None)
+    assert (oidc.reviewer_claim, oidc.groups_claim) == ("sub", None)
+    assert (oidc.auditor_group, oidc.agent_group) == (None, None)
     assert (oidc.algorithms, oidc.leeway_seconds) == (("RS256", "ES256", "EdDSA"), 30.0)
     assert oidc.jwks_file == tmp_path / "jwks.json" and oidc.jwks_url is None
     relative = OidcSettings(ISSUER, (AUDIENCE,), "keys/jwks.json")
@@ -732,6 +758,7 @@ BASE = {
         ("SIGNOFF_OIDC_REVIEWER_CLAIM", "e mail"),
         ("SIGNOFF_OIDC_GROUPS_CLAIM", "gro\tups"),
         ("SIGNOFF_OIDC_AUDITOR_GROUP", "signoff auditors"),
+        ("SIGNOFF_OIDC_AGENT_GROUP", "signoff agents"),
         ("SIGNOFF_OIDC_ALGORITHMS", "HS256"),
         ("SIGNOFF_OIDC_ALGORITHMS", "RS256,none"),
         ("SIGNOFF_OIDC_ALGORITHMS", "RS256,,ES256"),
@@ -763,7 +790,8 @@ def test_a_claim_variable_without_the_rest_is_a_configuration_error() -> None:
         Settings.from_env({"SIGNOFF_OIDC_REVIEWER_CLAIM": "email"})
 
 
-def test_the_auditor_group_needs_the_groups_claim() -> None:
+@pytest.mark.parametrize("variable", ["SIGNOFF_OIDC_AUDITOR_GROUP", "SIGNOFF_OIDC_AGENT_GROUP"])
+def test_the_auditor_or_agent_group_needs_the_groups_claim(variable: str) -> None:
     with pytest.raises(ConfigurationError, match="SIGNOFF_OIDC_GROUPS_CLAIM") as caught:
-        Settings.from_env({**BASE, "SIGNOFF_OIDC_AUDITOR_GROUP": "auditors"})
-    assert "SIGNOFF_OIDC_AUDITOR_GROUP" in str(caught.value)
+        Settings.from_env({**BASE, variable: "auditors"})
+    assert variable in str(caught.value)

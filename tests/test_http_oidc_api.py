@@ -51,6 +51,7 @@ def oidc_settings(jwks_source: str) -> OidcSettings:
         jwks=jwks_source,
         groups_claim="groups",
         auditor_group="auditors",
+        agent_group="agents",
     )
 
 
@@ -154,6 +155,21 @@ async def test_the_auditor_group_reads_and_never_decides(
     shown = await api.client.get(f"/v1/approvals/{approval_id}", headers=auditor)
     assert shown.status_code == 200
     assert await approving(api, approval_id, auditor) == 403
+
+
+async def test_the_agent_group_is_refused_as_an_invalid_token(
+    api: Api, signer: Signer, store: ApprovalStore
+) -> None:
+    """An agent signs in to the MCP gateway, never here: not even as an auditor, nor where a
+    policy names it."""
+    who = unique("bot")
+    approval_id = await ask(store, who)
+    agent = bearer(signer.token(sub=who, groups=["agents", "auditors"]))
+    shown = await api.client.get(f"/v1/approvals/{approval_id}", headers=agent)
+    assert shown.status_code == 401, shown.text
+    assert shown.json() == {"error": "unauthenticated", "message": "invalid token"}
+    assert await approving(api, approval_id, agent) == 401
+    assert (await store.get(approval_id)).status.value == "pending"
 
 
 def closed_port() -> int:

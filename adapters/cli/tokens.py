@@ -1,4 +1,5 @@
-"""`signoff tokens ...`: API tokens for reviewers and auditors of `signoff serve`.
+"""`signoff tokens ...`: API tokens for reviewers and auditors of `signoff serve`, and for the
+agents (MCP clients) of `signoff mcp`.
 
 Making and revoking tokens is an administrator's (run with the owner's login); each one is
 journaled on the token's stream `token:<id>`, never with its secret. A new token is printed
@@ -25,6 +26,7 @@ _EXAMPLES = """\
 examples:
   signoff tokens create --reviewer alice                  a reviewer's token for 30 days
   signoff tokens create --reviewer audit-bot --scope auditor --expires 7d
+  signoff tokens create --reviewer support-agent --scope agent   an MCP client's, for signoff mcp
   signoff tokens list
   signoff tokens revoke 3f2a9c0d1e4b5a69
 """
@@ -49,8 +51,9 @@ def lifetime(text: str) -> timedelta:
 def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tokens = groups.add_parser(
         "tokens",
-        help="API tokens for `signoff serve` (reviewers and auditors)",
-        description="API tokens authenticate reviewers and auditors to `signoff serve`. A token "
+        help="API tokens for `signoff serve` (reviewers, auditors) and `signoff mcp` (agents)",
+        description="API tokens authenticate reviewers and auditors to `signoff serve`, and "
+        "agents (MCP clients) to `signoff mcp`, which `signoff serve` refuses. A token "
         "is printed once when it is made; the database keeps only its hash. Making and "
         "revoking tokens needs the owner's login and is journaled.",
         epilog=_EXAMPLES,
@@ -61,19 +64,24 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     create = commands.add_parser(
         "create",
-        help="make a token for a reviewer (printed once)",
-        description="Make a token for a reviewer id and print it, once. The reviewer's groups "
-        "come from the reviewer directory when the token is used, never from the token.",
+        help="make a token for a reviewer, an auditor or an agent (printed once)",
+        description="Make a token for a reviewer id (or, with --scope agent, an agent's "
+        "principal name) and print it, once. The reviewer's groups come from the reviewer "
+        "directory when the token is used, never from the token; an agent has none.",
     )
     create.add_argument(
-        "--reviewer", required=True, metavar="ID", type=reviewer, help="the reviewer's id"
+        "--reviewer",
+        required=True,
+        metavar="ID",
+        type=reviewer,
+        help="the reviewer's id, or the agent's principal name with --scope agent",
     )
     create.add_argument(
         "--scope",
         choices=[s.value for s in Scope],
         default=Scope.REVIEWER.value,
-        help="reviewer: sees and decides what policies admit; auditor: reads only "
-        "(default: reviewer)",
+        help="reviewer: sees and decides what policies admit; auditor: reads only; "
+        "agent: an MCP client of `signoff mcp`, refused by `signoff serve` (default: reviewer)",
     )
     create.add_argument(
         "--expires",

@@ -13,7 +13,12 @@ the reason (the reason is logged, never the credential); a JWKS that cannot be h
 Whichever credential authenticates, a reviewer's groups are the reviewer directory's: a
 token's groups claim grants no policy group (the store reads the directory again when it
 records a decision, so a group only the token names could show an approval that deciding
-then refuses). The claim decides only who is an auditor (`SIGNOFF_OIDC_AUDITOR_GROUP`).
+then refuses). The claim decides only who is an auditor (`SIGNOFF_OIDC_AUDITOR_GROUP`) or an
+agent (`SIGNOFF_OIDC_AGENT_GROUP`).
+
+An agent's credential (an API token of scope agent, or a JWT of the agent group) is for the MCP
+gateway (`signoff mcp`): here it authenticates nobody, refused like an invalid one (401, the one
+message), the reason logged.
 
 Guessing is throttled (`limits.FailureLimiter`): refused credentials spend their client
 address's budget, and an address with none left gets 429 for any credential, which is then
@@ -27,7 +32,7 @@ from typing import Protocol, runtime_checkable
 
 from fastapi import Request
 
-from approvals import ApiTokens, CredentialError, Identity, Scope
+from approvals import ApiTokens, CredentialError, CredentialScopeRefused, Identity, Scope
 from approvals.credentials import PREFIX
 from approvals.reviewers import directory_groups
 from ledger.log import get_logger
@@ -210,7 +215,7 @@ class Authentication:
         for authenticator in self.authenticators:
             if authenticator.accepts(credential):
                 try:
-                    return await authenticator.authenticate(credential)
+                    return _admitted(await authenticator.authenticate(credential))
                 except (CredentialError, InvalidBearerToken) as e:
                     reason = e.reason if isinstance(e, InvalidBearerToken) else type(e).__name__
                     log.info("credential refused", reason=reason, problem=str(e))
@@ -226,3 +231,15 @@ class Authentication:
                     ) from None
         log.info("credential refused", reason="no authenticator accepts its form")
         raise unauthenticated(CredentialError.PUBLIC_MESSAGE)
+
+
+def _admitted(identity: Identity) -> Identity:
+    """`identity`, unless it is an agent's: agents talk to the MCP gateway, never to this
+    service, so an agent holding its credential can neither read nor decide here.
+
+    Raises:
+        CredentialScopeRefused: an agent's identity.
+    """
+    if identity.scope is Scope.AGENT:
+        raise CredentialScopeRefused(identity.credential, identity.scope, "reviewer or auditor")
+    return identity

@@ -1,5 +1,5 @@
 """OIDC / JWT bearer tokens: verified against the configured issuer, audience and JWKS, and
-mapped to a reviewer id, groups and a scope.
+mapped to a reviewer id, groups and a scope (auditors and agents by their groups).
 
 `OidcVerifier(settings.oidc)` reads a JWKS file at once (a missing or unusable file is a
 `ConfigurationError`); a JWKS URL is fetched on first use. Either is read again when a token
@@ -55,7 +55,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
-Scope = Literal["reviewer", "auditor"]
+Scope = Literal["reviewer", "auditor", "agent"]
 Reason = Literal[
     "malformed",
     "disallowed_algorithm",
@@ -143,7 +143,7 @@ class OidcVerifier:
 
     Raises:
         ConfigurationError: the JWKS is a file that cannot be read or holds no usable key, or
-            the auditor group is not a valid group name.
+            the auditor or the agent group is not a valid group name, or they are one group.
     """
 
     def __init__(
@@ -161,12 +161,13 @@ class OidcVerifier:
         self._timeout = timeout
         self._clock = clock
         self._source = settings.jwks
-        self._auditor_group: str | None = None
-        if settings.auditor_group is not None:
-            try:
-                self._auditor_group = group_name(settings.auditor_group)
-            except InvalidReviewerId as e:
-                raise ConfigurationError(f"SIGNOFF_OIDC_AUDITOR_GROUP: {e}") from e
+        self._auditor_group = _group_setting("SIGNOFF_OIDC_AUDITOR_GROUP", settings.auditor_group)
+        self._agent_group = _group_setting("SIGNOFF_OIDC_AGENT_GROUP", settings.agent_group)
+        if self._agent_group is not None and self._agent_group == self._auditor_group:
+            raise ConfigurationError(
+                "SIGNOFF_OIDC_AGENT_GROUP is SIGNOFF_OIDC_AUDITOR_GROUP: agents and auditors "
+                "are told apart by their groups"
+            )
         self._keys: _KeySet | None = None
         self._last_attempt: float | None = None
         self._last_problem: str | None = None
@@ -375,7 +376,14 @@ class OidcVerifier:
         except InvalidReviewerId as e:
             raise InvalidBearerToken("invalid_claim", f"{name}: {e}") from None
         groups = self._groups(claims)
-        scope: Scope = "auditor" if self._auditor_group in groups else "reviewer"
+        # An agent's is never a person's scope, whatever other group it is in.
+        scope: Scope = (
+            "agent"
+            if self._agent_group in groups
+            else "auditor"
+            if self._auditor_group in groups
+            else "reviewer"
+        )
         expires_at = datetime.fromtimestamp(float(claims["exp"]), UTC)
         return OidcIdentity(reviewer=reviewer, groups=groups, scope=scope, expires_at=expires_at)
 
@@ -394,6 +402,16 @@ class OidcVerifier:
             return tuple(dict.fromkeys(group_name(g) for g in value))
         except InvalidReviewerId as e:
             raise InvalidBearerToken("invalid_claim", f"{name}: {e}") from None
+
+
+def _group_setting(variable: str, value: str | None) -> str | None:
+    """A configured group in normal form, as tokens' groups are compared."""
+    if value is None:
+        return None
+    try:
+        return group_name(value)
+    except InvalidReviewerId as e:
+        raise ConfigurationError(f"{variable}: {e}") from e
 
 
 def _claim(claims: Mapping[str, Any], name: str) -> object:

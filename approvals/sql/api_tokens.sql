@@ -1,9 +1,10 @@
--- API tokens, how reviewers and auditors authenticate to `signoff serve`. A token is
+-- API tokens, how reviewers and auditors authenticate to `signoff serve`, and agents (scope
+-- agent, `reviewer` their principal name) to the MCP gateway, `signoff mcp`. A token is
 -- `sgf_<token id>_<secret>`, shown once when it is made; the table keeps only the SHA-256 of
 -- the secret. Making and revoking tokens is the owner's: the row and its `token.created` or
 -- `token.revoked` event (stream `token:<id>`, no secret or hash in it) in one transaction. The
--- service's login never reads the table: it calls signoff_token_use. `last_used_at` is not
--- history (no event), like a call's lease.
+-- service's and the gateway's logins never read the table: they call signoff_token_use.
+-- `last_used_at` is not history (no event), like a call's lease.
 CREATE TABLE api_tokens (
     token_id text NOT NULL,
     secret_hash bytea NOT NULL,
@@ -19,7 +20,7 @@ CREATE TABLE api_tokens (
     CONSTRAINT api_tokens_reviewer_check CHECK (((reviewer <> ''::text)
         AND (length(reviewer) <= 128) AND (reviewer !~ '[[:space:][:cntrl:]]'::text))),
     CONSTRAINT api_tokens_scope_check
-        CHECK ((scope = ANY (ARRAY['reviewer'::text, 'auditor'::text]))),
+        CHECK ((scope = ANY (ARRAY['reviewer'::text, 'auditor'::text, 'agent'::text]))),
     CONSTRAINT api_tokens_secret_hash_check CHECK ((octet_length(secret_hash) = 32)),
     CONSTRAINT api_tokens_token_id_check CHECK ((token_id ~ '^[a-z0-9]{8,64}$'::text)),
     CONSTRAINT api_tokens_pkey PRIMARY KEY (token_id)

@@ -1,8 +1,9 @@
 -- Workers and reviewers read approvals, grants and the reviewer directory, and write approvals
 -- only through signoff_commit_approval; grants are the reviewer side's. The directory is the
 -- owner's: signoff_commit_reviewer is granted to no role. The service's login (a reviewer's or
--- an auditor's role) checks tokens through functions and never reads api_tokens; auditors read
--- the audit_* views.
+-- an auditor's role) checks tokens through functions and never reads api_tokens; so does the
+-- MCP gateway, a worker's login, which checks its clients' agent tokens with signoff_token_use.
+-- Auditors read the audit_* views.
 REVOKE EXECUTE ON FUNCTION signoff_api_tokens_active() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION signoff_api_tokens_active() TO signoff_reviewer, signoff_auditor;
 REVOKE EXECUTE ON FUNCTION signoff_commit_approval(boolean, text, text, text, text, text, text,
@@ -23,7 +24,8 @@ GRANT SELECT ON approvals TO signoff_app, signoff_reviewer;
 REVOKE EXECUTE ON FUNCTION signoff_lock_approval(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION signoff_lock_approval(text) TO signoff_app, signoff_reviewer;
 REVOKE EXECUTE ON FUNCTION signoff_token_use(text, bytea) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION signoff_token_use(text, bytea) TO signoff_reviewer, signoff_auditor;
+GRANT EXECUTE ON FUNCTION signoff_token_use(text, bytea)
+    TO signoff_reviewer, signoff_auditor, signoff_app;
 GRANT SELECT ON approval_grants TO signoff_app, signoff_reviewer;
 GRANT SELECT ON audit_api_tokens TO signoff_auditor;
 GRANT SELECT ON audit_approvals TO signoff_auditor;

@@ -107,6 +107,7 @@ _OIDC_VARIABLES = {
     "reviewer_claim": "SIGNOFF_OIDC_REVIEWER_CLAIM",
     "groups_claim": "SIGNOFF_OIDC_GROUPS_CLAIM",
     "auditor_group": "SIGNOFF_OIDC_AUDITOR_GROUP",
+    "agent_group": "SIGNOFF_OIDC_AGENT_GROUP",
     "algorithms": "SIGNOFF_OIDC_ALGORITHMS",
     "leeway_seconds": "SIGNOFF_OIDC_LEEWAY_SECONDS",
 }
@@ -393,10 +394,14 @@ class OidcSettings:
     - `reviewer_claim`: the claim holding the reviewer id (`sub`, or e.g. `email`).
     - `groups_claim`: the claim holding the reviewer's groups, a list of strings (None: none).
     - `auditor_group`: members of this group get the auditor scope (read, never decide); every
-      other identity gets the reviewer scope. A group rather than a `scope` claim because the
-      identity provider's administrators decide who is in a group, person by person, whereas the
-      scopes in a token are what the client asked for; and a group is what policies already
-      name (`group:<name>` approvers). It needs `groups_claim`.
+      other identity (but the agent group's) gets the reviewer scope. A group rather than a
+      `scope` claim because the identity provider's administrators decide who is in a group,
+      person by person, whereas the scopes in a token are what the client asked for; and a
+      group is what policies already name (`group:<name>` approvers). It needs `groups_claim`.
+    - `agent_group`: members of this group get the agent scope: MCP clients of `signoff mcp`,
+      which `signoff serve` refuses. It wins over `auditor_group` (an identity in both is an
+      agent), must be another group than it (`OidcVerifier` compares their normal forms), and
+      needs `groups_claim`.
 
     A claim name is looked up as a top-level claim first, then (when it has dots and no such
     claim exists) as a path into nested objects (`realm_access.roles`).
@@ -408,6 +413,7 @@ class OidcSettings:
     reviewer_claim: str = "sub"
     groups_claim: str | None = None
     auditor_group: str | None = None
+    agent_group: str | None = None
     algorithms: tuple[str, ...] = _OIDC_DEFAULT_ALGORITHMS
     leeway_seconds: float = _OIDC_LEEWAY_DEFAULT
 
@@ -421,11 +427,13 @@ class OidcSettings:
         _name("reviewer_claim", self.reviewer_claim)
         if self.groups_claim is not None:
             _name("groups_claim", self.groups_claim)
-        if self.auditor_group is not None:
-            _name("auditor_group", self.auditor_group)
+        for group_field in ("auditor_group", "agent_group"):
+            if (group := getattr(self, group_field)) is None:
+                continue
+            _name(group_field, group)
             if self.groups_claim is None:
                 raise _oidc_error(
-                    "auditor_group",
+                    group_field,
                     "needs SIGNOFF_OIDC_GROUPS_CLAIM: the claim that holds the groups",
                 )
         if isinstance(self.algorithms, str) or not self.algorithms:
@@ -485,6 +493,7 @@ class OidcSettings:
             reviewer_claim=get("reviewer_claim") or "sub",
             groups_claim=get("groups_claim"),
             auditor_group=get("auditor_group"),
+            agent_group=get("agent_group"),
             algorithms=_algorithms(get("algorithms")),
             leeway_seconds=_leeway(get("leeway_seconds")),
         )
