@@ -4,7 +4,9 @@ started by the gateway over stdio), and a reviewer's store on the same database.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -57,6 +59,7 @@ class GatewaySite:
     log: Path
     hold: Path
     reviewer: ApprovalStore
+    owner: Database
 
     def executions(self, tool: str | None = None) -> list[dict[str, Any]]:
         return [e for e in executions(self.log) if tool is None or e["tool"] == tool]
@@ -78,6 +81,31 @@ class GatewaySite:
             env=self.env(),
             cwd=ROOT,
         )
+
+    async def serve_http(self) -> tuple[str, asyncio.subprocess.Process]:
+        """`signoff mcp --http` on a free port in a process of its own, once it listens: its
+        endpoint and its process (the caller kills it)."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "adapters.cli",
+            "mcp",
+            "--config",
+            str(self.config),
+            "--http",
+            "127.0.0.1:0",
+            "--json",
+            cwd=ROOT,
+            env={**os.environ, **self.env()},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert process.stdout is not None and process.stderr is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        if not line:
+            stderr = (await process.stderr.read()).decode()
+            raise AssertionError(f"the gateway did not listen: {stderr[-2000:]}")
+        return json.loads(line)["url"], process
 
     def write_config(self, *, wait: float = 5, expires: str = '"1h"', hold: bool = False) -> None:
         held = f', SIGNOFF_UPSTREAM_HOLD = "{self.hold}"' if hold else ""
@@ -113,6 +141,7 @@ async def gateway_site(server_url: str, directory: Path) -> AsyncIterator[Gatewa
                 directory / "up.log",
                 directory / "hold",
                 reviewer,
+                db,
             )
             site.write_config()
             try:

@@ -1,0 +1,149 @@
+"""`signoff mcp --http`: clients authenticate with an agent token (the principal is the token's
+name, never what the client says), anything else is a 401; and two gateway processes behind one
+database, a decision made through the inbox's API while the client waited on one is used by a
+retry through the other."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import cast
+
+import httpx
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+from adapters.http.limits import FailureLimit
+from adapters.http.server import running
+from adapters.http.service import open_service
+from ledger.keys import LocalKek
+from ledger.store.logins import temporary_login
+from ledger.store.settings import Settings
+
+from .support.http import bearer, token_for, unique
+from .support.mcp_gateway import GatewaySite, gateway_site
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
+
+REFUND = {"order_id": "B-2", "amount": 40.0}
+
+
+@pytest.fixture
+async def site(server_url: str, tmp_path: Path) -> AsyncIterator[GatewaySite]:
+    async with gateway_site(server_url, tmp_path) as made:
+        made.write_config(wait=0)
+        yield made
+
+
+@pytest.fixture
+async def gateways(site: GatewaySite) -> AsyncIterator[list[str]]:
+    started = [await site.serve_http() for _ in range(2)]
+    try:
+        yield [url for url, _ in started]
+    finally:
+        for _, process in started:
+            process.kill()
+            await process.wait()
+
+
+@pytest.fixture
+async def inbox(site: GatewaySite) -> AsyncIterator[httpx.AsyncClient]:
+    """`signoff serve` on the same database: the reviewers' door."""
+    async with temporary_login(site.login.owner_url, "signoff_reviewer") as url:
+        settings = Settings(
+            database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
+        )
+        service = await open_service(settings, pool_size=2, failure_limit=FailureLimit(1000))
+        try:
+            async with (
+                running(service) as (_, port),
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http,
+            ):
+                yield http
+        finally:
+            await service.close()
+
+
+def client(url: str, headers: dict[str, str], mode: str) -> Client:
+    http = create_mcp_http_client(headers=headers)
+    return Client(streamable_http_client(url, http_client=http), mode=mode)
+
+
+def run_meta(run: str) -> types.RequestParamsMeta:
+    return cast(types.RequestParamsMeta, {"io.signoff/run": run})
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_an_agent_token_names_the_caller(
+    site: GatewaySite, gateways: list[str], mode: str
+) -> None:
+    agent = unique("agent")
+    headers = await token_for(site.owner, agent, scope="agent")
+    async with client(gateways[0], headers, mode) as mcp:
+        read = await mcp.call_tool("balance", {"account": "B2"})
+        # The client's `_meta` names its conversation, never who it is.
+        meta = cast(types.RequestParamsMeta, {"io.signoff/run": "c1", "principal": "cfo"})
+        with pytest.raises(MCPError):  # nobody decides within wait_seconds
+            await mcp.call_tool("refund", REFUND, meta=meta)
+    assert "B2" in read.content[0].text  # type: ignore[union-attr]
+    [approval] = await site.reviewer.pending()
+    assert approval.requested_by == agent and approval.run_id == f"mcp:{agent}:c1"
+    assert site.executions("refund") == []
+
+
+@pytest.mark.parametrize("who", ["none", "reviewer", "auditor", "forged"])
+async def test_anything_but_an_agent_token_is_a_401(
+    site: GatewaySite, gateways: list[str], who: str
+) -> None:
+    headers = {} if who in ("none", "forged") else await token_for(site.owner, unique(who), who)
+    if who == "forged":
+        headers = bearer("sgf_abcdefgh12345678_" + "x" * 43)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(
+            gateways[0],
+            json=body,
+            headers={**headers, "Accept": "application/json, text/event-stream"},
+        )
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"].startswith("Bearer")
+    assert site.executions() == []
+
+
+async def test_an_inbox_decision_waited_on_through_one_gateway_is_used_through_another(
+    site: GatewaySite, gateways: list[str], inbox: httpx.AsyncClient
+) -> None:
+    headers = await token_for(site.owner, unique("agent"), scope="agent")
+    cfo = await token_for(site.owner, "cfo")
+    async with (
+        client(gateways[0], headers, "2026-07-28") as a,
+        client(gateways[1], headers, "2026-07-28") as b,
+    ):
+        asked = await a.session.call_tool(
+            "refund", REFUND, meta=run_meta("c2"), allow_input_required=True
+        )
+        assert isinstance(asked, types.InputRequiredResult) and asked.input_requests
+        request = asked.input_requests["approval"]
+        assert isinstance(request, types.ElicitRequest)
+        assert isinstance(request.params, types.ElicitRequestURLParams)
+        approval_id = request.params.url.rsplit("/", 1)[1]
+        decided = await inbox.post(
+            f"/v1/approvals/{approval_id}/decision",
+            headers=cfo,
+            json={"decision": "approve", "request_id": unique("r")},
+        )
+        assert decided.status_code == 200, decided.text
+        done = await b.session.call_tool(
+            "refund",
+            REFUND,
+            meta=run_meta("c2"),
+            input_responses={"approval": types.ElicitResult(action="accept")},
+            request_state=asked.request_state,
+            allow_input_required=True,
+        )
+    assert isinstance(done, types.CallToolResult) and not done.is_error
+    [ran] = site.executions("refund")
+    assert ran["args"] == {**REFUND, "note": ""}
