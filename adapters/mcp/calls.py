@@ -31,6 +31,7 @@ from approvals import Approval, ApprovalError, ApprovalStatus, ApprovalStore, Ap
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
 from ledger.canonical import canonical_json
+from ledger.errors import SignoffError
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 
@@ -38,6 +39,7 @@ from .asking import APPROVAL_KEY, decision_of_form, form_params, url_params
 from .config import GatewayConfig
 from .errors import APPROVAL_REFUSED, CALL_REFUSED, OUTCOME_UNKNOWN, refused
 from .request_state import PendingCall
+from .tasks import created, declares_tasks
 from .upstreams import Route, Upstreams
 
 __all__ = ["CALL_META", "RUN_META", "Gateway"]
@@ -55,7 +57,8 @@ _REFUSED_STATUS = {
     ApprovalStatus.CANCELLED: "approval_cancelled",
 }
 
-Answer = types.CallToolResult | types.InputRequiredResult
+Answer = types.CallToolResult | types.InputRequiredResult | dict[str, Any]
+"""A result, a request for input, or a task (`tasks.created`)."""
 
 
 @dataclass
@@ -88,6 +91,20 @@ class Gateway:
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> Answer:
+        """Answer one `tools/call`: its result, a request for input, or a task.
+
+        Raises:
+            MCPError: refused (errors.py); a Signoff error is one too, in one line.
+        """
+        try:
+            return await self._call_tool(ctx, params)
+        except SignoffError as e:
+            name = re.sub(r"(?<!^)(?=[A-Z])", "_", type(e).__name__).lower()
+            raise refused(CALL_REFUSED, name, f"refused: {e}") from None
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> Answer:
         route = self.upstreams.routes.get(params.name)
         if route is None:
             raise refused(CALL_REFUSED, "unknown_tool", f"no tool {params.name!r} here")
@@ -97,7 +114,7 @@ class Gateway:
         run_id = self._run_of(ctx, who, meta)
         if route.spec.approval is None:
             call = ToolCall(run_id, await self._call_id(route, args, meta), route.spec.name, args)
-            return await self._run(route, call)
+            return await self.run(route, call)
         if params.request_state is not None:
             pending = self._pending(params.request_state, run_id)
             call = ToolCall(run_id, pending.call_id, route.spec.name, args)
@@ -113,21 +130,24 @@ class Gateway:
         else:
             call = ToolCall(run_id, await self._call_id(route, args, meta), route.spec.name, args)
             if (entry := await self.ledger.answering(run_id, call.call_id)) is not None:
-                return await self._run(route, call, entry.approval_id)
+                used = (
+                    None if entry.approval_id is None else await self.store.get(entry.approval_id)
+                )
+                return await self.run(route, call, used)
             approval = await ask(self.store, route.spec, call, requested_by=who)
         bound = log.bind(run_id=run_id, call_id=call.call_id, approval_id=approval.approval_id)
         if not ready(approval):
             if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                answered = await self._modern_round(route, call, approval, params)
+                answered = await self._modern_round(route, call, approval, params, who)
             else:
                 answered = await self._legacy_round(ctx, route, call, approval)
-            if isinstance(answered, types.InputRequiredResult):
+            if not isinstance(answered, Approval):
                 bound.info("call waits for its approval")
                 return answered
             approval = answered
         bound.info("approval final", status=str(approval.status))
         fresh = params.request_state is not None
-        return await self._run(route, call, approval.approval_id, approval=approval, fresh=fresh)
+        return await self.run(route, call, approval, fresh=fresh)
 
     # -- one round of asking -------------------------------------------------------------------
 
@@ -137,8 +157,10 @@ class Gateway:
         call: ToolCall,
         approval: Approval,
         params: types.CallToolRequestParams,
-    ) -> Approval | types.InputRequiredResult:
-        """2026-07-28: the answer in `inputResponses`, else ask; still pending: the state."""
+        principal: str,
+    ) -> Approval | types.InputRequiredResult | dict[str, Any]:
+        """2026-07-28: the answer in `inputResponses`, else ask; still pending: a task when
+        the request declares tasks, else the state to come back with."""
         state = PendingCall(approval.approval_id, call.run_id, call.call_id).to_state()
         response = (params.input_responses or {}).get(APPROVAL_KEY)
         if (
@@ -161,6 +183,8 @@ class Gateway:
         waited = await self.store.wait(approval.approval_id, self.config.wait_seconds)
         if ready(waited):
             return waited
+        if declares_tasks(params.meta) and (task := created(self, waited, call, principal)):
+            return task
         return await self._input_required(None, state)
 
     async def _legacy_round(
@@ -232,17 +256,16 @@ class Gateway:
 
     # -- running -------------------------------------------------------------------------------
 
-    async def _run(
-        self,
-        route: Route,
-        call: ToolCall,
-        approval_id: str | None = None,
-        *,
-        approval: Approval | None = None,
-        fresh: bool = False,
+    async def run(
+        self, route: Route, call: ToolCall, approval: Approval | None = None, *, fresh: bool = False
     ) -> types.CallToolResult:
-        """Run (or replay) `call`; `fresh`: a requestState's call, which must not replay (a
-        concurrent request with the same state ran it)."""
+        """Run (or replay) `call`, consuming `approval` (final) in its intent; `fresh`: a
+        requestState's call, which must not replay (a concurrent request with the state ran it).
+
+        Raises:
+            MCPError: the approval refused it, or its outcome is unknown (`_answer`).
+        """
+        approval_id = None if approval is None else approval.approval_id
 
         async def on_upstream(args: dict[str, Any], context: CallContext) -> Any:
             meta = {IDEMPOTENCY_META: context.idempotency_key}
@@ -345,6 +368,6 @@ def _answer(outcome: CallOutcome, approval: Approval | None) -> types.CallToolRe
         OUTCOME_UNKNOWN,
         "outcome_unknown",
         "the call may have run once and its outcome was not recorded; it will not run again "
-        "until a reviewer resolves it (signoff calls resolve)",
+        "until a reviewer resolves it (signoff ledger resolve)",
         call_id=outcome.call_id,
     )

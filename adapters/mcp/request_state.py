@@ -28,14 +28,15 @@ _PREFIX = "sgs1."
 
 class RingCodec:
     """The SDK's `RequestStateCodec` over Signoff's ring: AES-256-GCM under the active result
-    key, bound to its own associated data. Synchronous, as the SDK asks: it opens with keys
-    this process has loaded (the ring refreshes them as it serves calls)."""
+    key, bound to `context` (the associated data: a requestState's, a task handle's).
+    Synchronous, as the SDK asks: it opens with keys this process has loaded (the ring
+    refreshes them as it serves calls)."""
 
-    def __init__(self, ring: KeyRing) -> None:
-        self.ring = ring
+    def __init__(self, ring: KeyRing, context: bytes = _CONTEXT) -> None:
+        self.ring, self.context = ring, context
 
     def seal(self, payload: bytes) -> str:
-        sealed = self.ring.encrypt(Purpose.RESULT, payload, _CONTEXT)
+        sealed = self.ring.encrypt(Purpose.RESULT, payload, self.context)
         return _PREFIX + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 
     def unseal(self, token: str) -> bytes:
@@ -47,7 +48,7 @@ class RingCodec:
         except ValueError:
             raise InvalidRequestState("malformed") from None
         try:
-            return self.ring.decrypt_cached(Purpose.RESULT, sealed, _CONTEXT, "requestState")
+            return self.ring.decrypt_cached(Purpose.RESULT, sealed, self.context, "requestState")
         except SignoffError as e:
             raise InvalidRequestState(type(e).__name__) from None
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from approvals import ApprovalStore
 from ledger.calls.service import DEFAULT_LEASE_SECONDS, ToolLedger
+from ledger.errors import SignoffError
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store import Database
@@ -51,6 +52,34 @@ async def run_gateway(
         GatewayConfigError: an upstream cannot be reached, or a config that does not fit it.
         ConfigurationError, DatabaseUnavailable: the database or its KEK.
     """
+    try:
+        await _run(settings, config, principal, listen, lease_seconds, on_started)
+    except BaseExceptionGroup as group:  # the SDK's task groups wrap what ends them
+        raise _alone(group) or group from None
+
+
+def _alone(group: BaseExceptionGroup[BaseException]) -> SignoffError | None:
+    """The one Signoff error `group` holds (however deep), if that is all it holds."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        e = pending.pop()
+        if isinstance(e, BaseExceptionGroup):
+            pending.extend(e.exceptions)
+        else:
+            leaves.append(e)
+    only = leaves[0] if len(leaves) == 1 else None
+    return only if isinstance(only, SignoffError) else None
+
+
+async def _run(
+    settings: Settings,
+    config: GatewayConfig,
+    principal: str | None,
+    listen: Listen | None,
+    lease_seconds: float,
+    on_started: Callable[[str], None] | None,
+) -> None:
     async with await Database.from_settings(settings) as db:
         ring = await KeyRing.open(db)
         store = ApprovalStore(db, ring)

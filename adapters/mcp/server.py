@@ -25,6 +25,7 @@ from ledger.keys import KeyRing
 
 from .calls import Gateway
 from .request_state import RingCodec
+from .tasks import serve_tasks
 
 __all__ = ["STATE_SECONDS", "build_server", "serve_http", "serve_stdio"]
 
@@ -59,7 +60,8 @@ def build_server(gateway: Gateway) -> Server[Any]:
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        return await gateway.call_tool(ctx, params)
+        # A task is a dict the SDK passes through as the extension's shape.
+        return await gateway.call_tool(ctx, params)  # type: ignore[return-value]
 
     server: Server[Any] = Server(
         SERVER_NAME,
@@ -71,6 +73,7 @@ def build_server(gateway: Gateway) -> Server[Any]:
     security = RequestStateSecurity(
         codec=RingCodec(gateway.ring), ttl=STATE_SECONDS, bind_principal=gateway.principal_of
     )
+    serve_tasks(gateway, server)
     server.middleware.append(RingReady(gateway.ring))
     server.middleware.append(RequestStateBoundary(security, default_audience=SERVER_NAME))
     return server

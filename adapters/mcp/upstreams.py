@@ -179,6 +179,9 @@ def _presented(
         )
     except (InvalidApprovalRequest, TypeError) as e:
         raise GatewayConfigError(f"[tools.{name}]: {e}") from None
+    if not policy.description:  # what reviewers read of the tool
+        said = config.tools.get(name, ToolConfig()).description
+        policy = replace(policy, description=said or tool.description or "")
     try:
         return replace(policy, args_schema=dict(tool.input_schema))
     except InvalidApprovalRequest as e:
