@@ -32,7 +32,8 @@ __all__ = ["STATE_SECONDS", "build_server", "serve_http", "serve_stdio"]
 SERVER_NAME = "signoff-mcp"
 STATE_SECONDS = 3600.0
 """How long a requestState opens: past it the client calls again and is asked again for the
-same approval (its run, call and arguments find it)."""
+same approval (a write's run, call and arguments find it; a read's call id, only when the
+client names it)."""
 
 
 class RingReady:
