@@ -17,6 +17,7 @@ BRIEF = {
     "decisions": ("--seconds", "0.1"),
     "http_approvals": ("--seconds", "0.5"),
     "journal_append": ("--seconds", "0.2", "--rounds", "1"),
+    "mcp_gateway": ("--clients", "1,2", "--seconds", "0.3", "--rounds", "1"),
     "scale_out": ("--levels", "1,2", "--seconds", "0.5", "--baseline-seconds", "0.2"),
     "table_growth": ("--sizes", "200,2000", "--rounds", "3"),
     "tool_ledger": ("--seconds", "0.2", "--rounds", "1"),
