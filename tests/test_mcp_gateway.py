@@ -224,3 +224,12 @@ async def test_a_gateway_killed_during_a_single_attempt_call_leaves_outcome_unkn
             await again.call_tool("refund", REFUND, meta=meta)
     assert unknown.value.data["reason"] == "outcome_unknown"
     assert len(site.executions("refund")) == 1
+
+
+async def test_a_run_id_cannot_name_another_principal_s_run(site: GatewaySite) -> None:
+    # Principal "mallory" with run "x:y" would be run "mcp:mallory:x:y", principal "mallory:x"'s.
+    async with Client(site.stdio("--principal", "mallory"), mode="2026-07-28") as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("balance", {"account": "A1"}, meta=run_meta("x:y"))
+    assert refused.value.data["reason"] == "invalid_meta"
+    assert site.executions() == []

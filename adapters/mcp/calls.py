@@ -50,7 +50,9 @@ RUN_META = "io.signoff/run"
 CALL_META = "io.signoff/call"
 IDEMPOTENCY_META = "io.signoff/idempotencyKey"
 """Told to the upstream with every call: the same on every attempt of one call."""
-_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+# No ':' in a client's ids: `mcp:<principal>:<conversation>` then parses one way only, so no
+# principal's run can be named by another (a principal "a" with run "b:c" is not "a:b" with "c").
+_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _REFUSED_STATUS = {
     ApprovalStatus.REJECTED: "approval_rejected",
     ApprovalStatus.EXPIRED: "approval_expired",
@@ -336,7 +338,7 @@ def _state_used() -> MCPError:
 def _checked_id(value: Any, key: str) -> str:
     if not isinstance(value, str) or not _ID.match(value):
         raise refused(
-            CALL_REFUSED, "invalid_meta", f"_meta[{key!r}] must be 1 to 64 of A-Z a-z 0-9 _ . : -"
+            CALL_REFUSED, "invalid_meta", f"_meta[{key!r}] must be 1 to 64 of A-Z a-z 0-9 _ . -"
         )
     return value
 
