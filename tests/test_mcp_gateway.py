@@ -87,6 +87,16 @@ async def test_a_four_eyes_call_opens_the_inbox_and_runs_once_when_approved(
     assert len(site.executions("refund")) == 1
     approval = await site.reviewer.get(approval_of(asked.url))
     assert approval.status is ApprovalStatus.APPROVED and approval.consumed_by is not None
+    # The request, the consumption and the call were written by the worker's login alone.
+    async with site.owner.connection() as conn:
+        logins = await conn.fetch(
+            "SELECT DISTINCT login, type FROM events WHERE stream_id IN ($1, $2)",
+            f"call:{approval.consumed_by}",
+            f"approval:{approval.approval_id}",
+        )
+    by_type = {row["type"]: row["login"] for row in logins}
+    assert by_type["call.succeeded"] == by_type["approval.requested"] == site.login.name
+    assert by_type["approval.decided"] != site.login.name
     assert approval.requested_by == os.environ.get("USER", approval.requested_by)
 
 
