@@ -5,6 +5,7 @@ retry through the other."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
@@ -27,6 +28,7 @@ from ledger.store.settings import Settings
 from .support.http import bearer, token_for, unique
 from .support.mcp_gateway import GatewaySite, gateway_site
 from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
+from .test_http_oidc import AUDIENCE, ISSUER, Signer, jwks
 
 REFUND = {"order_id": "B-2", "amount": 40.0}
 
@@ -147,3 +149,38 @@ async def test_an_inbox_decision_waited_on_through_one_gateway_is_used_through_a
     assert isinstance(done, types.CallToolResult) and not done.is_error
     [ran] = site.executions("refund")
     assert ran["args"] == {**REFUND, "note": ""}
+
+
+async def test_an_oidc_token_of_the_agent_group_names_the_caller(
+    site: GatewaySite, tmp_path: Path
+) -> None:
+    signer = Signer.rsa("gateway-rsa-1")
+    keys = tmp_path / "jwks.json"
+    keys.write_text(json.dumps(jwks(signer)), encoding="utf-8")
+    url, process = await site.serve_http(
+        {
+            "SIGNOFF_OIDC_ISSUER": ISSUER,
+            "SIGNOFF_OIDC_AUDIENCE": AUDIENCE,
+            "SIGNOFF_OIDC_JWKS": str(keys),
+            "SIGNOFF_OIDC_GROUPS_CLAIM": "groups",
+            "SIGNOFF_OIDC_AGENT_GROUP": "agents",
+        }
+    )
+    try:
+        robot = bearer(signer.token(sub="robot-1", groups=["agents"]))
+        async with client(url, robot, "2026-07-28") as mcp:
+            with pytest.raises(MCPError):  # nobody decides within wait_seconds
+                await mcp.call_tool("refund", REFUND, meta=run_meta("o1"))
+        [approval] = await site.reviewer.pending()
+        assert approval.requested_by == "robot-1" and approval.run_id == "mcp:robot-1:o1"
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        accept = {"Accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            for person in (["finance"], ["auditors"]):
+                token = bearer(signer.token(sub="ada", groups=person))
+                refused = await http.post(url, json=body, headers={**token, **accept})
+                assert refused.status_code == 401
+    finally:
+        process.kill()
+        await process.wait()
+    assert site.executions() == []

@@ -9,7 +9,7 @@ import base64
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,9 +82,11 @@ class GatewaySite:
             cwd=ROOT,
         )
 
-    async def serve_http(self) -> tuple[str, asyncio.subprocess.Process]:
-        """`signoff mcp --http` on a free port in a process of its own, once it listens: its
-        endpoint and its process (the caller kills it)."""
+    async def serve_http(
+        self, env: dict[str, str] | None = None
+    ) -> tuple[str, asyncio.subprocess.Process]:
+        """`signoff mcp --http` on a free port in a process of its own (with `env` added), once
+        it listens: its endpoint and its process (the caller kills it)."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -96,7 +98,8 @@ class GatewaySite:
             "127.0.0.1:0",
             "--json",
             cwd=ROOT,
-            env={**os.environ, **self.env()},
+            # Nothing of this process's Signoff settings (its reviewer KEK above all).
+            env={**_without_signoff(os.environ), **self.env(), **(env or {})},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -122,6 +125,10 @@ class GatewaySite:
             ),
             encoding="utf-8",
         )
+
+
+def _without_signoff(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if not k.startswith("SIGNOFF_")}
 
 
 @asynccontextmanager
