@@ -16,9 +16,6 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.http.limits import FailureLimit
-from adapters.http.server import running
-from adapters.http.service import open_service
 from approvals import (
     Approval,
     ApprovalPolicy,
@@ -38,11 +35,9 @@ from ledger.journal import Journal, NewEvent
 from ledger.journal.projection import commit
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
-from ledger.store.logins import temporary_login
-from ledger.store.settings import Settings
 
-from .support.http import every_pending, token_for, unique
-from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .support.http import every_pending, reviewer_service, token_for, unique
+from .support.processes import TEST_KEK, kek_env, run_cli
 from .support.worker_login import WorkerLogin, worker_login
 
 # -- over HTTP: a policy that names nobody admits only the directory's reviewers ---------------
@@ -50,19 +45,8 @@ from .support.worker_login import WorkerLogin, worker_login
 
 @pytest.fixture(scope="module")
 async def client(database_url: str, ring: KeyRing) -> AsyncIterator[httpx.AsyncClient]:
-    async with temporary_login(database_url, "signoff_reviewer") as url:
-        settings = Settings(
-            database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
-        )
-        service = await open_service(settings, pool_size=2, failure_limit=FailureLimit(1000))
-        try:
-            async with (
-                running(service) as (_, port),
-                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http,
-            ):
-                yield http
-        finally:
-            await service.close()
+    async with reviewer_service(database_url) as http:
+        yield http
 
 
 async def asked(store: ApprovalStore, policy: ApprovalPolicy) -> Approval:

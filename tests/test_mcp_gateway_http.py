@@ -18,16 +18,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from adapters.http.limits import FailureLimit
-from adapters.http.server import running
-from adapters.http.service import open_service
-from ledger.keys import LocalKek
-from ledger.store.logins import temporary_login
-from ledger.store.settings import Settings
-
-from .support.http import bearer, token_for, unique
+from .support.http import bearer, reviewer_service, token_for, unique
 from .support.mcp_gateway import GatewaySite, gateway_site
-from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 from .test_http_oidc import AUDIENCE, ISSUER, Signer, jwks
 
 REFUND = {"order_id": "B-2", "amount": 40.0}
@@ -54,19 +46,8 @@ async def gateways(site: GatewaySite) -> AsyncIterator[list[str]]:
 @pytest.fixture
 async def inbox(site: GatewaySite) -> AsyncIterator[httpx.AsyncClient]:
     """`signoff serve` on the same database: the reviewers' door."""
-    async with temporary_login(site.login.owner_url, "signoff_reviewer") as url:
-        settings = Settings(
-            database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
-        )
-        service = await open_service(settings, pool_size=2, failure_limit=FailureLimit(1000))
-        try:
-            async with (
-                running(service) as (_, port),
-                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http,
-            ):
-                yield http
-        finally:
-            await service.close()
+    async with reviewer_service(site.login.owner_url) as http:
+        yield http
 
 
 def client(url: str, headers: dict[str, str], mode: str) -> Client:

@@ -1,14 +1,44 @@
-"""What the HTTP service's tests share: unique names, tokens, a pending approval."""
+"""What the HTTP service's tests share: the service on a reviewer login, unique names, tokens,
+a pending approval."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
+from adapters.http.limits import FailureLimit
+from adapters.http.server import running
+from adapters.http.service import open_service
 from approvals import ApiTokens, ApprovalPolicy, ApprovalStore
+from ledger.keys import LocalKek
 from ledger.store import Database
+from ledger.store.logins import temporary_login
+from ledger.store.settings import Settings
+
+from .processes import TEST_KEK, TEST_REVIEWER_KEK
+
+
+@asynccontextmanager
+async def reviewer_service(database_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """`signoff serve` in this process on a login of `database_url` with only the reviewer
+    role (and the session's KEKs): a client of it."""
+    async with temporary_login(database_url, "signoff_reviewer") as url:
+        settings = Settings(
+            database_url=url, kek=LocalKek(TEST_KEK), reviewer_kek=LocalKek(TEST_REVIEWER_KEK)
+        )
+        service = await open_service(settings, pool_size=2, failure_limit=FailureLimit(1000))
+        try:
+            async with (
+                running(service) as (_, port),
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http,
+            ):
+                yield http
+        finally:
+            await service.close()
 
 
 def unique(prefix: str) -> str:
