@@ -25,6 +25,8 @@ FRAMEWORKS = (
     "jwt",
     "httpx",
     "prometheus_client",
+    "mcp",
+    "mcp_types",
 )
 FRAMEWORK_HOMES = (
     "adapters/langgraph",
@@ -32,6 +34,7 @@ FRAMEWORK_HOMES = (
     "adapters/welt",
     "adapters/demo",
     "adapters/http",
+    "adapters/mcp",
 )
 
 
@@ -131,7 +134,15 @@ def test_the_ledger_source_names_no_approvals_table_or_stream() -> None:
 
 # The runtime every adapter shares imports no framework: a new adapter (an HTTP service) can
 # use it without installing another one's extra.
-_RUNTIME_MAY_IMPORT = {"__future__", "dataclasses", "datetime", "typing", "approvals", "ledger"}
+_RUNTIME_MAY_IMPORT = {
+    "__future__",
+    "collections",
+    "dataclasses",
+    "datetime",
+    "typing",
+    "approvals",
+    "ledger",
+}
 
 
 def test_the_adapters_runtime_imports_only_the_ledger_and_approvals() -> None:
@@ -165,10 +176,12 @@ def test_adapters_build_no_task_run_id_of_their_own() -> None:
 # one flow of a tool call) are shared by all; the rest:
 _ADAPTER_ARROWS = {
     # The command line is the outermost layer: it serves, checkpoints, and runs the demo.
-    "cli": {"demo", "http", "langgraph"},
+    "cli": {"demo", "http", "langgraph", "mcp"},
     # The demo runs a LangGraph agent and decides through the HTTP service, on the library's
     # public API; it never borrows the CLI's insides (the CLI imports the demo, not back).
     "demo": {"http", "langgraph"},
+    # The MCP gateway checks its clients' tokens and listens as the HTTP service does.
+    "mcp": {"http"},
     # Dex sessions and Welt threads are LangGraph graphs underneath.
     "dex": {"langgraph"},
     "welt": {"langgraph"},

@@ -118,6 +118,8 @@ COMMANDS: dict[str, Command] = {
     "tokens revoke": Command(("0000000000000000",), fails_on=DATABASE),
     # The service checks everything before it listens.
     "serve": Command(("--port", "0")),
+    # The gateway checks the database and its keys before it starts an upstream.
+    "mcp": Command(("--config", "{config}")),
     "checkpoints reencrypt": Command(),
     "checkpoints status": Command(),
     # The demo migrates the database it is given, so a schema behind is no error for it.
@@ -169,6 +171,8 @@ async def places(
         await _downgrade(behind, "-1")
         (folder / "digest.json").write_text(digest.to_json())
         (folder / "kek").write_text(base64.b64encode(os.urandom(32)).decode())
+        gateway = "public_url = 'https://x.example'\n[upstreams.pay]\ncommand = 'false'\n"
+        (folder / "gateway.toml").write_text(gateway)
         yield Places(
             urls={
                 DOWN: "postgresql://postgres@127.0.0.1:1/signoff_down",
@@ -177,7 +181,11 @@ async def places(
                 NO_KEK: keyed,
                 WRONG_KEK: keyed,
             },
-            files={"digest": str(folder / "digest.json"), "kek": str(folder / "kek")},
+            files={
+                "digest": str(folder / "digest.json"),
+                "kek": str(folder / "kek"),
+                "config": str(folder / "gateway.toml"),
+            },
         )
 
 
@@ -363,7 +371,9 @@ def test_the_main_commands_show_examples(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_takes_json_and_global_options_after_it(name: str) -> None:
-    args = [a.format(digest="d.json", kek="k", tmp="/tmp") for a in COMMANDS[name].args]
+    args = [
+        a.format(digest="d.json", kek="k", tmp="/tmp", config="g.toml") for a in COMMANDS[name].args
+    ]
     words = name.split()
     after = PARSER.parse_args(
         [*words, *args, "--json", "--database-url", "postgresql://h/after", "--log-level", "info"]

@@ -76,7 +76,10 @@ def _run(args: argparse.Namespace) -> int:
     from adapters.mcp.config import load_config
     from adapters.mcp.running import Listen, run_gateway
 
-    config = load_config(args.config, public_url=args.public_url)
+    settings = settings_of(args)
+    config = load_config(
+        args.config, public_url=args.public_url, default_public_url=settings.public_url
+    )
     listen = None if args.http is None else Listen(*args.http)
     principal = args.principal or reviewer_id(getpass.getuser())
 
@@ -88,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
 
     asyncio.run(
         run_gateway(
-            settings_of(args),
+            settings,
             config,
             principal=principal,
             listen=listen,

@@ -28,7 +28,6 @@ approval = false                             # runs without asking
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -114,9 +113,11 @@ class GatewayConfig:
         return f"{upstream}__{tool}" if self.namespace else tool
 
 
-def load_config(path: str | Path, *, public_url: str | None = None) -> GatewayConfig:
+def load_config(
+    path: str | Path, *, public_url: str | None = None, default_public_url: str | None = None
+) -> GatewayConfig:
     """Read and check the file at `path`; `public_url` (a flag) wins over the file's, which
-    wins over SIGNOFF_PUBLIC_URL.
+    wins over `default_public_url` (the settings' SIGNOFF_PUBLIC_URL).
 
     Raises:
         GatewayConfigError: unreadable, not TOML, or a key says something impossible.
@@ -132,17 +133,22 @@ def load_config(path: str | Path, *, public_url: str | None = None) -> GatewayCo
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise GatewayConfigError(f"the gateway config {str(path)!r} is not TOML: {e}") from None
-    return parse_config(data, public_url=public_url)
+    return parse_config(data, public_url=public_url, default_public_url=default_public_url)
 
 
-def parse_config(data: Mapping[str, Any], *, public_url: str | None = None) -> GatewayConfig:
+def parse_config(
+    data: Mapping[str, Any],
+    *,
+    public_url: str | None = None,
+    default_public_url: str | None = None,
+) -> GatewayConfig:
     """The configuration `data` (parsed TOML) describes. Raises: GatewayConfigError."""
     _only(data, "the config", {"public_url", "namespace", "wait_seconds", "trust_annotations",
                                "defaults", "upstreams", "tools"})  # fmt: skip
     upstreams = _table(data, "upstreams", "the config")
     if not upstreams:
         raise GatewayConfigError("the config names no [upstreams.<name>] server")
-    url = public_url or data.get("public_url") or os.environ.get("SIGNOFF_PUBLIC_URL")
+    url = public_url or data.get("public_url") or default_public_url
     if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
         raise GatewayConfigError(
             "public_url (the inbox reviewers open, e.g. https://signoff.example.com) is missing "
