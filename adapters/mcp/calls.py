@@ -1,9 +1,9 @@
 """One `tools/call` through the gateway: which run and call it is, its approval asked for and
 waited on in MCP's terms, then the ledger runs it on its upstream (or replays it).
 
-Runs and calls. The run is `mcp:<principal>:<conversation>`: the conversation is the client's
-`_meta["io.signoff/run"]`, else the transport's session (an HTTP session, one gateway process
-on stdio), else `default`. The call is the client's `_meta["io.signoff/call"]`, else, for a
+Runs and calls. The run is `mcp:<principal>:<conversation>`: the conversation (no ':') is the
+client's `_meta["io.signoff/run"]`, else the transport's session (an HTTP session, one gateway
+process on stdio), else `default`. The call is the client's `_meta["io.signoff/call"]`, else, for a
 write, a keyed digest of the tool and its arguments (the same write in one run is one call:
 it runs once and then replays), else, for a read, a new id (reads run every time).
 
@@ -34,7 +34,7 @@ from ledger.canonical import canonical_json
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 
-from .asking import APPROVAL_KEY, decision_of_form, form_params, url_params
+from .asking import APPROVAL_KEY, approval_url, decision_of_form, form_params, url_params
 from .config import GatewayConfig
 from .errors import APPROVAL_REFUSED, CALL_REFUSED, OUTCOME_UNKNOWN, refused
 from .request_state import PendingCall
@@ -49,6 +49,9 @@ CALL_META = "io.signoff/call"
 IDEMPOTENCY_META = "io.signoff/idempotencyKey"
 """Told to the upstream with every call: the same on every attempt of one call."""
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+# No ':' in a conversation: principal names may hold one, and the run `mcp:<p>:<c>` must name
+# one (principal, conversation) only ("ann" with "ops:c1" would be "ann:ops" with "c1").
+_CONVERSATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _REFUSED_STATUS = {
     ApprovalStatus.REJECTED: "approval_rejected",
     ApprovalStatus.EXPIRED: "approval_expired",
@@ -168,8 +171,24 @@ class Gateway:
     ) -> Approval:
         """2025-11-25: ask with `elicitation/create` now and wait for the answer."""
         policy = route.spec.approval
+        by_form = policy is not None and policy.tier is ApprovalTier.SELF_CONFIRM
+        if not _can_elicit(ctx, url=not by_form):
+            # The spec forbids asking in a mode the client did not declare: say where instead.
+            where = approval_url(self.config.public_url, approval.approval_id)
+            needs = (
+                "a confirmation, and this client declared no form elicitation"
+                if by_form
+                else "a reviewer's approval, and this client declared no URL elicitation; it "
+                f"waits at {where}: call again once it is decided"
+            )
+            raise refused(
+                CALL_REFUSED,
+                "elicitation_unsupported",
+                f"{route.spec.name} needs {needs}; nothing ran",
+                approval_id=approval.approval_id,
+            )
         try:
-            if policy is not None and policy.tier is ApprovalTier.SELF_CONFIRM:
+            if by_form:
                 form = form_params(route.spec, call.args)
                 result = await ctx.session.elicit_form(
                     form.message, form.requested_schema, related_request_id=ctx.request_id
@@ -274,12 +293,13 @@ class Gateway:
     ) -> str:
         conversation = meta.get(RUN_META)
         if conversation is not None:
-            conversation = _checked_id(conversation, RUN_META)
+            conversation = _checked_id(conversation, RUN_META, _CONVERSATION)
         else:
             request = ctx.request
             headers = getattr(request, "headers", None)
             session = headers.get("mcp-session-id") if headers is not None else None
-            conversation = session if session and _ID.match(session) else self.conversation
+            named = session is not None and _CONVERSATION.match(session) is not None
+            conversation = session if named else self.conversation
         return f"mcp:{principal}:{conversation}"
 
     def _pending(self, state: str, run_id: str) -> PendingCall:
@@ -302,6 +322,15 @@ class Gateway:
         )
 
 
+def _can_elicit(ctx: ServerRequestContext[Any, Any], *, url: bool) -> bool:
+    """Whether the client declared elicitation in this mode (an empty one is form mode)."""
+    capabilities = ctx.session.client_capabilities
+    have = capabilities.elicitation if capabilities is not None else None
+    if have is None:
+        return False
+    return have.url is not None if url else have.form is not None or have.url is None
+
+
 def _state_used() -> MCPError:
     return refused(
         CALL_REFUSED,
@@ -310,11 +339,10 @@ def _state_used() -> MCPError:
     )
 
 
-def _checked_id(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value):
-        raise refused(
-            CALL_REFUSED, "invalid_meta", f"_meta[{key!r}] must be 1 to 64 of A-Z a-z 0-9 _ . : -"
-        )
+def _checked_id(value: Any, key: str, form: re.Pattern[str] = _ID) -> str:
+    if not isinstance(value, str) or not form.match(value):
+        chars = "A-Z a-z 0-9 _ . : -" if form is _ID else "A-Z a-z 0-9 _ . -"
+        raise refused(CALL_REFUSED, "invalid_meta", f"_meta[{key!r}] must be 1 to 64 of {chars}")
     return value
 
 

@@ -1,0 +1,203 @@
+"""`signoff mcp` as an attacker meets it: a client that picks its own `_meta`, a client that
+declared no elicitation, an agent that shapes arguments to hide part of them from the person
+confirming. The gateway runs in its own process over stdio (a worker login), the upstream in a
+third, as in `test_mcp_gateway`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.context import ClientRequestContext
+from mcp.shared.exceptions import MCPError
+
+from approvals import Decision
+
+from .support.mcp_gateway import GatewaySite, gateway_site
+
+REFUND = {"order_id": "A-1", "amount": 12.5}
+
+
+@pytest.fixture
+async def site(server_url: str, tmp_path: Path) -> AsyncIterator[GatewaySite]:
+    async with gateway_site(server_url, tmp_path) as made:
+        yield made
+
+
+def run_meta(run: str) -> types.RequestParamsMeta:
+    return cast(types.RequestParamsMeta, {"io.signoff/run": run})
+
+
+async def test_a_principal_cannot_name_the_run_of_one_whose_name_extends_its_own(
+    site: GatewaySite,
+) -> None:
+    """`ann` with conversation `ops:c1` must not be `ann:ops` with `c1`: same run id, so the
+    finished refund of `ann:ops` would replay to `ann` without anyone being asked."""
+
+    async def cfo(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        assert isinstance(params, types.ElicitRequestURLParams)
+        await site.reviewer.decide(params.url.rsplit("/", 1)[1], Decision.approve(), "cfo")
+        return types.ElicitResult(action="accept")
+
+    async with Client(
+        site.stdio("--principal", "ann:ops"), mode="2026-07-28", elicitation_callback=cfo
+    ) as victim:
+        done = await victim.call_tool("refund", REFUND, meta=run_meta("c1"))
+    assert not done.is_error
+
+    asked: list[types.ElicitRequestParams] = []
+
+    async def declines(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        asked.append(params)
+        return types.ElicitResult(action="decline")
+
+    got: types.CallToolResult | None = None
+    async with Client(
+        site.stdio("--principal", "ann"), mode="2026-07-28", elicitation_callback=declines
+    ) as attacker:
+        with contextlib.suppress(MCPError):  # refused: what the fix does
+            got = await attacker.call_tool("refund", REFUND, meta=run_meta("ops:c1"))
+    assert got is None or got.content != done.content, "ann read the result of ann:ops's call"
+    assert len(site.executions("refund")) == 1
+
+
+def _rpc(id_: int, method: str, params: dict[str, Any]) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params}).encode()
+
+
+async def _answer_to(
+    process: asyncio.subprocess.Process, id_: int, seen: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Read the gateway's messages until the answer to `id_`; any request it sends meanwhile is
+    kept in `seen` and refused (as a client without the capability would)."""
+    assert process.stdout is not None and process.stdin is not None
+    while True:
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert line, "the gateway closed its stdout"
+        message = json.loads(line)
+        if message.get("id") == id_ and "method" not in message:
+            return cast(dict[str, Any], message)
+        if "method" in message and "id" in message:
+            seen.append(message)
+            refusal = {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": -32601, "message": "Method not found"},
+            }
+            process.stdin.write(json.dumps(refusal).encode() + b"\n")
+            await process.stdin.drain()
+
+
+@pytest.mark.parametrize(
+    "capabilities", [{}, {"elicitation": {}}], ids=["no elicitation", "form only"]
+)
+async def test_a_2025_client_is_not_sent_an_elicitation_mode_it_did_not_declare(
+    site: GatewaySite, capabilities: dict[str, Any]
+) -> None:
+    """A four-eyes call asks by URL mode: a client that declared none (or form mode only) must
+    get a clear error naming the approval, and no `elicitation/create` it cannot handle."""
+    params = site.stdio()
+    process = await asyncio.create_subprocess_exec(
+        params.command,
+        *params.args,
+        env=params.env,
+        cwd=params.cwd,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert process.stdin is not None
+    seen: list[dict[str, Any]] = []
+    try:
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": capabilities,
+            "clientInfo": {"name": "raw", "version": "1"},
+        }
+        process.stdin.write(_rpc(1, "initialize", hello) + b"\n")
+        await process.stdin.drain()
+        assert "result" in await _answer_to(process, 1, seen)
+        ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        process.stdin.write(json.dumps(ready).encode() + b"\n")
+        process.stdin.write(_rpc(2, "tools/call", {"name": "refund", "arguments": REFUND}) + b"\n")
+        await process.stdin.drain()
+        answer = await _answer_to(process, 2, seen)
+    finally:
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 60)
+    assert [m["method"] for m in seen] == []
+    error = answer["error"]
+    assert error["data"]["reason"] == "elicitation_unsupported"
+    assert f"http://inbox.test/inbox/approvals/{error['data']['approval_id']}" in error["message"]
+    assert site.executions("refund") == []
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_the_self_confirm_form_shows_every_argument_however_long_one_is(
+    site: GatewaySite, mode: str
+) -> None:
+    """With edits not allowed the form's message is all the person sees of the arguments: a
+    long `note` must not push the order the money goes to out of it."""
+    text = site.config.read_text(encoding="utf-8").replace(
+        'approval = { approvers = ["cfo"], expires_in = "1h" }',
+        'approval = { allowed = ["approve", "reject"], expires_in = "1h" }',
+    )
+    site.config.write_text(text, encoding="utf-8")
+    messages: list[str] = []
+
+    async def person(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        messages.append(params.message)
+        return types.ElicitResult(action="decline")
+
+    args = {"order_id": "Z-9", "amount": 1.0, "note": "thanks " * 400}
+    async with Client(site.stdio(), mode=mode, elicitation_callback=person) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("refund", args, meta=run_meta("long-note"))
+    assert refused.value.data["reason"] == "approval_rejected"
+    [message] = messages
+    assert '"order_id": "Z-9"' in message and '"amount": 1.0' in message
+    assert "more characters" in message  # the cut note says it was cut
+    assert site.executions("refund") == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a read's call id is new on every call: the retry the -32042 error asks for opens a "
+    "new approval, and the decided one is never used",
+)
+async def test_a_legacy_retry_of_a_read_that_needs_approval_uses_the_decided_approval(
+    site: GatewaySite,
+) -> None:
+    site.write_config(wait=0)
+    with site.config.open("a", encoding="utf-8") as config:
+        config.write('\n[tools.balance]\napproval = { approvers = ["cfo"], expires_in = "1h" }\n')
+    asked: list[str] = []
+
+    async def opens(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        assert isinstance(params, types.ElicitRequestURLParams)
+        asked.append(params.url.rsplit("/", 1)[1])
+        return types.ElicitResult(action="accept")
+
+    async with Client(site.stdio(), mode="legacy", elicitation_callback=opens) as client:
+        with pytest.raises(MCPError) as waiting:  # nobody decided within wait_seconds
+            await client.call_tool("balance", {"account": "C3"})
+        assert waiting.value.code == types.URL_ELICITATION_REQUIRED
+        await site.reviewer.decide(asked[0], Decision.approve(), "cfo")
+        done = await client.call_tool("balance", {"account": "C3"})
+    assert "C3" in done.content[0].text  # type: ignore[union-attr]
+    assert len(asked) == 1, f"asked again for new approvals: {asked}"
