@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from approvals import Decision
 
 from .support.mcp_gateway import GatewaySite, gateway_site
+from .support.until import until
 
 REFUND = {"order_id": "A-1", "amount": 12.5}
 
@@ -201,3 +204,32 @@ async def test_a_legacy_retry_of_a_read_that_needs_approval_uses_the_decided_app
         done = await client.call_tool("balance", {"account": "C3"})
     assert "C3" in done.content[0].text  # type: ignore[union-attr]
     assert len(asked) == 1, f"asked again for new approvals: {asked}"
+
+
+async def test_an_upstream_that_dies_during_a_single_attempt_call_leaves_outcome_unknown(
+    site: GatewaySite,
+) -> None:
+    """The refund ran on the upstream, which then died before answering: the gateway cannot
+    know what it did, so the call must be `outcome_unknown`, never `failed` ("changed
+    nothing"), which would let a reviewer approve the same refund again in good faith."""
+    site.write_config(hold=True)
+
+    async def cfo(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        assert isinstance(params, types.ElicitRequestURLParams)
+        await site.reviewer.decide(params.url.rsplit("/", 1)[1], Decision.approve(), "cfo")
+        return types.ElicitResult(action="accept")
+
+    async with Client(site.stdio(), mode="2026-07-28", elicitation_callback=cfo) as client:
+        call = asyncio.create_task(client.call_tool("refund", REFUND, meta=run_meta("dies")))
+        await until(lambda: len(site.executions("refund")) == 1, 60, "the refund started")
+        os.kill(site.executions("refund")[0]["pid"], signal.SIGKILL)  # the upstream, mid-call
+        answer: types.CallToolResult | MCPError
+        try:
+            answer = await call
+        except MCPError as e:
+            answer = e
+    assert isinstance(answer, MCPError), f"answered as if nothing ran: {answer}"
+    assert answer.data["reason"] == "outcome_unknown"
+    assert len(site.executions("refund")) == 1

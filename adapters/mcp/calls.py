@@ -52,6 +52,11 @@ _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 # No ':' in a conversation: principal names may hold one, and the run `mcp:<p>:<c>` must name
 # one (principal, conversation) only ("ann" with "ops:c1" would be "ann:ops" with "c1").
 _CONVERSATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_REFUSALS = frozenset(
+    {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS}
+)
+"""The upstream's errors that say it refused the request, so nothing ran there: any other
+(`Connection closed`, a timeout, its internal error) leaves a write's outcome unknown."""
 _REFUSED_STATUS = {
     ApprovalStatus.REJECTED: "approval_rejected",
     ApprovalStatus.EXPIRED: "approval_expired",
@@ -267,7 +272,9 @@ class Gateway:
             meta = {IDEMPOTENCY_META: context.idempotency_key}
             try:
                 result = await self.upstreams.call(route, args, meta)
-            except MCPError as e:  # the upstream refused the request: nothing ran there
+            except MCPError as e:
+                if e.code not in _REFUSALS:  # a lost connection, a timeout: it may have run
+                    raise
                 raise ToolFailed(f"the upstream refused the call: {e.message}") from None
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 

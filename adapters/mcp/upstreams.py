@@ -60,7 +60,8 @@ class Upstreams:
         """Run the tool on its upstream (no input requests: the upstream gets none answered).
 
         Raises:
-            MCPError: the upstream refused the request (an unknown tool, bad arguments).
+            MCPError: the upstream refused the request (an unknown tool, bad arguments), or
+                the call's fate is unknown (the connection lost, a timeout, its internal error).
         """
         client = self.clients[route.upstream]
         return await client.call_tool(
