@@ -233,3 +233,133 @@ async def test_an_upstream_that_dies_during_a_single_attempt_call_leaves_outcome
     assert isinstance(answer, MCPError), f"answered as if nothing ran: {answer}"
     assert answer.data["reason"] == "outcome_unknown"
     assert len(site.executions("refund")) == 1
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(entry.split("=", 1) for entry in entries if entry)
+
+
+async def test_a_stdio_upstream_gets_none_of_the_gateways_secrets(site: GatewaySite) -> None:
+    """The upstream runs what its author wrote: it gets the config's variables and the SDK's
+    few safe ones, never the gateway's KEK or database URL."""
+    async with Client(site.stdio(), mode="2026-07-28") as client:
+        await client.call_tool("balance", {"account": "E1"})
+        [ran] = site.executions("balance")
+        seen = environ_of(ran["pid"])
+    secrets = {name: value for name, value in site.env().items() if name != "PYTHONPATH"}
+    assert set(secrets) & set(seen) == set()
+    assert set(secrets.values()) & set(seen.values()) == set()
+
+
+@pytest.mark.parametrize(
+    "state",
+    ["sgs1." + "A" * 4_000_000, "sgs1.!!" + "A" * 100, "v1.AAAA", '{"approval":"apr-x"}'],
+    ids=["huge", "not base64", "the SDK's own format", "plain JSON"],
+)
+async def test_a_forged_request_state_is_refused_and_the_gateway_serves_on(
+    site: GatewaySite, state: str
+) -> None:
+    async with Client(site.stdio(), mode="2026-07-28") as client:
+        with pytest.raises(MCPError) as refused:
+            await client.session.call_tool(
+                "refund",
+                REFUND,
+                input_responses={"approval": types.ElicitResult(action="accept")},
+                request_state=state,
+                allow_input_required=True,
+            )
+        read = await client.call_tool("balance", {"account": "F1"})
+    assert refused.value.message == "Invalid or expired requestState"
+    assert "F1" in read.content[0].text  # type: ignore[union-attr]
+    assert site.executions("refund") == []
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"approve": "yes"},
+        {"approve": True, "ticket": "T-other"},  # sensitive: not offered
+        {"approve": True, "note": "x"},  # not an argument of the call
+        {"approve": True, "tag": ["a", "b"]},
+        {"approve": True, "tag": 5},
+        None,
+    ],
+    ids=["approve not a boolean", "sensitive", "not offered", "list", "wrong type", "no content"],
+)
+async def test_a_form_answer_that_was_not_asked_for_runs_nothing(
+    site: GatewaySite, content: dict[str, Any] | None
+) -> None:
+    text = site.config.read_text(encoding="utf-8").replace(
+        '[tools.tag_ticket]\napproval = { expires_in = "1h" }',
+        '[tools.tag_ticket]\napproval = { expires_in = "1h" }\nsensitive = ["ticket"]',
+    )
+    site.config.write_text(text, encoding="utf-8")
+    args = {"ticket": "T-9", "tag": "later"}
+    async with Client(site.stdio(), mode="2026-07-28") as client:
+        asked = await client.session.call_tool(
+            "tag_ticket", args, meta=run_meta("form"), allow_input_required=True
+        )
+        assert isinstance(asked, types.InputRequiredResult) and asked.input_requests
+        form = asked.input_requests["approval"]
+        assert isinstance(form, types.ElicitRequest)
+        assert isinstance(form.params, types.ElicitRequestFormParams)
+        assert set(form.params.requested_schema["properties"]) == {"approve", "tag"}
+        with pytest.raises(MCPError) as refused:
+            await client.session.call_tool(
+                "tag_ticket",
+                args,
+                meta=run_meta("form"),
+                input_responses={"approval": types.ElicitResult(action="accept", content=content)},
+                request_state=asked.request_state,
+                allow_input_required=True,
+            )
+    assert refused.value.data["reason"] == "confirmation_refused"
+    assert site.executions("tag_ticket") == []
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"n": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {**REFUND, "note": "x" * 4_000_000},
+        {**REFUND, "note": nested(150)},
+    ],
+    ids=["huge", "deep"],
+)
+async def test_hostile_arguments_are_refused_and_the_gateway_serves_on(
+    site: GatewaySite, args: dict[str, Any]
+) -> None:
+    asked: list[types.ElicitRequestParams] = []
+
+    async def person(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        asked.append(params)
+        return types.ElicitResult(action="decline")
+
+    async with Client(site.stdio(), mode="2026-07-28", elicitation_callback=person) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("refund", args, meta=run_meta("hostile"))
+        read = await client.call_tool("balance", {"account": "G1"})
+    assert refused.value.data["reason"] == "invalid_arguments"
+    assert "not storable" in refused.value.message or "bytes of JSON" in refused.value.message
+    assert asked == []  # nobody was asked to approve what cannot be recorded
+    assert "G1" in read.content[0].text  # type: ignore[union-attr]
+    assert site.executions("refund") == []
+
+
+async def test_a_call_id_reused_with_other_arguments_is_refused(site: GatewaySite) -> None:
+    meta = cast(types.RequestParamsMeta, {"io.signoff/run": "reuse", "io.signoff/call": "c1"})
+    async with Client(site.stdio(), mode="2026-07-28") as client:
+        await client.call_tool("balance", {"account": "H1"}, meta=meta)
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("balance", {"account": "H2"}, meta=meta)
+    assert refused.value.data["reason"] == "invalid_arguments"
+    assert [e["args"] for e in site.executions("balance")] == [{"account": "H1"}]

@@ -27,10 +27,18 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from adapters.runtime import ask, confirm_once, ready, run
-from approvals import Approval, ApprovalError, ApprovalStatus, ApprovalStore, ApprovalTier
+from approvals import (
+    Approval,
+    ApprovalError,
+    ApprovalStatus,
+    ApprovalStore,
+    ApprovalTier,
+    InvalidApprovalRequest,
+)
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
 from ledger.canonical import canonical_json
+from ledger.errors import InvalidJson, InvalidToolCall
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 
@@ -94,6 +102,16 @@ class Gateway:
         return self.principal
 
     async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> Answer:
+        try:
+            return await self._call_tool(ctx, params)
+        except (InvalidJson, InvalidToolCall, InvalidApprovalRequest) as e:
+            # The client's own arguments or ids, refused before anything was recorded: a typed
+            # answer, not an internal error with a traceback in the log.
+            raise refused(CALL_REFUSED, "invalid_arguments", str(e)) from None
+
+    async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> Answer:
         route = self.upstreams.routes.get(params.name)
