@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +24,9 @@ from mcp.shared.exceptions import MCPError
 from approvals import Decision
 
 from .support.mcp_gateway import GatewaySite, gateway_site
+from .support.mcp_hostile_upstream import MODULE as HOSTILE
+from .support.mcp_upstream import MODULE as UPSTREAM_MODULE
+from .support.processes import ROOT
 from .support.until import until
 
 REFUND = {"order_id": "A-1", "amount": 12.5}
@@ -348,7 +352,7 @@ async def test_hostile_arguments_are_refused_and_the_gateway_serves_on(
         with pytest.raises(MCPError) as refused:
             await client.call_tool("refund", args, meta=run_meta("hostile"))
         read = await client.call_tool("balance", {"account": "G1"})
-    assert refused.value.data["reason"] == "invalid_arguments"
+    assert refused.value.code == types.INVALID_PARAMS  # the call refused, saying why
     assert "not storable" in refused.value.message or "bytes of JSON" in refused.value.message
     assert asked == []  # nobody was asked to approve what cannot be recorded
     assert "G1" in read.content[0].text  # type: ignore[union-attr]
@@ -361,5 +365,49 @@ async def test_a_call_id_reused_with_other_arguments_is_refused(site: GatewaySit
         await client.call_tool("balance", {"account": "H1"}, meta=meta)
         with pytest.raises(MCPError) as refused:
             await client.call_tool("balance", {"account": "H2"}, meta=meta)
-    assert refused.value.data["reason"] == "invalid_arguments"
+    assert refused.value.code == types.INVALID_PARAMS
+    assert "other arguments" in refused.value.message
     assert [e["args"] for e in site.executions("balance")] == [{"account": "H1"}]
+
+
+UPSTREAM = """\
+public_url = "http://inbox.test"
+[upstreams.{name}]
+command = "{python}"
+args = ["-m", "{module}", "{arg}"]
+env = {{ PYTHONPATH = "{root}" }}
+"""
+
+
+@pytest.mark.parametrize(
+    ("upstream", "extra", "said"),
+    [
+        ((HOSTILE, "endless-tools"), "", "upstream 'up' lists tools on more than"),
+        ((UPSTREAM_MODULE, "stdio"), "[tools.nope]\napproval = false\n", "[tools.nope] names"),
+    ],
+    ids=["tools listed forever", "a tool no upstream lists"],
+)
+async def test_an_upstream_that_does_not_fit_stops_the_gateway_with_one_line(
+    site: GatewaySite, upstream: tuple[str, str], extra: str, said: str
+) -> None:
+    module, arg = upstream
+    config = UPSTREAM.format(name="up", python=sys.executable, module=module, arg=arg, root=ROOT)
+    site.config.write_text(config + extra, encoding="utf-8")
+    params = site.stdio()
+    process = await asyncio.create_subprocess_exec(
+        params.command,
+        *params.args,
+        env=params.env,
+        cwd=params.cwd,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, stderr = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 2
+    assert said in stderr.decode().strip().splitlines()[-1]

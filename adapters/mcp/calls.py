@@ -1,9 +1,9 @@
 """One `tools/call` through the gateway: which run and call it is, its approval asked for and
 waited on in MCP's terms, then the ledger runs it on its upstream (or replays it).
 
-Runs and calls. The run is `mcp:<principal>:<conversation>`: the conversation (no ':') is the
-client's `_meta["io.signoff/run"]`, else the transport's session (an HTTP session, one gateway
-process on stdio), else `default`. The call is the client's `_meta["io.signoff/call"]`, else, for a
+Runs and calls. The run is `mcp:<principal>:<conversation>`: the conversation is the client's
+`_meta["io.signoff/run"]`, else the transport's session (an HTTP session, one gateway process
+on stdio), else `default`. The call is the client's `_meta["io.signoff/call"]`, else, for a
 write, a keyed digest of the tool and its arguments (the same write in one run is one call:
 it runs once and then replays), else, for a read, a new id (reads run every time).
 
@@ -27,18 +27,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from adapters.runtime import ask, confirm_once, ready, run
-from approvals import (
-    Approval,
-    ApprovalError,
-    ApprovalStatus,
-    ApprovalStore,
-    ApprovalTier,
-    InvalidApprovalRequest,
-)
+from approvals import Approval, ApprovalError, ApprovalStatus, ApprovalStore, ApprovalTier
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
 from ledger.canonical import canonical_json
-from ledger.errors import InvalidJson, InvalidToolCall
+from ledger.errors import SignoffError
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 
@@ -56,10 +49,9 @@ RUN_META = "io.signoff/run"
 CALL_META = "io.signoff/call"
 IDEMPOTENCY_META = "io.signoff/idempotencyKey"
 """Told to the upstream with every call: the same on every attempt of one call."""
-_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-# No ':' in a conversation: principal names may hold one, and the run `mcp:<p>:<c>` must name
-# one (principal, conversation) only ("ann" with "ops:c1" would be "ann:ops" with "c1").
-_CONVERSATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# No ':' in a client's ids: `mcp:<principal>:<conversation>` then parses one way only, so no
+# principal's run can be named by another (a principal "a" with run "b:c" is not "a:b" with "c").
+_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _REFUSALS = frozenset(
     {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS}
 )
@@ -104,12 +96,16 @@ class Gateway:
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> Answer:
+        """Answer one `tools/call`: its result, a request for input, or a task.
+
+        Raises:
+            MCPError: refused (errors.py); a Signoff error is one too, in one line.
+        """
         try:
             return await self._call_tool(ctx, params)
-        except (InvalidJson, InvalidToolCall, InvalidApprovalRequest) as e:
-            # The client's own arguments or ids, refused before anything was recorded: a typed
-            # answer, not an internal error with a traceback in the log.
-            raise refused(CALL_REFUSED, "invalid_arguments", str(e)) from None
+        except SignoffError as e:
+            name = re.sub(r"(?<!^)(?=[A-Z])", "_", type(e).__name__).lower()
+            raise refused(CALL_REFUSED, name, f"refused: {e}") from None
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -318,13 +314,12 @@ class Gateway:
     ) -> str:
         conversation = meta.get(RUN_META)
         if conversation is not None:
-            conversation = _checked_id(conversation, RUN_META, _CONVERSATION)
+            conversation = _checked_id(conversation, RUN_META)
         else:
             request = ctx.request
             headers = getattr(request, "headers", None)
             session = headers.get("mcp-session-id") if headers is not None else None
-            named = session is not None and _CONVERSATION.match(session) is not None
-            conversation = session if named else self.conversation
+            conversation = session if session and _ID.match(session) else self.conversation
         return f"mcp:{principal}:{conversation}"
 
     def _pending(self, state: str, run_id: str) -> PendingCall:
@@ -364,10 +359,11 @@ def _state_used() -> MCPError:
     )
 
 
-def _checked_id(value: Any, key: str, form: re.Pattern[str] = _ID) -> str:
-    if not isinstance(value, str) or not form.match(value):
-        chars = "A-Z a-z 0-9 _ . : -" if form is _ID else "A-Z a-z 0-9 _ . -"
-        raise refused(CALL_REFUSED, "invalid_meta", f"_meta[{key!r}] must be 1 to 64 of {chars}")
+def _checked_id(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise refused(
+            CALL_REFUSED, "invalid_meta", f"_meta[{key!r}] must be 1 to 64 of A-Z a-z 0-9 _ . -"
+        )
     return value
 
 
