@@ -37,7 +37,7 @@ from ledger.log import get_logger
 
 from .asking import APPROVAL_KEY, approval_url, decision_of_form, form_params, url_params
 from .config import GatewayConfig
-from .errors import APPROVAL_REFUSED, CALL_REFUSED, OUTCOME_UNKNOWN, refused
+from .errors import APPROVAL_REFUSED, CALL_REFUSED, OUTCOME_UNKNOWN, UPSTREAM_REFUSALS, refused
 from .request_state import PendingCall
 from .upstreams import Route, Upstreams
 
@@ -52,11 +52,6 @@ IDEMPOTENCY_META = "io.signoff/idempotencyKey"
 # No ':' in a client's ids: `mcp:<principal>:<conversation>` then parses one way only, so no
 # principal's run can be named by another (a principal "a" with run "b:c" is not "a:b" with "c").
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_REFUSALS = frozenset(
-    {types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS}
-)
-"""The upstream's errors that say it refused the request, so nothing ran there: any other
-(`Connection closed`, a timeout, its internal error) leaves a write's outcome unknown."""
 _REFUSED_STATUS = {
     ApprovalStatus.REJECTED: "approval_rejected",
     ApprovalStatus.EXPIRED: "approval_expired",
@@ -287,7 +282,7 @@ class Gateway:
             try:
                 result = await self.upstreams.call(route, args, meta)
             except MCPError as e:
-                if e.code not in _REFUSALS:  # a lost connection, a timeout: it may have run
+                if e.code not in UPSTREAM_REFUSALS:  # a lost connection, a timeout: it may have run
                     raise
                 raise ToolFailed(f"the upstream refused the call: {e.message}") from None
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
