@@ -21,6 +21,8 @@ __all__ = ["APPROVAL_KEY", "approval_url", "decision_of_form", "form_params", "u
 
 APPROVAL_KEY = "approval"
 """The key of the gateway's one input request (2026-07-28 `inputRequests`)."""
+_SHOWN_VALUE = 200
+_SHOWN_TOTAL = 2000
 _PLAIN: dict[str, type | tuple[type, ...]] = {
     "string": str,
     "number": (int, float),
@@ -59,11 +61,29 @@ def form_params(spec: ToolSpec, args: Mapping[str, Any]) -> types.ElicitRequestF
     }
     for name, field_type in _editable(policy, args).items():
         properties[name] = {"type": field_type, "title": name, "default": args[name]}
-    shown = {k: "(sensitive)" if k in policy.sensitive else v for k, v in args.items()}
     return types.ElicitRequestFormParams(
-        message=f"{spec.name} asks to run with {json.dumps(shown, sort_keys=True)[:2000]}",
+        message=f"{spec.name} asks to run with {_shown(args, policy.sensitive)}",
         requested_schema={"type": "object", "properties": properties, "required": ["approve"]},
     )
+
+
+def _shown(args: Mapping[str, Any], sensitive: frozenset[str]) -> str:
+    """The arguments as the person reads them: every name (a long value must not push the
+    others out of sight), each value cut to a few hundred characters, and any cut said."""
+    parts: list[str] = []
+    for count, name in enumerate(sorted(args)):
+        if sum(map(len, parts)) > _SHOWN_TOTAL:
+            parts.append(f"... and {len(args) - count} more arguments not shown")
+            break
+        value = '"(sensitive)"' if name in sensitive else json.dumps(args[name], sort_keys=True)
+        parts.append(f"{_cut(json.dumps(name))}: {_cut(value)}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def _cut(text: str) -> str:
+    if len(text) <= _SHOWN_VALUE:
+        return text
+    return f"{text[:_SHOWN_VALUE]}... ({len(text) - _SHOWN_VALUE} more characters)"
 
 
 def decision_of_form(

@@ -35,9 +35,9 @@ from ledger.errors import SignoffError
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 
-from .asking import APPROVAL_KEY, decision_of_form, form_params, url_params
+from .asking import APPROVAL_KEY, approval_url, decision_of_form, form_params, url_params
 from .config import GatewayConfig
-from .errors import APPROVAL_REFUSED, CALL_REFUSED, OUTCOME_UNKNOWN, refused
+from .errors import APPROVAL_REFUSED, CALL_REFUSED, OUTCOME_UNKNOWN, UPSTREAM_REFUSALS, refused
 from .request_state import PendingCall
 from .tasks import created, declares_tasks
 from .upstreams import Route, Upstreams
@@ -194,8 +194,24 @@ class Gateway:
     ) -> Approval:
         """2025-11-25: ask with `elicitation/create` now and wait for the answer."""
         policy = route.spec.approval
+        by_form = policy is not None and policy.tier is ApprovalTier.SELF_CONFIRM
+        if not _can_elicit(ctx, url=not by_form):
+            # The spec forbids asking in a mode the client did not declare: say where instead.
+            where = approval_url(self.config.public_url, approval.approval_id)
+            needs = (
+                "a confirmation, and this client declared no form elicitation"
+                if by_form
+                else "a reviewer's approval, and this client declared no URL elicitation; it "
+                f"waits at {where}: call again once it is decided"
+            )
+            raise refused(
+                CALL_REFUSED,
+                "elicitation_unsupported",
+                f"{route.spec.name} needs {needs}; nothing ran",
+                approval_id=approval.approval_id,
+            )
         try:
-            if policy is not None and policy.tier is ApprovalTier.SELF_CONFIRM:
+            if by_form:
                 form = form_params(route.spec, call.args)
                 result = await ctx.session.elicit_form(
                     form.message, form.requested_schema, related_request_id=ctx.request_id
@@ -273,7 +289,9 @@ class Gateway:
             meta = {IDEMPOTENCY_META: context.idempotency_key}
             try:
                 result = await self.upstreams.call(route, args, meta)
-            except MCPError as e:  # the upstream refused the request: nothing ran there
+            except MCPError as e:
+                if e.code not in UPSTREAM_REFUSALS:  # a lost connection, a timeout: it may have run
+                    raise
                 raise ToolFailed(f"the upstream refused the call: {e.message}") from None
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
@@ -325,6 +343,15 @@ class Gateway:
             "the approval was not opened; nothing ran and it stays pending for reviewers",
             approval_id=approval.approval_id,
         )
+
+
+def _can_elicit(ctx: ServerRequestContext[Any, Any], *, url: bool) -> bool:
+    """Whether the client declared elicitation in this mode (an empty one is form mode)."""
+    capabilities = ctx.session.client_capabilities
+    have = capabilities.elicitation if capabilities is not None else None
+    if have is None:
+        return False
+    return have.url is not None if url else have.form is not None or have.url is None
 
 
 def _state_used() -> MCPError:

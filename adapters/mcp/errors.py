@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 
 __all__ = [
     "APPROVAL_REFUSED",
     "CALL_REFUSED",
     "OUTCOME_UNKNOWN",
+    "UPSTREAM_REFUSALS",
     "refused",
 ]
 
@@ -24,6 +25,9 @@ OUTCOME_UNKNOWN = -32052
 CALL_REFUSED = INVALID_PARAMS
 """The request itself is refused: an unknown tool, a requestState used already or for another
 run, a run or call id that is malformed."""
+UPSTREAM_REFUSALS = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS})
+"""An upstream's errors that say it refused the request, so nothing ran there; any other
+(`Connection closed`, a timeout, its internal error) leaves a write's outcome unknown."""
 
 
 def refused(code: int, reason: str, message: str, **data: Any) -> MCPError:

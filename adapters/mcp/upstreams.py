@@ -28,6 +28,8 @@ __all__ = ["Route", "Upstreams", "connect_upstreams", "route_of"]
 
 log = get_logger(__name__)
 
+_MAX_PAGES = 1000
+
 
 @dataclass(frozen=True)
 class Route:
@@ -60,7 +62,8 @@ class Upstreams:
         """Run the tool on its upstream (no input requests: the upstream gets none answered).
 
         Raises:
-            MCPError: the upstream refused the request (an unknown tool, bad arguments).
+            MCPError: the upstream refused the request (an unknown tool, bad arguments), or
+                the call's fate is unknown (the connection lost, a timeout, its internal error).
         """
         client = self.clients[route.upstream]
         return await client.call_tool(
@@ -76,30 +79,46 @@ async def connect_upstreams(config: GatewayConfig) -> AsyncIterator[Upstreams]:
         GatewayConfigError: an upstream cannot be reached or lists nothing usable, two tools
             get one exposed name, or the config names a tool no upstream has.
     """
+    failed: GatewayConfigError | None = None
     async with AsyncExitStack() as stack:
-        clients: dict[str, Client] = {}
-        routes: dict[str, Route] = {}
-        for upstream in config.upstreams:
-            client = _client(upstream)
-            try:
-                clients[upstream.name] = await stack.enter_async_context(client)
-                listed = await _all_tools(clients[upstream.name])
-            except Exception as e:  # any transport failure: one line at start
+        try:
+            upstreams = await _connected(stack, config)
+        except GatewayConfigError as e:
+            # Raised once the clients are closed: raised inside, a stdio client's task group
+            # wraps it in an ExceptionGroup and the command shows no line of its own.
+            failed = e
+        else:
+            yield upstreams
+    if failed is not None:
+        raise failed
+
+
+async def _connected(stack: AsyncExitStack, config: GatewayConfig) -> Upstreams:
+    clients: dict[str, Client] = {}
+    routes: dict[str, Route] = {}
+    for upstream in config.upstreams:
+        client = _client(upstream)
+        try:
+            clients[upstream.name] = await stack.enter_async_context(client)
+            listed = await _all_tools(upstream.name, clients[upstream.name])
+        except GatewayConfigError:
+            raise
+        except Exception as e:  # any transport failure: one line at start
+            raise GatewayConfigError(
+                f"upstream {upstream.name!r} cannot be reached: {type(e).__name__}: {e}"
+            ) from None
+        for tool in listed:
+            route = route_of(config, upstream.name, tool)
+            if route.tool.name in routes:
                 raise GatewayConfigError(
-                    f"upstream {upstream.name!r} cannot be reached: {type(e).__name__}: {e}"
-                ) from None
-            for tool in listed:
-                route = route_of(config, upstream.name, tool)
-                if route.tool.name in routes:
-                    raise GatewayConfigError(
-                        f"two upstreams list a tool {route.tool.name!r}: set namespace = true"
-                    )
-                routes[route.tool.name] = route
-            log.info("upstream connected", upstream=upstream.name, tools=len(listed))
-        unknown = sorted(set(config.tools) - set(routes))
-        if unknown:
-            raise GatewayConfigError(f"[tools.{unknown[0]}] names a tool no upstream lists")
-        yield Upstreams(clients, routes)
+                    f"two upstreams list a tool {route.tool.name!r}: set namespace = true"
+                )
+            routes[route.tool.name] = route
+        log.info("upstream connected", upstream=upstream.name, tools=len(listed))
+    unknown = sorted(set(config.tools) - set(routes))
+    if unknown:
+        raise GatewayConfigError(f"[tools.{unknown[0]}] names a tool no upstream lists")
+    return Upstreams(clients, routes)
 
 
 def _client(upstream: UpstreamConfig) -> Client:
@@ -114,15 +133,24 @@ def _client(upstream: UpstreamConfig) -> Client:
     return Client(params)
 
 
-async def _all_tools(client: Client) -> list[types.Tool]:
+async def _all_tools(name: str, client: Client) -> list[types.Tool]:
+    """Every page of the upstream's tools; a bound on pages, since an upstream that always
+    names a next cursor would keep the gateway listing (and growing) forever.
+
+    Raises:
+        GatewayConfigError: the listing did not end within `_MAX_PAGES` pages.
+    """
     tools: list[types.Tool] = []
     cursor: str | None = None
-    while True:
+    for _ in range(_MAX_PAGES):
         page = await client.list_tools(cursor=cursor)
         tools.extend(page.tools)
         cursor = page.next_cursor
         if not cursor:
             return tools
+    raise GatewayConfigError(
+        f"upstream {name!r} lists tools on more than {_MAX_PAGES} pages: its listing never ends"
+    )
 
 
 def route_of(config: GatewayConfig, upstream: str, tool: types.Tool) -> Route:
