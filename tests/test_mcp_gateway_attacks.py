@@ -180,11 +180,6 @@ async def test_the_self_confirm_form_shows_every_argument_however_long_one_is(
     assert site.executions("refund") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a read's call id is new on every call: the retry the -32042 error asks for opens a "
-    "new approval, and the decided one is never used",
-)
 async def test_a_legacy_retry_of_a_read_that_needs_approval_uses_the_decided_approval(
     site: GatewaySite,
 ) -> None:

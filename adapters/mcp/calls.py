@@ -5,7 +5,8 @@ Runs and calls. The run is `mcp:<principal>:<conversation>`: the conversation is
 `_meta["io.signoff/run"]`, else the transport's session (an HTTP session, one gateway process
 on stdio), else `default`. The call is the client's `_meta["io.signoff/call"]`, else, for a
 write, a keyed digest of the tool and its arguments (the same write in one run is one call:
-it runs once and then replays), else, for a read, a new id (reads run every time).
+it runs once and then replays) and of a read that needs approval, else, for a read, a new id
+(reads that ask nobody run every time).
 
 Approvals. On 2026-07-28 a call that needs one answers `input_required` with a sealed
 `requestState` naming it; on 2025-11-25 the gateway sends `elicitation/create` itself. Either
@@ -304,8 +305,10 @@ class Gateway:
         given = meta.get(CALL_META)
         if given is not None:
             return _checked_id(given, CALL_META)
-        if route.spec.effect is Effect.READ:
-            return f"r-{uuid.uuid4().hex}"
+        if route.spec.effect is Effect.READ and route.spec.approval is None:
+            return f"r-{uuid.uuid4().hex}"  # a read that asks nobody runs every time
+        # A write, or a read that needs approval: its run and arguments find its approval
+        # again when the client comes back (and an approved read is then answered once).
         async with self.ring.sealing():
             _, digest = self.ring.value_mac(
                 canonical_json({"tool": route.spec.name, "args": args}).encode()
