@@ -19,10 +19,11 @@ from mcp.shared.exceptions import MCPError
 
 from approvals import ApprovalStatus, Decision
 
-from .support.mcp_gateway import GatewaySite, gateway_site
+from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
 from .support.until import until
 
-MODES = ["2026-07-28", "legacy"]
+MODERN = "2026-07-28"
+MODES = [MODERN, "legacy"]
 REFUND = {"order_id": "A-1", "amount": 12.5}
 
 
@@ -165,9 +166,11 @@ async def test_a_decision_waited_on_through_one_gateway_is_used_through_another(
 ) -> None:
     site.write_config(wait=0)
     async with (
-        Client(site.stdio(), mode="2026-07-28") as a,
-        Client(site.stdio(), mode="2026-07-28") as b,
-        Client(site.stdio("--principal", "mallory"), mode="2026-07-28") as mallory,
+        Client(site.stdio(), mode=MODERN, elicitation_callback=opens_links) as a,
+        Client(site.stdio(), mode=MODERN, elicitation_callback=opens_links) as b,
+        Client(
+            site.stdio("--principal", "mallory"), mode=MODERN, elicitation_callback=opens_links
+        ) as mallory,
     ):
         asked = await first_round(a, REFUND, "conv-1")
         pending = await retry(a, REFUND, "conv-1", asked.request_state)  # nobody decided yet
@@ -195,7 +198,7 @@ async def test_a_decision_waited_on_through_one_gateway_is_used_through_another(
 
 async def test_an_expired_approval_is_refused_and_nothing_runs(site: GatewaySite) -> None:
     site.write_config(wait=0, expires="1")
-    async with Client(site.stdio(), mode="2026-07-28") as client:
+    async with Client(site.stdio(), mode=MODERN, elicitation_callback=opens_links) as client:
         asked = await first_round(client, REFUND, "conv-2")
         approval = await site.reviewer.get(approval_of(url_of(asked)))
         expires_at = approval.expires_at
@@ -242,4 +245,18 @@ async def test_a_run_id_cannot_name_another_principal_s_run(site: GatewaySite) -
         with pytest.raises(MCPError) as refused:
             await client.call_tool("balance", {"account": "A1"}, meta=run_meta("x:y"))
     assert refused.value.data["reason"] == "invalid_meta"
+    assert site.executions() == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_client_that_declares_no_elicitation_is_told_where_the_approval_waits(
+    site: GatewaySite, mode: str
+) -> None:
+    async with Client(site.stdio(), mode=mode) as client:  # no callback: no elicitation
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("refund", REFUND)
+    assert refused.value.data["reason"] == "elicitation_unsupported"
+    approval_id = refused.value.data["approval_id"]
+    assert f"/inbox/approvals/{approval_id}" in refused.value.message
+    assert (await site.reviewer.get(approval_id)).status is ApprovalStatus.PENDING
     assert site.executions() == []

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from approvals import Decision
 
-from .support.mcp_gateway import GatewaySite, gateway_site
+from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
 from .support.mcp_hostile_upstream import MODULE as HOSTILE
 from .support.mcp_upstream import MODULE as UPSTREAM_MODULE
 from .support.processes import ROOT
@@ -295,7 +295,7 @@ async def test_a_form_answer_that_was_not_asked_for_runs_nothing(
     )
     site.config.write_text(text, encoding="utf-8")
     args = {"ticket": "T-9", "tag": "later"}
-    async with Client(site.stdio(), mode="2026-07-28") as client:
+    async with Client(site.stdio(), mode="2026-07-28", elicitation_callback=opens_links) as client:
         asked = await client.session.call_tool(
             "tag_ticket", args, meta=run_meta("form"), allow_input_required=True
         )

@@ -19,7 +19,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from .support.http import bearer, reviewer_service, token_for, unique
-from .support.mcp_gateway import GatewaySite, gateway_site
+from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
 from .test_http_oidc import AUDIENCE, ISSUER, Signer, jwks
 
 REFUND = {"order_id": "B-2", "amount": 40.0}
@@ -50,9 +50,12 @@ async def inbox(site: GatewaySite) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-def client(url: str, headers: dict[str, str], mode: str) -> Client:
+def client(url: str, headers: dict[str, str], mode: str, *, asks: bool = True) -> Client:
+    """A client of the gateway at `url`; `asks`: it declares elicitation (its user opens
+    links), else a call that needs approval is refused as soon as the approval is requested."""
     http = create_mcp_http_client(headers=headers)
-    return Client(streamable_http_client(url, http_client=http), mode=mode)
+    transport = streamable_http_client(url, http_client=http)
+    return Client(transport, mode=mode, elicitation_callback=opens_links if asks else None)
 
 
 def run_meta(run: str) -> types.RequestParamsMeta:
@@ -65,11 +68,11 @@ async def test_an_agent_token_names_the_caller(
 ) -> None:
     agent = unique("agent")
     headers = await token_for(site.owner, agent, scope="agent")
-    async with client(gateways[0], headers, mode) as mcp:
+    async with client(gateways[0], headers, mode, asks=False) as mcp:
         read = await mcp.call_tool("balance", {"account": "B2"})
         # The client's `_meta` names its conversation, never who it is.
         meta = cast(types.RequestParamsMeta, {"io.signoff/run": "c1", "principal": "cfo"})
-        with pytest.raises(MCPError):  # nobody decides within wait_seconds
+        with pytest.raises(MCPError):  # it cannot be asked: the approval waits
             await mcp.call_tool("refund", REFUND, meta=meta)
     assert "B2" in read.content[0].text  # type: ignore[union-attr]
     [approval] = await site.reviewer.pending()
@@ -149,8 +152,8 @@ async def test_an_oidc_token_of_the_agent_group_names_the_caller(
     )
     try:
         robot = bearer(signer.token(sub="robot-1", groups=["agents"]))
-        async with client(url, robot, "2026-07-28") as mcp:
-            with pytest.raises(MCPError):  # nobody decides within wait_seconds
+        async with client(url, robot, "2026-07-28", asks=False) as mcp:
+            with pytest.raises(MCPError):  # it cannot be asked: the approval waits
                 await mcp.call_tool("refund", REFUND, meta=run_meta("o1"))
         [approval] = await site.reviewer.pending()
         assert approval.requested_by == "robot-1" and approval.run_id == "mcp:robot-1:o1"

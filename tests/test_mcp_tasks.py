@@ -18,7 +18,7 @@ from pydantic import ConfigDict
 
 from approvals import Decision
 
-from .support.mcp_gateway import GatewaySite, gateway_site
+from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
 
 TASKS = "io.modelcontextprotocol/tasks"
 REFUND = {"order_id": "C-3", "amount": 7.0}
@@ -64,7 +64,12 @@ async def site(server_url: str, tmp_path: Path) -> AsyncIterator[GatewaySite]:
 
 def tasks_client(site: GatewaySite, *args: str, declares: bool = True) -> Client:
     extensions: list[ClientExtension] = [Tasks()] if declares else []
-    return Client(site.stdio(*args), mode="2026-07-28", extensions=extensions)
+    return Client(
+        site.stdio(*args),
+        mode="2026-07-28",
+        extensions=extensions,
+        elicitation_callback=opens_links,
+    )
 
 
 async def task(client: Client, method: str, task_id: str) -> dict[str, Any]:

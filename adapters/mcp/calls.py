@@ -141,7 +141,7 @@ class Gateway:
         bound = log.bind(run_id=run_id, call_id=call.call_id, approval_id=approval.approval_id)
         if not ready(approval):
             if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                answered = await self._modern_round(route, call, approval, params, who)
+                answered = await self._modern_round(ctx, route, call, approval, params, who)
             else:
                 answered = await self._legacy_round(ctx, route, call, approval)
             if not isinstance(answered, Approval):
@@ -156,6 +156,7 @@ class Gateway:
 
     async def _modern_round(
         self,
+        ctx: ServerRequestContext[Any, Any],
         route: Route,
         call: ToolCall,
         approval: Approval,
@@ -166,11 +167,12 @@ class Gateway:
         the request declares tasks, else the state to come back with."""
         state = PendingCall(approval.approval_id, call.run_id, call.call_id).to_state()
         response = (params.input_responses or {}).get(APPROVAL_KEY)
-        if (
-            route.spec.approval is not None
-            and route.spec.approval.tier is ApprovalTier.SELF_CONFIRM
-        ):
+        policy = route.spec.approval
+        by_form = policy is not None and policy.tier is ApprovalTier.SELF_CONFIRM
+        if by_form:
             if not isinstance(response, types.ElicitResult):
+                if not _can_elicit(ctx, url=False):
+                    raise self._unsupported(route, approval, by_form=True)
                 form = types.ElicitRequest(params=form_params(route.spec, call.args))
                 return await self._input_required({APPROVAL_KEY: form}, state)
             return await self._confirmed(route, call, approval, response)
@@ -179,6 +181,8 @@ class Gateway:
         ):
             if isinstance(response, types.ElicitResult):
                 raise self._not_opened(approval)
+            if not _can_elicit(ctx, url=True):
+                raise self._unsupported(route, approval, by_form=False)
             asked = url_params(self.config.public_url, route.spec, approval, with_id=False)
             return await self._input_required(
                 {APPROVAL_KEY: types.ElicitRequest(params=asked)}, state
@@ -197,20 +201,7 @@ class Gateway:
         policy = route.spec.approval
         by_form = policy is not None and policy.tier is ApprovalTier.SELF_CONFIRM
         if not _can_elicit(ctx, url=not by_form):
-            # The spec forbids asking in a mode the client did not declare: say where instead.
-            where = approval_url(self.config.public_url, approval.approval_id)
-            needs = (
-                "a confirmation, and this client declared no form elicitation"
-                if by_form
-                else "a reviewer's approval, and this client declared no URL elicitation; it "
-                f"waits at {where}: call again once it is decided"
-            )
-            raise refused(
-                CALL_REFUSED,
-                "elicitation_unsupported",
-                f"{route.spec.name} needs {needs}; nothing ran",
-                approval_id=approval.approval_id,
-            )
+            raise self._unsupported(route, approval, by_form=by_form)
         try:
             if by_form:
                 form = form_params(route.spec, call.args)
@@ -338,6 +329,22 @@ class Gateway:
         if pending.run_id != run_id:
             raise refused(CALL_REFUSED, "request_state_foreign", "requestState of another run")
         return pending
+
+    def _unsupported(self, route: Route, approval: Approval, *, by_form: bool) -> MCPError:
+        """The spec forbids asking in a mode the client did not declare: say where instead."""
+        where = approval_url(self.config.public_url, approval.approval_id)
+        needs = (
+            "a confirmation, and this client declared no form elicitation"
+            if by_form
+            else "a reviewer's approval, and this client declared no URL elicitation; it "
+            f"waits at {where}: call again once it is decided"
+        )
+        return refused(
+            CALL_REFUSED,
+            "elicitation_unsupported",
+            f"{route.spec.name} needs {needs}; nothing ran",
+            approval_id=approval.approval_id,
+        )
 
     def _not_opened(self, approval: Approval) -> MCPError:
         return refused(

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
+from mcp.client.context import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
 
 from approvals import ApprovalStore
@@ -26,7 +28,7 @@ from .mcp_upstream import LOG_ENV, MODULE, executions
 from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK
 from .worker_login import WorkerLogin, worker_login
 
-__all__ = ["GatewaySite", "gateway_site"]
+__all__ = ["GatewaySite", "gateway_site", "opens_links"]
 
 CONFIG = """\
 public_url = "http://inbox.test"
@@ -44,6 +46,14 @@ headline = ["amount"]
 [tools.tag_ticket]
 approval = {{ expires_in = "1h" }}
 """
+
+
+async def opens_links(
+    context: ClientRequestContext, params: types.ElicitRequestParams
+) -> types.ElicitResult | types.ErrorData:
+    """A person at the client who opens every link and decides nothing: a client with it
+    declares elicitation, as one that asks its user does."""
+    return types.ElicitResult(action="accept")
 
 
 @dataclass
