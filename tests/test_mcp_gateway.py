@@ -18,6 +18,7 @@ from mcp.client.context import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 
 from approvals import ApprovalStatus, Decision
+from ledger.keys import Purpose
 
 from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
 from .support.until import until
@@ -259,4 +260,33 @@ async def test_a_client_that_declares_no_elicitation_is_told_where_the_approval_
     approval_id = refused.value.data["approval_id"]
     assert f"/inbox/approvals/{approval_id}" in refused.value.message
     assert (await site.reviewer.get(approval_id)).status is ApprovalStatus.PENDING
+    assert site.executions() == []
+
+
+async def test_a_state_sealed_under_a_key_made_since_opens_in_a_gateway_that_never_saw_it(
+    site: GatewaySite,
+) -> None:
+    site.write_config(wait=0)
+    # B has cached the key ring and would not look again for an hour on its own.
+    b = Client(
+        site.stdio(env={"SIGNOFF_KEY_REFRESH_SECONDS": "3600"}),
+        mode=MODERN,
+        elicitation_callback=opens_links,
+    )
+    async with b:
+        await b.call_tool("balance", {"account": "K1"})
+        await site.reviewer.ring.rotate(Purpose.RESULT)  # another process rotates the key
+        async with Client(site.stdio(), mode=MODERN, elicitation_callback=opens_links) as a:
+            asked = await first_round(a, REFUND, "conv-k")  # sealed under the new key
+        await site.reviewer.decide(approval_of(url_of(asked)), Decision.approve(), "cfo")
+        done = await retry(b, REFUND, "conv-k", asked.request_state)
+    assert isinstance(done, types.CallToolResult) and not done.is_error
+    assert len(site.executions("refund")) == 1
+
+
+async def test_an_answer_sent_before_being_asked_is_asked_for_again(site: GatewaySite) -> None:
+    async with Client(site.stdio(), mode=MODERN, elicitation_callback=opens_links) as client:
+        first = await retry(client, REFUND, "conv-early", None)  # an "accept" nobody asked for
+    assert isinstance(first, types.InputRequiredResult)
+    assert url_of(first).startswith("http://inbox.test/inbox/approvals/")
     assert site.executions() == []

@@ -11,6 +11,7 @@ import sys
 from adapters.extras import MCP, require_extra
 from approvals.identity import reviewer_id
 from ledger.calls.service import DEFAULT_LEASE_SECONDS
+from ledger.errors import ConfigurationError
 
 from .arguments import reviewer
 from .context import settings_of
@@ -76,6 +77,12 @@ def _run(args: argparse.Namespace) -> int:
     from adapters.mcp.config import load_config
     from adapters.mcp.running import Listen, run_gateway
 
+    if args.http is not None and args.principal is not None:
+        raise ConfigurationError(
+            "--principal is for stdio: over --http a bearer token names each caller"
+        )
+    if args.http is None and args.json:
+        raise ConfigurationError("--json goes with --http (it prints where the gateway listens)")
     settings = settings_of(args)
     config = load_config(
         args.config, public_url=args.public_url, default_public_url=settings.public_url

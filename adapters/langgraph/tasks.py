@@ -35,9 +35,7 @@ from langchain_core.tools import BaseTool, ToolException
 from langgraph.types import Send, interrupt
 from pydantic import ValidationError
 
-from ledger.canonical import canonical_json
-from ledger.errors import UnknownCall
-from ledger.keys import Purpose
+from adapters.runtime.ids import derived_call_id
 
 from .errors import InvalidSend
 from .tools import SignoffTools, is_content_blocks, run_id_of
@@ -46,7 +44,6 @@ __all__ = ["CALL_ID", "SignoffToolTask", "fan_out", "tool_task"]
 
 CALL_ID = "call_id"
 _TAG = b"signoff.send.v1|"
-_ASKED = 10_000  # approvals of one tool in one run looked through for an older id
 
 
 class SignoffToolTask:
@@ -101,35 +98,17 @@ class SignoffToolTask:
         return {self.into: [message]}
 
     async def derived_id(self, args: dict[str, Any], config: RunnableConfig) -> str:
-        """`<tool>:<HMAC of the arguments>`: under the key the ledger recorded the call with, or
-        the store asked for its approval with, if either did (a rotation since), else under the
-        active key."""
-        ring = self.signoff.ledger.ring
-        # `current`: within its refresh interval after a rotation, this process would derive
-        # another id than one that has seen the new key, and run the call again.
-        async with ring.sealing(current=Purpose.VALUE_MAC):
-            message = _TAG + canonical_json(args).encode()
-            ids = [
-                f"{self.tool.name}:{ring.value_mac(message, key_id)[1][:32]}"
-                for key_id in ring.live_key_ids(Purpose.VALUE_MAC)
-            ]
-        run_id, older = run_id_of(config), ids[1:]  # older: the ids under decrypt-only keys
-        for call_id in older:
-            try:
-                await self.signoff.ledger.get(run_id, call_id)
-                return call_id
-            except UnknownCall:
-                continue
-        if older and self.signoff.spec(self.tool.name).approval is not None:
-            # Asked about, not yet run: keep the id the reviewers were asked about.
-            approvals = await self.signoff.approvals.find(
-                run_id=run_id, tool=self.tool.name, limit=_ASKED
-            )
-            asked = {a.call_id for a in approvals}
-            for call_id in older:
-                if call_id in asked:
-                    return call_id
-        return ids[0]
+        """`<tool>:<HMAC of the arguments>` (`runtime.derived_call_id`)."""
+        return await derived_call_id(
+            self.signoff.ledger,
+            self.signoff.approvals,
+            run_id=run_id_of(config),
+            tool=self.tool.name,
+            args=args,
+            tag=_TAG,
+            prefix=f"{self.tool.name}:",
+            asks=self.signoff.spec(self.tool.name).approval is not None,
+        )
 
     def _execute(self, call: Mapping[str, Any]) -> Callable[[dict[str, Any], RunnableConfig], Any]:
         tool = self.tool

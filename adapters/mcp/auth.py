@@ -5,13 +5,10 @@ something the client says."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from mcp.server.auth.provider import AccessToken
 
 from adapters.http.oidc import InvalidBearerToken, JwksUnavailable, OidcVerifier
-from approvals import ApiTokens, CredentialError, CredentialScopeRefused
+from approvals import ApiTokens, CredentialError, CredentialScopeRefused, Scope
 from approvals.credentials import PREFIX
 from ledger.log import get_logger
 from ledger.store import Database
@@ -21,7 +18,7 @@ __all__ = ["AgentVerifier", "agent_verifier"]
 
 log = get_logger(__name__)
 
-AGENT_SCOPE = "agent"
+AGENT_SCOPE = str(Scope.AGENT)
 
 
 class AgentVerifier:
@@ -58,8 +55,7 @@ class AgentVerifier:
         return None
 
 
-@asynccontextmanager
-async def agent_verifier(settings: Settings, db: Database) -> AsyncIterator[AgentVerifier]:
+def agent_verifier(settings: Settings, db: Database) -> AgentVerifier:
     """The verifier of `settings`: agent tokens in `db`, and OIDC when `settings.oidc` is set."""
     oidc = None if settings.oidc is None else OidcVerifier(settings.oidc)
-    yield AgentVerifier(ApiTokens(db), oidc)
+    return AgentVerifier(ApiTokens(db), oidc)

@@ -16,8 +16,6 @@ call is in the ledger already is refused.
 
 from __future__ import annotations
 
-import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,31 +27,31 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from adapters.runtime import ask, confirm_once, ready, run
 from approvals import Approval, ApprovalError, ApprovalStatus, ApprovalStore, ApprovalTier
-from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
+from ledger.calls.model import CallContext, CallOutcome, CallStatus, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
-from ledger.canonical import canonical_json
 from ledger.errors import SignoffError
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 
 from .asking import APPROVAL_KEY, approval_url, decision_of_form, form_params, url_params
 from .config import GatewayConfig
-from .errors import APPROVAL_REFUSED, CALL_REFUSED, OUTCOME_UNKNOWN, UPSTREAM_REFUSALS, refused
-from .request_state import PendingCall
+from .errors import (
+    APPROVAL_REFUSED,
+    CALL_REFUSED,
+    OUTCOME_UNKNOWN,
+    UPSTREAM_REFUSALS,
+    refused,
+    signoff_refusal,
+)
+from .ids import IDEMPOTENCY_META, call_id_of, run_id_of
+from .request_state import PendingCall, ready_to_seal
 from .tasks import created, declares_tasks
 from .upstreams import Route, Upstreams
 
-__all__ = ["CALL_META", "RUN_META", "Gateway"]
+__all__ = ["Gateway"]
 
 log = get_logger(__name__)
 
-RUN_META = "io.signoff/run"
-CALL_META = "io.signoff/call"
-IDEMPOTENCY_META = "io.signoff/idempotencyKey"
-"""Told to the upstream with every call: the same on every attempt of one call."""
-# No ':' in a client's ids: `mcp:<principal>:<conversation>` then parses one way only, so no
-# principal's run can be named by another (a principal "a" with run "b:c" is not "a:b" with "c").
-_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _REFUSED_STATUS = {
     ApprovalStatus.REJECTED: "approval_rejected",
     ApprovalStatus.EXPIRED: "approval_expired",
@@ -102,8 +100,7 @@ class Gateway:
         try:
             return await self._call_tool(ctx, params)
         except SignoffError as e:
-            name = re.sub(r"(?<!^)(?=[A-Z])", "_", type(e).__name__).lower()
-            raise refused(CALL_REFUSED, name, f"refused: {e}") from None
+            raise signoff_refusal(e) from None
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -114,29 +111,17 @@ class Gateway:
         args = dict(params.arguments or {})
         meta = dict(params.meta or {})
         who = self.principal_of(ctx)
-        run_id = self._run_of(ctx, who, meta)
-        if route.spec.approval is None:
-            call = ToolCall(run_id, await self._call_id(route, args, meta), route.spec.name, args)
-            return await self.run(route, call)
-        if params.request_state is not None:
-            pending = self._pending(params.request_state, run_id)
-            call = ToolCall(run_id, pending.call_id, route.spec.name, args)
-            if await self.ledger.answering(run_id, call.call_id) is not None:
-                raise _state_used()
-            approval = await self.store.get(pending.approval_id)
-            if (approval.run_id, approval.call_id, approval.tool) != (
-                run_id,
-                call.call_id,
-                call.tool,
-            ):
-                raise refused(CALL_REFUSED, "request_state_foreign", "requestState of another call")
+        run_id = run_id_of(ctx, who, meta, self.conversation)
+        if params.request_state is not None and route.spec.approval is not None:
+            call, approval = await self._resumed(route, run_id, args, params.request_state)
         else:
-            call = ToolCall(run_id, await self._call_id(route, args, meta), route.spec.name, args)
+            call_id = await call_id_of(self.ledger, self.store, route.spec, run_id, args, meta)
+            call = ToolCall(run_id, call_id, route.spec.name, args)
+            if route.spec.approval is None:
+                return await self.run_call(route, call)
             if (entry := await self.ledger.answering(run_id, call.call_id)) is not None:
-                used = (
-                    None if entry.approval_id is None else await self.store.get(entry.approval_id)
-                )
-                return await self.run(route, call, used)
+                used = entry.approval_id and await self.store.get(entry.approval_id)
+                return await self.run_call(route, call, used or None)
             approval = await ask(self.store, route.spec, call, requested_by=who)
         bound = log.bind(run_id=run_id, call_id=call.call_id, approval_id=approval.approval_id)
         if not ready(approval):
@@ -149,8 +134,22 @@ class Gateway:
                 return answered
             approval = answered
         bound.info("approval final", status=str(approval.status))
-        fresh = params.request_state is not None
-        return await self.run(route, call, approval, fresh=fresh)
+        from_state = params.request_state is not None
+        return await self.run_call(route, call, approval, from_state=from_state)
+
+    async def _resumed(
+        self, route: Route, run_id: str, args: dict[str, Any], state: str
+    ) -> tuple[ToolCall, Approval]:
+        """The call and approval a requestState names (the SDK checked its seal, expiry,
+        principal, tool and arguments); refused when its call is in the ledger already."""
+        pending = self._pending(state, run_id)
+        call = ToolCall(run_id, pending.call_id, route.spec.name, args)
+        if await self.ledger.answering(run_id, call.call_id) is not None:
+            raise _state_used()
+        approval = await self.store.get(pending.approval_id)
+        if (approval.run_id, approval.call_id, approval.tool) != (run_id, call.call_id, call.tool):
+            raise _foreign("call")
+        return call, approval
 
     # -- one round of asking -------------------------------------------------------------------
 
@@ -176,11 +175,9 @@ class Gateway:
                 form = types.ElicitRequest(params=form_params(route.spec, call.args))
                 return await self._input_required({APPROVAL_KEY: form}, state)
             return await self._confirmed(route, call, approval, response)
-        if params.request_state is None or (
-            isinstance(response, types.ElicitResult) and response.action != "accept"
-        ):
-            if isinstance(response, types.ElicitResult):
-                raise self._not_opened(approval)
+        if isinstance(response, types.ElicitResult) and response.action != "accept":
+            raise self._not_opened(approval)
+        if params.request_state is None:
             if not _can_elicit(ctx, url=True):
                 raise self._unsupported(route, approval, by_form=False)
             asked = url_params(self.config.public_url, route.spec, approval, with_id=False)
@@ -190,7 +187,7 @@ class Gateway:
         waited = await self.store.wait(approval.approval_id, self.config.wait_seconds)
         if ready(waited):
             return waited
-        if declares_tasks(params.meta) and (task := created(self, waited, call, principal)):
+        if declares_tasks(params.meta) and (task := await created(self, waited, call, principal)):
             return task
         return await self._input_required(None, state)
 
@@ -259,17 +256,20 @@ class Gateway:
     async def _input_required(
         self, requests: types.InputRequests | None, state: str
     ) -> types.InputRequiredResult:
-        # The SDK seals the state after this returns: reserve the ring's nonce for it now.
-        async with self.ring.sealing():
-            pass
+        await ready_to_seal(self.ring)  # the SDK seals the state once this returns
         return types.InputRequiredResult(input_requests=requests, request_state=state)
 
     # -- running -------------------------------------------------------------------------------
 
-    async def run(
-        self, route: Route, call: ToolCall, approval: Approval | None = None, *, fresh: bool = False
+    async def run_call(
+        self,
+        route: Route,
+        call: ToolCall,
+        approval: Approval | None = None,
+        *,
+        from_state: bool = False,
     ) -> types.CallToolResult:
-        """Run (or replay) `call`, consuming `approval` (final) in its intent; `fresh`: a
+        """Run (or replay) `call`, consuming `approval` (final) in its intent; `from_state`: a
         requestState's call, which must not replay (a concurrent request with the state ran it).
 
         Raises:
@@ -288,36 +288,9 @@ class Gateway:
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         outcome = await run(self.ledger, self.store, route.spec, call, on_upstream, approval_id)
-        if fresh and outcome.replayed:
+        if from_state and outcome.replayed:
             raise _state_used()
         return _answer(outcome, approval)
-
-    async def _call_id(self, route: Route, args: dict[str, Any], meta: dict[str, Any]) -> str:
-        given = meta.get(CALL_META)
-        if given is not None:
-            return _checked_id(given, CALL_META)
-        if route.spec.effect is Effect.READ and route.spec.approval is None:
-            return f"r-{uuid.uuid4().hex}"  # a read that asks nobody runs every time
-        # A write, or a read that needs approval: its run and arguments find its approval
-        # again when the client comes back (and an approved read is then answered once).
-        async with self.ring.sealing():
-            _, digest = self.ring.value_mac(
-                canonical_json({"tool": route.spec.name, "args": args}).encode()
-            )
-        return f"w-{digest[:40]}"
-
-    def _run_of(
-        self, ctx: ServerRequestContext[Any, Any], principal: str, meta: dict[str, Any]
-    ) -> str:
-        conversation = meta.get(RUN_META)
-        if conversation is not None:
-            conversation = _checked_id(conversation, RUN_META)
-        else:
-            request = ctx.request
-            headers = getattr(request, "headers", None)
-            session = headers.get("mcp-session-id") if headers is not None else None
-            conversation = session if session and _ID.match(session) else self.conversation
-        return f"mcp:{principal}:{conversation}"
 
     def _pending(self, state: str, run_id: str) -> PendingCall:
         try:
@@ -327,7 +300,7 @@ class Gateway:
                 CALL_REFUSED, "invalid_request_state", "not a Signoff requestState"
             ) from None
         if pending.run_id != run_id:
-            raise refused(CALL_REFUSED, "request_state_foreign", "requestState of another run")
+            raise _foreign("run")
         return pending
 
     def _unsupported(self, route: Route, approval: Approval, *, by_form: bool) -> MCPError:
@@ -364,20 +337,16 @@ def _can_elicit(ctx: ServerRequestContext[Any, Any], *, url: bool) -> bool:
     return have.url is not None if url else have.form is not None or have.url is None
 
 
+def _foreign(what: str) -> MCPError:
+    return refused(CALL_REFUSED, "request_state_foreign", f"a requestState of another {what}")
+
+
 def _state_used() -> MCPError:
     return refused(
         CALL_REFUSED,
         "request_state_used",
         "this requestState was used already; call the tool again without it",
     )
-
-
-def _checked_id(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value):
-        raise refused(
-            CALL_REFUSED, "invalid_meta", f"_meta[{key!r}] must be 1 to 64 of A-Z a-z 0-9 _ . -"
-        )
-    return value
 
 
 def _answer(outcome: CallOutcome, approval: Approval | None) -> types.CallToolResult:

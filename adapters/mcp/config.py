@@ -149,7 +149,7 @@ def parse_config(
     if not upstreams:
         raise GatewayConfigError("the config names no [upstreams.<name>] server")
     url = public_url or data.get("public_url") or default_public_url
-    if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
+    if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+\S*$", url):
         raise GatewayConfigError(
             "public_url (the inbox reviewers open, e.g. https://signoff.example.com) is missing "
             "or not an http(s) URL: set it in the config or SIGNOFF_PUBLIC_URL"
@@ -187,7 +187,7 @@ def parse_config(
 def _upstream(name: str, body: Any) -> UpstreamConfig:
     where = f"[upstreams.{name}]"
     if not _NAME.match(name):
-        raise GatewayConfigError(f"{where}: a name is letters, digits, '_', '-' or '.'")
+        raise GatewayConfigError(f"{where}: a name is 1 to 64 letters, digits, '_', '-' or '.'")
     if not isinstance(body, Mapping):
         raise GatewayConfigError(f"{where} must be a table")
     _only(body, where, {"command", "args", "env", "url", "headers"})

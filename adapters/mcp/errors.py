@@ -5,10 +5,13 @@ one line for the person reading it. Nothing ran when one of these is the answer,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+
+from ledger.errors import DatabaseUnavailable, LeaseLost, ResultNotSerializable, SignoffError
 
 __all__ = [
     "APPROVAL_REFUSED",
@@ -16,6 +19,7 @@ __all__ = [
     "OUTCOME_UNKNOWN",
     "UPSTREAM_REFUSALS",
     "refused",
+    "signoff_refusal",
 ]
 
 APPROVAL_REFUSED = -32051
@@ -33,3 +37,15 @@ UPSTREAM_REFUSALS = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, I
 def refused(code: int, reason: str, message: str, **data: Any) -> MCPError:
     """An MCP error with `data = {"reason": reason, **data}`."""
     return MCPError(code=code, message=message, data={"reason": reason, **data})
+
+
+def signoff_refusal(error: SignoffError) -> MCPError:
+    """A Signoff error as the client's answer, `data.reason` its name in snake case: a tool that
+    ran and whose outcome was not recorded is `outcome_unknown`; the database out of reach an
+    internal error (try again); the rest refuse the request, in one line."""
+    reason = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(error).__name__).lower()
+    if isinstance(error, LeaseLost | ResultNotSerializable):
+        return refused(OUTCOME_UNKNOWN, "outcome_unknown", f"the call may have run: {error}")
+    if isinstance(error, DatabaseUnavailable):
+        return refused(INTERNAL_ERROR, reason, f"try again: {error}")
+    return refused(CALL_REFUSED, reason, f"refused: {error}")

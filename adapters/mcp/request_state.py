@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 from mcp.server.request_state import InvalidRequestState
 
-from ledger.errors import SignoffError
+from ledger.errors import SignoffError, UnknownKey
 from ledger.keys import KeyRing
 from ledger.keys.cache import Purpose
+from ledger.keys.sealing import key_id_of
 
-__all__ = ["PendingCall", "RingCodec"]
+__all__ = ["PendingCall", "RingCodec", "ready_to_seal"]
 
 _CONTEXT = b"signoff.mcp.request_state.v1"
 _PREFIX = "sgs1."
@@ -40,17 +41,38 @@ class RingCodec:
         return _PREFIX + base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 
     def unseal(self, token: str) -> bytes:
-        if not token.startswith(_PREFIX) or len(token) > 16_384:
+        sealed = _sealed(token)
+        if sealed is None:
             raise InvalidRequestState("malformed")
-        body = token[len(_PREFIX) :]
-        try:
-            sealed = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        except ValueError:
-            raise InvalidRequestState("malformed") from None
         try:
             return self.ring.decrypt_cached(Purpose.RESULT, sealed, self.context, "requestState")
         except SignoffError as e:
             raise InvalidRequestState(type(e).__name__) from None
+
+
+async def ready_to_seal(ring: KeyRing, token: str | None = None) -> None:
+    """Ready `ring` for the synchronous codec: refreshed when older than its interval, nonces
+    reserved for the seals that follow, and the key `token` names loaded (another process may
+    have sealed it under a key made since; one nobody made is the codec's to refuse)."""
+    sealed = _sealed(token) if token is not None else None
+    key_id = key_id_of(sealed) if sealed is not None else None
+    keys = [(key_id, Purpose.RESULT)] if key_id is not None else []
+    try:
+        async with ring.sealing(keys=keys):
+            pass
+    except UnknownKey:
+        async with ring.sealing():
+            pass
+
+
+def _sealed(token: str) -> bytes | None:
+    if not isinstance(token, str) or not token.startswith(_PREFIX) or len(token) > 16_384:
+        return None
+    body = token[len(_PREFIX) :]
+    try:
+        return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

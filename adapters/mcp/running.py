@@ -102,15 +102,14 @@ async def _run(
                     return
                 from .auth import agent_verifier  # the HTTP service's verifiers
 
-                async with agent_verifier(settings, db) as verifier:
-                    await serve_http(
-                        server,
-                        host=listen.host,
-                        port=listen.port,
-                        verifier=verifier,
-                        issuer_url=config.public_url,
-                        on_started=on_started,
-                    )
+                await serve_http(
+                    server,
+                    host=listen.host,
+                    port=listen.port,
+                    verifier=agent_verifier(settings, db),
+                    issuer_url=config.public_url,
+                    on_started=on_started,
+                )
         finally:
             await ledger.close()
             await store.close()

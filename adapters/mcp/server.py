@@ -24,7 +24,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from ledger.keys import KeyRing
 
 from .calls import Gateway
-from .request_state import RingCodec
+from .request_state import RingCodec, ready_to_seal
 from .tasks import serve_tasks
 
 __all__ = ["STATE_SECONDS", "build_server", "serve_http", "serve_stdio"]
@@ -32,13 +32,12 @@ __all__ = ["STATE_SECONDS", "build_server", "serve_http", "serve_stdio"]
 SERVER_NAME = "signoff-mcp"
 STATE_SECONDS = 3600.0
 """How long a requestState opens: past it the client calls again and is asked again for the
-same approval (a write's run, call and arguments find it; a read's call id, only when the
-client names it)."""
+same approval (its run, call and arguments find it)."""
 
 
 class RingReady:
-    """Refreshes the key ring (when older than its refresh interval) and reserves its nonces
-    before a `tools/call`: the SDK opens and seals requestState synchronously around it."""
+    """Readies the key ring before a `tools/call` (`ready_to_seal`: the key a requestState
+    names loaded): the SDK opens and seals requestState synchronously around it."""
 
     def __init__(self, ring: KeyRing) -> None:
         self.ring = ring
@@ -47,8 +46,8 @@ class RingReady:
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
         if ctx.method == "tools/call":
-            async with self.ring.sealing():
-                pass
+            state = (ctx.params or {}).get("requestState")
+            await ready_to_seal(self.ring, state if isinstance(state, str) else None)
         return await call_next(ctx)
 
 

@@ -26,11 +26,12 @@ from mcp.shared.exceptions import MCPError
 from adapters.runtime import ready
 from approvals import Approval, UnknownApproval
 from ledger.calls.model import ToolCall
+from ledger.errors import SignoffError
 from ledger.log import get_logger
 
 from .asking import approval_url
-from .errors import CALL_REFUSED, refused
-from .request_state import RingCodec
+from .errors import CALL_REFUSED, refused, signoff_refusal
+from .request_state import RingCodec, ready_to_seal
 
 if TYPE_CHECKING:
     from .calls import Gateway
@@ -60,7 +61,7 @@ def declares_tasks(meta: types.RequestParamsMeta | dict[str, Any] | None) -> boo
     return isinstance(extensions, dict) and TASKS in extensions
 
 
-def created(
+async def created(
     gateway: Gateway, approval: Approval, call: ToolCall, principal: str
 ) -> dict[str, Any] | None:
     """The `CreateTaskResult` for a call waiting on `approval`; None when its arguments are
@@ -76,6 +77,7 @@ def created(
         "args": call.args,
         "principal": principal,
     }
+    await ready_to_seal(gateway.ring)
     task_id = _codec(gateway).seal(json.dumps(handle, separators=(",", ":")).encode())
     log.info("call waits as a task", run_id=call.run_id, approval_id=approval.approval_id)
     return {"resultType": "task", **_working(gateway, task_id, approval)}
@@ -124,7 +126,10 @@ async def _status(
         return {**task, "status": "failed", "error": error.model_dump(exclude_none=True)}
     call = ToolCall(handle["run"], handle["call"], handle["tool"], handle["args"])
     try:
-        result = await gateway.run(route, call, approval)
+        try:
+            result = await gateway.run_call(route, call, approval)
+        except SignoffError as signoff:
+            raise signoff_refusal(signoff) from None
     except MCPError as e:
         return {
             **task,
@@ -146,8 +151,7 @@ async def _opened(
             message="Missing required client capability",
             data={"requiredCapabilities": {"extensions": {TASKS: {}}}},
         )
-    async with gateway.ring.sealing():  # a key made since by another process is loaded
-        pass
+    await ready_to_seal(gateway.ring, params.task_id)  # its key, if made elsewhere since
     try:
         handle = json.loads(_codec(gateway).unseal(params.task_id))
     except (InvalidRequestState, ValueError):

@@ -97,7 +97,7 @@ async def _connected(stack: AsyncExitStack, config: GatewayConfig) -> Upstreams:
     clients: dict[str, Client] = {}
     routes: dict[str, Route] = {}
     for upstream in config.upstreams:
-        client = _client(upstream)
+        client = _client(upstream, stack)
         try:
             clients[upstream.name] = await stack.enter_async_context(client)
             listed = await _all_tools(upstream.name, clients[upstream.name])
@@ -121,9 +121,11 @@ async def _connected(stack: AsyncExitStack, config: GatewayConfig) -> Upstreams:
     return Upstreams(clients, routes)
 
 
-def _client(upstream: UpstreamConfig) -> Client:
+def _client(upstream: UpstreamConfig, stack: AsyncExitStack) -> Client:
     if upstream.url is not None:
+        # The SDK does not close an HTTP client it is given: the stack does, with the gateway.
         http = create_mcp_http_client(headers=dict(upstream.headers) or None)
+        stack.push_async_callback(http.aclose)
         return Client(streamable_http_client(upstream.url, http_client=http))
     assert upstream.command is not None
     # Only the SDK's safe variables and the configured ones: never the gateway's KEK or URL.

@@ -83,12 +83,12 @@ class GatewaySite:
             "SIGNOFF_KEK": base64.b64encode(TEST_KEK).decode(),
         }
 
-    def stdio(self, *args: str) -> StdioServerParameters:
-        """How a client starts `signoff mcp` over stdio, with more `args`."""
+    def stdio(self, *args: str, env: dict[str, str] | None = None) -> StdioServerParameters:
+        """How a client starts `signoff mcp` over stdio, with more `args` (and `env`)."""
         return StdioServerParameters(
             command=sys.executable,
             args=["-m", "adapters.cli", "mcp", "--config", str(self.config), *args],
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             cwd=ROOT,
         )
 
