@@ -13,7 +13,7 @@ import re
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -498,6 +498,21 @@ async def test_demo_inbox_nobody_deciding_in_time_exits_2_with_one_line(
 
 
 WAITING = re.compile(r"waiting for a person to decide (apr-[0-9a-f]+)")
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_reaches_children() -> Iterator[None]:
+    """SIGINT as a terminal gives it, to every demo these tests start and stop with it (as
+    `_interrupt` does): a suite started in the background of a shell inherits it ignored, and
+    so would the demo, which Ctrl-C would then not stop."""
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # default again in a child
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
