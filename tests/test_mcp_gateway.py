@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from approvals import ApprovalStatus, Decision
 from ledger.keys import Purpose
 
-from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
+from .support.mcp_gateway import GatewaySite, approval_of, gateway_site, opens_links, url_of
 from .support.until import until
 
 MODERN = "2026-07-28"
@@ -36,10 +36,6 @@ def run_meta(run: str) -> types.RequestParamsMeta:
 async def site(server_url: str, tmp_path: Path) -> AsyncIterator[GatewaySite]:
     async with gateway_site(server_url, tmp_path) as made:
         yield made
-
-
-def approval_of(url: str) -> str:
-    return url.rsplit("/", 1)[1]
 
 
 class Reviewer:
@@ -139,14 +135,6 @@ async def first_round(client: Client, args: dict[str, Any], run: str) -> types.I
     )
     assert isinstance(answer, types.InputRequiredResult)
     return answer
-
-
-def url_of(answer: types.InputRequiredResult) -> str:
-    assert answer.input_requests is not None
-    request = answer.input_requests["approval"]
-    assert isinstance(request, types.ElicitRequest)
-    assert isinstance(request.params, types.ElicitRequestURLParams)
-    return request.params.url
 
 
 async def retry(

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from approvals import Decision
 
-from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
+from .support.mcp_gateway import GatewaySite, approval_of, gateway_site, opens_links
 from .support.mcp_hostile_upstream import MODULE as HOSTILE
 from .support.mcp_upstream import MODULE as UPSTREAM_MODULE
 from .support.processes import ROOT
@@ -52,7 +52,7 @@ async def test_a_principal_cannot_name_the_run_of_one_whose_name_extends_its_own
         context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
         assert isinstance(params, types.ElicitRequestURLParams)
-        await site.reviewer.decide(params.url.rsplit("/", 1)[1], Decision.approve(), "cfo")
+        await site.reviewer.decide(approval_of(params.url), Decision.approve(), "cfo")
         return types.ElicitResult(action="accept")
 
     async with Client(
@@ -192,7 +192,7 @@ async def test_a_legacy_retry_of_a_read_that_needs_approval_uses_the_decided_app
         context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
         assert isinstance(params, types.ElicitRequestURLParams)
-        asked.append(params.url.rsplit("/", 1)[1])
+        asked.append(approval_of(params.url))
         return types.ElicitResult(action="accept")
 
     async with Client(site.stdio(), mode="legacy", elicitation_callback=opens) as client:
@@ -217,7 +217,7 @@ async def test_an_upstream_that_dies_during_a_single_attempt_call_leaves_outcome
         context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
         assert isinstance(params, types.ElicitRequestURLParams)
-        await site.reviewer.decide(params.url.rsplit("/", 1)[1], Decision.approve(), "cfo")
+        await site.reviewer.decide(approval_of(params.url), Decision.approve(), "cfo")
         return types.ElicitResult(action="accept")
 
     async with Client(site.stdio(), mode="2026-07-28", elicitation_callback=cfo) as client:

@@ -19,7 +19,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from .support.http import bearer, reviewer_service, token_for, unique
-from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
+from .support.mcp_gateway import GatewaySite, approval_of, gateway_site, opens_links, url_of
 from .test_http_oidc import AUDIENCE, ISSUER, Signer, jwks
 
 REFUND = {"order_id": "B-2", "amount": 40.0}
@@ -111,11 +111,8 @@ async def test_an_inbox_decision_waited_on_through_one_gateway_is_used_through_a
         asked = await a.session.call_tool(
             "refund", REFUND, meta=run_meta("c2"), allow_input_required=True
         )
-        assert isinstance(asked, types.InputRequiredResult) and asked.input_requests
-        request = asked.input_requests["approval"]
-        assert isinstance(request, types.ElicitRequest)
-        assert isinstance(request.params, types.ElicitRequestURLParams)
-        approval_id = request.params.url.rsplit("/", 1)[1]
+        assert isinstance(asked, types.InputRequiredResult)
+        approval_id = approval_of(url_of(asked))
         decided = await inbox.post(
             f"/v1/approvals/{approval_id}/decision",
             headers=cfo,

@@ -18,7 +18,7 @@ from pydantic import ConfigDict
 
 from approvals import Decision
 
-from .support.mcp_gateway import GatewaySite, gateway_site, opens_links
+from .support.mcp_gateway import GatewaySite, approval_of, gateway_site, opens_links, url_of
 
 TASKS = "io.modelcontextprotocol/tasks"
 REFUND = {"order_id": "C-3", "amount": 7.0}
@@ -83,10 +83,8 @@ async def task_for_refund(client: Client) -> tuple[str, str]:
     """Ask for the refund, open the link, and get a task back: (task id, approval id)."""
     meta = cast(types.RequestParamsMeta, {"io.signoff/run": "t1"})
     asked = await client.session.call_tool("refund", REFUND, meta=meta, allow_input_required=True)
-    assert isinstance(asked, types.InputRequiredResult) and asked.input_requests
-    request = asked.input_requests["approval"]
-    assert isinstance(request, types.ElicitRequest)
-    assert isinstance(request.params, types.ElicitRequestURLParams)
+    assert isinstance(asked, types.InputRequiredResult)
+    url = url_of(asked)
     made = await client.session.call_tool(
         "refund",
         REFUND,
@@ -98,7 +96,7 @@ async def task_for_refund(client: Client) -> tuple[str, str]:
     )
     created = made.model_dump(by_alias=True, exclude_none=True)
     assert created["resultType"] == "task" and created["status"] == "working", created
-    return created["taskId"], request.params.url.rsplit("/", 1)[1]
+    return created["taskId"], approval_of(url)
 
 
 async def test_a_task_outlives_its_gateway_and_runs_the_approved_call_once(

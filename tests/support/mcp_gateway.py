@@ -28,7 +28,7 @@ from .mcp_upstream import LOG_ENV, MODULE, executions
 from .processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK
 from .worker_login import WorkerLogin, worker_login
 
-__all__ = ["GatewaySite", "gateway_site", "opens_links"]
+__all__ = ["GatewaySite", "approval_of", "gateway_site", "opens_links", "url_of"]
 
 CONFIG = """\
 public_url = "http://inbox.test"
@@ -46,6 +46,20 @@ headline = ["amount"]
 [tools.tag_ticket]
 approval = {{ expires_in = "1h" }}
 """
+
+
+def url_of(answer: types.InputRequiredResult) -> str:
+    """The inbox URL a four-eyes `input_required` answer asks the client to open."""
+    assert answer.input_requests is not None
+    request = answer.input_requests["approval"]
+    assert isinstance(request, types.ElicitRequest)
+    assert isinstance(request.params, types.ElicitRequestURLParams)
+    return request.params.url
+
+
+def approval_of(url: str) -> str:
+    """The approval id of an inbox URL (`.../inbox/approvals/<id>`)."""
+    return url.rsplit("/", 1)[1]
 
 
 async def opens_links(
