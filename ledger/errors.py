@@ -31,6 +31,7 @@ __all__ = [
     "DigestMismatch",
     "EmbeddedServerError",
     "EventNotPermitted",
+    "HistoryMoved",
     "InvalidEvent",
     "InvalidJson",
     "InvalidToolCall",
@@ -277,6 +278,13 @@ class LeaseHeld(_StreamRefused, code="SG432"):
     the lease token) before the lease lapsed by the database server's clock, or, after it
     lapsed, a step other than a takeover or a settlement: only the lease's holder renews it
     or records the call's outcome. Nothing was written."""
+
+
+class HistoryMoved(_StreamRefused, code="SG438"):
+    """A call judged by its run's history (a policy counting or summing earlier calls) met
+    calls of the run that started after it was judged; nothing was written: judge it again."""
+
+    retryable = True
 
 
 class AppendInSavepoint(_StreamRefused, code="SG425"):

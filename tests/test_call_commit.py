@@ -43,6 +43,7 @@ def new_call(**changes: Any) -> dict[str, Any]:
         "p_result_sealed": None,
         "p_lease_seconds": 30.0,
         "p_lease_token": b"lease-token-of-worker-w",
+        "p_tally": None,
         "p_stream": f"call:{run_id}/c%2F1",
         "p_expected": 0,
         "p_types": ["call.started"],

@@ -134,9 +134,18 @@ async def _takes_token(conn: asyncpg.Connection) -> bool:
     return bool(found)
 
 
+async def _takes_tally(conn: asyncpg.Connection) -> bool:
+    found: bool | None = await conn.fetchval(
+        "SELECT 'p_tally' = ANY(proargnames) FROM pg_proc WHERE proname = 'signoff_commit_call'"
+    )
+    return bool(found)
+
+
 async def commit_call(conn: asyncpg.Connection, **named: Any) -> Any:
     if not await _takes_token(conn):
         named.pop("p_lease_token", None)
+    if not await _takes_tally(conn):
+        named.pop("p_tally", None)
     text = ", ".join(f"{name} => ${i}" for i, name in enumerate(named, 1))
     return await conn.fetchval(f"SELECT signoff_commit_call({text})", *named.values())
 
@@ -191,6 +200,7 @@ def step_on(row: asyncpg.Record, kind: str, status: str, **changes: Any) -> dict
         "p_result_sealed": None,
         "p_lease_seconds": 86400.0,
         "p_lease_token": MALLORY_TOKEN,
+        "p_tally": None,
         "p_stream": row["stream_id"],
         "p_expected": row["version"],
         "p_types": [kind],
@@ -444,6 +454,7 @@ async def test_no_lease_lasts_a_day(victim: Side, mallory: asyncpg.Connection) -
         "p_result_sealed": None,
         "p_lease_seconds": 86400.0,
         "p_lease_token": MALLORY_TOKEN,
+        "p_tally": None,
         "p_stream": call_stream(run, "c1"),
         "p_expected": 0,
         "p_types": ["call.started"],

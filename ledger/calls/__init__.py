@@ -3,6 +3,7 @@
 `_sql`), `ToolLedger`, the service adapters run every tool call through (`service`), and the
 checks `ledger verify` runs over call streams (`resolution`, `bindings`)."""
 
+from .history import Judgment, RunHistory, ToolTally, run_history
 from .model import (
     CallContext,
     CallOutcome,
@@ -31,10 +32,14 @@ __all__ = [
     "GateDeny",
     "GateRespond",
     "GateRun",
+    "Judgment",
+    "RunHistory",
     "ToolCall",
     "ToolFailed",
     "ToolFunction",
     "ToolLedger",
     "ToolPolicy",
+    "ToolTally",
     "call_stream",
+    "run_history",
 ]

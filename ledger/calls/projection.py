@@ -53,7 +53,7 @@ class CallProjection(Projection[CallRecord]):
         "approved_by",
         "approval_stream",
     )
-    extras = ("args_sealed", "result_sealed", "lease_seconds", "lease_token")
+    extras = ("args_sealed", "result_sealed", "lease_seconds", "lease_token", "tally")
 
     def stream_of(self, record: CallRecord) -> str:
         return record.stream_id

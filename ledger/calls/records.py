@@ -67,11 +67,15 @@ class CallRecorder:
         sealed_args: bytes,
         sealed_result: bytes | None,
         lease_token: bytes | None,
+        tally: str,
     ) -> CallRecord | None:
         """Write a new call and its first events, in one statement (on `conn`, else committed on
         its own); None when the call (or, once per run, the tool) is in the ledger already.
         `lease_token`: the token of this worker's lease on a call that runs (None for one the
-        approval settles)."""
+        approval settles); `tally`: what it adds to its run's history (`history.tally_of`).
+
+        Raises:
+            HistoryMoved: its policy counted the run's calls and more have started since."""
         return await commit(
             self._grouped if conn is None else conn,
             CALLS,
@@ -83,6 +87,7 @@ class CallRecorder:
             result_sealed=sealed_result,
             lease_seconds=self.lease_seconds,
             lease_token=lease_token,
+            tally=tally,
         )
 
     async def advance(

@@ -68,6 +68,7 @@ from ..log import get_logger
 from ..store import Database
 from ..store.notify import Listener, woken
 from . import _sql as sql
+from .history import Judgment, tally_of
 from .leases import MAX_LEASE_SECONDS, Leases, new_token
 from .model import (
     CallContext,
@@ -116,6 +117,17 @@ class _Wait:
 
 
 _Step = _Run | _Replay | _Wait
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What recording a new call needs besides the call: its tool's policy, its judgment, the
+    request's arguments as canonical text and their digest."""
+
+    policy: ToolPolicy
+    judgment: Judgment | None
+    request_digest: str
+    args_text: str
 
 
 def _now() -> str:
@@ -201,6 +213,7 @@ class ToolLedger:
         policy: ToolPolicy | None = None,
         *,
         gate: Gate | None = None,
+        judgment: Judgment | None = None,
     ) -> CallOutcome:
         """Run `fn(args, context)` for `call` unless the ledger says otherwise.
 
@@ -209,6 +222,9 @@ class ToolLedger:
                 single-attempt write).
             gate: consumes the call's approval inside the intent's transaction and says whether
                 to run (perhaps with edited arguments), deny, or answer instead.
+            judgment: what a policy decided of the call, recorded in its `call.started`; with
+                `seen`, the intent is refused (`HistoryMoved`) if other calls of the run
+                started since the policy counted them.
 
         Returns:
             The outcome: run here, replayed from the ledger, or waited for.
@@ -224,6 +240,8 @@ class ToolLedger:
                 the call over or settled it; this outcome is not recorded.
             ResultTampered: a recorded result is missing or does not match its digest.
             UnknownKey, DecryptionFailed: a recorded value cannot be opened.
+            HistoryMoved: the judgment counted the run's calls and more have started since;
+                nothing was written (judge the call again).
             Whatever the gate raises (an approval still pending, or used by another call).
 
         Cancelling the task while the tool runs leaves the call running until its lease lapses
@@ -236,7 +254,7 @@ class ToolLedger:
         async with self.ring.sealing():
             request_digest = text_digest(self.ring, args_text)
             while True:
-                step = await self._claim(call, policy, gate, request_digest, args_text)
+                step = await self._claim(call, policy, gate, judgment, request_digest, args_text)
                 if isinstance(step, _Replay):
                     return step.outcome
                 if isinstance(step, _Wait):
@@ -396,18 +414,18 @@ class ToolLedger:
         call: ToolCall,
         policy: ToolPolicy,
         gate: Gate | None,
+        judgment: Judgment | None,
         request_digest: str,
         args_text: str,
     ) -> _Step | None:
+        facts = _Facts(policy, judgment, request_digest, args_text)
         if gate is None:  # the common case: one statement, committed on its own
-            step = await self._start(
-                None, call, policy, GateRun(call.args), request_digest, args_text
-            )
+            step = await self._start(None, call, facts, GateRun(call.args))
             if step is not None:
                 return step
         try:
             async with self.db.transaction() as conn:
-                return await self._claim_locked(conn, call, policy, gate, request_digest, args_text)
+                return await self._claim_locked(conn, call, facts, gate)
         except ClaimRaced:
             return None
 
@@ -415,17 +433,16 @@ class ToolLedger:
         self,
         conn: asyncpg.Connection,
         call: ToolCall,
-        policy: ToolPolicy,
+        facts: _Facts,
         gate: Gate | None,
-        request_digest: str,
-        args_text: str,
     ) -> _Step:
+        policy, request_digest, args_text = facts.policy, facts.request_digest, facts.args_text
         row = await conn.fetchrow(sql.BY_ID_FOR_UPDATE, call.run_id, call.call_id)
         if row is None and policy.once_per_run:
             row = await conn.fetchrow(sql.ONCE_PER_RUN_FOR_UPDATE, call.run_id, call.tool)
         if row is None:
             decision = await gate(conn) if gate is not None else GateRun(call.args)
-            step = await self._start(conn, call, policy, decision, request_digest, args_text)
+            step = await self._start(conn, call, facts, decision)
             if step is None:
                 raise ClaimRaced  # rolls the gate's consumption back too
             return step
@@ -510,13 +527,12 @@ class ToolLedger:
         self,
         conn: asyncpg.Connection | None,
         call: ToolCall,
-        policy: ToolPolicy,
+        facts: _Facts,
         decision: GateRun | GateDeny | GateRespond,
-        request_digest: str,
-        args_text: str,
     ) -> _Step | None:
-        """Write a new call, in `conn`'s transaction, else committed on its own; `args_text`
-        and `request_digest` are the request's arguments as canonical text and their digest."""
+        """Write a new call, in `conn`'s transaction, else committed on its own, as `facts`
+        say (the request's arguments as canonical text and their digest, its judgment)."""
+        policy, request_digest, args_text = facts.policy, facts.request_digest, facts.args_text
         args = decision.args if isinstance(decision, GateRun) else call.args
         stream = call_stream(call.run_id, call.call_id)
         asked_digest = request_digest
@@ -546,6 +562,8 @@ class ToolLedger:
             "worker_id": self.worker_id,
             "at": _now(),
         }
+        if facts.judgment is not None:
+            started["policy"] = dict(facts.judgment.record)
         events = [NewEvent("call.started", started, actor=self.worker_id)]
         sealed_result: bytes | None = None
         value: Any = None
@@ -556,7 +574,10 @@ class ToolLedger:
             data = {"approval_id": decision.approval_id, "result_digest": digest, "at": _now()}
             events.append(NewEvent(kind, data, actor=self.worker_id))
         token = new_token() if isinstance(decision, GateRun) else None
-        record = await self.records.insert(conn, stream, events, sealed_args, sealed_result, token)
+        tally = tally_of(args, facts.judgment)
+        record = await self.records.insert(
+            conn, stream, events, sealed_args, sealed_result, token, tally
+        )
         if record is None:
             return None
         if token is not None and record.status is CallStatus.RUNNING:

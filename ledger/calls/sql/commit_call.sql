@@ -11,9 +11,13 @@
 -- has lapsed another worker may take the call over (`call.retried`, attempts left) or settle it
 -- (`call.outcome_unknown` for a write, `call.failed` for a read, attempts spent), nothing else.
 -- Refused: SQLSTATE SG432. Leases run 1 to 300 seconds. Returns NULL when it wrote nothing.
+-- A call that starts running adds itself to its run's history (`call_tallies`): `p_tally` holds
+-- the sums of its numeric arguments and, when a policy judged it by the run's history, how many
+-- calls the run had then (`seen`); if others started since, the call is refused (SG438) and
+-- judged again. The run's intents take turns on an advisory lock for that check.
 -- Every step of every call runs it, so its fields are typed parameters and it evaluates few
 -- PL/pgSQL expressions: PL/pgSQL prepares each one again in every transaction.
-CREATE OR REPLACE FUNCTION public.signoff_commit_call(p_insert boolean, p_run_id text, p_call_id text, p_tool text, p_effect text, p_once_per_run boolean, p_request_digest text, p_args_digest text, p_idempotency_key text, p_approval_id text, p_status text, p_attempts integer, p_worker_id text, p_result_digest text, p_resolved_by text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_approved_by text[], p_approval_stream text, p_args_sealed bytea, p_result_sealed bytea, p_lease_seconds double precision, p_lease_token bytea, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
+CREATE OR REPLACE FUNCTION public.signoff_commit_call(p_insert boolean, p_run_id text, p_call_id text, p_tool text, p_effect text, p_once_per_run boolean, p_request_digest text, p_args_digest text, p_idempotency_key text, p_approval_id text, p_status text, p_attempts integer, p_worker_id text, p_result_digest text, p_resolved_by text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_approved_by text[], p_approval_stream text, p_args_sealed bytea, p_result_sealed bytea, p_lease_seconds double precision, p_lease_token bytea, p_tally jsonb, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
  RETURNS bigint[]
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -107,6 +111,17 @@ BEGIN
     -- A later step moves only a running call, or resolves an `outcome_unknown` one: a finished
     -- call never runs again, whatever it is given.
     IF p_insert THEN
+        IF p_tally ? 'seen' AND p_status = 'running' THEN
+            PERFORM pg_advisory_xact_lock(hashtextextended('signoff.run:' || p_run_id, 0));
+            IF (SELECT coalesce(sum(t.calls), 0) FROM call_tallies t
+                    WHERE t.run_id = p_run_id AND t.bucket = '-infinity')
+                    <> (p_tally->>'seen')::bigint THEN
+                RAISE EXCEPTION 'run % has calls that started after call % was judged',
+                        p_run_id, p_stream
+                    USING ERRCODE = 'SG438',
+                          DETAIL = json_build_object('stream_id', p_stream)::text;
+            END IF;
+        END IF;
         -- The approval it names, in this transaction's view (its consumption is in this
         -- transaction, just before).
         IF p_approval_id IS NOT NULL OR p_approval_stream IS NOT NULL
@@ -148,6 +163,18 @@ BEGIN
             ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
             RETURN NULL;
+        END IF;
+        IF p_status = 'running' THEN
+            INSERT INTO call_tallies AS t (run_id, bucket, tool, calls, sums)
+                VALUES (p_run_id, '-infinity', p_tool, 1, coalesce(p_tally->'sums', '{}')),
+                       (p_run_id, date_trunc('hour', at, 'UTC'), p_tool, 1,
+                        coalesce(p_tally->'sums', '{}'))
+                ON CONFLICT (run_id, bucket, tool) DO UPDATE SET calls = t.calls + 1,
+                    sums = CASE WHEN EXCLUDED.sums = '{}' THEN t.sums ELSE (
+                        SELECT jsonb_object_agg(k, coalesce((t.sums->>k)::numeric, 0)
+                                                   + coalesce((EXCLUDED.sums->>k)::numeric, 0))
+                        FROM (SELECT jsonb_object_keys(t.sums)
+                              UNION SELECT jsonb_object_keys(EXCLUDED.sums)) AS keys(k)) END;
         END IF;
         -- A new stream starts from the genesis hash (head_hash NULL below).
     ELSE

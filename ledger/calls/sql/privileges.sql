@@ -3,12 +3,12 @@
 -- through functions: FOR UPDATE needs UPDATE rights, which no role but the owner has.
 REVOKE EXECUTE ON FUNCTION signoff_commit_call(boolean, text, text, text, text, boolean, text,
     text, text, text, text, integer, text, text, text, timestamp with time zone,
-    timestamp with time zone, text[], text, bytea, bytea, double precision, bytea, text, integer,
-    text[], json[], text[], text) FROM PUBLIC;
+    timestamp with time zone, text[], text, bytea, bytea, double precision, bytea, jsonb, text,
+    integer, text[], json[], text[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION signoff_commit_call(boolean, text, text, text, text, boolean, text,
     text, text, text, text, integer, text, text, text, timestamp with time zone,
-    timestamp with time zone, text[], text, bytea, bytea, double precision, bytea, text, integer,
-    text[], json[], text[], text) TO signoff_app, signoff_reviewer;
+    timestamp with time zone, text[], text, bytea, bytea, double precision, bytea, jsonb, text,
+    integer, text[], json[], text[], text) TO signoff_app, signoff_reviewer;
 REVOKE EXECUTE ON FUNCTION signoff_count_waiter(text, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION signoff_count_waiter(text, text, integer) TO signoff_app;
 GRANT SELECT ON tool_calls TO signoff_app, signoff_reviewer;

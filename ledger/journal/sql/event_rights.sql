@@ -47,4 +47,6 @@ INSERT INTO event_rights (type_pattern, role, when_field, stream_prefix) VALUES
     -- database checks it is there, `ledger verify` that it is valid.
     ('call.resolved', 'signoff_reviewer', 'signature', 'call:'),
     ('ledger.revealed', 'signoff_reviewer', 'signature', 'reveal:'),
+    -- A policy set names its publisher: signed like a decision (signoff_commit_policy).
+    ('policy.published', 'signoff_reviewer', 'signature', 'policy:'),
     ('key.%', 'signoff_key_admin', '', 'keys:');
