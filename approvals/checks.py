@@ -19,12 +19,14 @@ from ledger.keys.attest import statement_ok
 from ledger.store import Database
 
 from .integrity import approval_problems, grant_statement
+from .policies.checks import prepare_policy_set_check, prepare_stamp_check
+from .policies.sets import POLICY_SETS
 from .projection import APPROVALS
 from .reviewers import REVIEWERS
 
 __all__ = ["PROJECTIONS", "STREAM_CHECKS", "verify_all"]
 
-PROJECTIONS: tuple[Projection[Any], ...] = (APPROVALS, CALLS, REVIEWERS)
+PROJECTIONS: tuple[Projection[Any], ...] = (APPROVALS, CALLS, REVIEWERS, POLICY_SETS)
 """Every table folded from the journal: each is rebuilt and compared with its table."""
 
 
@@ -110,6 +112,9 @@ STREAM_CHECKS: tuple[StreamCheck, ...] = (
     StreamCheck("signed grants", "grant:", _grants),
     StreamCheck("signed reveals", "reveal:", _reveals),
     StreamCheck("approvals bound to their calls", "call:", prepare_binding_check),
+    StreamCheck("signed policy sets", "policy:", prepare_policy_set_check),
+    StreamCheck("calls judged by published policy sets", "call:", prepare_stamp_check),
+    StreamCheck("requests judged by published policy sets", "approval:", prepare_stamp_check),
 )
 """Checks run over whole streams after the projections, in order."""
 

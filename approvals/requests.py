@@ -8,6 +8,7 @@ requests NOTIFY `signoff_approval_requests` (reviewers' feeds).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,6 +63,7 @@ class Requests(StoreCore):
         kind: str = "tool_call",
         thread_config: dict[str, Any] | None = None,
         context: RequestContext | None = None,
+        policy_stamp: Mapping[str, Any] | None = None,
         connection: asyncpg.Connection | None = None,
     ) -> Approval:
         """Ask for approval of one call. The same (run, call id, arguments) returns the same
@@ -70,6 +72,9 @@ class Requests(StoreCore):
 
         `context` (what led to the call: the agent's reason, the user's last message) is
         sealed into the request like the arguments; a reveal opens it.
+
+        `policy_stamp` (the policy decision that asked for it: `PolicyStamp.to_json()`) is
+        recorded in the request as `policy_decision`.
 
         Raises:
             InvalidApprovalRequest: empty ids, arguments or config that are not JSON objects,
@@ -128,6 +133,8 @@ class Requests(StoreCore):
                 "requested_at": now.isoformat(),
                 "expires_at": None if expires_at is None else expires_at.isoformat(),
             }
+            if policy_stamp is not None:
+                requested["policy_decision"] = dict(policy_stamp)
             if context is not None and not context.empty:  # absent: a request as before
                 requested["context_sealed"] = self.records.seal(
                     context.sealed_text(), approval_id, "context"

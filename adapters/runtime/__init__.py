@@ -3,9 +3,12 @@
 framework, only the ledger and approvals, so each adapter is wiring around these functions.
 
 ```
+judge(point, spec, call, principal)       -> Verdict: allow, deny or approval (policy.py)
+governed(spec, verdict)                   -> the spec with the approval the verdict requires
 ask(store, spec, call, requested_by)      -> Approval (the same request returns the same one)
 ready(approval) / await_final(store, id, s) -> final (or expired) yet?
-run(ledger, store, spec, call, fn, id)    -> CallOutcome (approval consumed in the intent)
+run(ledger, store, spec, call, fn, id)    -> CallOutcome (approval consumed in the intent; a
+                                             verdict's denial recorded, its stamp with it)
 decide_once(store, id, decision, who)     -> DecisionRecord(duplicate, approval) | DecisionConflict
 confirm_once(store, id, decision)         -> the same, self-confirmed by this process
 ```
@@ -17,6 +20,7 @@ an approval's JSON (the CLI's, the HTTP service's).
 
 from .decide import DecisionConflict, DecisionRecord, confirm_once, decide_once, same_decision
 from .flow import ask, await_final, ready, require_ready, run
+from .policy import governed, judge
 from .spec import ToolSpec, effect_of_hints, task_run_id
 
 __all__ = [
@@ -28,6 +32,8 @@ __all__ = [
     "confirm_once",
     "decide_once",
     "effect_of_hints",
+    "governed",
+    "judge",
     "ready",
     "require_ready",
     "run",

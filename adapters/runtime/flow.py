@@ -8,8 +8,11 @@ graph with `interrupt()`, Dex waits in a Step on a channel or timer, a service m
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
+
+import asyncpg
 
 from approvals import (
     Approval,
@@ -20,8 +23,10 @@ from approvals import (
     approval_gate,
 )
 from approvals.model import is_expired
-from ledger.calls.model import CallOutcome, ToolCall
-from ledger.calls.service import ToolFunction, ToolLedger
+from approvals.policies import Outcome, Verdict
+from ledger.calls.model import CallOutcome, GateDeny, ToolCall
+from ledger.calls.service import Gate, ToolFunction, ToolLedger
+from ledger.errors import HistoryMoved
 
 from .spec import ToolSpec, task_run_id
 
@@ -37,9 +42,11 @@ async def ask(
     thread_id: str | None = None,
     thread_config: dict[str, Any] | None = None,
     context: RequestContext | None = None,
+    verdict: Verdict | None = None,
 ) -> Approval:
     """Request the approval of `call` under `spec.approval`, with what led to it (`context`,
-    sealed); the same request (run, call id, arguments) returns the same approval.
+    sealed) and the policy verdict that asked for it (its stamp is recorded in the request);
+    the same request (run, call id, arguments) returns the same approval.
 
     Raises:
         ValueError: the spec asks for no approval.
@@ -57,6 +64,7 @@ async def ask(
         thread_id=thread_id,
         thread_config=thread_config,
         context=context,
+        policy_stamp=None if verdict is None or verdict.stamp is None else verdict.stamp.to_json(),
     )
 
 
@@ -90,18 +98,60 @@ async def run(
     call: ToolCall,
     fn: ToolFunction,
     approval_id: str | None = None,
+    *,
+    verdict: Verdict | None = None,
+    judge_again: Callable[[], Awaitable[Verdict]] | None = None,
 ) -> CallOutcome:
     """Run `call` through the ledger under `spec`: replayed when finished, run at most as
     often as its effect allows, consuming `approval_id` (if given) in the intent's transaction
     as `<run>/<call id>`.
 
+    `verdict` is the policy's (`policy.judge`): a denial is recorded as the call's outcome
+    (nothing runs, the approval is not used), an allow runs the call without using an approval,
+    and its stamp is recorded in the intent. A verdict that counted the run's calls meets calls
+    started since (`HistoryMoved`): the call is judged again with `judge_again`.
+
     Raises:
         ApprovalPending: the approval has no final decision and has not expired.
         ApprovalAlreadyDecided: another call used the approval.
         InvalidToolCall: malformed call, or the call id reused with other arguments.
+        HistoryMoved: the run kept moving while the call was judged again and again.
     """
-    gate = None
-    if approval_id is not None:
-        consumer = task_run_id(call.run_id, call.call_id)
-        gate = approval_gate(store, approval_id, consumer, call.args)
-    return await ledger.execute(call, fn, spec.ledger_policy(), gate=gate)
+    for attempt in range(_JUDGMENTS):
+        gate = _gate(store, call, approval_id, verdict)
+        judgment = None if verdict is None else verdict.judgment
+        try:
+            return await ledger.execute(
+                call, fn, spec.ledger_policy(), gate=gate, judgment=judgment
+            )
+        except HistoryMoved:
+            if judge_again is None or attempt == _JUDGMENTS - 1:
+                raise
+            verdict = await judge_again()
+    raise AssertionError("unreachable")
+
+
+_JUDGMENTS = 5
+"""How many times a call whose run keeps moving is judged before `HistoryMoved` is raised."""
+
+
+def _gate(
+    store: ApprovalStore, call: ToolCall, approval_id: str | None, verdict: Verdict | None
+) -> Gate | None:
+    if verdict is not None and verdict.outcome is Outcome.DENY:
+        return _denial(verdict.reason)
+    if verdict is not None and verdict.outcome is Outcome.ALLOW:
+        return None  # allowed outright: an approval asked for earlier is not used
+    if verdict is not None and approval_id is None:
+        return _denial("the policy requires an approval this call was not asked for")
+    if approval_id is None:
+        return None
+    consumer = task_run_id(call.run_id, call.call_id)
+    return approval_gate(store, approval_id, consumer, call.args)
+
+
+def _denial(reason: str) -> Gate:
+    async def gate(conn: asyncpg.Connection) -> GateDeny:
+        return GateDeny(reason)
+
+    return gate

@@ -10,7 +10,7 @@ CREATE TABLE policy_sets (
     mode text NOT NULL,
     policies text NOT NULL,
     policy_ids text[] NOT NULL,
-    cedar_schema jsonb NOT NULL,
+    tools jsonb NOT NULL,
     timezone text NOT NULL,
     published_by text NOT NULL,
     published_at timestamp with time zone NOT NULL,

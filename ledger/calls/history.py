@@ -32,8 +32,8 @@ WHERE run_id = $1 AND (bucket = '-infinity' OR bucket >= date_trunc('day', now()
 
 @dataclass(frozen=True)
 class Judgment:
-    """What a policy decided of a call, recorded in its `call.started` as `policy`, and how many
-    of the run's calls it counted (`seen`; None when it read no history)."""
+    """What a policy decided of a call, recorded in its `call.started` as `policy_decision`,
+    and how many of the run's calls it counted (`seen`; None when it read no history)."""
 
     record: Mapping[str, Any]
     seen: int | None = None

@@ -563,7 +563,7 @@ class ToolLedger:
             "at": _now(),
         }
         if facts.judgment is not None:
-            started["policy"] = dict(facts.judgment.record)
+            started["policy_decision"] = dict(facts.judgment.record)
         events = [NewEvent("call.started", started, actor=self.worker_id)]
         sealed_result: bytes | None = None
         value: Any = None

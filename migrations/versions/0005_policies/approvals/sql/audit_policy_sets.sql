@@ -5,7 +5,7 @@ CREATE OR REPLACE VIEW audit_policy_sets AS
     policy_sets.mode,
     policy_sets.policies,
     policy_sets.policy_ids,
-    policy_sets.cedar_schema,
+    policy_sets.tools,
     policy_sets.timezone,
     policy_sets.published_by,
     policy_sets.published_at,
