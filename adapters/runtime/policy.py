@@ -11,9 +11,19 @@ that allows it outright runs it without using the approval.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
-from approvals.policies import CallFacts, Outcome, PolicyPoint, Principal, Verdict, own_rule
+from approvals.policies import (
+    CallFacts,
+    Outcome,
+    PolicyPoint,
+    Principal,
+    RegisteredTool,
+    Verdict,
+    own_rule,
+)
 from ledger.calls.model import Effect, ToolCall
 
 from .spec import ToolSpec
@@ -22,20 +32,28 @@ __all__ = ["governed", "judge"]
 
 
 async def judge(
-    point: PolicyPoint | None, spec: ToolSpec, call: ToolCall, principal: Principal | str
+    point: PolicyPoint | None,
+    spec: ToolSpec,
+    call: ToolCall,
+    principal: Principal | str,
+    *,
+    args_schema: Mapping[str, Any] | None = None,
 ) -> Verdict:
     """The verdict on `call` of the active policy set (`point`), or of `spec`'s own rule when
-    there is no point, no set, or a set of mode off.
+    there is no point, no set, or a set of mode off. `args_schema` (the tool's arguments' JSON
+    Schema, as the adapter knows it) registers the tool, once per process, for the sets
+    published next to be validated against.
 
     Raises:
         DatabaseUnavailable: the database cannot be reached.
     """
     if point is None:
         return own_rule(spec.approval)
+    effect = spec.effect or Effect.SINGLE_ATTEMPT
+    if args_schema is not None:
+        await point.register(RegisteredTool(spec.name, effect, args_schema))
     who = Principal(principal) if isinstance(principal, str) else principal
-    facts = CallFacts(
-        call.run_id, call.call_id, call.tool, call.args, who, spec.effect or Effect.SINGLE_ATTEMPT
-    )
+    facts = CallFacts(call.run_id, call.call_id, call.tool, call.args, who, effect)
     return await point.judge(facts, spec.approval)
 
 

@@ -25,7 +25,7 @@ from ..errors import InvalidApprovalRequest
 from ..model import ApprovalPolicy
 from .cedar import Decided, evaluate
 from .model import CallFacts, Mode, Outcome, PolicyStamp, Verdict
-from .schema import Unrepresentable, context_of
+from .schema import RegisteredTool, Unrepresentable, context_of
 from .sets import CHANNEL, STREAM_PREFIX, ActiveSet, PolicySets, PolicyUnreadable
 
 __all__ = ["DEFAULT_TIMEOUT", "PolicyPoint", "own_rule"]
@@ -60,9 +60,18 @@ class PolicyPoint:
         self.clock = clock
         self._listener = Listener.shared(sets.db, CHANNEL)
         self._head: tuple[int, tuple[int, int] | None] | None = None  # version, listener mark
+        self._registered: dict[str, RegisteredTool] = {}
 
     async def close(self) -> None:
         await self._listener.close()
+
+    async def register(self, tool: RegisteredTool) -> None:
+        """Register `tool` (its effect and arguments' schema) once per process and shape: the
+        schema the next published set is validated against."""
+        if self._registered.get(tool.name) == tool:
+            return
+        await self.sets.register([tool])
+        self._registered[tool.name] = tool
 
     async def judge(self, facts: CallFacts, fallback: ApprovalPolicy | None) -> Verdict:
         """The verdict on `facts`; `fallback` is the tool's own approval policy (None: the tool
