@@ -26,6 +26,7 @@ from approvals.policies import (
     PolicySets,
     Principal,
 )
+from ledger.audit.queries import call_story, story_summary
 from ledger.calls import CallContext, CallStatus, Effect, ToolCall
 from tests.support.policies import ADMIN, PolicyWorld, policy_world
 
@@ -107,6 +108,8 @@ async def test_a_denied_call_never_runs_and_its_stamp_is_recorded(world: PolicyW
     started = await first_event(world, refused)
     assert started["policy_decision"]["outcome"] == "deny"
     assert started["policy_decision"]["policies"] == ["refund-cap"]
+    story = story_summary(await call_story(world.db, refused.run_id, refused.call_id))
+    assert story["policy_decision"]["reason"] == "refunds above 500 are refused"
     report = await verify_all(world.db)
     assert report.ok, report.problems
 

@@ -26,6 +26,7 @@ from . import (
     keys,
     ledger_commands,
     mcp,
+    policy,
     reviewers,
     serve,
     tokens,
@@ -43,6 +44,7 @@ examples:
   signoff ledger calls --status outcome_unknown
   signoff approvals list --status pending --json
   signoff reviewers add alice --group support-leads
+  signoff policy publish refunds.cedar --by carol
   signoff tokens create --reviewer alice --expires 30d
   signoff serve --host 127.0.0.1 --port 8600
   signoff db current --database-url postgresql://app@db.internal/signoff
@@ -72,6 +74,7 @@ def build_parser() -> Parser:
     ledger_commands.register(groups)
     approvals.register(groups)
     reviewers.register(groups)
+    policy.register(groups)
     tokens.register(groups)
     serve.register(groups)
     mcp.register(groups)

@@ -18,6 +18,7 @@ from ledger.audit.queries import (
     call_story,
     call_summary,
     find_calls,
+    policy_decision,
     story_summary,
 )
 from ledger.calls.model import CallStatus
@@ -220,6 +221,14 @@ def _story_text(story: CallStory, revealed: bool) -> str:
         lines.append(
             f"  approval {safe(call.approval_id)}, "
             f"approved by {safe(', '.join(story.approved_by) or '-')}"
+        )
+    decided = policy_decision(story)
+    if decided is not None:
+        policies = ", ".join(safe(str(i)) for i in decided.get("policies", [])) or "-"
+        lines.append(
+            f"  policy: {safe(str(decided.get('outcome')))} by set version "
+            f"{decided.get('version')} ({safe(str(decided.get('mode')))}; {policies}): "
+            f"{safe(str(decided.get('reason', '')))}"
         )
     for event in sorted([*story.approval_events, *story.events], key=lambda e: e.position):
         written = f" (login {safe(event.login)})" if event.login is not None else ""

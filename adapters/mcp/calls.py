@@ -16,7 +16,7 @@ call is in the ledger already is refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mcp_types as types
@@ -25,8 +25,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from adapters.runtime import ask, confirm_once, ready, run
+from adapters.runtime import ask, confirm_once, governed, judge, ready, run
 from approvals import Approval, ApprovalError, ApprovalStatus, ApprovalStore, ApprovalTier
+from approvals.policies import Outcome, PolicyPoint, Verdict
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
 from ledger.errors import SignoffError
@@ -39,6 +40,7 @@ from .errors import (
     APPROVAL_REFUSED,
     CALL_REFUSED,
     OUTCOME_UNKNOWN,
+    POLICY_REFUSED,
     UPSTREAM_REFUSALS,
     refused,
     signoff_refusal,
@@ -70,6 +72,7 @@ class Gateway:
         principal: who calls, on a transport that authenticates nobody (stdio); None: the
             bearer token's (HTTP).
         conversation: the conversation of a request without a session (one gateway process).
+        policy: the policy decision point every call is judged by (None: the tools' own rules).
     """
 
     config: GatewayConfig
@@ -79,6 +82,7 @@ class Gateway:
     ring: KeyRing
     principal: str | None = None
     conversation: str = "default"
+    policy: PolicyPoint | None = None
 
     def principal_of(self, ctx: ServerRequestContext[Any, Any] | None = None) -> str:
         """Who calls: the authenticated token's principal, else the configured one."""
@@ -112,17 +116,24 @@ class Gateway:
         meta = dict(params.meta or {})
         who = self.principal_of(ctx)
         run_id = run_id_of(ctx, who, meta, self.conversation)
-        if params.request_state is not None and route.spec.approval is not None:
+        if params.request_state is not None:
             call, approval = await self._resumed(route, run_id, args, params.request_state)
+            verdict = await self.judge_call(route, call, who)
+            route = replace(route, spec=governed(route.spec, verdict))
+            if verdict.outcome is not Outcome.APPROVAL:  # a set published since denies or allows
+                return await self.run_call(route, call, verdict=verdict, from_state=True)
         else:
+            # Judged before its id is known: a read that needs an approval gets a stable id.
+            verdict = await self.judge_call(route, ToolCall(run_id, "", route.spec.name, args), who)
+            route = replace(route, spec=governed(route.spec, verdict))
             call_id = await call_id_of(self.ledger, self.store, route.spec, run_id, args, meta)
             call = ToolCall(run_id, call_id, route.spec.name, args)
-            if route.spec.approval is None:
-                return await self.run_call(route, call)
+            if verdict.outcome is not Outcome.APPROVAL:
+                return await self.run_call(route, call, verdict=verdict)
             if (entry := await self.ledger.answering(run_id, call.call_id)) is not None:
                 used = entry.approval_id and await self.store.get(entry.approval_id)
-                return await self.run_call(route, call, used or None)
-            approval = await ask(self.store, route.spec, call, requested_by=who)
+                return await self.run_call(route, call, used or None, verdict=verdict)
+            approval = await ask(self.store, route.spec, call, requested_by=who, verdict=verdict)
         bound = log.bind(run_id=run_id, call_id=call.call_id, approval_id=approval.approval_id)
         if not ready(approval):
             if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -135,7 +146,22 @@ class Gateway:
             approval = answered
         bound.info("approval final", status=str(approval.status))
         from_state = params.request_state is not None
-        return await self.run_call(route, call, approval, from_state=from_state)
+        return await self.run_call(route, call, approval, verdict=verdict, from_state=from_state)
+
+    async def judge_call(self, route: Route, call: ToolCall, who: str) -> Verdict:
+        """The policy's verdict on `call` (the tool's own rule without a point or a set)."""
+        schema = route.tool.input_schema
+        return await judge(self.policy, route.spec, call, who, args_schema=schema)
+
+    async def run_approved(
+        self, route: Route, call: ToolCall, approval: Approval, who: str
+    ) -> types.CallToolResult:
+        """Run a call whose approval is final, judged again: a set published since may deny
+        it, or allow it outright (the approval then stays unused)."""
+        verdict = await self.judge_call(route, call, who)
+        route = replace(route, spec=governed(route.spec, verdict))
+        used = approval if verdict.outcome is Outcome.APPROVAL else None
+        return await self.run_call(route, call, used, verdict=verdict)
 
     async def _resumed(
         self, route: Route, run_id: str, args: dict[str, Any], state: str
@@ -267,10 +293,12 @@ class Gateway:
         call: ToolCall,
         approval: Approval | None = None,
         *,
+        verdict: Verdict | None = None,
         from_state: bool = False,
     ) -> types.CallToolResult:
-        """Run (or replay) `call`, consuming `approval` (final) in its intent; `from_state`: a
-        requestState's call, which must not replay (a concurrent request with the state ran it).
+        """Run (or replay) `call` under the policy's `verdict`, consuming `approval` (final) in
+        its intent; `from_state`: a requestState's call, which must not replay (a concurrent
+        request with the state ran it).
 
         Raises:
             MCPError: the approval refused it, or its outcome is unknown (`_answer`).
@@ -287,7 +315,20 @@ class Gateway:
                 raise ToolFailed(f"the upstream refused the call: {e.message}") from None
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-        outcome = await run(self.ledger, self.store, route.spec, call, on_upstream, approval_id)
+        async def again() -> Verdict:
+            principal = self.principal_of()
+            return await judge(self.policy, route.spec, call, principal)
+
+        outcome = await run(
+            self.ledger,
+            self.store,
+            route.spec,
+            call,
+            on_upstream,
+            approval_id,
+            verdict=verdict,
+            judge_again=again,
+        )
         if from_state and outcome.replayed:
             raise _state_used()
         return _answer(outcome, approval)
@@ -360,6 +401,12 @@ def _answer(outcome: CallOutcome, approval: Approval | None) -> types.CallToolRe
         text = f"The tool failed: {outcome.error}"
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=True
+        )
+    if outcome.status is CallStatus.DENIED and outcome.approval_id is None:
+        raise refused(
+            POLICY_REFUSED,
+            "policy_denied",
+            f"not run: Signoff's policy refused it: {outcome.error}",
         )
     if outcome.status is CallStatus.DENIED:
         status = approval.status if approval is not None else ApprovalStatus.REJECTED

@@ -17,6 +17,7 @@ __all__ = [
     "APPROVAL_REFUSED",
     "CALL_REFUSED",
     "OUTCOME_UNKNOWN",
+    "POLICY_REFUSED",
     "UPSTREAM_REFUSALS",
     "refused",
     "signoff_refusal",
@@ -26,6 +27,8 @@ APPROVAL_REFUSED = -32051
 """The approval did not allow the call: rejected, expired, cancelled, or declined here."""
 OUTCOME_UNKNOWN = -32052
 """A write of this call may have happened and was not recorded; a reviewer resolves it."""
+POLICY_REFUSED = -32053
+"""Signoff's policy set denied the call (`data.reason` `policy_denied`); nothing ran."""
 CALL_REFUSED = INVALID_PARAMS
 """The request itself is refused: an unknown tool, a requestState used already or for another
 run, a run or call id that is malformed."""

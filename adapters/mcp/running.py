@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from approvals import ApprovalStore
+from approvals.policies import PolicyPoint, PolicySets
 from ledger.calls.service import DEFAULT_LEASE_SECONDS, ToolLedger
 from ledger.errors import SignoffError
 from ledger.keys import KeyRing
@@ -84,6 +85,7 @@ async def _run(
         ring = await KeyRing.open(db)
         store = ApprovalStore(db, ring)
         ledger = ToolLedger(db, ring, lease_seconds=lease_seconds)
+        point = PolicyPoint(PolicySets(db, ring))
         try:
             async with connect_upstreams(config) as upstreams:
                 gateway = Gateway(
@@ -94,6 +96,7 @@ async def _run(
                     ring,
                     principal=principal if listen is None else None,
                     conversation=uuid.uuid4().hex if listen is None else "default",
+                    policy=point,
                 )
                 server = build_server(gateway)
                 if listen is None:
@@ -111,5 +114,6 @@ async def _run(
                     on_started=on_started,
                 )
         finally:
+            await point.close()
             await ledger.close()
             await store.close()

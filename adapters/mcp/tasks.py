@@ -127,7 +127,7 @@ async def _status(
     call = ToolCall(handle["run"], handle["call"], handle["tool"], handle["args"])
     try:
         try:
-            result = await gateway.run_call(route, call, approval)
+            result = await gateway.run_approved(route, call, approval, gateway.principal_of(ctx))
         except SignoffError as signoff:
             raise signoff_refusal(signoff) from None
     except MCPError as e:

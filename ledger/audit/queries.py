@@ -32,6 +32,7 @@ __all__ = [
     "call_story",
     "call_summary",
     "find_calls",
+    "policy_decision",
     "record_reveal",
     "story_summary",
 ]
@@ -93,12 +94,23 @@ def story_summary(story: CallStory, *, revealed: bool = False) -> dict[str, Any]
     approval's; with `revealed` (the story was read with `reveal_by`), its arguments and result."""
     shown: dict[str, Any] = {
         "call": call_summary(story.call),
+        "policy_decision": policy_decision(story),
         "events": [_event_summary(e) for e in story.events],
         "approval_events": [_event_summary(e) for e in story.approval_events],
     }
     if revealed:
         shown |= {"args": story.args, "result": story.result}
     return shown
+
+
+def policy_decision(story: CallStory) -> dict[str, Any] | None:
+    """What the policy set decided of the call, as its `call.started` records it (None: no set
+    judged it): the set's version and hash, mode, outcome, determining policies and reason."""
+    first = story.events[0] if story.events else None
+    if first is None or first.type != "call.started":
+        return None
+    recorded = first.data.get("policy_decision")
+    return dict(recorded) if isinstance(recorded, dict) else None
 
 
 def _event_summary(event: Event) -> dict[str, Any]:
