@@ -27,8 +27,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from adapters.runtime import ask, confirm_once, governed, judge, ready, run
 from approvals import Approval, ApprovalError, ApprovalStatus, ApprovalStore, ApprovalTier
-from approvals.policies import Outcome, PolicyPoint, Verdict
-from ledger.calls.model import CallContext, CallOutcome, CallStatus, ToolCall, ToolFailed
+from approvals.policies import Outcome, PolicyPoint, RegisteredTool, Verdict
+from ledger.calls.model import (
+    CallContext,
+    CallOutcome,
+    CallStatus,
+    Effect,
+    ToolCall,
+    ToolFailed,
+)
 from ledger.calls.service import ToolLedger
 from ledger.errors import SignoffError
 from ledger.keys import KeyRing
@@ -147,6 +154,17 @@ class Gateway:
         bound.info("approval final", status=str(approval.status))
         from_state = params.request_state is not None
         return await self.run_call(route, call, approval, verdict=verdict, from_state=from_state)
+
+    async def register_tools(self) -> None:
+        """Register every tool this gateway serves, with its input schema: the schema the
+        next published policy set is validated against."""
+        if self.policy is None:
+            return
+        for route in self.upstreams.routes.values():
+            effect = route.spec.effect or Effect.SINGLE_ATTEMPT
+            await self.policy.register(
+                RegisteredTool(route.spec.name, effect, route.tool.input_schema)
+            )
 
     async def judge_call(self, route: Route, call: ToolCall, who: str) -> Verdict:
         """The policy's verdict on `call` (the tool's own rule without a point or a set)."""

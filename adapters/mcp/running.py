@@ -98,6 +98,7 @@ async def _run(
                     conversation=uuid.uuid4().hex if listen is None else "default",
                     policy=point,
                 )
+                await gateway.register_tools()
                 server = build_server(gateway)
                 if listen is None:
                     log.info("gateway serving stdio", principal=principal)
