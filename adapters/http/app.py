@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger import __version__
 from ledger.log import get_logger
 
-from . import approvals_api, audit_api, calls_api, events_api, inbox, metrics_api
+from . import approvals_api, audit_api, calls_api, events_api, inbox, metrics_api, policy_api
 from .errors import install_error_handlers, problem
 from .metrics import RequestMetrics
 from .service import Service
@@ -153,6 +153,7 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(approvals_api.router)
     app.include_router(calls_api.router)
     app.include_router(audit_api.router)
+    app.include_router(policy_api.router)
     app.include_router(metrics_api.router)
     app.include_router(inbox.router)
 

@@ -25,6 +25,12 @@ from approvals.errors import (
     InvalidApprovalRequest,
     UnknownApproval,
 )
+from approvals.policies import (
+    InvalidPolicySet,
+    PolicyConflict,
+    PolicyNotPermitted,
+    UnknownPolicySet,
+)
 from ledger.errors import (
     CallStateError,
     DatabaseUnavailable,
@@ -129,6 +135,10 @@ ERROR_TABLE: Mapping[type[SignoffError], Refusal] = {
     InvalidToolCall: Refusal(422, "invalid"),
     InvalidEvent: Refusal(422, "invalid"),
     NoActiveKey: Refusal(503, "unavailable", _no_key),
+    UnknownPolicySet: Refusal(404, "not_found"),
+    InvalidPolicySet: Refusal(422, "invalid"),
+    PolicyNotPermitted: Refusal(403, "forbidden"),
+    PolicyConflict: Refusal(409, "conflict"),
     DatabaseUnavailable: Refusal(
         503,
         "unavailable",

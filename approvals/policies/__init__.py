@@ -22,6 +22,7 @@ from .model import (
     PolicyNotPermitted,
     PolicyStamp,
     Principal,
+    UnknownPolicySet,
     Verdict,
 )
 from .point import DEFAULT_TIMEOUT, PolicyPoint, own_rule
@@ -47,6 +48,7 @@ __all__ = [
     "Principal",
     "PublishedSet",
     "RegisteredTool",
+    "UnknownPolicySet",
     "Verdict",
     "own_rule",
 ]

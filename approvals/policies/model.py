@@ -24,6 +24,7 @@ __all__ = [
     "PolicyNotPermitted",
     "PolicyStamp",
     "Principal",
+    "UnknownPolicySet",
     "Verdict",
 ]
 
@@ -55,6 +56,14 @@ class InvalidPolicySet(PolicyError, ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("the policy set is refused: " + "; ".join(problems))
         self.problems = problems
+
+
+class UnknownPolicySet(PolicyError, LookupError):
+    """No set of that version was published."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"no policy set has version {version}")
+        self.version = version
 
 
 class PolicyConflict(PolicyError):

@@ -43,6 +43,7 @@ from .model import (
     PolicyConflict,
     PolicyError,
     PolicyNotPermitted,
+    UnknownPolicySet,
 )
 from .schema import RegisteredTool, cedar_schema
 
@@ -329,11 +330,11 @@ class PolicySets:
 
     async def get(self, version: int) -> PublishedSet:
         """Raises:
-        PolicyError: no set of that version."""
+        UnknownPolicySet: no set of that version."""
         async with self.db.connection() as conn:
             row = await conn.fetchrow(_BY_VERSION, version)
         if row is None:
-            raise PolicyError(f"no policy set has version {version}")
+            raise UnknownPolicySet(version)
         return POLICY_SETS.from_row(row)
 
     async def list(self) -> builtins.list[PublishedSet]:
