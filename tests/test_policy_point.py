@@ -27,8 +27,13 @@ from approvals.policies import (
     Principal,
 )
 from ledger.audit.queries import call_story, story_summary
-from ledger.calls import CallContext, CallStatus, Effect, ToolCall
+from ledger.calls import CallContext, CallStatus, Effect, Judgment, ToolCall, ToolLedger
+from ledger.keys import KeyRing, LocalKek
+from ledger.store import Database
+from ledger.store.logins import temporary_login
+from ledger.store.settings import Settings
 from tests.support.policies import ADMIN, PolicyWorld, policy_world
+from tests.support.processes import TEST_KEK
 
 REFUND_TIERS = """
 @id("refund-small")
@@ -404,3 +409,85 @@ async def test_an_unreadable_set_denies(world: PolicyWorld) -> None:
     assert verdict.stamp is not None and verdict.stamp.version == 0  # no set could judge it
     report = await verify_all(world.db)
     assert any("policy_sets" in p for p in report.problems)
+
+
+FORBID_LARGE = """
+@id("refund-any") permit(principal, action == Action::"refund", resource)
+when { context.input.amount <= 50 };
+@id("refund-freeze") @reason("refunds over 50 are frozen")
+forbid(principal, action == Action::"refund", resource) when { context.input.amount > 50 };
+"""
+
+ALLOW_ALL_REFUNDS = '@id("refund-any") permit(principal, action == Action::"refund", resource);'
+
+
+@pytest.mark.parametrize(
+    ("second", "status"), [(FORBID_LARGE, "denied"), (ALLOW_ALL_REFUNDS, "ran")]
+)
+async def test_a_set_published_between_the_request_and_the_decision(
+    world: PolicyWorld, second: str, status: str
+) -> None:
+    """The request keeps the version it was judged under (and its approval policy: the
+    decision is judged by it); the resumed call is judged again by the active set: a denial
+    wins over the approval, an outright allow runs it without using the approval."""
+    first = await world.sets.publish(REFUND_TIERS, by=ADMIN)
+    asked = call(amount=80)
+    verdict = await judge(world.point, REFUND, asked, "agent-7")
+    approval = await ask(world.store, governed(REFUND, verdict), asked, "agent-7", verdict=verdict)
+    await world.sets.publish(second, by=ADMIN)
+    decided = await world.store.decide(
+        approval.approval_id, Decision(DecisionKind.APPROVE), "alice"
+    )
+    assert decided.policy.approvers == frozenset({"group:support-lead"})  # v1's policy
+    again = await judge(world.point, REFUND, asked, "agent-7")
+    assert again.stamp is not None and again.stamp.version == 2
+    outcome = await run(
+        world.ledger, world.store, governed(REFUND, again), asked, ran, approval.approval_id,
+        verdict=again,
+    )  # fmt: skip
+    requested = await first_approval_event(world, approval.approval_id)
+    assert requested["policy_decision"]["version"] == first.version
+    after = await world.store.get(approval.approval_id)
+    assert after.consumed_by is None  # the approval was not used either way
+    if status == "denied":
+        assert outcome.status is CallStatus.DENIED
+        assert outcome.error == "refunds over 50 are frozen"
+    else:
+        assert outcome.status is CallStatus.SUCCEEDED
+    assert (await verify_all(world.db)).ok
+
+
+async def first_approval_event(world: PolicyWorld, approval_id: str) -> dict[str, Any]:
+    async with world.db.connection() as conn:
+        text = await conn.fetchval(
+            "SELECT data::text FROM events WHERE stream_id = $1 AND version = 1",
+            f"approval:{approval_id}",
+        )
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+async def test_a_worker_login_cannot_name_a_set_that_was_never_published(
+    world: PolicyWorld,
+) -> None:
+    """What a stolen worker login can write of a call's policy decision, and what verify says:
+    a stamp naming an unpublished version, or a denial that ran, are both findings."""
+    await world.sets.publish(REFUND_TIERS, by=ADMIN)
+    async with temporary_login(world.url, "signoff_app") as url:
+        settings = Settings(database_url=url, kek=LocalKek(TEST_KEK))
+        async with await Database.connect(url, settings=settings) as worker:
+            ledger = ToolLedger(worker, await KeyRing.open(worker))
+            try:
+                forged = {
+                    "version": 99, "set_hash": "sha256:00", "mode": "enforce",
+                    "outcome": "allow", "policies": ["refund-small"], "reason": "",
+                }  # fmt: skip
+                await ledger.execute(call(amount=900), ran, judgment=Judgment(forged))
+                denied = (await judge(world.point, REFUND, call(amount=900), "m")).stamp
+                assert denied is not None
+                await ledger.execute(call(amount=901), ran, judgment=Judgment(denied.to_json()))
+            finally:
+                await ledger.close()
+    problems = (await verify_all(world.db)).problems
+    assert any("version 99, which was never published" in p for p in problems)
+    assert any("denied the call, yet it was not denied" in p for p in problems)
