@@ -112,6 +112,15 @@ COMMANDS: dict[str, Command] = {
     "reviewers add": Command(("tester", "--group", "leads"), fails_on=DATABASE),
     "reviewers list": Command(fails_on=DATABASE),
     "reviewers remove": Command(("tester",), fails_on=DATABASE),
+    # Publishing signs (the reviewer-side KEK); reading and testing need the worker KEK only to
+    # check the set's signature.
+    "policy publish": Command(("--mode", "off", "--by", "tester")),
+    "policy show": Command(),
+    "policy list": Command(),
+    "policy schema": Command(),
+    "policy test": Command(
+        ("--tool", "t", "--args", "{{}}", "--principal", "p", "--run", "r"), fails_on=DATABASE
+    ),
     # Tokens hold no secret the KEK wraps (only hashes): they need no KEK.
     "tokens create": Command(("--reviewer", "tester"), fails_on=DATABASE),
     "tokens list": Command(fails_on=DATABASE),

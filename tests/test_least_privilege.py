@@ -426,8 +426,8 @@ async def test_rows_out_of_step_are_refused_as_typed_errors(worker: Side) -> Non
         async with worker.db.connection() as conn:
             await conn.fetchval(
                 with_row(
-                    "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 1, NULL, $2, 0,"
-                    " ARRAY['call.started'], ARRAY['{}'::json], ARRAY['w'], NULL)"
+                    "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 1, NULL, NULL,"
+                    " $2, 0, ARRAY['call.started'], ARRAY['{}'::json], ARRAY['w'], NULL)"
                 ),
                 json.dumps(row),
                 stream,
@@ -639,7 +639,8 @@ async def test_a_finished_call_cannot_be_started_again_through_the_functions(
             written = await conn.fetchval(
                 with_row(
                     "SELECT signoff_commit_call(false, $1::jsonb, NULL, NULL, 1,"
-                    " sha256('a token of its own'), $2, $3, $4, ARRAY['{}'::json], ARRAY['w'],"
+                    " sha256('a token of its own'), NULL, $2, $3, $4, ARRAY['{}'::json],"
+                    " ARRAY['w'],"
                     " NULL)"
                 ),
                 json.dumps(again),
@@ -748,7 +749,7 @@ async def test_a_call_names_no_approval_nor_reviewer_that_did_not_allow_it(
                 await conn.fetchval(
                     with_row(
                         "SELECT signoff_commit_call(true, $1::jsonb, ''::bytea, NULL, 60,"
-                        " sha256('a token of its own'), $2, 0, ARRAY['call.started'],"
+                        " sha256('a token of its own'), NULL, $2, 0, ARRAY['call.started'],"
                         " ARRAY[$3::json], ARRAY['w'], NULL)"
                     ),
                     json.dumps(row),

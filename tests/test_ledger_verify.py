@@ -104,6 +104,7 @@ async def test_a_clean_ledger_verifies_and_says_what_was_checked(
         "approvals": 1,
         "tool_calls": 2,
         "reviewers": 0,
+        "policy_sets": 0,
     }
 
     result = await run_cli("ledger", "verify", database_url=url, env=kek_env())

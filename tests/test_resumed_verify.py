@@ -129,6 +129,7 @@ async def test_an_intact_journal_resumes_reading_only_the_new_events(
         "approvals": 1,
         "tool_calls": 1,
         "reviewers": 0,
+        "policy_sets": 0,
     }
     checks = {c["name"]: c["streams"] for c in report["stream_checks"]}
     assert checks["decision signatures and policies"] == 1

@@ -101,6 +101,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     schema = commands.add_parser(
         "schema", help="the Cedar schema (JSON) sets are validated against, from the tools"
     )
+    add_json_flag(schema)  # JSON either way
     schema.set_defaults(run=lambda a: asyncio.run(_schema(a)))
 
     test = commands.add_parser(
@@ -205,7 +206,8 @@ async def _list(args: argparse.Namespace) -> int:
 async def _schema(args: argparse.Namespace) -> int:
     async with open_database(args) as db:
         tools = await (await _sets(db)).registered()
-    print(json.dumps(cedar_schema(tools), indent=2, sort_keys=True))
+    schema = cedar_schema(tools)
+    emit(args, json.dumps(schema, indent=2, sort_keys=True), schema)
     return 0
 
 

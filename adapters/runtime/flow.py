@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
-
 from approvals import (
     Approval,
     ApprovalPending,
@@ -151,7 +149,7 @@ def _gate(
 
 
 def _denial(reason: str) -> Gate:
-    async def gate(conn: asyncpg.Connection) -> GateDeny:
+    async def gate(conn: object) -> GateDeny:  # records the denial; reads nothing
         return GateDeny(reason)
 
     return gate

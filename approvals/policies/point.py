@@ -45,7 +45,8 @@ def own_rule(fallback: ApprovalPolicy | None) -> Verdict:
 
 class PolicyPoint:
     """Judges calls for one process. The active version is read once per call unless this
-    process's listener surely heard of no newer one since it last read it."""
+    process's listener surely heard of no newer one since it last read it (a set published
+    elsewhere takes effect here once its notification arrives, within moments)."""
 
     def __init__(
         self,
@@ -59,7 +60,9 @@ class PolicyPoint:
         self.timeout = timeout
         self.clock = clock
         self._listener = Listener.shared(sets.db, CHANNEL)
-        self._head: tuple[int, tuple[int, int] | None] | None = None  # version, listener mark
+        # The active version, the listener's mark before it was read, and how many sets its
+        # PolicySets had published then.
+        self._head: tuple[int, tuple[int, int] | None, int] | None = None
         self._registered: dict[str, RegisteredTool] = {}
 
     async def close(self) -> None:
@@ -134,15 +137,17 @@ class PolicyPoint:
         return Verdict(decided.outcome, approval, decided.reason, stamp, seen)
 
     async def _active_version(self) -> int:
+        here = self.sets.published_here
         if self._head is not None:
-            version, mark = self._head
-            if self._listener.quiet_since(f"{STREAM_PREFIX}{version + 1}", mark):
+            version, mark, published = self._head
+            quiet = self._listener.quiet_since(f"{STREAM_PREFIX}{version + 1}", mark)
+            if quiet and published == here:
                 return version
         if not self._listener.connected:
             await self._listener.start()
         mark = self._listener.mark()  # before the read: a publish after it is heard
         version = await self.sets.head()
-        self._head = (version, mark)
+        self._head = (version, mark, here)
         return version
 
     async def _history(self, active: ActiveSet, run_id: str) -> RunHistory | None:

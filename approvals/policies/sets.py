@@ -303,6 +303,7 @@ class PolicySets:
         self.db = db
         self.ring = ring
         self._loaded: dict[int, ActiveSet] = {}
+        self.published_here = 0  # sets this object published: a point reads the head again
 
     async def register(self, tools: Iterable[RegisteredTool]) -> None:
         """Record the tools this worker runs and their arguments' schemas (the latest
@@ -421,6 +422,7 @@ class PolicySets:
                 event = NewEvent(PUBLISHED, data, actor=publisher)
                 new = await commit(conn, POLICY_SETS, stream, None, [event], expected_version=0)
             if new is not None:
+                self.published_here += 1
                 return new
             if expect_version is not None:  # another set took the version first
                 raise PolicyConflict(expect_version, await self.head())
