@@ -122,6 +122,7 @@ def test_a_plain_install_pulls_no_agent_framework_and_test_installs_every_extra(
         "structlog",
         "tqdm",
         "jsonschema",
+        "cedarpy",  # the policy decision point is core: verify and every adapter judge calls
     }
     extras = project["optional-dependencies"]
     assert {"langgraph", "dex", "welt", "embedded", "demo", "test"} <= extras.keys()
