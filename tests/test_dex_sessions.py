@@ -456,6 +456,7 @@ async def test_the_session_steps_run_on_a_worker_only_login(
             }
             assert statuses == {"refund-1": "succeeded"}
             await reviewer.close()
+            await flow.session().close()  # its policy point listens on this scratch database
 
 
 # -- a live Dex server -------------------------------------------------------------------------

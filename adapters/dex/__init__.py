@@ -38,6 +38,7 @@ from .logic import (
     await_approval,
     call_tool,
     decide_for_flow,
+    judge_call,
     record_decision,
     task_run_id,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "channel_key",
     "decide_approval",
     "decide_for_flow",
+    "judge_call",
     "record_decision",
     "retry_policy",
     "task_run_id",

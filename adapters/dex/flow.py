@@ -1,11 +1,18 @@
 """The Dex wiring: one Flow per tool call, its Steps, the decisions channel and the decide RPC.
 
 ```
-StartToolCall -> AwaitToolApproval (when the tool needs approval) -> CallTool
-                      ^   waits on DECISIONS[<call id>] or a timer    |  attempts exhausted
-                      |__ woken early: wait again                     v
-                                                                 SettleToolCall
+StartToolCall -> AwaitToolApproval (when the verdict requires approval) -> CallTool
+                      ^   waits on DECISIONS[<call id>] or a timer        |  attempts exhausted
+                      |__ woken early: wait again                         v
+                                                                     SettleToolCall
 ```
+
+- Every Step that decides whether to ask judges the call (`judge_call`: the active policy
+  set's verdict, or the tool's own rule): `StartToolCall` routes by it, `AwaitToolApproval`
+  judges again on each wake-up, `CallTool` judges once more and runs the call under that
+  verdict (a denial is recorded with its reason, nothing runs). A call the ledger answers is
+  only replayed, so a Step Dex runs again reaches the same outcome; a call whose verdict now
+  requires an approval not yet decided goes back to `AwaitToolApproval`.
 
 - `AwaitToolApproval.wait_for` records the request in the store and waits on the decisions
   channel instance of the call (`channel_key(call_id)`), or on a timer for the policy's expiry
@@ -55,6 +62,8 @@ from dex import (
     rpc,
 )
 
+from approvals import ApprovalPending
+from approvals.policies import Outcome
 from ledger.calls.model import Effect
 from ledger.log import get_logger
 
@@ -67,6 +76,8 @@ from .logic import (
     await_approval,
     call_tool,
     decide_for_flow,
+    governed_spec,
+    judge_call,
     require_runtime,
 )
 from .values import (
@@ -184,37 +195,49 @@ class _ToolCallStep(Step[ToolCallRequest]):
 
 
 class StartToolCall(_ToolCallStep):
-    """Route the call: to the approval when its tool needs one, else straight to the call."""
+    """Route the call by its verdict: to the approval when it requires one, else straight to
+    the call (which runs it, or records the policy's denial)."""
 
     async def execute(  # type: ignore[override]
         self, context: AsyncContext, input: ToolCallRequest
     ) -> StepDecision:
-        tool = self._tool(input)
-        if tool.spec.approval is not None:
+        runtime, tool = self.flow.signoff(), self._tool(input)
+        request = await self.flow.request_for(context, input)
+        verdict = await judge_call(runtime.policy, context.flow_id, request, tool)
+        if verdict.outcome is Outcome.APPROVAL:
             return go_to(AwaitToolApproval, input)
         return self._call(input, tool)
 
 
 class AwaitToolApproval(_ToolCallStep):
     """Record the approval request; wait for the decision's wake-up or the expiry timer.
-    A call the ledger answers already (a once-per-run tool's later call) asks nobody."""
+    The call is judged again each time: a call the ledger answers already (a once-per-run
+    tool's later call), or whose verdict no longer requires an approval, asks nobody."""
 
-    async def _needs_approval(
+    async def _state(
         self, context: AsyncContext, input: ToolCallRequest, tool: DexTool
-    ) -> bool:
-        if tool.spec.approval is None:
-            return False
-        ledger = self.flow.signoff().ledger
-        return not await answered(ledger, context.flow_id, input, tool.spec)
+    ) -> tuple[ToolCallRequest, ApprovalWait] | None:
+        """The call and where its approval stands (asked for now if need be); None: the call
+        needs no approval now."""
+        runtime = self.flow.signoff()
+        if await answered(runtime.ledger, context.flow_id, input, tool.spec):
+            return None
+        request = await self.flow.request_for(context, input)
+        verdict = await judge_call(runtime.policy, context.flow_id, request, tool)
+        if verdict.outcome is not Outcome.APPROVAL:
+            return None
+        spec = governed_spec(tool, verdict)
+        state = await await_approval(runtime.store, context.flow_id, request, spec, verdict=verdict)
+        return request, state
 
     async def wait_for(  # type: ignore[override]
         self, context: AsyncContext, input: ToolCallRequest
     ) -> Wait:
-        runtime, tool = self.flow.signoff(), self._tool(input)
-        if not await self._needs_approval(context, input, tool):
+        tool = self._tool(input)
+        asked = await self._state(context, input, tool)
+        if asked is None:
             return Wait.skip_immediately()
-        request = await self.flow.request_for(context, input)
-        state = await await_approval(runtime.store, context.flow_id, request, tool.spec)
+        request, state = asked
         if state.ready:
             return Wait.skip_immediately()
         self.flow.approval_waiting(context, request, state)
@@ -227,25 +250,30 @@ class AwaitToolApproval(_ToolCallStep):
     async def execute(  # type: ignore[override]
         self, context: AsyncContext, input: ToolCallRequest
     ) -> StepDecision:
-        runtime, tool = self.flow.signoff(), self._tool(input)
-        if await self._needs_approval(context, input, tool):
-            request = await self.flow.request_for(context, input)
-            state = await await_approval(runtime.store, context.flow_id, request, tool.spec)
-            if not state.ready:  # a re-check, or the timer fired a moment early: wait again
-                return go_to(AwaitToolApproval, input)
+        tool = self._tool(input)
+        asked = await self._state(context, input, tool)
+        if asked is not None and not asked[1].ready:
+            return go_to(AwaitToolApproval, input)  # a re-check, or an early timer: wait again
         return self._call(input, tool)
 
 
 class CallTool(_ToolCallStep):
-    """Run the call through the tool-call ledger; then `ToolCallFlow.after_tool_call`."""
+    """Run the call through the tool-call ledger under its verdict; then
+    `ToolCallFlow.after_tool_call`. A verdict that now requires an approval nobody has
+    decided yet (a set published since the call was routed) sends it to wait for it."""
 
     async def execute(  # type: ignore[override]
         self, context: AsyncContext, input: ToolCallRequest
     ) -> StepDecision:
         runtime, tool = self.flow.signoff(), self._tool(input)
         request = await self.flow.request_for(context, input)
-        work = call_tool(runtime.ledger, runtime.store, context.flow_id, request, tool)
-        result = await heartbeating(context, work)
+        work = call_tool(
+            runtime.ledger, runtime.store, context.flow_id, request, tool, policy=runtime.policy
+        )
+        try:
+            result = await heartbeating(context, work)
+        except ApprovalPending:
+            return go_to(AwaitToolApproval, input)
         return self.flow.after_tool_call(context, input, result)
 
 

@@ -22,9 +22,14 @@ from langchain_core.tools import BaseTool
 
 from adapters.langgraph import EncryptedPostgresSaver, SignoffTools
 from adapters.langgraph.middleware import EDIT_NOTICE, announce_edit
-from adapters.langgraph.request_context import request_context, with_args_schema
+from adapters.langgraph.request_context import (
+    request_context,
+    tool_args_schema,
+    with_args_schema,
+)
 from adapters.langgraph.tools import DEFERRED, REQUESTED_BY, RUN_ID, effect_of
 from approvals import RequestContext
+from approvals.policies import PolicyPoint
 from ledger.calls.model import CallContext
 
 from ..errors import SessionGraphRefused, TurnRefused
@@ -83,6 +88,8 @@ class AgentSession:
             stream (what a client shows live; Dex then holds that text).
         edit_notice: told to the model before the result of a call a reviewer edited (as
             `SignoffMiddleware` does); None: nothing.
+        policy: the tool Steps' policy decision point, as `SignoffDex.of` takes it (True: one
+            built on the ledger's database, closed by `close`).
     """
 
     graph: Graph
@@ -93,7 +100,9 @@ class AgentSession:
     messages_key: str = "messages"
     stream_text: bool = True
     edit_notice: str | None = EDIT_NOTICE
+    policy: PolicyPoint | bool = True
     by_name: dict[str, BaseTool] = field(init=False)
+    _runtime: SignoffDex | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.graph.interrupt_before_nodes or self.graph.interrupt_after_nodes:
@@ -118,16 +127,28 @@ class AgentSession:
         self.graph = self.graph.copy(update={"checkpointer": self.saver})
 
     def runtime(self) -> SignoffDex:
-        """The tool Steps' runtime: the same store and ledger, each tool as a `DexTool`."""
-        tools = [self._dex_tool(t) for t in self.by_name.values()]
-        return SignoffDex.of(self.signoff.approvals, self.signoff.ledger, *tools)
+        """The tool Steps' runtime (built once): the same store and ledger, each tool as a
+        `DexTool`, and the policy decision point."""
+        if self._runtime is None:
+            tools = [self._dex_tool(t) for t in self.by_name.values()]
+            self._runtime = SignoffDex.of(
+                self.signoff.approvals, self.signoff.ledger, *tools, policy=self.policy
+            )
+        return self._runtime
+
+    async def close(self) -> None:
+        """Close the policy decision point the runtime built (nothing else)."""
+        if self._runtime is not None:
+            await self._runtime.close()
 
     def _dex_tool(self, tool: BaseTool) -> DexTool:
         spec = self.signoff.spec(tool.name)
         spec = replace(spec, effect=effect_of(tool, spec))
         if spec.approval is not None:  # reviewers edit by the tool's schema
             spec = replace(spec, approval=with_args_schema(spec.approval, tool))
-        notice = self.edit_notice if spec.approval is not None else None
+        # A policy may ask for an approval the tool's own spec does not: any call may be
+        # edited by a reviewer, so any call's edit is told.
+        notice = self.edit_notice
 
         async def run(args: dict[str, Any], context: CallContext) -> Any:
             content = await invoke_tool(tool, args, context)
@@ -140,7 +161,7 @@ class AgentSession:
             message = ToolMessage(content=content, tool_call_id=context.call_id, name=tool.name)
             return announce_edit(message, notice, tool.name, args).content
 
-        return DexTool(spec, run)
+        return DexTool(spec, run, tool_args_schema(tool))
 
     async def _asked_args(self, session_id: str, call_id: str) -> dict[str, Any] | None:
         """The arguments the model gave a call: as this Step read them from the checkpoint its

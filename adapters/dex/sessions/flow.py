@@ -49,6 +49,7 @@ from dex import (
     rpc,
 )
 
+from approvals.policies import Outcome
 from ledger.log import get_logger
 
 from ..errors import RuntimeNotBound
@@ -64,7 +65,7 @@ from ..flow import (
     heartbeating,
     wake_decided,
 )
-from ..logic import ApprovalWait, SignoffDex, answered, require_runtime
+from ..logic import ApprovalWait, SignoffDex, answered, judge_call, require_runtime
 from ..values import DecideRequest, DecideResult, ToolCallRequest, ToolCallResult, channel_key
 from .agent import AgentSession, ModelStop
 from .notes import failed_turn_messages
@@ -158,9 +159,11 @@ class RunModel(_SessionStep):
             emit(SessionEventType.TURN_COMPLETED, completed)
             done = TurnStep(input.turn, input.requested_by, checkpoint_id=stop.checkpoint_id)
             return go_to(AwaitUserMessage, done)
-        return self._run_calls(input, stop)
+        return await self._run_calls(context, input, stop)
 
-    def _run_calls(self, input: TurnStep, stop: ModelStop) -> StepDecision:
+    async def _run_calls(
+        self, context: AsyncContext, input: TurnStep, stop: ModelStop
+    ) -> StepDecision:
         runtime = self.flow.signoff()
         movements: list[StepMovement[Any]] = []
         for call in stop.calls:
@@ -173,7 +176,11 @@ class RunModel(_SessionStep):
                 checkpoint_id=stop.checkpoint_id,
             )
             tool = runtime.tool(call.tool)
-            if tool.spec.approval is not None:
+            # Routed by the call's verdict (its arguments read here, never kept); the Steps
+            # judge it again.
+            asked = await self.flow.request_for(context, request)
+            verdict = await judge_call(runtime.policy, context.flow_id, asked, tool)
+            if verdict.outcome is Outcome.APPROVAL:
                 movements.append(StepMovement.of(AwaitToolApproval, request))
             else:
                 options = call_step_options(tool.effect)
