@@ -17,7 +17,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 
-from adapters.langgraph import SignoffMiddleware, SignoffTools, ToolSpec
+from adapters.langgraph import SignoffMiddleware, ToolSpec
 from adapters.langgraph.middleware import EDIT_NOTICE
 from approvals import ApprovalPolicy, ApprovalStatus, Decision, ReviewerDirectory
 from ledger.keys import LocalKek
@@ -338,7 +338,7 @@ def agent_with(
 
     model = ScriptedChatModel(script=script)
     middleware = SignoffMiddleware(
-        SignoffTools(harness.ledger, harness.store),
+        harness.signoff(()),
         interrupt_on={"write_file": True, "execute_sql": {"allowed_decisions": ["approve"]}},
         **options,
     )
@@ -364,7 +364,7 @@ async def test_an_edit_naming_another_tool_is_refused_and_asked_again(
 
 
 def test_interrupt_on_entries_are_checked_when_the_middleware_is_made(harness: Harness) -> None:
-    signoff = SignoffTools(harness.ledger, harness.store)
+    signoff = harness.signoff(())
     with pytest.raises(ValueError, match="allowed_decisions"):
         SignoffMiddleware(signoff, interrupt_on={"t": {"description": "x"}})
     with pytest.raises(ValueError, match="approve, edit, reject or respond"):
@@ -393,9 +393,7 @@ def test_sync_invoke_without_a_loop_of_its_own_says_what_to_do(
     from adapters.demo.model import ScriptedChatModel
 
     model = ScriptedChatModel(script=[calls(("x-1", "write_file", WRITE_ARGS))])
-    middleware = SignoffMiddleware(
-        SignoffTools(harness.ledger, harness.store), interrupt_on={"write_file": True}
-    )
+    middleware = SignoffMiddleware(harness.signoff(()), interrupt_on={"write_file": True})
     # No checkpointer: it fails before anything would pause.
     agent = create_agent(model, tools=build_tools(hitl_url), middleware=[middleware])
     with pytest.raises(RuntimeError, match="from_conn_string_sync"):
@@ -409,7 +407,7 @@ async def test_the_tool_node_asks_again_after_a_refusal_and_decides_in_the_store
 
     lookup, _ = SPECS
     refund = ToolSpec("refund", approval=ApprovalPolicy(approvers=frozenset({"alice"})))
-    signoff = SignoffTools(harness.ledger, harness.store, [lookup, refund])
+    signoff = harness.signoff([lookup, refund])
     model = ScriptedModel(script=AGENT_SCRIPTS["refund"])
     graph = build_agent(Kind.GRAPH, model, agent_tools(Effects(harness.db)), signoff, harness.saver)
     config = thread(new_thread("node-store"))
@@ -439,7 +437,7 @@ async def test_an_entrys_description_replaces_the_prefix_tool_and_arguments(
         return f"Run {tool_call['args']['query']!r}? ({len(state['messages'])} messages so far)"
 
     middleware = SignoffMiddleware(
-        SignoffTools(harness.ledger, harness.store),
+        harness.signoff(()),
         interrupt_on={
             "write_file": {"allowed_decisions": ["approve"], "description": "Check the path"},
             "execute_sql": {"allowed_decisions": ["approve", "reject"], "description": about_sql},
@@ -502,7 +500,7 @@ async def test_a_four_eyes_approval_is_never_decided_by_a_resume_value(
 
     four_eyes = ToolSpec("write_file", approval=ApprovalPolicy(any_reviewer=True))
     middleware = SignoffMiddleware(
-        SignoffTools(harness.ledger, harness.store, [four_eyes]),
+        harness.signoff([four_eyes]),
         interrupt_on={"write_file": True},
         store_only=store_only,
     )

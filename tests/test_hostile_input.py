@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
@@ -345,10 +345,14 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def env(db: Database, journal: Journal, store: ApprovalStore, ledger: ToolLedger) -> Env:
-    tools = SignoffTools(ledger, store, [ToolSpec("refund", approval=ApprovalPolicy())])
-    welt = WeltAgent(cast(Any, None), store)  # answering needs no graph
-    return Env(db, journal, store, ledger, tools, welt)
+async def env(
+    db: Database, journal: Journal, store: ApprovalStore, ledger: ToolLedger
+) -> AsyncIterator[Env]:
+    async with SignoffTools(
+        ledger, store, [ToolSpec("refund", approval=ApprovalPolicy())]
+    ) as tools:
+        welt = WeltAgent(cast(Any, None), store)  # answering needs no graph
+        yield Env(db, journal, store, ledger, tools, welt)
 
 
 COUNTS = """

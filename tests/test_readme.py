@@ -277,7 +277,9 @@ class Given:
             ToolSpec("lookup_order", effect=Effect.READ),
             ToolSpec("refund", approval=ApprovalPolicy()),
         ]
-        return SignoffTools(ledger, await self.given_store(), specs)
+        tools = SignoffTools(ledger, await self.given_store(), specs)
+        self.stack.push_async_callback(tools.close)
+        return tools
 
     async def given_builder(self) -> StateGraph[Counter, Any, Any, Any]:
         builder = StateGraph(Counter)

@@ -62,8 +62,11 @@ async def _session() -> AsyncIterator[tuple[SignoffTools, EncryptedPostgresSaver
         store = ApprovalStore(db, ring)
         ledger = ToolLedger(db, ring)
         try:
-            async with encrypted_checkpointer(db, ring, max_size=4) as checkpointer:
-                yield SignoffTools(ledger, store, SPECS, requested_by="support-agent"), checkpointer
+            async with (
+                encrypted_checkpointer(db, ring, max_size=4) as checkpointer,
+                SignoffTools(ledger, store, SPECS, requested_by="support-agent") as tools,
+            ):
+                yield tools, checkpointer
         finally:
             await ledger.close()
             await store.close()

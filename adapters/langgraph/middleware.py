@@ -10,6 +10,12 @@ call passes through it.
 - `interrupt_mode="per_call"`: each call pauses on its own interrupt (`{"type":
   "tool_approval", ...}` plus `approval_id`), answered with one decision.
 
+Whether a call asks at all is the policy decision point's verdict (`SignoffTools.policy`: the
+database's published policy set, else the tool's spec and `interrupt_on`), judged after the
+model and again when the call runs: an allowed call runs unasked, a call the policy refuses
+never interrupts and never runs (the model reads the policy's reason in an error
+`ToolMessage`), and one it sends for approval asks under the approval policy it names.
+
 Each request carries what led to the call for reviewers (sealed like its arguments,
 `approvals.RequestContext`): the text of the model message that asked for it (the agent's
 stated reason) and the last human message before it, each cut to its last (for the user's
@@ -66,6 +72,7 @@ from langgraph.types import Command, interrupt
 
 from adapters.runtime.hitl import decidable
 from approvals import Approval, ApprovalPolicy, DecisionKind
+from approvals.policies import Outcome
 
 from .tools import SignoffTools, call_id_of, deferred, turn_of
 
@@ -193,23 +200,22 @@ class SignoffMiddleware(AgentMiddleware):
         last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         calls = list(last.tool_calls) if last is not None else []
         ids = [c.get("id") for c in calls]
-        gated = [
-            c
-            for c, i in zip(calls, ids, strict=True)
-            # Calls without an id, or with a repeated one, are refused by the tool node.
-            if i and ids.count(i) == 1 and self.signoff.spec(c["name"]).approval is not None
-        ]
-        if not gated:
-            return None
+        # Calls without an id, or with a repeated one, are refused by the tool node.
+        unique = [c for c, i in zip(calls, ids, strict=True) if i and ids.count(i) == 1]
         config = get_config()
-        asked = [
-            await self.signoff.pending_approval(
-                c, config, messages=messages, tool=self._tools.get(c["name"])
+        asked: list[tuple[Mapping[str, Any], Approval | None]] = []
+        for c in unique:
+            tool = self._tools.get(c["name"])
+            # Judged in this pass, and again by the tool node, which may meet a newer set.
+            verdict = await self.signoff.judge(c, config, tool)
+            if verdict is None or verdict.outcome is not Outcome.APPROVAL:
+                continue  # allowed, or refused: the tool node records it, nobody is asked
+            approval = await self.signoff.pending_approval(
+                c, config, messages=messages, tool=tool, verdict=verdict
             )
-            for c in gated
-        ]
+            asked.append((c, approval))
         pairs: list[tuple[Mapping[str, Any], Approval]] = [
-            (c, a) for c, a in zip(gated, asked, strict=True) if a is not None
+            (c, a) for c, a in asked if a is not None
         ]
         refused: str | None = None
         # Every call asked about stays in every request (decided ones with their status), so
@@ -284,8 +290,9 @@ class SignoffMiddleware(AgentMiddleware):
         turn, same = turn_of(_messages(request.state), call_id_of(tool_call))
         if len(same) > 1:
             return await self.signoff.refuse_duplicate(tool_call, same, request.tool, config, turn)
+        verdict = await self.signoff.judge(tool_call, config, request.tool)
         approval = await self.signoff.pending_approval(
-            tool_call, config, messages=_messages(request.state), tool=request.tool
+            tool_call, config, messages=_messages(request.state), tool=request.tool, verdict=verdict
         )
         refused: str | None = None
         # Batched: decided in after_model already; still pending here only if a decision was
@@ -316,7 +323,13 @@ class SignoffMiddleware(AgentMiddleware):
             return result
 
         return await self.signoff.run(
-            tool_call, request.tool, config, execute, approval=approval, turn_id=turn
+            tool_call,
+            request.tool,
+            config,
+            execute,
+            verdict=verdict,
+            approval=approval,
+            turn_id=turn,
         )
 
     def wrap_tool_call(

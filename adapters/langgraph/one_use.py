@@ -16,10 +16,11 @@ graph.add_node("settle", one_use(settle, signoff))
 ```
 
 - `step(name, fn, args)` runs `fn(args)` (or `fn()` without args) through the ledger once per
-  task run and returns its `CallOutcome`; a re-run replays it. When the spec of `name` asks
-  for approval, the step first pauses the graph (the middleware's request shape) until the
-  approval is final, then consumes it as it runs: each answer is used once. A rejected or
-  expired one comes back as a `denied` outcome, a reviewer's answer as `responded`.
+  task run and returns its `CallOutcome`; a re-run replays it. When the policy (or the spec of
+  `name`) asks for approval, the step first pauses the graph (the middleware's request shape)
+  until the approval is final, then consumes it as it runs: each answer is used once. A
+  rejected or expired one comes back as a `denied` outcome, a reviewer's answer as
+  `responded`; a step the policy refuses is `denied` at once and never runs.
 - `ask(name, args)` is an approval on its own: a step whose result is the approved (maybe
   edited) arguments.
 - The call id of a step is `<node>:<task id>/<name>`: the task id is LangGraph's, the same on
@@ -48,8 +49,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
+from adapters.runtime import governed, judge
 from adapters.runtime import run as run_call
 from approvals import Approval
+from approvals.policies import Outcome, Verdict
 from ledger.calls.model import CallContext, CallOutcome, Effect, ToolCall, ToolPolicy
 from ledger.errors import InvalidToolCall, UnknownCall
 
@@ -86,10 +89,14 @@ class _TaskRun:
         # The step's call id (not who consumes its approval: the runtime builds that).
         call_id = "/".join((self.task, name))
         call: dict[str, Any] = {"id": call_id, "name": name, "args": dict(args or {})}
-        approval = await self._decided(call) if spec.approval is not None else None
+        # Judged on every re-run of the node: a set published since the pause decides.
+        verdict = await self.signoff.judge(call, self.config)
+        asks = verdict is not None and verdict.outcome is Outcome.APPROVAL
+        approval = await self._decided(call, verdict) if asks else None
         run_id = run_id_of(self.config)
         tool_call = ToolCall(run_id, call["id"], name, call["args"])
         with_args = args is not None
+        principal = self.signoff.requester(self.config)
 
         async def execute(given: dict[str, Any], context: CallContext) -> Any:
             try:
@@ -110,15 +117,25 @@ class _TaskRun:
                 ) from None
             return result
 
+        async def judge_again() -> Verdict:
+            return await judge(self.signoff.point, spec, tool_call, principal)
+
         approval_id = None if approval is None else approval.approval_id
         return await run_call(
-            self.signoff.ledger, self.signoff.approvals, spec, tool_call, execute, approval_id
+            self.signoff.ledger,
+            self.signoff.approvals,
+            spec if verdict is None else governed(spec, verdict),
+            tool_call,
+            execute,
+            approval_id,
+            verdict=verdict,
+            judge_again=None if verdict is None else judge_again,
         )
 
-    async def _decided(self, call: dict[str, Any]) -> Approval | None:
+    async def _decided(self, call: dict[str, Any], verdict: Verdict | None) -> Approval | None:
         """The call's approval once final (None: the ledger has the call already), after
         replaying every pause recorded for it, each in its place."""
-        approval = await self.signoff.pending_approval(call, self.config)
+        approval = await self.signoff.pending_approval(call, self.config, verdict=verdict)
         placeholder = {"type": "tool_approval", "tool_call_id": call["id"], "name": call["name"]}
         pause = 0
         refused: str | None = None

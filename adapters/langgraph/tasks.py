@@ -6,9 +6,10 @@ graph.add_conditional_edges("plan", fan_out("rate", "items"), ["rate"])
 ```
 
 `fan_out` sends each mapping of the state key `items` to `rate`; each `rate` task runs
-`shipping_rate` with that mapping as its arguments, asks for approval when its spec says so
-(pausing only its own task), and writes `{"rates": [message]}`: the call's `ToolMessage`, in a
-list, so LangGraph's list reducers (`operator.add`, `add_messages`) collect the tasks' writes.
+`shipping_rate` with that mapping as its arguments, asks for approval when the policy (or the
+tool's spec) says so (pausing only its own task; a call the policy refuses never runs), and
+writes `{"rates": [message]}`: the call's `ToolMessage`, in a list, so LangGraph's list
+reducers (`operator.add`, `add_messages`) collect the tasks' writes.
 
 A `Send` argument that is a model's tool call (`{"type": "tool_call", "name", "args", "id"}`,
 as an `AIMessage` holds them) runs as that call, under the model's id.
@@ -82,8 +83,12 @@ class SignoffToolTask:
         return await self._run_call({"id": call_id, "name": self.tool.name, "args": args}, config)
 
     async def _run_call(self, call: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        # Judged each time the task runs (a resume re-runs it from the top).
+        verdict = await self.signoff.judge(call, config, self.tool)
         # A Send carries no conversation: the request has the tool's schema, no context.
-        approval = await self.signoff.pending_approval(call, config, tool=self.tool)
+        approval = await self.signoff.pending_approval(
+            call, config, tool=self.tool, verdict=verdict
+        )
         refused: str | None = None
         while approval is not None and not approval.status.final:
             # One approval per task: every resume position of this task is its own. A refused
@@ -93,7 +98,7 @@ class SignoffToolTask:
                 approval, value, call, config, store_only=self.store_only
             )
         message = await self.signoff.run(
-            call, self.tool, config, self._execute(call), approval=approval
+            call, self.tool, config, self._execute(call), verdict=verdict, approval=approval
         )
         return {self.into: [message]}
 
@@ -107,7 +112,9 @@ class SignoffToolTask:
             args=args,
             tag=_TAG,
             prefix=f"{self.tool.name}:",
-            asks=self.signoff.spec(self.tool.name).approval is not None,
+            # A policy set may ask about any tool: look for an approval asked under an older key.
+            asks=self.signoff.point is not None
+            or self.signoff.spec(self.tool.name).approval is not None,
         )
 
     def _execute(self, call: Mapping[str, Any]) -> Callable[[dict[str, Any], RunnableConfig], Any]:

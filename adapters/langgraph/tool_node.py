@@ -8,7 +8,9 @@ signed token; a single decision or token answers a single call. An answer that i
 writes nothing: the node pauses again, the value carrying `refused` (why). A decision is
 recorded as self-confirmed by this process on a self-confirm approval; a four-eyes approval
 (and with `store_only=True` any) is decided by the store only. Requests carry what led to
-each call and its tool's argument schema, as `SignoffMiddleware`'s do.
+each call and its tool's argument schema, as `SignoffMiddleware`'s do. Every call is judged by
+the policy decision point first (`SignoffTools.judge`): one it refuses pauses nothing and
+never runs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from langgraph.types import interrupt
 from pydantic import ValidationError
 
 from approvals import Approval
+from approvals.policies import Verdict
 
 from .tools import SignoffTools, call_id_of, is_content_blocks, turn_of
 
@@ -64,9 +67,14 @@ class SignoffToolNode:
         ids = [call_id_of(call) for call in calls]
         # A repeated call id is refused, never run: nobody is asked about it.
         unique = [c for c, i in zip(calls, ids, strict=True) if ids.count(i) == 1]
-        approvals = await self._decided(unique, messages, config)
+        # Each call judged once in this run of the node (a resume re-runs it: judged again).
+        judged = await asyncio.gather(
+            *(self.signoff.judge(c, config, self.by_name.get(c["name"])) for c in unique)
+        )
+        verdicts = {call_id_of(c): v for c, v in zip(unique, judged, strict=True)}
+        approvals = await self._decided(unique, verdicts, messages, config)
         tasks = [
-            asyncio.ensure_future(self._one(c, messages, config, approvals.get(i)))
+            asyncio.ensure_future(self._one(c, messages, config, verdicts.get(i), approvals.get(i)))
             for c, i in zip(calls, ids, strict=True)
         ]
         try:
@@ -80,14 +88,22 @@ class SignoffToolNode:
         return {self.messages_key: list(results)}
 
     async def _decided(
-        self, calls: list[Any], messages: list[Any], config: RunnableConfig
+        self,
+        calls: list[Any],
+        verdicts: Mapping[str, Verdict | None],
+        messages: list[Any],
+        config: RunnableConfig,
     ) -> dict[str, Approval]:
-        """Ask for every approval the message needs (with what led to each call and its
-        tool's argument schema); pause once until all are decided."""
+        """Ask for every approval the message's verdicts need (with what led to each call and
+        its tool's argument schema); pause once until all are decided."""
         asked = await asyncio.gather(
             *(
                 self.signoff.pending_approval(
-                    call, config, messages=messages, tool=self.by_name.get(call["name"])
+                    call,
+                    config,
+                    messages=messages,
+                    tool=self.by_name.get(call["name"]),
+                    verdict=verdicts[call["id"]],
                 )
                 for call in calls
             )
@@ -125,6 +141,7 @@ class SignoffToolNode:
         call: Mapping[str, Any],
         messages: list[Any],
         config: RunnableConfig,
+        verdict: Verdict | None,
         approval: Approval | None,
     ) -> ToolMessage:
         turn, same = turn_of(messages, call["id"])
@@ -146,7 +163,9 @@ class SignoffToolNode:
             content = output if blocks else json.dumps(output, default=str)
             return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 
-        return await self.signoff.run(call, tool, config, execute, approval=approval, turn_id=turn)
+        return await self.signoff.run(
+            call, tool, config, execute, verdict=verdict, approval=approval, turn_id=turn
+        )
 
 
 def signoff_tool_node(

@@ -1,12 +1,16 @@
 """Tool calls of LangGraph agents, run through Signoff: the logic the middleware and the tool
 node share.
 
-For each tool call: replay it if the ledger has it; if its spec requires approval, ask the
-store and pause with `interrupt()` until a decision exists (from the resume value, recorded as
-self-confirmed by this process on a self-confirm approval, or from the store when the graph
-resumes with nothing: a four-eyes approval is decided by a reviewer there); then the
-runtime's `run` consumes the decision and records the intent in one transaction, runs the tool
-once, and records the outcome. The model gets a `ToolMessage` for every outcome.
+For each tool call: the policy decision point judges it (`policy`: the published policy sets
+of the database, else the tool's spec); replay it if the ledger has it; if the verdict requires
+approval, ask the store and pause with `interrupt()` until a decision exists (from the resume
+value, recorded as self-confirmed by this process on a self-confirm approval, or from the store
+when the graph resumes with nothing: a four-eyes approval is decided by a reviewer there); then
+the runtime's `run` consumes the decision and records the intent in one transaction, runs the
+tool once, and records the outcome. A call the policy refuses never pauses: it is recorded as
+denied, with the policy's reason, and never runs. The model gets a `ToolMessage` for every
+outcome. A call is judged again each time the graph runs it (a resume re-runs the node): a set
+published in between decides it.
 
 Run ids: `configurable["signoff_run_id"]`, else the thread id. Call ids: the model's tool call
 ids, which must be unique within a run (a repeated id with other arguments is refused, with the
@@ -21,14 +25,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from adapters.runtime import DecisionConflict, ToolSpec, ask, confirm_once, effect_of_hints
+from adapters.runtime import (
+    DecisionConflict,
+    ToolSpec,
+    ask,
+    confirm_once,
+    effect_of_hints,
+    governed,
+    judge,
+)
 from adapters.runtime import run as run_call
 from adapters.runtime.documents import description_of
 from adapters.runtime.hitl import decidable, hitl_decision, one_decision
@@ -43,6 +55,7 @@ from approvals import (
     InvalidApprovalRequest,
 )
 from approvals.errors import TokenError, UnknownReviewer
+from approvals.policies import Outcome, PolicyPoint, PolicySets, Verdict
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
 from ledger.errors import UnknownCall
@@ -53,9 +66,10 @@ from ledger.store.settings import Settings
 
 from ._loop_thread import held_on_loop_thread
 from .errors import InvalidResume, ToolOutsideStep
-from .request_context import request_context, with_args_schema
+from .request_context import request_context, tool_args_schema, with_args_schema
 
 __all__ = [
+    "DATABASE_SETS",
     "DEFERRED",
     "IDEMPOTENCY_KEY",
     "RUN_ID",
@@ -74,6 +88,9 @@ REQUESTED_BY = "signoff_requested_by"
 DEFERRED = "signoff_deferred_tools"
 """Set (True) in `configurable` when every tool call runs outside the graph first (a Dex
 agent session): the graph only replays outcomes the ledger has, asks nobody and runs nothing."""
+DATABASE_SETS: Literal["database"] = "database"
+"""`SignoffTools.policy`'s default: a policy decision point over the published policy sets of the
+ledger's database, built and closed by the `SignoffTools`."""
 log = get_logger(__name__)
 
 Execute = Callable[[dict[str, Any], RunnableConfig], Awaitable[ToolMessage]]
@@ -157,8 +174,12 @@ def _thread_config(config: RunnableConfig) -> dict[str, Any]:
 
 @dataclass
 class SignoffTools:
-    """What the middleware and the tool node share: a ledger, an approval store and a spec per
-    tool (`default` for tools without one; its name is ignored)."""
+    """What the middleware and the tool node share: a ledger, an approval store, a spec per
+    tool (`default` for tools without one; its name is ignored) and the policy decision point
+    that judges every call.
+
+    Close it (`await tools.close()`, or `async with`) when it built its own decision point (the
+    default): that closes the point, not the ledger or the store."""
 
     ledger: ToolLedger
     approvals: ApprovalStore
@@ -169,13 +190,42 @@ class SignoffTools:
     """The event loop the ledger's and the store's database pool belong to, when it runs in a
     thread of its own (`from_conn_string_sync` sets it): sync code (`agent.invoke`) runs the
     middleware's work there."""
+    policy: PolicyPoint | Literal["database"] | None = DATABASE_SETS
+    """What decides whether a call runs, asks for approval or is refused: a policy decision
+    point; `DATABASE_SETS` (default) builds one over the ledger's database (with no set
+    published, or a set of mode off, each tool's spec decides, as with None); None: each
+    tool's spec alone, whatever is published."""
     _by_name: dict[str, ToolSpec] = field(init=False, repr=False)
+    _own_point: PolicyPoint | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.specs]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique: {names}")
         self._by_name = {s.name: s for s in self.specs}
+        if self.policy == DATABASE_SETS:
+            # Built here, not on first use: copies (`dataclasses.replace`, as the middleware
+            # makes) share this point, and closing this object closes it.
+            self.policy = self._own_point = PolicyPoint(
+                PolicySets(self.ledger.db, self.ledger.ring)
+            )
+
+    @property
+    def point(self) -> PolicyPoint | None:
+        """The policy decision point calls are judged by (None: each tool's spec decides)."""
+        return self.policy if isinstance(self.policy, PolicyPoint) else None
+
+    async def close(self) -> None:
+        """Close the policy decision point this object built (not a point it was given, nor
+        the ledger or the store)."""
+        if self._own_point is not None:
+            await self._own_point.close()
+
+    async def __aenter__(self) -> SignoffTools:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     @classmethod
     @contextmanager
@@ -192,7 +242,8 @@ class SignoffTools:
         """For code without an event loop (`agent.invoke`): the database pool, key ring, store
         and ledger live on an event loop in a thread of their own while the `with` block runs
         (`loop` names it), as `EncryptedPostgresSaver.from_conn_string_sync` does for the
-        checkpoints. The KEK comes from `settings` (default: the environment's)."""
+        checkpoints, with the policy decision point over that database's published sets. The
+        KEK comes from `settings` (default: the environment's)."""
 
         @asynccontextmanager
         async def open_tools() -> AsyncIterator[SignoffTools]:
@@ -204,6 +255,8 @@ class SignoffTools:
                 stack.push_async_callback(store.close)
                 ledger = ToolLedger(db, ring)
                 stack.push_async_callback(ledger.close)
+                point = PolicyPoint(PolicySets(db, ring))
+                stack.push_async_callback(point.close)
                 yield cls(
                     ledger,
                     store,
@@ -211,6 +264,7 @@ class SignoffTools:
                     default or ToolSpec("*"),
                     requested_by,
                     loop=asyncio.get_running_loop(),
+                    policy=point,
                 )
 
         with held_on_loop_thread(open_tools, name="signoff-tools") as tools:
@@ -295,6 +349,32 @@ class SignoffTools:
             )
             return await self.approvals.get(approval.approval_id), str(e)
 
+    def requester(self, config: RunnableConfig) -> str:
+        """Who asks for the calls of this run: `configurable["signoff_requested_by"]` when the
+        caller knows (a chat user), else `requested_by`. The policy's principal, and the
+        requester of approvals (who cannot approve their own request unless the policy allows
+        it)."""
+        configurable = config.get("configurable") or {}
+        return str(configurable.get(REQUESTED_BY) or self.requested_by)
+
+    async def judge(
+        self, tool_call: Mapping[str, Any], config: RunnableConfig, tool: BaseTool | None = None
+    ) -> Verdict | None:
+        """The verdict on this call: allowed, refused or to be approved (`policy`, else the
+        tool's spec). None in a `DEFERRED` graph, which runs nothing (its Step judged the
+        call). `tool`'s argument schema registers the tool for the sets published next.
+
+        Raises:
+            DatabaseUnavailable: the database cannot be reached.
+        """
+        if deferred(config):
+            return None
+        spec = self.spec(tool_call["name"])
+        spec = replace(spec, effect=effect_of(tool, spec))
+        call = ToolCall(run_id_of(config), tool_call["id"], tool_call["name"], tool_call["args"])
+        schema = None if tool is None or self.point is None else tool_args_schema(tool)
+        return await judge(self.point, spec, call, self.requester(config), args_schema=schema)
+
     async def pending_approval(
         self,
         tool_call: Mapping[str, Any],
@@ -302,19 +382,24 @@ class SignoffTools:
         *,
         messages: Sequence[Any] = (),
         tool: BaseTool | None = None,
+        verdict: Verdict | None = None,
     ) -> Approval | None:
-        """The approval this call still needs, or None: its spec asks for none, or the ledger
-        has the call already (a finished call is never asked about again).
+        """The approval this call still needs, or None: the verdict (`judge`, judged here when
+        not given) asks for none, or the ledger has the call already (a finished call is never
+        asked about again).
 
-        A new request carries what led to the call, read from `messages` (the conversation:
-        `request_context`), and `tool`'s argument schema when the policy has none
-        (`with_args_schema`)."""
-        spec = self.spec(tool_call["name"])
+        A new request carries the verdict's approval policy and stamp, what led to the call,
+        read from `messages` (the conversation: `request_context`), and `tool`'s argument
+        schema when the policy has none (`with_args_schema`)."""
         if deferred(config):
             await self.require_recorded(tool_call, config)
             return None
-        if spec.approval is None:
+        if verdict is None:
+            verdict = await self.judge(tool_call, config, tool)
+        if verdict is None or verdict.outcome is not Outcome.APPROVAL:
             return None
+        spec = governed(self.spec(tool_call["name"]), verdict)
+        assert spec.approval is not None  # an approval verdict carries its policy
         run_id = run_id_of(config)
         try:
             await self.ledger.get(run_id, tool_call["id"])
@@ -327,12 +412,11 @@ class SignoffTools:
             self.approvals,
             spec,
             ToolCall(run_id, tool_call["id"], tool_call["name"], tool_call["args"]),
-            # Who asked, per run when the caller knows (a chat user), so that person cannot
-            # approve their own request unless the policy allows it.
-            str(configurable.get(REQUESTED_BY) or self.requested_by),
+            self.requester(config),
             thread_id=configurable.get("thread_id"),
             thread_config=_thread_config(config),
             context=request_context(messages, tool_call["id"]),
+            verdict=verdict,
         )
 
     async def require_recorded(self, tool_call: Mapping[str, Any], config: RunnableConfig) -> None:
@@ -397,7 +481,10 @@ class SignoffTools:
             )
 
         copies = {"copies": [dict(c.get("args") or {}) for c in same]}
-        return await self.run({**tool_call, "args": copies}, tool, config, refuse, turn_id=turn)
+        # Not judged: the call never runs, whatever a policy says.
+        return await self.run(
+            {**tool_call, "args": copies}, tool, config, refuse, verdict=None, turn_id=turn
+        )
 
     async def run(
         self,
@@ -406,11 +493,14 @@ class SignoffTools:
         config: RunnableConfig,
         execute: Execute,
         *,
+        verdict: Verdict | None,
         approval: Approval | None = None,
         turn_id: str = "0",
     ) -> ToolMessage:
-        """Run one call through the ledger (consuming `approval` if given); its message.
-        With `DEFERRED` only a recorded outcome is replayed (`ToolOutsideStep` otherwise)."""
+        """Run one call through the ledger under `verdict` (`judge`: a denial is recorded and
+        nothing runs; None: no policy judged it, `approval` alone gates it), consuming
+        `approval` if the verdict needs it; its message. With `DEFERRED` only a recorded
+        outcome is replayed (`ToolOutsideStep` otherwise)."""
         if deferred(config):
             await self.require_recorded(tool_call, config)
         spec = self.spec(tool_call["name"])
@@ -438,7 +528,21 @@ class SignoffTools:
             return message.content
 
         approval_id = None if approval is None else approval.approval_id
-        outcome = await run_call(self.ledger, self.approvals, spec, call, fn, approval_id)
+        principal = self.requester(config)
+
+        async def judge_again() -> Verdict:
+            return await judge(self.point, spec, call, principal)
+
+        outcome = await run_call(
+            self.ledger,
+            self.approvals,
+            spec if verdict is None else governed(spec, verdict),
+            call,
+            fn,
+            approval_id,
+            verdict=verdict,
+            judge_again=None if verdict is None else judge_again,
+        )
         return tool_message(outcome, tool_call)
 
 
@@ -470,7 +574,10 @@ def tool_message(outcome: CallOutcome, tool_call: Mapping[str, Any]) -> ToolMess
             result if isinstance(result, str) or is_content_blocks(result) else json.dumps(result)
         )
         return ToolMessage(content=content, name=name, tool_call_id=call_id, status="success")
-    if status is CallStatus.DENIED:
+    if status is CallStatus.DENIED and outcome.approval_id is None:
+        # Refused by Signoff's policy (no reviewer was asked): the reason is the policy's.
+        content = f"Signoff's policy refused the call to `{name}`: {outcome.error}. It did not run."
+    elif status is CallStatus.DENIED:
         content = f"A reviewer rejected the call to `{name}`: {outcome.error}. It did not run."
     elif status is CallStatus.OUTCOME_UNKNOWN:
         content = (

@@ -4,9 +4,9 @@
   conversation already has, so a replayed or resumed turn gets the same reply in any process.
 - Tools with side effects: each run inserts a row into `agent_effects` (committed at once), so
   any process can count how often a tool really ran.
-- `Harness`: one database's key ring, approval store, tool-call ledger and encrypted
-  checkpointer, and the two agents built on them: `create_agent` with `SignoffMiddleware`, and a
-  custom `StateGraph` whose tool node is `signoff_tool_node`.
+- `Harness`: one database's key ring, approval store, tool-call ledger, encrypted
+  checkpointer and policy decision point, and the two agents built on them: `create_agent`
+  with `SignoffMiddleware`, and a custom `StateGraph` whose tool node is `signoff_tool_node`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from adapters.langgraph import (
 )
 from adapters.langgraph.middleware import Shape
 from approvals import ApprovalPolicy, ApprovalStore
+from approvals.policies import PolicyPoint, PolicySets
 from ledger.calls.model import Effect
 from ledger.calls.service import ToolLedger
 from ledger.keys import Kek, KeyRing
@@ -272,9 +273,13 @@ class Harness:
     store: ApprovalStore
     ledger: ToolLedger
     saver: EncryptedPostgresSaver
+    policy: PolicyPoint | None = None
+    """The policy decision point every agent of this harness is judged by (None: the tools'
+    specs alone)."""
 
     def signoff(self, specs: Sequence[ToolSpec] | None = None) -> SignoffTools:
-        return SignoffTools(self.ledger, self.store, SPECS if specs is None else specs)
+        specs = SPECS if specs is None else specs
+        return SignoffTools(self.ledger, self.store, specs, policy=self.policy)
 
     def agent(
         self, kind: Kind, script: str, effects: Effects | None = None
@@ -294,10 +299,12 @@ async def open_harness(
         ring = await KeyRing.open(db, kek)
         store = ApprovalStore(db, ring, poll_interval=0.05)
         ledger = ToolLedger(db, ring, lease_seconds=lease_seconds, poll_interval=0.05)
+        point = PolicyPoint(PolicySets(db, ring))
         try:
             async with encrypted_checkpointer(db, ring, max_size=4) as saver:
-                yield Harness(db, ring, store, ledger, saver)
+                yield Harness(db, ring, store, ledger, saver, point)
         finally:
+            await point.close()
             await ledger.close()
             await store.close()
 
