@@ -26,6 +26,7 @@ from approvals.policies import (
     PolicySets,
     Principal,
 )
+from approvals.policies.cedar import parse_rules
 from ledger.calls import CallContext, CallStatus, Effect, ToolCall
 from tests.support.policies import ADMIN, PolicyWorld, policy_world
 
@@ -401,3 +402,44 @@ async def test_an_unreadable_set_denies(world: PolicyWorld) -> None:
     assert verdict.stamp is not None and verdict.stamp.version == 0  # no set could judge it
     report = await verify_all(world.db)
     assert any("policy_sets" in p for p in report.problems)
+
+
+def test_cedar_is_given_only_the_history_the_set_reads() -> None:
+    reads = parse_rules(RUN_LIMIT + WEEKDAY_DEPLOYS)[0]
+    assert reads is not None and reads.history_tools == frozenset({"refund"})
+    tested = parse_rules(
+        '@id("h") permit(principal, action, resource) '
+        'when { context.history has deploy && context.history["lookup"].day.calls < 9 };'
+    )[0]
+    assert tested is not None and tested.history_tools == frozenset({"deploy", "lookup"})
+    whole = parse_rules(
+        '@id("w") permit(principal, action, resource) when { context.history == {} };'
+    )[0]
+    assert whole is not None and whole.history_tools is None
+    none = parse_rules(REFUND_TIERS)[0]
+    assert none is not None and none.history_tools == frozenset()
+
+
+async def test_a_limit_on_another_tools_history(world: PolicyWorld) -> None:
+    await world.sets.publish(
+        """
+        @id("deploys") permit(principal, action == Action::"deploy", resource);
+        @id("refunds-before-deploys") permit(principal, action == Action::"refund", resource)
+        when { context.history.deploy.calls < 1 };
+        """,
+        by=ADMIN,
+    )
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    before = await judge(world.point, REFUND, call(run_id=run_id, amount=5), "agent-7")
+    assert before.outcome is Outcome.ALLOW
+    deploy = ToolSpec("deploy", Effect.IDEMPOTENT_WRITE)
+    deploying = call("deploy", run_id=run_id, env="prod")
+    verdict = await judge(world.point, deploy, deploying, "agent-7")
+    outcome = await run(world.ledger, world.store, deploy, deploying, ran_deploy, verdict=verdict)
+    assert outcome.status is CallStatus.SUCCEEDED
+    after = await judge(world.point, REFUND, call(run_id=run_id, amount=5), "agent-7")
+    assert after.outcome is Outcome.DENY
+
+
+async def ran_deploy(args: dict[str, Any], context: CallContext) -> str:
+    return f"deployed to {args['env']}"

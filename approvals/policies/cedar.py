@@ -104,6 +104,9 @@ class Rules:
     by_internal: Mapping[str, Rule]
     order: tuple[str, ...]  # the `@id`s in the set's text order
     reads_history: bool
+    # The tools whose history a policy reads (`context.history.<tool>`); None: the whole
+    # history is read some other way. Only these are given to Cedar.
+    history_tools: frozenset[str] | None = None
 
 
 def parse_rules(text: str) -> tuple[Rules | None, list[str]]:
@@ -147,7 +150,40 @@ def parse_rules(text: str) -> tuple[Rules | None, list[str]]:
         by_internal[internal] = rule
     reads_history = '"attr":"history"' in json.dumps(est, separators=(",", ":"))
     order = tuple(r.id for r in by_internal.values())
-    return Rules(cedar, by_internal, order, reads_history), problems
+    history_tools = _history_tools(est) if reads_history else frozenset()
+    return Rules(cedar, by_internal, order, reads_history, history_tools), problems
+
+
+_HISTORY = {".": {"left": {"Var": "context"}, "attr": "history"}}
+
+
+def _history_tools(est: Any) -> frozenset[str] | None:
+    """The tools whose history the policies of `est` (Cedar's JSON form) read as
+    `context.history.<tool>` or test with `has`; None when `context.history` is read whole."""
+    tools: set[str] = set()
+    whole = False
+
+    def walk(node: Any) -> None:
+        nonlocal whole
+        if isinstance(node, list):
+            for each in node:
+                walk(each)
+            return
+        if not isinstance(node, dict):
+            return
+        if node == _HISTORY:
+            whole = True  # reached only where it is not the left of `.tool` or `has tool`
+            return
+        for op in (".", "has"):
+            inner = node.get(op)
+            if isinstance(inner, dict) and inner.get("left") == _HISTORY:
+                tools.add(str(inner.get("attr")))
+                return
+        for value in node.values():
+            walk(value)
+
+    walk(est)
+    return None if whole else frozenset(tools)
 
 
 # A base that admits a quorum, to check a set's annotations alone.

@@ -165,7 +165,9 @@ class PolicyPoint:
             )
         now = self.clock().astimezone(active.zone)
         try:
-            context = context_of(active.tools, tool, facts.args, history or RunHistory(), now)
+            context = context_of(
+                active.history_tools, tool, facts.args, history or RunHistory(), now
+            )
         except Unrepresentable as e:
             return Decided(Outcome.DENY, (), f"the call cannot be judged: {e}")
         request = {
