@@ -418,6 +418,14 @@ def test_cedar_is_given_only_the_history_the_set_reads() -> None:
     assert whole is not None and whole.history_tools is None
     none = parse_rules(REFUND_TIERS)[0]
     assert none is not None and none.history_tools == frozenset()
+    assert reads.reads_history_of("refund", "effect:single_attempt")
+    assert not reads.reads_history_of("deploy", "effect:single_attempt")
+    grouped = parse_rules(
+        '@id("g") permit(principal, action in Action::"effect:read", resource) '
+        "when { context.history.lookup.calls < 9 };"
+    )[0]
+    assert grouped is not None and grouped.reads_history_of("lookup", "effect:read")
+    assert not grouped.reads_history_of("refund", "effect:single_attempt")
 
 
 async def test_a_limit_on_another_tools_history(world: PolicyWorld) -> None:
@@ -439,6 +447,8 @@ async def test_a_limit_on_another_tools_history(world: PolicyWorld) -> None:
     assert outcome.status is CallStatus.SUCCEEDED
     after = await judge(world.point, REFUND, call(run_id=run_id, amount=5), "agent-7")
     assert after.outcome is Outcome.DENY
+    assert before.seen == 0 and after.seen == 1  # the refund policy counted the run's calls
+    assert verdict.stamp is not None and verdict.seen is None  # no deploy policy reads it
 
 
 async def ran_deploy(args: dict[str, Any], context: CallContext) -> str:
