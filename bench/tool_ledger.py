@@ -13,6 +13,14 @@ agent-ledger's at 8 callers (target: >= 2);
 `dbos_workflow_ratio_1` / `_8` are ours over DBOS one-step workflows at 1 and 8 callers (target:
 >= 4 at 1), `dbos_step_ratio_1` / `_8` ours over DBOS steps inside a running workflow.
 
+Policies: `policy_set` is calls/s through `runtime.judge` + `runtime.run` (the path every adapter
+takes) with a `PolicyPoint` under a published 20-policy Cedar set in enforce mode that allows
+every call (bench/policies.py: refund tiers, per-tool permits, forbids, limits on the run's
+history and the time of day), in a scratch database of its own (a published set governs every
+call of its database); `policy_none` the same path and point with no set published (the tool's
+own rule decides). `policy_ratio` = set / none at 8 callers (target: >= 0.9), `policy_ratio_1`
+at 1.
+
 Every figure (raw commits, ours, agent-ledger, DBOS) is measured in each of `--rounds`
 interleaved rounds, so a slow spell of the machine hits them alike; each figure is the median
 over the rounds, each ratio the median of the rounds' own ratios (`ratio_rounds` and
@@ -34,6 +42,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from bench.common import Op, Rounds, bench_database, rate, raw_commit_rate
+from bench.policies import allowed_call, governed, publish
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
 from ledger.keys import KeyRing, LocalKek
@@ -41,6 +50,7 @@ from ledger.store import Database
 
 CALLERS = 8
 KEK = LocalKek(os.urandom(32))
+REVIEWER_KEK = LocalKek(os.urandom(32))
 
 
 async def ours(url: str, callers: int, seconds: float) -> float:
@@ -63,6 +73,23 @@ async def ours(url: str, callers: int, seconds: float) -> float:
         calls = await rate(callers, seconds, caller)
         await ledger.close()
     return calls
+
+
+async def policy_calls(url: str, callers: int, seconds: float) -> float:
+    """Calls/s judged by a `PolicyPoint` and run through `runtime.run`, under whatever set the
+    database of `url` has published (none: the tool's own rule)."""
+    async with governed(url, KEK, callers) as worker:
+
+        def caller(_: int) -> Op:
+            run_id = f"bench-{uuid.uuid4().hex[:12]}"
+
+            async def op(n: int) -> None:
+                await worker.call(allowed_call(run_id, n))
+
+            return op
+
+        await rate(callers, 0.3, caller)  # warm up: the set loaded, the tools registered
+        return await rate(callers, seconds, caller)
 
 
 async def peer(url: str, callers: int, seconds: float) -> float | None:
@@ -164,7 +191,8 @@ async def dbos(url: str) -> AsyncIterator[DbosProcess | None]:
 async def main(seconds: float, rounds: int) -> dict[str, Any]:
     levels = (1, CALLERS)
     measured = Rounds()
-    async with bench_database() as url, dbos(url) as peer_dbos:
+    async with bench_database() as url, bench_database() as ruled, dbos(url) as peer_dbos:
+        await publish(ruled, KEK, REVIEWER_KEK)
         for _ in range(rounds):
             for n in levels:
                 suffix = "" if n == CALLERS else f"_{n}"
@@ -173,6 +201,11 @@ async def main(seconds: float, rounds: int) -> dict[str, Any]:
                 measured.note(f"baseline{suffix}", baseline)
                 measured.note(f"ours{suffix}", calls)
                 measured.compare(f"ratio{suffix}", calls, baseline)
+                unruled = await policy_calls(url, n, seconds)
+                under_set = await policy_calls(ruled, n, seconds)
+                measured.note(f"policy_none{suffix}", unruled)
+                measured.note(f"policy_set{suffix}", under_set)
+                measured.compare(f"policy_ratio{suffix}", under_set, unruled)
                 if n == CALLERS:
                     agent_ledger = await peer(url, n, seconds)
                     measured.note("peer", agent_ledger)
@@ -193,6 +226,13 @@ async def main(seconds: float, rounds: int) -> dict[str, Any]:
         "ours_1": figure("ours_1"),
         "baseline_1": figure("baseline_1"),
         "ratio_1": ratio("ratio_1", 3),
+        "policy_none": figure("policy_none"),
+        "policy_set": figure("policy_set"),
+        "policy_ratio": ratio("policy_ratio", 3),
+        "target_policy_ratio": 0.9,
+        "policy_none_1": figure("policy_none_1"),
+        "policy_set_1": figure("policy_set_1"),
+        "policy_ratio_1": ratio("policy_ratio_1", 3),
         "peer": figure("peer"),
         "peer_ratio": ratio("peer_ratio", 2),
         **{f"dbos_workflow_{n}": figure(f"dbos_workflow_{n}") for n in levels},
@@ -201,6 +241,7 @@ async def main(seconds: float, rounds: int) -> dict[str, Any]:
         **{f"dbos_step_ratio_{n}": ratio(f"dbos_step_ratio_{n}", 2) for n in levels},
         "ratio_rounds": measured.spread("ratio", 3),
         "peer_ratio_rounds": measured.spread("peer_ratio", 2),
+        "policy_ratio_rounds": measured.spread("policy_ratio", 3),
         "rounds": rounds,
     }
 

@@ -26,6 +26,7 @@ from approvals.policies import (
     PolicySets,
     Principal,
 )
+from approvals.policies.cedar import parse_rules
 from ledger.audit.queries import call_story, story_summary
 from ledger.calls import CallContext, CallStatus, Effect, Judgment, ToolCall, ToolLedger
 from ledger.keys import KeyRing, LocalKek
@@ -491,3 +492,54 @@ async def test_a_worker_login_cannot_name_a_set_that_was_never_published(
     problems = (await verify_all(world.db)).problems
     assert any("version 99, which was never published" in p for p in problems)
     assert any("denied the call, yet it was not denied" in p for p in problems)
+
+
+def test_cedar_is_given_only_the_history_the_set_reads() -> None:
+    reads = parse_rules(RUN_LIMIT + WEEKDAY_DEPLOYS)[0]
+    assert reads is not None and reads.history_tools == frozenset({"refund"})
+    tested = parse_rules(
+        '@id("h") permit(principal, action, resource) '
+        'when { context.history has deploy && context.history["lookup"].day.calls < 9 };'
+    )[0]
+    assert tested is not None and tested.history_tools == frozenset({"deploy", "lookup"})
+    whole = parse_rules(
+        '@id("w") permit(principal, action, resource) when { context.history == {} };'
+    )[0]
+    assert whole is not None and whole.history_tools is None
+    none = parse_rules(REFUND_TIERS)[0]
+    assert none is not None and none.history_tools == frozenset()
+    assert reads.reads_history_of("refund", "effect:single_attempt")
+    assert not reads.reads_history_of("deploy", "effect:single_attempt")
+    grouped = parse_rules(
+        '@id("g") permit(principal, action in Action::"effect:read", resource) '
+        "when { context.history.lookup.calls < 9 };"
+    )[0]
+    assert grouped is not None and grouped.reads_history_of("lookup", "effect:read")
+    assert not grouped.reads_history_of("refund", "effect:single_attempt")
+
+
+async def test_a_limit_on_another_tools_history(world: PolicyWorld) -> None:
+    await world.sets.publish(
+        """
+        @id("deploys") permit(principal, action == Action::"deploy", resource);
+        @id("refunds-before-deploys") permit(principal, action == Action::"refund", resource)
+        when { context.history.deploy.calls < 1 };
+        """,
+        by=ADMIN,
+    )
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    before = await judge(world.point, REFUND, call(run_id=run_id, amount=5), "agent-7")
+    assert before.outcome is Outcome.ALLOW
+    deploy = ToolSpec("deploy", Effect.IDEMPOTENT_WRITE)
+    deploying = call("deploy", run_id=run_id, env="prod")
+    verdict = await judge(world.point, deploy, deploying, "agent-7")
+    outcome = await run(world.ledger, world.store, deploy, deploying, ran_deploy, verdict=verdict)
+    assert outcome.status is CallStatus.SUCCEEDED
+    after = await judge(world.point, REFUND, call(run_id=run_id, amount=5), "agent-7")
+    assert after.outcome is Outcome.DENY
+    assert before.seen == 0 and after.seen == 1  # the refund policy counted the run's calls
+    assert verdict.stamp is not None and verdict.seen is None  # no deploy policy reads it
+
+
+async def ran_deploy(args: dict[str, Any], context: CallContext) -> str:
+    return f"deployed to {args['env']}"

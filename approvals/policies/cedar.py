@@ -104,6 +104,35 @@ class Rules:
     by_internal: Mapping[str, Rule]
     order: tuple[str, ...]  # the `@id`s in the set's text order
     reads_history: bool
+    # The tools whose history a policy reads (`context.history.<tool>`); None: the whole
+    # history is read some other way. Only these are given to Cedar.
+    history_tools: frozenset[str] | None = None
+    # The action scopes (Cedar's JSON form) of the policies that read the history: calls of
+    # other actions are judged without reading it.
+    history_scopes: tuple[Mapping[str, Any], ...] = ()
+
+    def reads_history_of(self, tool: str, group: str) -> bool:
+        """Whether a policy that reads the history may apply to a call of `tool`, an action in
+        `group` (`Action::"effect:..."`)."""
+        return any(_may_apply(scope, tool, group) for scope in self.history_scopes)
+
+
+def _may_apply(scope: Mapping[str, Any], tool: str, group: str) -> bool:
+    """Whether an action scope may match `tool` in `group` (any scope not understood may)."""
+    if scope.get("op") == "All":
+        return True
+    if scope.get("op") == "==":
+        entities = [scope.get("entity")]
+    elif scope.get("op") == "in":
+        entities = scope["entities"] if "entities" in scope else [scope.get("entity")]
+    else:
+        return True
+    for entity in entities:
+        if not isinstance(entity, Mapping) or entity.get("type") != "Action":
+            return True
+        if entity.get("id") == tool or (scope["op"] == "in" and entity.get("id") == group):
+            return True
+    return False
 
 
 def parse_rules(text: str) -> tuple[Rules | None, list[str]]:
@@ -119,6 +148,7 @@ def parse_rules(text: str) -> tuple[Rules | None, list[str]]:
         problems.append("templates are not supported: link them into static policies")
     by_internal: dict[str, Rule] = {}
     seen: set[str] = set()
+    scopes: list[Mapping[str, Any]] = []
     statics: Mapping[str, Any] = est.get("staticPolicies", {})
     for internal in sorted(statics, key=_text_order):
         policy = statics[internal]
@@ -145,9 +175,45 @@ def parse_rules(text: str) -> tuple[Rules | None, list[str]]:
             except InvalidApprovalRequest as e:
                 problems.append(f"{rid}: {e}")
         by_internal[internal] = rule
+        if '"attr":"history"' in json.dumps(policy, separators=(",", ":")):
+            scopes.append(policy.get("action", {"op": "All"}))
     reads_history = '"attr":"history"' in json.dumps(est, separators=(",", ":"))
     order = tuple(r.id for r in by_internal.values())
-    return Rules(cedar, by_internal, order, reads_history), problems
+    history_tools = _history_tools(est) if reads_history else frozenset()
+    rules = Rules(cedar, by_internal, order, reads_history, history_tools, tuple(scopes))
+    return rules, problems
+
+
+_HISTORY = {".": {"left": {"Var": "context"}, "attr": "history"}}
+
+
+def _history_tools(est: Any) -> frozenset[str] | None:
+    """The tools whose history the policies of `est` (Cedar's JSON form) read as
+    `context.history.<tool>` or test with `has`; None when `context.history` is read whole."""
+    tools: set[str] = set()
+    whole = False
+
+    def walk(node: Any) -> None:
+        nonlocal whole
+        if isinstance(node, list):
+            for each in node:
+                walk(each)
+            return
+        if not isinstance(node, dict):
+            return
+        if node == _HISTORY:
+            whole = True  # reached only where it is not the left of `.tool` or `has tool`
+            return
+        for op in (".", "has"):
+            inner = node.get(op)
+            if isinstance(inner, dict) and inner.get("left") == _HISTORY:
+                tools.add(str(inner.get("attr")))
+                return
+        for value in node.values():
+            walk(value)
+
+    walk(est)
+    return None if whole else frozenset(tools)
 
 
 # A base that admits a quorum, to check a set's annotations alone.

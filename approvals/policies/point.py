@@ -25,7 +25,7 @@ from ..errors import InvalidApprovalRequest
 from ..model import ApprovalPolicy
 from .cedar import Decided, evaluate
 from .model import CallFacts, Mode, Outcome, PolicyStamp, Verdict
-from .schema import RegisteredTool, Unrepresentable, context_of
+from .schema import EFFECT_GROUP, RegisteredTool, Unrepresentable, context_of
 from .sets import CHANNEL, STREAM_PREFIX, ActiveSet, PolicySets, PolicyUnreadable
 
 __all__ = ["DEFAULT_TIMEOUT", "PolicyPoint", "own_rule"]
@@ -93,7 +93,7 @@ class PolicyPoint:
                 active = await self.sets.load(version)
                 if active.published.mode is Mode.OFF:
                     return mine
-                history = await self._history(active, facts.run_id)
+                history = await self._history(active, facts)
                 decided = self._decide(active, facts, history)
         except TimeoutError:
             decided = Decided(
@@ -150,12 +150,18 @@ class PolicyPoint:
         self._head = (version, mark, here)
         return version
 
-    async def _history(self, active: ActiveSet, run_id: str) -> RunHistory | None:
-        """The run's history when the set reads it (None: it does not)."""
+    async def _history(self, active: ActiveSet, facts: CallFacts) -> RunHistory | None:
+        """The run's history when a policy of the set that may apply to the call reads it
+        (None: none does)."""
         if active.rules is None or not active.rules.reads_history:
             return None
+        tool = active.tools.get(facts.tool)
+        if tool is None or not active.rules.reads_history_of(
+            tool.name, f"{EFFECT_GROUP}{tool.effect}"
+        ):
+            return None  # no policy that reads it applies to this tool: nothing counted
         async with self.sets.db.connection() as conn:
-            return await run_history(conn, run_id)
+            return await run_history(conn, facts.run_id)
 
     def _decide(self, active: ActiveSet, facts: CallFacts, history: RunHistory | None) -> Decided:
         rules, schema = active.rules, active.schema
@@ -170,7 +176,9 @@ class PolicyPoint:
             )
         now = self.clock().astimezone(active.zone)
         try:
-            context = context_of(active.tools, tool, facts.args, history or RunHistory(), now)
+            context = context_of(
+                active.history_tools, tool, facts.args, history or RunHistory(), now
+            )
         except Unrepresentable as e:
             return Decided(Outcome.DENY, (), f"the call cannot be judged: {e}")
         request = {

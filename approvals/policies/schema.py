@@ -17,7 +17,7 @@ one per tool, `Action::"<tool>"`, in its effect's group (`Action::"effect:read"`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -116,10 +116,16 @@ def _tally_type(numeric: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def cedar_schema(tools: Mapping[str, RegisteredTool]) -> dict[str, Any]:
-    """The Cedar JSON schema of the registered `tools` (see the module's docstring)."""
+def cedar_schema(
+    tools: Mapping[str, RegisteredTool], history_of: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The Cedar JSON schema of the registered `tools` (see the module's docstring), its
+    `history` of the tools in `history_of` only (None: of all): the schema calls are judged
+    under leaves out the history no policy reads, which Cedar would check and copy in vain."""
     history: dict[str, Any] = {}
     for name, tool in sorted(tools.items()):
+        if history_of is not None and name not in history_of:
+            continue
         tally = _tally_type(numeric_arguments(tool.args_schema))
         history[name] = {
             "type": "Record",
@@ -226,7 +232,8 @@ def context_of(
     history: RunHistory,
     now: datetime,
 ) -> dict[str, Any]:
-    """The context of a call of `tool` with `args` (`now` in the set's time zone).
+    """The context of a call of `tool` with `args` (`now` in the set's time zone), with the
+    history of `tools` (those whose history the set reads).
 
     Raises:
         Unrepresentable: an argument is not what the tool's schema says, or Cedar cannot hold

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -205,13 +205,15 @@ POLICY_SETS = PolicySetProjection()
 
 @dataclass(frozen=True)
 class ActiveSet:
-    """A published set ready to judge calls: its rules parsed, its schema and time zone."""
+    """A published set ready to judge calls: its rules parsed, its schema and time zone, and
+    the tools whose history its policies read (`schema` declares the history of those only)."""
 
     published: PublishedSet
     rules: Rules | None  # None: mode off
     tools: Mapping[str, RegisteredTool]
     schema: cedarpy.Schema | None
     zone: ZoneInfo
+    history_tools: Mapping[str, RegisteredTool] = field(default_factory=dict)
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -258,10 +260,13 @@ def activate(published: PublishedSet) -> ActiveSet:
     if rules is None or problems:
         raise PolicyUnreadable(v, "; ".join(problems))
     try:
-        schema = cedarpy.Schema.from_json_str(json.dumps(cedar_schema(tools)))
+        judged = cedar_schema(tools, history_of=rules.history_tools)
+        schema = cedarpy.Schema.from_json_str(json.dumps(judged))
     except ValueError as e:
         raise PolicyUnreadable(v, f"its schema: {e}") from None
-    return ActiveSet(published, rules, tools, schema, zone)
+    read = rules.history_tools
+    history = {n: t for n, t in tools.items() if read is None or n in read}
+    return ActiveSet(published, rules, tools, schema, zone, history)
 
 
 def _checked_text(policies: str, mode: Mode, schema: Mapping[str, Any]) -> tuple[str, ...]:
