@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -235,14 +235,14 @@ class Decided:
     approval_rule: Rule | None = None
 
 
-def evaluate(
-    rules: Rules,
-    request: Mapping[str, Any],
-    entities: Sequence[dict[str, Any]],
-    schema: cedarpy.Schema,
-) -> Decided:
-    """Cedar's answer to `request` as one of three outcomes (see the module's docstring)."""
-    result = cedarpy.is_authorized(dict(request), rules.cedar, list(entities), schema=schema)
+def evaluate(rules: Rules, request: Mapping[str, Any], entities: cedarpy.Entities) -> Decided:
+    """Cedar's answer to `request` as one of three outcomes (see the module's docstring).
+
+    The set was validated against its schema when it was published and the request's context
+    is built typed by that schema (`schema.context_of`), so Cedar is not given the schema
+    again: checking each request against it would double the cost of a judgment. `entities`
+    hold the actions' groups, the principal with its groups and the run."""
+    result = cedarpy.is_authorized(dict(request), rules.cedar, entities)
     errors = result.diagnostics.errors
     if errors:
         named = [_INTERNAL_ID.sub(lambda m: _named(rules, m[0]), e) for e in errors]

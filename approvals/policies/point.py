@@ -13,6 +13,7 @@ reason recorded.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -164,8 +165,8 @@ class PolicyPoint:
             return await run_history(conn, facts.run_id)
 
     def _decide(self, active: ActiveSet, facts: CallFacts, history: RunHistory | None) -> Decided:
-        rules, schema = active.rules, active.schema
-        assert rules is not None and schema is not None  # mode off is decided before
+        rules, actions = active.rules, active.actions
+        assert rules is not None and actions is not None  # mode off is decided before
         tool = active.tools.get(facts.tool)
         if tool is None:
             return Decided(
@@ -175,10 +176,10 @@ class PolicyPoint:
                 f"{active.published.version} was published",
             )
         now = self.clock().astimezone(active.zone)
+        # No policy that reads the history applies to this tool: Cedar is given none of it.
+        read = active.history_tools if history is not None else {}
         try:
-            context = context_of(
-                active.history_tools, tool, facts.args, history or RunHistory(), now
-            )
+            context = context_of(read, tool, facts.args, history or RunHistory(), now)
         except Unrepresentable as e:
             return Decided(Outcome.DENY, (), f"the call cannot be judged: {e}")
         request = {
@@ -197,4 +198,4 @@ class PolicyPoint:
             *({"uid": {"type": "Group", "id": g}, "attrs": {}, "parents": []} for g in groups),
             {"uid": {"type": "Run", "id": facts.run_id}, "attrs": {}, "parents": []},
         ]
-        return evaluate(rules, request, entities, schema)
+        return evaluate(rules, request, actions.with_added_json_str(json.dumps(entities)))

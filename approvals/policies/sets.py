@@ -45,7 +45,7 @@ from .model import (
     PolicyNotPermitted,
     UnknownPolicySet,
 )
-from .schema import RegisteredTool, cedar_schema
+from .schema import EFFECT_GROUP, RegisteredTool, cedar_schema
 
 __all__ = [
     "CHANNEL",
@@ -211,7 +211,7 @@ class ActiveSet:
     published: PublishedSet
     rules: Rules | None  # None: mode off
     tools: Mapping[str, RegisteredTool]
-    schema: cedarpy.Schema | None
+    actions: cedarpy.Entities | None  # each tool's action in its effect's group
     zone: ZoneInfo
     history_tools: Mapping[str, RegisteredTool] = field(default_factory=dict)
 
@@ -260,13 +260,29 @@ def activate(published: PublishedSet) -> ActiveSet:
     if rules is None or problems:
         raise PolicyUnreadable(v, "; ".join(problems))
     try:
-        judged = cedar_schema(tools, history_of=rules.history_tools)
-        schema = cedarpy.Schema.from_json_str(json.dumps(judged))
+        cedarpy.Schema.from_json_str(json.dumps(cedar_schema(tools)))
+        actions = cedarpy.Entities.from_json_str(json.dumps(_actions(tools)))
     except ValueError as e:
         raise PolicyUnreadable(v, f"its schema: {e}") from None
     read = rules.history_tools
     history = {n: t for n, t in tools.items() if read is None or n in read}
-    return ActiveSet(published, rules, tools, schema, zone, history)
+    return ActiveSet(published, rules, tools, actions, zone, history)
+
+
+def _actions(tools: Mapping[str, RegisteredTool]) -> list[dict[str, Any]]:
+    """The action entities of `tools`: each in its effect's group (`Action::"effect:..."`)."""
+    groups = [
+        {"uid": {"type": "Action", "id": f"{EFFECT_GROUP}{e}"}, "attrs": {}, "parents": []}
+        for e in Effect
+    ]
+    return groups + [
+        {
+            "uid": {"type": "Action", "id": name},
+            "attrs": {},
+            "parents": [{"type": "Action", "id": f"{EFFECT_GROUP}{tool.effect}"}],
+        }
+        for name, tool in sorted(tools.items())
+    ]
 
 
 def _checked_text(policies: str, mode: Mode, schema: Mapping[str, Any]) -> tuple[str, ...]:
