@@ -210,10 +210,10 @@ class Governed:
         spec = _SPECS[call.tool]
         schema = _SCHEMAS[call.tool]
 
-        async def again() -> Verdict:
-            return await runtime.judge(self.point, spec, call, "agent-7", args_schema=schema)
+        async def again(judged: ToolCall) -> Verdict:
+            return await runtime.judge(self.point, spec, judged, "agent-7", args_schema=schema)
 
-        verdict = await again()
+        verdict = await again(call)
         if verdict.outcome is not Outcome.ALLOW:
             raise AssertionError(f"{call.tool} was not allowed: {verdict.reason}")
         outcome = await runtime.run(

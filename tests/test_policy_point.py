@@ -182,7 +182,8 @@ async def test_a_forbid_overrides_a_permit(world: PolicyWorld) -> None:
 
 async def test_nothing_permits_means_deny(world: PolicyWorld) -> None:
     await world.sets.publish(REFUND_TIERS, by=ADMIN)
-    deploy = await judge(world.point, ToolSpec("deploy"), call("deploy", env="x"), "agent-7")
+    deploy_spec = ToolSpec("deploy", Effect.IDEMPOTENT_WRITE)
+    deploy = await judge(world.point, deploy_spec, call("deploy", env="x"), "agent-7")
     assert deploy.outcome is Outcome.DENY
     assert deploy.reason == "no policy permits this call"
     unknown = await judge(world.point, ToolSpec("wire"), call("wire", amount=1), "agent-7")
@@ -237,10 +238,10 @@ async def test_a_count_per_run_holds_under_concurrent_calls(world: PolicyWorld) 
         c = ToolCall(run_id, f"c{n}", "refund", {"amount": 10})
         spec = REFUND
 
-        async def again() -> Any:
-            return await judge(point, spec, c, "agent-7")
+        async def again(judged: ToolCall) -> Any:
+            return await judge(point, spec, judged, "agent-7")
 
-        verdict = await again()
+        verdict = await again(c)
         outcome = await run(
             world.ledger, world.store, spec, c, ran, verdict=verdict, judge_again=again
         )
@@ -299,7 +300,8 @@ async def test_two_approvers_on_weekdays_and_no_deploys_at_night(
     await world.sets.publish(WEEKDAY_DEPLOYS, by=ADMIN, timezone="Europe/Berlin")
     point = PolicyPoint(world.sets, clock=lambda: moment)
     try:
-        verdict = await judge(point, ToolSpec("deploy"), call("deploy", env="prod"), "agent-7")
+        deploy = ToolSpec("deploy", Effect.IDEMPOTENT_WRITE)
+        verdict = await judge(point, deploy, call("deploy", env="prod"), "agent-7")
     finally:
         await point.close()
     assert verdict.outcome is outcome

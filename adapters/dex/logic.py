@@ -338,8 +338,8 @@ async def call_tool(
             approval_id = approval.approval_id
             bound = bound.bind(approval_id=approval_id)
 
-    async def judge_again() -> Verdict:
-        return await judge_call(policy, flow_id, request, tool)
+    async def judge_again(again: ToolCall) -> Verdict:
+        return await judge(policy, tool.spec, again, request.requested_by)
 
     outcome = await run(
         ledger, store, spec, call, tool.fn, approval_id, verdict=verdict, judge_again=judge_again

@@ -117,8 +117,8 @@ class _TaskRun:
                 ) from None
             return result
 
-        async def judge_again() -> Verdict:
-            return await judge(self.signoff.point, spec, tool_call, principal)
+        async def judge_again(again: ToolCall) -> Verdict:
+            return await judge(self.signoff.point, spec, again, principal)
 
         approval_id = None if approval is None else approval.approval_id
         return await run_call(

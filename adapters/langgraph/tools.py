@@ -530,8 +530,8 @@ class SignoffTools:
         approval_id = None if approval is None else approval.approval_id
         principal = self.requester(config)
 
-        async def judge_again() -> Verdict:
-            return await judge(self.point, spec, call, principal)
+        async def judge_again(again: ToolCall) -> Verdict:
+            return await judge(self.point, spec, again, principal)
 
         outcome = await run_call(
             self.ledger,

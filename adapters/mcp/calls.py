@@ -333,9 +333,8 @@ class Gateway:
                 raise ToolFailed(f"the upstream refused the call: {e.message}") from None
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-        async def again() -> Verdict:
-            principal = self.principal_of()
-            return await judge(self.policy, route.spec, call, principal)
+        async def again(judged: ToolCall) -> Verdict:
+            return await judge(self.policy, route.spec, judged, self.principal_of())
 
         outcome = await run(
             self.ledger,

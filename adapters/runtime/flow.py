@@ -8,20 +8,24 @@ graph with `interrupt()`, Dex waits in a Step on a channel or timer, a service m
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from approvals import (
     Approval,
     ApprovalPending,
+    ApprovalPolicy,
     ApprovalStatus,
     ApprovalStore,
+    DecisionKind,
     RequestContext,
     approval_gate,
 )
 from approvals.model import is_expired
-from approvals.policies import Outcome, Verdict
+from approvals.policies import Mode, Outcome, Verdict
 from ledger.calls.model import CallOutcome, GateDeny, ToolCall
 from ledger.calls.service import Gate, ToolFunction, ToolLedger
 from ledger.errors import HistoryMoved
@@ -98,7 +102,7 @@ async def run(
     approval_id: str | None = None,
     *,
     verdict: Verdict | None = None,
-    judge_again: Callable[[], Awaitable[Verdict]] | None = None,
+    judge_again: Callable[[ToolCall], Awaitable[Verdict]] | None = None,
 ) -> CallOutcome:
     """Run `call` through the ledger under `spec`: replayed when finished, run at most as
     often as its effect allows, consuming `approval_id` (if given) in the intent's transaction
@@ -106,16 +110,22 @@ async def run(
 
     `verdict` is the policy's (`policy.judge`): a denial is recorded as the call's outcome
     (nothing runs, the approval is not used), an allow runs the call without using an approval,
-    and its stamp is recorded in the intent. A verdict that counted the run's calls meets calls
-    started since (`HistoryMoved`): the call is judged again with `judge_again`.
+    and its stamp is recorded in the intent. `judge_again(call)` judges a call again with the
+    same point and principal: the arguments a reviewer's edit runs with (a set that forbids
+    them denies the call; one that needs another approval for them too), and the call when
+    the verdict counted the run's calls and others started since (`HistoryMoved`).
 
     Raises:
         ApprovalPending: the approval has no final decision and has not expired.
         ApprovalAlreadyDecided: another call used the approval.
         InvalidToolCall: malformed call, or the call id reused with other arguments.
-        HistoryMoved: the run kept moving while the call was judged again and again.
+        HistoryMoved: the run kept moving while the call was judged again for
+            `REJUDGE_SECONDS`.
     """
-    for attempt in range(_JUDGMENTS):
+    if verdict is not None and approval_id is not None:
+        verdict = await _edit_judged(store, call, approval_id, verdict, judge_again)
+    deadline = time.monotonic() + REJUDGE_SECONDS
+    while True:
         gate = _gate(store, call, approval_id, verdict)
         judgment = None if verdict is None else verdict.judgment
         try:
@@ -123,14 +133,60 @@ async def run(
                 call, fn, spec.ledger_policy(), gate=gate, judgment=judgment
             )
         except HistoryMoved:
-            if judge_again is None or attempt == _JUDGMENTS - 1:
+            if judge_again is None or time.monotonic() > deadline:
                 raise
-            verdict = await judge_again()
-    raise AssertionError("unreachable")
+            verdict = await judge_again(call)
 
 
-_JUDGMENTS = 5
-"""How many times a call whose run keeps moving is judged before `HistoryMoved` is raised."""
+REJUDGE_SECONDS = 30.0
+"""How long a call whose run keeps moving is judged again before `HistoryMoved` is raised:
+each round lets at least one of the run's racing calls through."""
+
+
+async def _edit_judged(
+    store: ApprovalStore,
+    call: ToolCall,
+    approval_id: str,
+    verdict: Verdict,
+    judge_again: Callable[[ToolCall], Awaitable[Verdict]] | None,
+) -> Verdict:
+    """`verdict`, or, when the approval's decision is a reviewer's edit under an enforced set,
+    the verdict on the edited arguments: the policy judged the model's (denied when there is
+    nothing to judge them with)."""
+    stamp = verdict.stamp
+    if verdict.outcome is not Outcome.APPROVAL or stamp is None or stamp.mode is not Mode.ENFORCE:
+        return verdict
+    approval = await store.get(approval_id)
+    if approval.status is not ApprovalStatus.EDITED:
+        return verdict
+    decision = await store.final_decision(approval)  # the edited arguments, opened
+    if decision.kind is not DecisionKind.EDIT or decision.args is None:
+        return verdict
+    if judge_again is None:
+        return _denied(verdict, "the edited arguments cannot be judged by the policy here")
+    edited = await judge_again(replace(call, args=dict(decision.args)))
+    if edited.outcome is Outcome.DENY:
+        return _denied(edited, f"the edited arguments are refused: {edited.reason}")
+    if edited.outcome is Outcome.APPROVAL and not _same_approval(edited, approval.policy):
+        return _denied(edited, "the edited arguments need another approval than this one")
+    return replace(edited, outcome=Outcome.APPROVAL, approval=approval.policy)
+
+
+def _same_approval(verdict: Verdict, policy: ApprovalPolicy) -> bool:
+    asked = verdict.approval
+    return asked is not None and (
+        asked.approvers,
+        asked.any_reviewer,
+        asked.quorum,
+        asked.allowed,
+    ) == (policy.approvers, policy.any_reviewer, policy.quorum, policy.allowed)
+
+
+def _denied(verdict: Verdict, reason: str) -> Verdict:
+    stamp = verdict.stamp
+    if stamp is not None:
+        stamp = replace(stamp, outcome=Outcome.DENY, reason=reason)
+    return Verdict(Outcome.DENY, None, reason, stamp, verdict.seen)
 
 
 def _gate(

@@ -6,6 +6,8 @@
   published version by its hash and only policies of that version; a version 0 stamp (the set
   could not be read) is a denial. In enforce mode the call did what the stamp says: a denial
   never ran (its next event is `call.denied`), a required approval was consumed by the call.
+- While a set is in force (enforce or log_only), every call carries a decision of the version
+  in force when it was recorded, or of the one before it for `GRACE` after a publish.
 
 A worker login can still record a false outcome for a call it judged itself (the verifier does
 not hold the arguments to judge it again); it cannot name a set that was never published, nor
@@ -14,8 +16,11 @@ run a call its stamp denies without this check reporting it.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from ledger.audit.integrity import StreamChecker
@@ -29,7 +34,13 @@ from .sets import PUBLISHED, policy_statement, set_hash
 
 __all__ = ["prepare_policy_set_check", "prepare_stamp_check", "stamp_problem"]
 
-_PUBLISHED = "SELECT data::text FROM events WHERE stream_id LIKE 'policy:%' AND version = 1"
+_PUBLISHED = (
+    "SELECT position, recorded_at, data::text FROM events"
+    " WHERE stream_id LIKE 'policy:%' AND version = 1"
+)
+GRACE = timedelta(seconds=60)
+"""How long after a publish a call may still carry the version before (it was judged before
+the publish and recorded after), or none when no set was in force before."""
 
 
 async def prepare_policy_set_check(db: Database) -> StreamChecker:
@@ -81,23 +92,74 @@ def stamp_problem(
     return None
 
 
-async def _published(db: Database) -> dict[int, tuple[str, str, frozenset[str]]]:
+@dataclass(frozen=True)
+class _Published:
+    """A published set as the stamp check needs it: where and when it was published."""
+
+    version: int
+    position: int
+    at: datetime
+    set_hash: str
+    mode: str
+    policy_ids: frozenset[str]
+
+
+async def _published(db: Database) -> list[_Published]:
     async with db.connection() as conn:
         rows = await conn.fetch(_PUBLISHED)
-    found = {}
-    for (text,) in rows:
+    found = []
+    for position, at, text in rows:
         data = json.loads(text)
-        found[int(data["version"])] = (
-            str(data["set_hash"]),
-            str(data["mode"]),
-            frozenset(data["policy_ids"]),
+        found.append(
+            _Published(
+                int(data["version"]),
+                position,
+                at,
+                str(data["set_hash"]),
+                str(data["mode"]),
+                frozenset(data["policy_ids"]),
+            )
         )
-    return found
+    return sorted(found, key=lambda s: s.position)
 
 
-async def prepare_stamp_check(db: Database) -> StreamChecker:
-    """The check of `call:` and `approval:` streams' recorded policy decisions."""
+def _active_at(published: Sequence[_Published], position: int) -> _Published | None:
+    """The set active when the event at `position` was written: the last published before."""
+    before = bisect.bisect_left([s.position for s in published], position)
+    return published[before - 1] if before else None
+
+
+def _currency_problem(
+    published: Sequence[_Published], event: Event, stamp: PolicyStamp | None, grace: timedelta
+) -> str | None:
+    """What is wrong with when a call was judged: with a set in force (enforce or log_only), a
+    call recorded without a decision, or with one of a version replaced more than `grace`
+    before it (a call judged just before a publish may still carry the version before)."""
+    active = _active_at(published, event.position)
+    if active is None:
+        return None
+    if stamp is None:
+        if active.mode == "off" or event.recorded_at - active.at <= grace:
+            return None
+        return f"it carries no policy decision, yet version {active.version} was in force"
+    if stamp.version == 0 or stamp.version == active.version:
+        return None
+    if stamp.version > active.version:
+        return f"it was judged by version {stamp.version}, published after it"
+    replaced = next(s for s in published if s.version == stamp.version + 1)
+    if event.recorded_at - replaced.at <= grace:
+        return None
+    return (
+        f"it was judged by version {stamp.version}, which version {replaced.version} replaced "
+        f"{(event.recorded_at - replaced.at).total_seconds():.0f} s before"
+    )
+
+
+async def prepare_stamp_check(db: Database, grace: timedelta = GRACE) -> StreamChecker:
+    """The check of `call:` and `approval:` streams' recorded policy decisions (`grace`: how
+    long a call may carry the version before a publish)."""
     published = await _published(db)
+    by_version = {s.version: (s.set_hash, s.mode, s.policy_ids) for s in published}
 
     async def check(stream_id: str, events: Sequence[Event]) -> list[str]:
         first = events[0] if events else None
@@ -105,19 +167,27 @@ async def prepare_stamp_check(db: Database) -> StreamChecker:
             return []
         recorded = first.data.get("policy_decision")
         if recorded is None:
-            return []
-        why = stamp_problem(recorded, published)
+            if first.type != "call.started":
+                return []
+            late = _currency_problem(published, first, None, grace)
+            return [] if late is None else [late]
+        why = stamp_problem(recorded, by_version)
         if why is not None:
             return [why]
         stamp = PolicyStamp.from_json(recorded)
-        if first.type != "call.started" or stamp.mode is not Mode.ENFORCE:
+        if first.type != "call.started":
             return []
+        problems = []
+        if (late := _currency_problem(published, first, stamp, grace)) is not None:
+            problems.append(late)
+        if stamp.mode is not Mode.ENFORCE:
+            return problems
         following = events[1].type if len(events) > 1 else None
         if stamp.outcome is Outcome.DENY and following != "call.denied":
-            return ["its policy decision denied the call, yet it was not denied"]
+            problems.append("its policy decision denied the call, yet it was not denied")
         unapproved = not first.data.get("approval_id") and following != "call.denied"
         if stamp.outcome is Outcome.APPROVAL and unapproved:
-            return ["its policy decision required an approval, yet it ran without one"]
-        return []
+            problems.append("its policy decision required an approval, yet it ran without one")
+        return problems
 
     return check

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.calls.history import RunHistory, run_history
+from ledger.errors import DatabaseUnavailable
 from ledger.log import get_logger
 from ledger.store.notify import Listener
 
@@ -83,6 +84,7 @@ class PolicyPoint:
 
         Raises:
             DatabaseUnavailable: the database cannot be reached (nothing could be recorded).
+            CancelledError: the task was cancelled (nothing is recorded).
         """
         mine = own_rule(fallback)
         active: ActiveSet | None = None
@@ -103,6 +105,19 @@ class PolicyPoint:
             history = None
         except PolicyUnreadable as e:
             decided = Decided(Outcome.DENY, (), str(e))
+            history = None
+        except DatabaseUnavailable:
+            raise  # nothing could be recorded: the caller's to retry
+        except Exception as e:  # anything else judging met: denied, never run unjudged
+            log.warning(
+                "policy evaluation failed; call denied",
+                run_id=facts.run_id,
+                call_id=facts.call_id,
+                tool=facts.tool,
+                error_type=type(e).__name__,
+            )
+            why = f"the policy could not be evaluated ({type(e).__name__}: {e})"
+            decided = Decided(Outcome.DENY, (), why)
             history = None
         published = active.published if active is not None else None
         stamp = PolicyStamp(
@@ -174,6 +189,14 @@ class PolicyPoint:
                 (),
                 f"tool {facts.tool!r} was not registered when policy set version "
                 f"{active.published.version} was published",
+            )
+        if facts.effect is not tool.effect:
+            return Decided(
+                Outcome.DENY,
+                (),
+                f"tool {facts.tool!r} runs here as {facts.effect} but was registered as "
+                f"{tool.effect} when policy set version {active.published.version} was "
+                "published: register it again and publish",
             )
         now = self.clock().astimezone(active.zone)
         # No policy that reads the history applies to this tool: Cedar is given none of it.

@@ -218,6 +218,8 @@ def _tally(tally: ToolTally | None, numeric: Mapping[str, str]) -> dict[str, Any
     sums: dict[str, Any] = {}
     for name, kind in numeric.items():
         total = (tally.sums.get(name) if tally is not None else None) or Decimal(0)
+        if not total.is_finite() or abs(total) > (_MAX_LONG if kind == "integer" else _DECIMAL_MAX):
+            raise Unrepresentable(f"the sum of {name} is out of the range of Cedar's {kind}")
         if kind == "integer":
             sums[name] = int(total)  # an integer argument's sum counts whole units
         else:

@@ -16,9 +16,14 @@ BEGIN
     IF NOT p_insert OR p_expected <> 0 OR cardinality(p_types) <> 1
             OR p_types[1] IS DISTINCT FROM 'policy.published'
             OR p_stream IS DISTINCT FROM 'policy:' || r.version
-            OR p_actors[1] IS DISTINCT FROM r.published_by THEN
+            OR p_actors[1] IS DISTINCT FROM r.published_by
+            OR (p_data[1]->>'version')::integer IS DISTINCT FROM r.version
+            OR p_data[1]->>'set_hash' IS DISTINCT FROM r.set_hash
+            OR p_data[1]->>'mode' IS DISTINCT FROM r.mode
+            OR p_data[1]->>'policies' IS DISTINCT FROM r.policies
+            OR p_data[1]->>'published_by' IS DISTINCT FROM r.published_by THEN
         RAISE EXCEPTION 'a policy set is one policy.published event of stream policy:<version>, '
-                'by its publisher'
+                'by its publisher, and its row is what the event says'
             USING ERRCODE = 'SG422', DETAIL = json_build_object('stream_id', p_stream)::text;
     END IF;
     IF NOT EXISTS (SELECT FROM reviewers v WHERE v.reviewer_id = r.published_by AND v.active

@@ -29,6 +29,7 @@ EARLIER = (FROZEN.with_name("0002_evidence"), FROZEN.with_name("0001_baseline"))
 CHANGES: tuple[str, ...] = ("call_tally_argument.sql",)
 
 SOURCES: tuple[str, ...] = (
+    "ledger/journal/sql/append.sql",
     "ledger/calls/sql/call_tallies.sql",
     "approvals/sql/policy_sets.sql",
     "approvals/sql/policy_tools.sql",

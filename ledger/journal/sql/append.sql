@@ -43,7 +43,7 @@ DECLARE
 BEGIN
     -- Streams that are a projection's (or a grant's, or a token's) are written only with their
     -- rows, so a row never falls behind its stream.
-    IF p_stream ~ '^(approval|call|reviewer|grant|token):' AND NOT is_owner THEN
+    IF p_stream ~ '^(approval|call|reviewer|grant|token|policy):' AND NOT is_owner THEN
         RAISE EXCEPTION '% events are written with their rows, not appended alone', p_stream
             USING ERRCODE = 'SG401',
                   DETAIL = json_build_object('login', session_user::text, 'type',
