@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from adapters.runtime import ToolSpec, ask, governed, judge, run
-from approvals import Decision
+from approvals import ApprovalPolicy, Decision
 from approvals.checks import PROJECTIONS, verify_all
 from approvals.policies import Outcome, Verdict
 from approvals.policies.checks import prepare_stamp_check
@@ -186,3 +186,23 @@ async def test_a_tool_whose_effect_changed_since_the_publish_is_denied(
     verdict = await judge(world.point, posing, call(amount=1), "agent-7")
     assert verdict.outcome is Outcome.DENY
     assert "registered as single_attempt" in verdict.reason
+
+
+async def test_verify_reports_a_weaker_approval_than_the_policy_asks(world: PolicyWorld) -> None:
+    """A worker asks a self-confirm approval for a refund of 80 while recording that the set's
+    refund-lead (a support lead's approval) asked for it."""
+    await world.sets.publish(REFUND_TIERS, by=ADMIN)
+    asked = call(amount=80)
+    verdict = await judge(world.point, REFUND, asked, "agent-7")
+    assert verdict.stamp is not None
+    await world.store.request(
+        run_id=asked.run_id,
+        tool=asked.tool,
+        args=asked.args,
+        call_id=asked.call_id,
+        requested_by="agent-7",
+        policy=ApprovalPolicy(),  # the person at the agent confirms
+        policy_stamp=verdict.stamp.to_json(),
+    )
+    problems = (await verify_all(world.db)).problems
+    assert any("is not what refund-lead asks (tier, approvers" in p for p in problems), problems

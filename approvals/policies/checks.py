@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +29,8 @@ from ledger.keys import KeyRing
 from ledger.keys.attest import statement_ok
 from ledger.store import Database
 
+from ..model import ApprovalPolicy
+from .cedar import Rules, parse_rules
 from .model import Mode, Outcome, PolicyStamp
 from .sets import PUBLISHED, policy_statement, set_hash
 
@@ -102,6 +104,7 @@ class _Published:
     set_hash: str
     mode: str
     policy_ids: frozenset[str]
+    policies: str
 
 
 async def _published(db: Database) -> list[_Published]:
@@ -118,6 +121,7 @@ async def _published(db: Database) -> list[_Published]:
                 str(data["set_hash"]),
                 str(data["mode"]),
                 frozenset(data["policy_ids"]),
+                str(data["policies"]),
             )
         )
     return sorted(found, key=lambda s: s.position)
@@ -160,6 +164,13 @@ async def prepare_stamp_check(db: Database, grace: timedelta = GRACE) -> StreamC
     long a call may carry the version before a publish)."""
     published = await _published(db)
     by_version = {s.version: (s.set_hash, s.mode, s.policy_ids) for s in published}
+    texts = {s.version: s.policies for s in published}
+    parsed: dict[int, Rules | None] = {}
+
+    def rules_of(version: int) -> Rules | None:
+        if version not in parsed:
+            parsed[version] = parse_rules(texts[version])[0]
+        return parsed[version]
 
     async def check(stream_id: str, events: Sequence[Event]) -> list[str]:
         first = events[0] if events else None
@@ -176,7 +187,8 @@ async def prepare_stamp_check(db: Database, grace: timedelta = GRACE) -> StreamC
             return [why]
         stamp = PolicyStamp.from_json(recorded)
         if first.type != "call.started":
-            return []
+            weaker = _weaker_approval(rules_of, stamp, first.data.get("policy"))
+            return [] if weaker is None else [weaker]
         problems = []
         if (late := _currency_problem(published, first, stamp, grace)) is not None:
             problems.append(late)
@@ -191,3 +203,42 @@ async def prepare_stamp_check(db: Database, grace: timedelta = GRACE) -> StreamC
         return problems
 
     return check
+
+
+# What an approval request's policy must hold as its determining rule's annotations say.
+_ANNOTATED = (
+    "tier",
+    "allowed",
+    "approvers",
+    "any_reviewer",
+    "quorum",
+    "allow_self_approval",
+    "expires_in_seconds",
+)
+
+
+def _weaker_approval(
+    rules_of: Callable[[int], Rules | None], stamp: PolicyStamp, requested: Any
+) -> str | None:
+    """What the request's approval policy lacks of the one its recorded decision requires:
+    the first determining `@approval` permit's annotations (fields it leaves to the tool's own
+    policy are the tool's, which no event records)."""
+    if stamp.outcome is not Outcome.APPROVAL or stamp.mode is not Mode.ENFORCE:
+        return None
+    rules = rules_of(stamp.version)
+    if rules is None:
+        return f"version {stamp.version} no longer parses"
+    approving = [r for r in rules.by_internal.values() if r.approval and r.id in stamp.policies]
+    if not approving:
+        return f"its policy decision requires an approval no policy of version {stamp.version} asks"
+    rule = min(approving, key=lambda r: rules.order.index(r.id))
+    try:
+        asked = ApprovalPolicy.from_json(requested)
+        wanted = rule.approval_policy(asked).to_json()
+    except (ValueError, TypeError, KeyError) as e:
+        return f"its approval policy cannot be read ({e})"
+    shown = asked.to_json()
+    differs = [k for k in _ANNOTATED if shown.get(k) != wanted.get(k)]
+    if differs:
+        return f"its approval policy is not what {rule.id} asks ({', '.join(differs)})"
+    return None
