@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from adapters.runtime import ToolSpec, judge, run
+from ledger.calls import CallContext, ToolCall
 from tests.support.policies import ADMIN, PolicyWorld, policy_world
 from tests.support.processes import kek_env, run_cli
 
@@ -106,3 +109,20 @@ async def test_publishing_needs_an_administrator_and_the_reviewer_side(
     )
     assert no_kek.code == 2
     assert await world.sets.head() == 0
+
+
+async def test_a_calls_story_says_what_the_policy_decided(world: PolicyWorld) -> None:
+    await world.sets.publish(TIERS, by=ADMIN)
+    refused = ToolCall("R-story", "c-1", "refund", {"amount": 900})
+    verdict = await judge(world.point, ToolSpec("refund"), refused, "agent-7")
+
+    async def never(args: dict[str, Any], context: CallContext) -> None:
+        raise AssertionError("a denied call ran")
+
+    await run(world.ledger, world.store, ToolSpec("refund"), refused, never, verdict=verdict)
+    shown = await run_cli("ledger", "show", "R-story", "c-1", database_url=world.url, env=kek_env())
+    assert shown.code == 0, shown.stderr
+    assert (
+        "policy: deny by set version 1 (enforce; refund-cap): refunds above 500 are refused"
+        in shown.stdout
+    )
