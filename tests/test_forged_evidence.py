@@ -455,7 +455,7 @@ async def test_genuine_cancellations_and_reveals_are_signed_and_verify(setting: 
 _ARRAY_STARTED = (
     "SELECT signoff_commit_call(true, $1, 'c1', 'lookup', 'read', false, 'd1', 'd1', 'k1', NULL,"
     " 'running', 1, 'w1', NULL, NULL, now(), NULL, '{}', NULL, '\\x00'::bytea, NULL, 30,"
-    " '\\x00112233445566778899aabbccddeeff'::bytea, 'call:' || $1 || '/c1', 0,"
+    " '\\x00112233445566778899aabbccddeeff'::bytea, NULL, 'call:' || $1 || '/c1', 0,"
     " ARRAY['call.started'], ARRAY['[]'::json], ARRAY['w1'], NULL)"
 )
 

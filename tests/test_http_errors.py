@@ -22,6 +22,12 @@ from approvals.errors import (
     InvalidApprovalRequest,
     UnknownApproval,
 )
+from approvals.policies import (
+    InvalidPolicySet,
+    PolicyConflict,
+    PolicyNotPermitted,
+    UnknownPolicySet,
+)
 from ledger.errors import (
     CallStateError,
     DatabaseUnavailable,
@@ -55,6 +61,10 @@ EXAMPLES: dict[type[SignoffError], tuple[SignoffError, int, str]] = {
     DigestMismatch: (DigestMismatch("root differs"), 409, "digest_mismatch"),
     DigestError: (DigestError("tree sizes go backwards"), 422, "invalid"),
     InvalidApprovalRequest: (InvalidApprovalRequest("no such decision"), 422, "invalid"),
+    InvalidPolicySet: (InvalidPolicySet(["typo: no attribute amout"]), 422, "invalid"),
+    PolicyNotPermitted: (PolicyNotPermitted("alice"), 403, "forbidden"),
+    PolicyConflict: (PolicyConflict(3, 4), 409, "conflict"),
+    UnknownPolicySet: (UnknownPolicySet(7), 404, "not_found"),
     InvalidToolCall: (InvalidToolCall("args are not an object"), 422, "invalid"),
     InvalidEvent: (InvalidEvent("no event at position 9"), 422, "invalid"),
     NoActiveKey: (NoActiveKey("digest_signing"), 503, "unavailable"),

@@ -8,10 +8,9 @@ graph with `interrupt()`, Dex waits in a Step on a channel or timer, a service m
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from approvals import (
@@ -124,7 +123,7 @@ async def run(
     """
     if verdict is not None and approval_id is not None:
         verdict = await _edit_judged(store, call, approval_id, verdict, judge_again)
-    deadline = time.monotonic() + REJUDGE_SECONDS
+    deadline = datetime.now(UTC) + timedelta(seconds=REJUDGE_SECONDS)
     while True:
         gate = _gate(store, call, approval_id, verdict)
         judgment = None if verdict is None else verdict.judgment
@@ -133,7 +132,7 @@ async def run(
                 call, fn, spec.ledger_policy(), gate=gate, judgment=judgment
             )
         except HistoryMoved:
-            if judge_again is None or time.monotonic() > deadline:
+            if judge_again is None or datetime.now(UTC) > deadline:
                 raise
             verdict = await judge_again(call)
 
