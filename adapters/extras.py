@@ -12,13 +12,23 @@ from collections.abc import Iterable
 
 from ledger.errors import SignoffError
 
-__all__ = ["DEX", "LANGGRAPH", "MCP", "SERVE", "MissingExtra", "missing_modules", "require_extra"]
+__all__ = [
+    "DEX",
+    "LANGGRAPH",
+    "MCP",
+    "PYDANTIC_AI",
+    "SERVE",
+    "MissingExtra",
+    "missing_modules",
+    "require_extra",
+]
 
 # The modules each extra provides (import names, not distribution names).
 LANGGRAPH = ("langgraph", "langgraph.checkpoint.postgres", "langchain", "langchain_core", "psycopg")
 DEX = ("dex",)
 SERVE = ("fastapi", "uvicorn", "jwt", "httpx", "prometheus_client")
 MCP = ("mcp", *SERVE)
+PYDANTIC_AI = ("pydantic_ai",)
 
 
 class MissingExtra(SignoffError, ImportError):
