@@ -12,11 +12,21 @@ from collections.abc import Iterable
 
 from ledger.errors import SignoffError
 
-__all__ = ["DEX", "LANGGRAPH", "MCP", "SERVE", "MissingExtra", "missing_modules", "require_extra"]
+__all__ = [
+    "DEX",
+    "LANGGRAPH",
+    "MCP",
+    "OPENAI_AGENTS",
+    "SERVE",
+    "MissingExtra",
+    "missing_modules",
+    "require_extra",
+]
 
 # The modules each extra provides (import names, not distribution names).
 LANGGRAPH = ("langgraph", "langgraph.checkpoint.postgres", "langchain", "langchain_core", "psycopg")
 DEX = ("dex",)
+OPENAI_AGENTS = ("agents",)
 SERVE = ("fastapi", "uvicorn", "jwt", "httpx", "prometheus_client")
 MCP = ("mcp", *SERVE)
 

