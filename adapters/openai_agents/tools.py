@@ -156,15 +156,15 @@ class _GovernedTool:
         """Whether the SDK pauses the run for this call: an approval verdict whose request
         the store has not decided yet."""
         call = ToolCall(self.scope.run_id, call_id, self.tool.name, dict(params))
+        spec = await self.spec(context, call.args, call_id)
+        verdict = await self.judge(spec, call)
+        if verdict.outcome is not Outcome.APPROVAL:
+            return False  # allowed runs; denied is recorded as denied when invoked
         try:
             await self.gov.ledger.get(call.run_id, call_id)
             return False  # recorded already: the invocation replays it, nobody is asked again
         except UnknownCall:
             pass
-        spec = await self.spec(context, call.args, call_id)
-        verdict = await self.judge(spec, call)
-        if verdict.outcome is not Outcome.APPROVAL:
-            return False  # allowed runs; denied is recorded as denied when invoked
         approval = await ask(
             self.gov.approvals,
             governed(spec, verdict),
