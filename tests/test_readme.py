@@ -346,6 +346,26 @@ async def the_agents_sdk_run_cancelled_once_after_alice_approved(
     assert [(p["run_id"], p["status"]) for p in pauses] == [(run, "resumed")]
 
 
+async def the_pydantic_ai_run_refunded_once_after_alice_approved(
+    ns: Namespace, given: Given
+) -> None:
+    async with given.db.connection() as conn:
+        calls = await conn.fetch("SELECT run_id, tool, status, approved_by FROM tool_calls")
+        approvals = await conn.fetch("SELECT run_id, status, consumed_by FROM approvals")
+        pauses = await conn.fetch("SELECT run_id, status FROM paused_runs")
+    [call] = calls
+    run = call["run_id"]
+    assert (call["tool"], call["status"], list(call["approved_by"])) == (
+        "refund",
+        "succeeded",
+        ["alice"],
+    )
+    [approval] = approvals
+    assert (approval["run_id"], approval["status"]) == (run, "approved")
+    assert approval["consumed_by"] == f"{run}/call-1"  # the call used it, once
+    assert [(p["run_id"], p["status"]) for p in pauses] == [(run, "resumed")]
+
+
 async def the_event_is_in_its_stream(ns: Namespace, given: Given) -> None:
     events = await Journal(given.db).read_stream("order:42")
     assert [(e.version, e.type, e.data, e.actor) for e in events] == [
@@ -566,6 +586,9 @@ CASES: dict[str, Case] = {
     ),
     "guides/openai-agents.md:OpenAI Agents SDK #1": Case(
         (), the_agents_sdk_run_cancelled_once_after_alice_approved, as_script=True
+    ),
+    "guides/pydantic-ai.md:Example #1": Case(
+        (), the_pydantic_ai_run_refunded_once_after_alice_approved, as_script=True
     ),
     "guides/welt.md:Welt #1": Case(
         ("db", "ring", "model", "tools", "signoff", "store", "payload", "runtime_user_id"),
