@@ -28,7 +28,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from approvals import Identity, InvalidApprovalRequest, UnknownApproval
-from ledger.errors import InvalidEvent
+from ledger.errors import DatabaseUnavailable, InvalidEvent
 from ledger.log import get_logger
 
 from .approvals_api import Caller, may_see, service_of
@@ -105,8 +105,15 @@ async def _stream(service: Service, identity: Identity, after: int | None) -> As
             if not done:
                 yield KEEPALIVE
                 continue
-            change, pending = pending.result(), None
-            if (frame := await _frame(service, identity, change)) is not None:
+            try:
+                change, pending = pending.result(), None
+                frame = await _frame(service, identity, change)
+            except DatabaseUnavailable:
+                # The response has started: end it whole, the client reconnects (`retry`).
+                log.warning("event stream ends: the database is unavailable")
+                pending = None
+                break
+            if frame is not None:
                 yield frame
     finally:
         for task in (pending, stopping):
