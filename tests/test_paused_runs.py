@@ -98,3 +98,30 @@ async def test_a_worker_login_writes_paused_runs_only_through_the_functions(
             await conn.execute("UPDATE paused_runs SET status = 'paused'")
     finally:
         await conn.close()
+
+
+async def test_release_pause_again_and_a_lease_held_while_resuming(login: WorkerLogin) -> None:
+    db, first = await worker(login, lease=1.0)
+    db2, second = await worker(login)
+    try:
+        pause_id = await first.pause("run-3", "openai_agents", STATE, ["apr-1"])
+        held = await first.claim(pause_id)
+        await first.release(held)  # nothing applied: the next resume need not wait
+        taken = await second.claim(pause_id)
+        again = await second.pause_again(taken, STATE + " and on", ["apr-2"])
+        assert await second.open_pause("run-3") == again
+        with pytest.raises(PauseTaken, match="was resumed already"):
+            await first.claim(pause_id)
+        with pytest.raises(PauseTaken):  # no longer held: nothing written
+            await second.pause_again(taken, STATE, [])
+        resumed = await first.claim(again)
+        assert resumed.state == STATE + " and on" and resumed.approval_ids == ("apr-2",)
+        async with first.holding(resumed):  # a 1 s lease, renewed for longer than that
+            for _ in range(3):
+                await asyncio.sleep(0.6)
+                with pytest.raises(PauseTaken, match="being resumed elsewhere"):
+                    await second.claim(again)
+        await first.finish(resumed)
+    finally:
+        await db.close()
+        await db2.close()

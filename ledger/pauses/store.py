@@ -5,8 +5,10 @@ deferred tool requests), sealed with the key ring and resumed once, by any worke
 ```
 pause_id = await pauses.pause(run_id, "openai_agents", state_text, approval_ids)
 paused = await pauses.claim(pause_id)   # one worker at a time; PauseTaken for any other
-...                                     # resume the run with paused.state
-await pauses.finish(paused)             # it ran on (or paused again under a new id)
+async with pauses.holding(paused):      # the lease renewed while the run goes on
+    ...                                 # resume the run with paused.state
+await pauses.finish(paused)             # it ran on; or pause_again(paused, state, ids)
+                                        # (one statement); or release(paused): nothing applied
 ```
 
 A claim is a lease (`lease_seconds`, the server's clock): a worker that dies while resuming
@@ -17,10 +19,13 @@ whatever that worker's calls finished. The client never supplies the state: it n
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from ..errors import InvalidToolCall, SignoffError
@@ -40,6 +45,9 @@ _CLAIM = (
     " FROM signoff_claim_pause($1, $2, $3)"
 )
 _FINISH = "SELECT signoff_finish_pause($1, $2)"
+_RENEW = "SELECT signoff_renew_pause($1, $2, $3)"
+_RELEASE = "SELECT signoff_release_pause($1, $2)"
+_AGAIN = "SELECT signoff_pause_again($1, $2, $3, $4, $5)"
 _STATUS = "SELECT status FROM paused_runs WHERE pause_id = $1"
 _OPEN = (
     "SELECT pause_id FROM paused_runs WHERE run_id = $1 AND status <> 'resumed'"
@@ -148,6 +156,58 @@ class PausedRuns:
             done = await conn.fetchval(_FINISH, paused.pause_id, self.worker_id)
         if not done:
             raise PauseTaken(paused.pause_id, "resuming")
+
+    async def release(self, paused: PausedRun) -> None:
+        """Give `paused` back unresumed (nothing of it was applied), so the next resume takes it
+        at once rather than when this worker's lease lapses."""
+        async with self.db.connection() as conn:
+            released = await conn.fetchval(_RELEASE, paused.pause_id, self.worker_id)
+        log.info("paused run released", pause_id=paused.pause_id, held=bool(released))
+
+    async def pause_again(self, paused: PausedRun, state: str, approval_ids: Sequence[str]) -> str:
+        """End `paused` and keep the run's next pause, at once (a crash between the two would
+        lose the run or leave two pauses of it); the new pause id.
+
+        Raises:
+            PauseTaken: this worker's lease lapsed and another worker took the pause over;
+                nothing was written.
+        """
+        pause_id = f"pause-{uuid.uuid4().hex}"
+        async with self.ring.sealing():
+            sealed = seal_value(self.ring, _stream(pause_id), "state", state)
+        async with self.db.connection() as conn:
+            done = await conn.fetchval(
+                _AGAIN, paused.pause_id, self.worker_id, pause_id, list(approval_ids), sealed
+            )
+        if not done:
+            raise PauseTaken(paused.pause_id, "resuming")
+        log.info("run paused again", run_id=paused.run_id, pause_id=pause_id)
+        return pause_id
+
+    @asynccontextmanager
+    async def holding(self, paused: PausedRun) -> AsyncIterator[None]:
+        """Renew this worker's lease on `paused` while the block runs (every third of the
+        lease), so a resume that runs longer than the lease is not taken over by another
+        worker. A renewal that finds the pause taken over logs it; `finish` then refuses."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.lease_seconds / 3)
+                async with self.db.connection() as conn:
+                    held = await conn.fetchval(
+                        _RENEW, paused.pause_id, self.worker_id, self.lease_seconds
+                    )
+                if not held:
+                    log.warning("paused run taken over while resuming", pause_id=paused.pause_id)
+                    return
+
+        task = asyncio.create_task(renew(), name=f"signoff-pause-{paused.pause_id}")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, SignoffError):
+                await task
 
     async def open_pause(self, run_id: str) -> str | None:
         """The newest pause of `run_id` not resumed yet, if any."""

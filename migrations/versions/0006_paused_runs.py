@@ -27,6 +27,9 @@ SOURCES: tuple[str, ...] = (
     "ledger/pauses/sql/pause_run.sql",
     "ledger/pauses/sql/claim_pause.sql",
     "ledger/pauses/sql/finish_pause.sql",
+    "ledger/pauses/sql/renew_pause.sql",
+    "ledger/pauses/sql/release_pause.sql",
+    "ledger/pauses/sql/pause_again.sql",
     "ledger/pauses/sql/privileges.sql",
 )
 
