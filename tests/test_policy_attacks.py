@@ -206,3 +206,23 @@ async def test_verify_reports_a_weaker_approval_than_the_policy_asks(world: Poli
     )
     problems = (await verify_all(world.db)).problems
     assert any("is not what refund-lead asks (tier, approvers" in p for p in problems), problems
+
+
+async def test_a_set_that_allows_outright_keeps_a_reviewers_reject(world: PolicyWorld) -> None:
+    """A refund asked under the tiers and rejected by alice stays rejected when a set that
+    allows every refund is published before the call resumes."""
+    await world.sets.publish(REFUND_TIERS, by=ADMIN)
+    asked = call(amount=80)
+    verdict = await judge(world.point, REFUND, asked, "agent-7")
+    approval = await ask(world.store, governed(REFUND, verdict), asked, "agent-7", verdict=verdict)
+    await world.store.decide(approval.approval_id, Decision.reject("not this order"), "alice")
+    await world.sets.publish(
+        '@id("refund-any") permit(principal, action == Action::"refund", resource);', by=ADMIN
+    )
+    again = await judge(world.point, REFUND, asked, "agent-7")
+    assert again.outcome is Outcome.ALLOW
+    outcome = await run(
+        world.ledger, world.store, governed(REFUND, again), asked, ran, approval.approval_id,
+        verdict=again,
+    )  # fmt: skip
+    assert outcome.status is CallStatus.DENIED and outcome.error == "not this order"

@@ -432,7 +432,7 @@ async def test_a_set_published_between_the_request_and_the_decision(
 ) -> None:
     """The request keeps the version it was judged under (and its approval policy: the
     decision is judged by it); the resumed call is judged again by the active set: a denial
-    wins over the approval, an outright allow runs it without using the approval."""
+    wins over the approval, an outright allow runs it with the decision already made."""
     first = await world.sets.publish(REFUND_TIERS, by=ADMIN)
     asked = call(amount=80)
     verdict = await judge(world.point, REFUND, asked, "agent-7")
@@ -451,12 +451,13 @@ async def test_a_set_published_between_the_request_and_the_decision(
     requested = await first_approval_event(world, approval.approval_id)
     assert requested["policy_decision"]["version"] == first.version
     after = await world.store.get(approval.approval_id)
-    assert after.consumed_by is None  # the approval was not used either way
     if status == "denied":
+        assert after.consumed_by is None  # a denial does not use the approval
         assert outcome.status is CallStatus.DENIED
         assert outcome.error == "refunds over 50 are frozen"
     else:
         assert outcome.status is CallStatus.SUCCEEDED
+        assert after.consumed_by == f"{asked.run_id}/{asked.call_id}"  # the decision was made
     assert (await verify_all(world.db)).ok
 
 

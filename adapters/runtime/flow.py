@@ -108,11 +108,13 @@ async def run(
     as `<run>/<call id>`.
 
     `verdict` is the policy's (`policy.judge`): a denial is recorded as the call's outcome
-    (nothing runs, the approval is not used), an allow runs the call without using an approval,
-    and its stamp is recorded in the intent. `judge_again(call)` judges a call again with the
-    same point and principal: the arguments a reviewer's edit runs with (a set that forbids
-    them denies the call; one that needs another approval for them too), and the call when
-    the verdict counted the run's calls and others started since (`HistoryMoved`).
+    (nothing runs, the approval is not used); an allow runs the call, consuming its approval
+    when one was asked and is final (a reviewer's reject, edit or answer still stands) and not
+    waiting for one still pending; its stamp is recorded in the intent. `judge_again(call)`
+    judges a call again with the same point and principal: the arguments a reviewer's edit
+    runs with (a set that forbids them denies the call; one that needs another approval for
+    them too), and the call when the verdict counted the run's calls and others started since
+    (`HistoryMoved`).
 
     Raises:
         ApprovalPending: the approval has no final decision and has not expired.
@@ -122,6 +124,8 @@ async def run(
             `REJUDGE_SECONDS`.
     """
     if verdict is not None and approval_id is not None:
+        if verdict.outcome is Outcome.ALLOW and not ready(await store.get(approval_id)):
+            approval_id = None  # allowed outright now: the pending request is not waited for
         verdict = await _edit_judged(store, call, approval_id, verdict, judge_again)
     deadline = datetime.now(UTC) + timedelta(seconds=REJUDGE_SECONDS)
     while True:
@@ -145,7 +149,7 @@ each round lets at least one of the run's racing calls through."""
 async def _edit_judged(
     store: ApprovalStore,
     call: ToolCall,
-    approval_id: str,
+    approval_id: str | None,
     verdict: Verdict,
     judge_again: Callable[[ToolCall], Awaitable[Verdict]] | None,
 ) -> Verdict:
@@ -153,7 +157,9 @@ async def _edit_judged(
     the verdict on the edited arguments: the policy judged the model's (denied when there is
     nothing to judge them with)."""
     stamp = verdict.stamp
-    if verdict.outcome is not Outcome.APPROVAL or stamp is None or stamp.mode is not Mode.ENFORCE:
+    if approval_id is None or verdict.outcome is Outcome.DENY:
+        return verdict
+    if stamp is None or stamp.mode is not Mode.ENFORCE:
         return verdict
     approval = await store.get(approval_id)
     if approval.status is not ApprovalStatus.EDITED:
@@ -193,9 +199,9 @@ def _gate(
 ) -> Gate | None:
     if verdict is not None and verdict.outcome is Outcome.DENY:
         return _denial(verdict.reason)
-    if verdict is not None and verdict.outcome is Outcome.ALLOW:
-        return None  # allowed outright: an approval asked for earlier is not used
-    if verdict is not None and approval_id is None:
+    if verdict is not None and verdict.outcome is Outcome.ALLOW and approval_id is None:
+        return None
+    if verdict is not None and verdict.outcome is Outcome.APPROVAL and approval_id is None:
         return _denial("the policy requires an approval this call was not asked for")
     if approval_id is None:
         return None

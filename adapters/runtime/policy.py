@@ -6,7 +6,8 @@ request and the call's intent.
 A call is judged when it is first asked and again when it resumes: a request keeps the set
 version it was judged under (and its approval policy), and the intent records the judgment it
 ran under. A set published in between that denies the call denies it, approved or not; one
-that allows it outright runs it without using the approval.
+that allows it outright runs it, honouring a decision already made (a reject still denies it,
+an edit or an answer is used) and not waiting for a request still pending.
 """
 
 from __future__ import annotations
