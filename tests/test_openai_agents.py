@@ -15,10 +15,12 @@ import json
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.mcp import MCPServerStdio
 from agents.tool_context import ToolContext
 
 from adapters.openai_agents import (
@@ -29,8 +31,10 @@ from adapters.openai_agents import (
     Paused,
     SignoffAgents,
     ToolSpec,
+    UnsupportedTool,
 )
-from approvals import ApprovalStatus, ApprovalStore, Decision, ReviewerDirectory
+from adapters.runtime import ready
+from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, Decision, ReviewerDirectory
 from ledger.calls import CallStatus, Effect, ToolLedger
 from ledger.keys import KeyRing, LocalKek
 from ledger.pauses import PausedRuns, PauseTaken
@@ -40,6 +44,7 @@ from tests.support.openai_agents_workers import (
     EFFECTS_TABLE,
     SPECS,
     ScriptedCalls,
+    build_tools,
     shop,
     tool_outputs,
 )
@@ -53,6 +58,7 @@ from .support.processes import (
     run_cli,
     start_program,
 )
+from .support.until import until
 from .support.worker_login import WorkerLogin, worker_login
 from .test_policy_point import REFUND_TIERS
 
@@ -255,8 +261,9 @@ async def test_4264_an_item_for_an_unknown_agent_or_tool_fails_closed(
         await signoff.resume(other, paused.pause_id)
     assert await effects(reviewer, run_id) == []
     assert (await reviewer.get(paused.approval_ids[0])).consumed_by is None, "nothing applied"
-    with pytest.raises(PauseTaken, match="being resumed elsewhere"):
-        await signoff.resume(agent, paused.pause_id)  # held until its lease lapses
+    done = await signoff.resume(agent, paused.pause_id)  # released: no wait for the lease
+    assert isinstance(done, Finished)
+    assert await effects(reviewer, run_id) == [("r-1", "refund", REFUND)]
 
 
 async def test_4244_the_approval_holds_when_the_resume_gets_a_context(
@@ -287,6 +294,122 @@ async def test_a_resume_before_the_decision_applies_nothing(
         await signoff.resume(agent, paused.pause_id)
     assert await effects(reviewer, run_id) == []
     assert (await reviewer.get(paused.approval_ids[0])).status is ApprovalStatus.PENDING
+    await decide(reviewer, paused.approval_ids[0], "approve")
+    done = await signoff.resume(agent, paused.pause_id)  # released: no wait for the lease
+    assert isinstance(done, Finished)
+    assert await effects(reviewer, run_id) == [("r-1", "refund", REFUND)]
+
+
+async def test_a_request_whose_time_is_up_is_a_denial_on_resume(
+    signoff: SignoffAgents, reviewer: ApprovalStore, login: WorkerLogin
+) -> None:
+    """Due but not marked expired (nobody waited on it): the resume records the expiry and the
+    model reads it as a denial with its reason, rather than waiting on it for ever."""
+    run_id = new_run("expired")
+    brief = ApprovalPolicy(approvers=frozenset({"alice"}), expires_in=timedelta(seconds=1))
+    specs = [ToolSpec("refund", Effect.SINGLE_ATTEMPT, brief)]
+    async with SignoffAgents(
+        signoff.ledger, signoff.approvals, signoff.pauses, specs, policy=None
+    ) as expiring:
+        agent = shop(login.url, "refund")
+        paused = await expiring.run(agent, "please", run_id=run_id, context={"run_id": run_id})
+        assert isinstance(paused, Paused)
+        [approval_id] = paused.approval_ids
+
+        async def due() -> bool:
+            return ready(await reviewer.get(approval_id))
+
+        await until(due, 30, "the request's time is up")
+        assert (await reviewer.get(approval_id)).status is ApprovalStatus.PENDING
+        done = await expiring.resume(agent, paused.pause_id)
+    assert isinstance(done, Finished)
+    told = tool_outputs(done.result.to_input_list())["r-1"]
+    assert "A reviewer rejected the call to `refund`" in told
+    assert "expired before anyone decided" in told
+    assert (await reviewer.get(approval_id)).status is ApprovalStatus.EXPIRED
+    assert (await signoff.ledger.get(run_id, "r-1")).status is CallStatus.DENIED
+    assert await effects(reviewer, run_id) == []
+
+
+async def test_a_long_resume_keeps_its_pause_and_a_second_pause_replaces_it_at_once(
+    signoff: SignoffAgents, reviewer: ApprovalStore
+) -> None:
+    """The claim's lease (1 s) is renewed while the resumed run's tool runs for longer, so no
+    other worker takes the pause over; the run pausing again ends the old pause and keeps the
+    new one in one statement."""
+    started, go_on = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+
+    @function_tool(needs_approval=True)
+    async def slow(ctx: ToolContext[Any], n: int) -> str:
+        """Do something slow."""
+        ran.append(n)
+        started.set()
+        await go_on.wait()
+        return f"slow {n} done"
+
+    alice = ApprovalPolicy(approvers=frozenset({"alice"}))
+    specs = [ToolSpec("slow", Effect.SINGLE_ATTEMPT, alice)]
+    model = ScriptedCalls([("slow", {"n": 1}, "s-1")], [("slow", {"n": 2}, "s-2")])
+    agent = Agent(name="slowpoke", tools=[slow], model=model)
+    db, ring = signoff.ledger.db, signoff.ledger.ring
+    run_id = new_run("hold")
+    short = PausedRuns(db, ring, lease_seconds=1)
+    async with SignoffAgents(signoff.ledger, signoff.approvals, short, specs, policy=None) as s:
+        first = await s.run(agent, "go", run_id=run_id)
+        assert isinstance(first, Paused)
+        await decide(reviewer, first.approval_ids[0], "approve")
+        resuming = asyncio.create_task(s.resume(agent, first.pause_id))
+        try:
+            await asyncio.wait_for(started.wait(), 30)
+            async with reviewer.db.connection() as conn:
+                lease = await conn.fetchval(
+                    "SELECT lease_until FROM paused_runs WHERE pause_id = $1", first.pause_id
+                )
+
+            async def lapsed() -> bool:
+                async with reviewer.db.connection() as conn:
+                    return bool(await conn.fetchval("SELECT now() > $1", lease))
+
+            await until(lapsed, 30, "the first lease's end")
+            with pytest.raises(PauseTaken, match="being resumed elsewhere"):
+                await PausedRuns(db, ring, lease_seconds=1).claim(first.pause_id)
+        finally:
+            go_on.set()
+        second = await resuming
+    assert isinstance(second, Paused) and second.pause_id != first.pause_id
+    assert ran == [1]
+    async with reviewer.db.connection() as conn:
+        ended = await conn.fetchval(
+            "SELECT resumed_at FROM paused_runs WHERE pause_id = $1", first.pause_id
+        )
+        kept = await conn.fetchval(
+            "SELECT paused_at FROM paused_runs WHERE pause_id = $1", second.pause_id
+        )
+    assert ended is not None and ended == kept, "one statement ended one and kept the other"
+
+
+@pytest.mark.parametrize("how", ["mcp-servers", "mcp-servers-of-a-handoff", "agent-as-tool"])
+async def test_tools_that_would_run_past_the_ledger_are_refused(
+    signoff: SignoffAgents, login: WorkerLogin, how: str
+) -> None:
+    """An agent's MCP servers become function tools at run time, and an agent used as a tool
+    runs its own tools: neither would go through the wrappers, so neither is wrapped."""
+    agent = shop(login.url, "refund")
+    files = MCPServerStdio(params={"command": "true"}, name="files")
+    inner = Agent(name="inner", tools=list(build_tools(login.url)))
+    if how == "mcp-servers":
+        agent = agent.clone(mcp_servers=[files])
+    elif how == "mcp-servers-of-a-handoff":
+        agent = agent.clone(handoffs=[inner.clone(mcp_servers=[files])])
+    else:
+        agent = agent.clone(
+            tools=[*agent.tools, inner.as_tool("ask_inner", "Ask the inner agent.")]
+        )
+    with pytest.raises(UnsupportedTool, match=r"MCP servers|agent tool 'ask_inner'"):
+        signoff.wrap(agent, new_run("refused"))
+    with pytest.raises(UnsupportedTool):
+        await signoff.run(agent, "please", run_id=new_run("refused"))
 
 
 async def test_sigkill_inside_a_single_attempt_tool_is_outcome_unknown_never_run_again(

@@ -11,7 +11,8 @@ __all__ = ["AmbiguousRunState", "ApprovalsPending", "NotApprovedInSignoff", "Uns
 
 class UnsupportedTool(SignoffError, TypeError):
     """A tool or handoff of the agent that Signoff cannot put through its ledger (a hosted or
-    MCP tool, a `Handoff` object): refused when the agent is wrapped, before anything runs."""
+    MCP tool, an agent's MCP servers, an agent as a tool (`Agent.as_tool`), a `Handoff`
+    object): refused when the agent is wrapped, before anything runs."""
 
 
 class AmbiguousRunState(SignoffError):
@@ -19,7 +20,7 @@ class AmbiguousRunState(SignoffError):
     approval item for an unknown agent or tool, a call id used twice, an item the SDK drops on
     restore, or one without its own approval for exactly that run, tool, call id and arguments
     in the store (another run's, missing). The resume fails closed: no decision is applied and
-    the pause stays claimed until its lease lapses, for a worker whose code knows the state."""
+    the pause is released, for the next resume (a worker whose code knows the state)."""
 
     def __init__(self, pause_id: str, problem: str) -> None:
         super().__init__(f"paused run {pause_id} cannot be resumed: {problem}; nothing ran")
@@ -28,8 +29,8 @@ class AmbiguousRunState(SignoffError):
 
 
 class ApprovalsPending(SignoffError):
-    """A paused run was resumed before every approval it waits on was decided. Nothing was
-    applied; the pause is taken again by a resume once its lease lapses (decide first)."""
+    """A paused run was resumed before every approval it waits on was decided (or expired).
+    Nothing was applied; the pause is released, so a resume after the decision takes it."""
 
     def __init__(self, pause_id: str, approval_ids: list[str]) -> None:
         super().__init__(

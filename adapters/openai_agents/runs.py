@@ -16,9 +16,13 @@ The check fails closed before anything is applied (`AmbiguousRunState`, `Approva
 each interruption is a function call of an agent and tool of the graph, its call id is used
 once, the SDK restores every one of them, the state carries no approvals of the SDK's own, and
 each has its own approval in the pause, for exactly this run, tool, call id and arguments. The
-claim then stays held until its lease lapses (`PausedRuns.lease_seconds`): nothing of the
-state was used, and a later resume (after the decision, or by a worker whose code knows the
-agent) takes it over.
+claim is then released: nothing of the state was used, and the next resume (after the
+decision, or by a worker whose code knows the agent) takes it at once. A request whose time is
+up counts as decided: its expiry is recorded and the item rejected.
+
+Once the check passes, the claim's lease is renewed while the run goes on (a long resume is
+not taken over and run twice); a run that pauses again ends the old pause and keeps the new
+one in one statement (`PausedRuns.pause_again`).
 
 Decisions come from the store only: approve and edit approve the item in the SDK (the ledger
 then runs the call with the approved or the reviewer's edited arguments and consumes the
@@ -36,7 +40,7 @@ from typing import Any, Literal
 
 from agents import Agent, RunConfig, Runner, RunResult, RunState, ToolApprovalItem
 
-from adapters.runtime import ToolSpec
+from adapters.runtime import ToolSpec, ready
 from adapters.runtime import run as run_call
 from approvals import Approval, ApprovalPolicy, ApprovalStatus, ApprovalStore, UnknownApproval
 from approvals.policies import PolicyPoint, PolicySets
@@ -162,7 +166,7 @@ class SignoffAgents:
         result = await Runner.run(
             wrapped, input, context=context, max_turns=max_turns, run_config=run_config
         )
-        return await self._settle(result, scope, "")
+        return await self._settle(result, scope, None)
 
     async def resume(
         self,
@@ -179,40 +183,50 @@ class SignoffAgents:
         Raises:
             UnknownPause: no such pause.
             PauseTaken: it was resumed already, or another worker is resuming it.
-            AmbiguousRunState, ApprovalsPending: nothing applied (see the module).
+            AmbiguousRunState, ApprovalsPending, UnsupportedTool: nothing applied, the pause
+                released for the next resume (see the module).
             Whatever `Runner.run` raises.
         """
         paused = await self.pauses.claim(pause_id)
-        envelope = _envelope(paused)
-        scope = RunScope(paused.run_id, str(envelope["requested_by"]))
-        wrapped = wrap_agent(agent, self._governance(), scope)
-        raw_state: dict[str, Any] = envelope["state"]
-        raw_items = _raw_interruptions(paused.pause_id, raw_state, wrapped)
-        state = await RunState.from_json(wrapped, raw_state, context_override=context)
-        items = state.get_interruptions()
-        if len(items) != len(raw_items):
-            raise AmbiguousRunState(
-                pause_id, f"the SDK restored {len(items)} of {len(raw_items)} approval items"
-            )
-        approvals = await self._approvals_of(paused, items)
-        pending = [a.approval_id for a in approvals.values() if not a.status.final]
-        if pending:
-            raise ApprovalsPending(pause_id, pending)
-        for item in items:
-            await self._apply(state, item, approvals[_call_id(item)], scope)
-        result = await Runner.run(wrapped, state, max_turns=max_turns, run_config=run_config)
-        await self.pauses.finish(paused)
-        return await self._settle(result, scope, pause_id)
+        try:
+            envelope = _envelope(paused)
+            scope = RunScope(paused.run_id, str(envelope["requested_by"]))
+            wrapped = wrap_agent(agent, self._governance(), scope)
+            raw_state: dict[str, Any] = envelope["state"]
+            raw_items = _raw_interruptions(paused.pause_id, raw_state, wrapped)
+            state = await RunState.from_json(wrapped, raw_state, context_override=context)
+            items = state.get_interruptions()
+            if len(items) != len(raw_items):
+                raise AmbiguousRunState(
+                    pause_id, f"the SDK restored {len(items)} of {len(raw_items)} approval items"
+                )
+            approvals = await self._approvals_of(paused, items)
+            pending = [a.approval_id for a in approvals.values() if not a.status.final]
+            if pending:
+                raise ApprovalsPending(pause_id, pending)
+        except Exception:
+            await self.pauses.release(paused)  # nothing applied: the next resume need not wait
+            raise
+        async with self.pauses.holding(paused):  # a long run is not taken over and run twice
+            for item in items:
+                await self._apply(state, item, approvals[_call_id(item)], scope)
+            result = await Runner.run(wrapped, state, max_turns=max_turns, run_config=run_config)
+            return await self._settle(result, scope, paused)
 
-    async def _settle(self, result: RunResult, scope: RunScope, resumed: str) -> Finished | Paused:
+    async def _settle(
+        self, result: RunResult, scope: RunScope, resumed: PausedRun | None
+    ) -> Finished | Paused:
+        """The run as it ended; a resumed pause ends with it (or gives way to the next pause)."""
         if not result.interruptions:
+            if resumed is not None:
+                await self.pauses.finish(resumed)
             return Finished(scope.run_id, result)
         asked = []
         for item in result.interruptions:
             approval_id = scope.asked.get(_call_id(item))
             if approval_id is None:
                 raise AmbiguousRunState(
-                    resumed or "(new)",
+                    "(new)" if resumed is None else resumed.pause_id,
                     f"the SDK paused on {item.tool_name!r} call {_call_id(item)!r}, which "
                     "Signoff did not ask about (arguments that are not a JSON object?)",
                 )
@@ -222,7 +236,11 @@ class SignoffAgents:
             "requested_by": scope.requested_by,
             "state": result.to_state().to_json(),
         }
-        pause_id = await self.pauses.pause(scope.run_id, FRAMEWORK, json.dumps(envelope), asked)
+        text = json.dumps(envelope)
+        if resumed is None:
+            pause_id = await self.pauses.pause(scope.run_id, FRAMEWORK, text, asked)
+        else:  # the old pause ends and the new one is kept in one statement
+            pause_id = await self.pauses.pause_again(resumed, text, asked)
         return Paused(scope.run_id, pause_id, tuple(asked))
 
     async def _approvals_of(
@@ -238,6 +256,9 @@ class SignoffAgents:
                 raise AmbiguousRunState(
                     paused.pause_id, f"the store has no approval {approval_id}"
                 ) from None
+            if not approval.status.final and ready(approval):
+                # Due but not marked expired yet: record the expiry, a denial like any other.
+                approval = await self.approvals.wait(approval_id, 0)
             if approval.run_id != paused.run_id:
                 raise AmbiguousRunState(paused.pause_id, f"approval {approval_id} is another run's")
             if approval.call_id in found:

@@ -73,7 +73,8 @@ def wrap_agent(agent: Agent[Any], gov: Governance, scope: RunScope) -> Agent[Any
     Signoff for `scope`'s run. The originals are left as they are.
 
     Raises:
-        UnsupportedTool: a tool other than a `FunctionTool`, or a `Handoff` object.
+        UnsupportedTool: a tool other than a `FunctionTool`, an agent as a tool, MCP servers,
+            or a `Handoff` object.
         ValueError: two agents of the graph share a name (a paused state names agents).
     """
     done: dict[int, Agent[Any]] = {}
@@ -85,6 +86,13 @@ def wrap_agent(agent: Agent[Any], gov: Governance, scope: RunScope) -> Agent[Any
         if original.name in names:
             raise ValueError(f"two agents are named {original.name!r}: names must be unique")
         names.add(original.name)
+        if original.mcp_servers:
+            # The SDK turns their tools into function tools at run time, past the wrappers.
+            raise UnsupportedTool(
+                f"{original.name}: MCP servers' tools do not run through Signoff's ledger; "
+                "put the MCP server behind Signoff's MCP gateway, or wrap its tools as "
+                "function tools"
+            )
         clone = original.clone(tools=[], handoffs=[])
         done[id(original)] = clone
         clone.tools = [_governed(tool, gov, scope) for tool in original.tools]
@@ -107,6 +115,12 @@ def _governed(tool: Any, gov: Governance, scope: RunScope) -> FunctionTool:
         raise UnsupportedTool(
             f"{type(tool).__name__} {getattr(tool, 'name', '')!r} does not run through "
             "Signoff's ledger; only function tools do"
+        )
+    if getattr(tool, "_is_agent_tool", False) or getattr(tool, "_agent_instance", None):
+        # `Agent.as_tool()`: the inner agent runs its own tools, which no wrapper sees.
+        raise UnsupportedTool(
+            f"agent tool {tool.name!r} runs its agent's tools outside Signoff's ledger; "
+            "hand off to the agent instead"
         )
     governed_tool = _GovernedTool(tool, gov, scope)
     return replace(

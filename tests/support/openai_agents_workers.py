@@ -75,11 +75,12 @@ SPECS = [
 
 class ScriptedCalls(Model):
     """The SDK's `Model` interface, scripted by the conversation: it asks for `calls` in one
-    response until the input holds their outputs, then answers with what the tools said. It
-    keeps no state, so a run paused in one process goes on in another with a new instance."""
+    response until the input holds their outputs (then for each of `more` in turn, likewise),
+    then answers with what the tools said. It keeps no state, so a run paused in one process
+    goes on in another with a new instance."""
 
-    def __init__(self, calls: Sequence[Call]) -> None:
-        self.calls = list(calls)
+    def __init__(self, calls: Sequence[Call], *more: Sequence[Call]) -> None:
+        self.rounds = [list(calls), *(list(m) for m in more)]
         self.responses = 0
 
     async def get_response(
@@ -99,13 +100,16 @@ class ScriptedCalls(Model):
         self.responses += 1
         items = input if isinstance(input, list) else []
         outputs = tool_outputs(items)
-        if outputs:
-            text = " | ".join(f"{k}: {v}" for k, v in sorted(outputs.items()))
-            return ModelResponse(
-                output=[assistant_message(f"Done. {text}")], usage=Usage(), response_id=None
-            )
-        asked = [function_call(name, args, call_id=call_id) for name, args, call_id in self.calls]
-        return ModelResponse(output=asked, usage=Usage(), response_id=None)
+        for calls in self.rounds:
+            if not all(call_id in outputs for _, _, call_id in calls):
+                asked = [
+                    function_call(name, args, call_id=call_id) for name, args, call_id in calls
+                ]
+                return ModelResponse(output=asked, usage=Usage(), response_id=None)
+        text = " | ".join(f"{k}: {v}" for k, v in sorted(outputs.items()))
+        return ModelResponse(
+            output=[assistant_message(f"Done. {text}")], usage=Usage(), response_id=None
+        )
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
         raise NotImplementedError("the scripted model does not stream")
