@@ -9,15 +9,23 @@ allows through the same path."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import signal
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import NativeTool
 from pydantic_ai.exceptions import UnexpectedModelBehavior
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.native_tools import CodeExecutionTool, MCPServerTool, WebFetchTool
 
 from adapters.pydantic_ai import (
     ApprovalsPending,
@@ -25,11 +33,15 @@ from adapters.pydantic_ai import (
     PausedRuns,
     PauseTaken,
     Signoff,
+    ToolSpec,
     UnboundResult,
+    UnsupportedNativeTool,
 )
-from approvals import ApprovalStatus, ApprovalStore, ReviewerDirectory
-from ledger.calls.model import CallStatus
+from adapters.runtime import ready
+from approvals import ApprovalPolicy, ApprovalStatus, ApprovalStore, ReviewerDirectory
+from ledger.calls.model import CallStatus, Effect
 from ledger.calls.service import ToolLedger
+from ledger.errors import InvalidToolCall
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.settings import Settings
@@ -43,7 +55,14 @@ from .support.processes import (
     run_cli,
     start_program,
 )
-from .support.pydantic_ai_workers import EFFECTS_TABLE, REFUND, SPECS, build_agent, scripted
+from .support.pydantic_ai_workers import (
+    EFFECTS_TABLE,
+    REFUND,
+    SPECS,
+    build_agent,
+    scripted,
+    tool_results,
+)
 from .support.until import until
 from .support.worker_login import WorkerLogin, worker_login
 
@@ -297,6 +316,179 @@ async def test_a_pending_approval_is_not_resumed(login: WorkerLogin, side: Revie
     [approval] = await side.store.find(run_id=run_id)
     assert approval.status is ApprovalStatus.PENDING and not approval.consumed
     assert await effects(side, run_id) == []
+    await decide(login, approval.approval_id, "--approve")
+    async with Signoff(side.ledger, side.store, side.pauses, SPECS) as signoff:
+        done = await signoff.resume(  # released: no wait for the lease to lapse
+            build_agent(login.owner_url), paused["pause_id"], deps=run_id, model=scripted("refund")
+        )
+    assert done.output == "done: 1 results"
+    assert await effects(side, run_id) == [("refund", REFUND)]
+
+
+async def test_a_request_whose_time_is_up_is_a_denial_on_resume(
+    login: WorkerLogin, side: Reviewer
+) -> None:
+    """Due but not marked expired (nobody waited on it): the resume records the expiry and the
+    model reads it as a denial with its reason, rather than waiting on it for ever."""
+    run_id = new_run("expired")
+    brief = ApprovalPolicy(expires_in=timedelta(seconds=1))
+    specs = [ToolSpec("refund", Effect.SINGLE_ATTEMPT, brief)]
+    async with Signoff(side.ledger, side.store, side.pauses, specs, policy=None) as signoff:
+        agent = build_agent(login.owner_url)
+        paused = await signoff.run(
+            agent, "go", run_id=run_id, deps=run_id, model=scripted("refund")
+        )
+        [approval_id] = paused.waiting
+
+        async def due() -> bool:
+            return ready(await side.store.get(approval_id))
+
+        await until(due, 30, "the request's time is up")
+        assert (await side.store.get(approval_id)).status is ApprovalStatus.PENDING
+        assert paused.pause_id is not None
+        done = await signoff.resume(agent, paused.pause_id, deps=run_id, model=scripted("refund"))
+    told = tool_results(done.result.all_messages())["c-1"]
+    assert "A reviewer rejected the call to `refund`" in told
+    assert "expired before anyone decided" in told
+    assert (await side.store.get(approval_id)).status is ApprovalStatus.EXPIRED
+    assert (await side.ledger.get(run_id, "c-1")).status is CallStatus.DENIED
+    assert await effects(side, run_id) == []
+
+
+async def test_a_long_resume_keeps_its_pause_and_a_second_pause_replaces_it_at_once(
+    login: WorkerLogin, side: Reviewer
+) -> None:
+    """The claim's lease (1 s) is renewed while the resumed run's tool runs for longer, so no
+    other worker takes the pause over; the run pausing again ends the old pause and keeps the
+    new one in one statement."""
+    started, go_on = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+    agent: Agent[str, str] = Agent(deps_type=str)
+
+    @agent.tool_plain
+    async def slow(n: int) -> str:
+        """Do something slow."""
+        ran.append(n)
+        started.set()
+        await go_on.wait()
+        return f"slow {n} done"
+
+    def model() -> FunctionModel:
+        turns = [[("s-1", {"n": 1})], [("s-2", {"n": 2})]]
+
+        def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            done = sum(1 for m in messages if isinstance(m, ModelResponse))
+            if done < len(turns):
+                return ModelResponse(parts=[ToolCallPart("slow", a, i) for i, a in turns[done]])
+            return ModelResponse(parts=[TextPart("done")])
+
+        return FunctionModel(reply)
+
+    specs = [ToolSpec("slow", Effect.SINGLE_ATTEMPT, ApprovalPolicy())]
+    run_id = new_run("hold")
+    short = PausedRuns(side.db, side.ring, lease_seconds=1)
+    async with Signoff(side.ledger, side.store, short, specs, policy=None) as signoff:
+        first = await signoff.run(agent, "go", run_id=run_id, deps=run_id, model=model())
+        assert first.pause_id is not None
+        await decide(login, first.waiting[0], "--approve")
+        resuming = asyncio.create_task(
+            signoff.resume(agent, first.pause_id, deps=run_id, model=model())
+        )
+        try:
+            await asyncio.wait_for(started.wait(), 30)
+            async with side.db.connection() as conn:
+                lease = await conn.fetchval(
+                    "SELECT lease_until FROM paused_runs WHERE pause_id = $1", first.pause_id
+                )
+
+            async def lapsed() -> bool:
+                async with side.db.connection() as conn:
+                    return bool(await conn.fetchval("SELECT now() > $1", lease))
+
+            await until(lapsed, 30, "the first lease's end")
+            with pytest.raises(PauseTaken, match="being resumed elsewhere"):
+                await PausedRuns(side.db, side.ring, lease_seconds=1).claim(first.pause_id)
+        finally:
+            go_on.set()
+        second = await resuming
+    assert second.pause_id not in (None, first.pause_id)
+    assert ran == [1]
+    async with side.db.connection() as conn:
+        ended = await conn.fetchval(
+            "SELECT resumed_at FROM paused_runs WHERE pause_id = $1", first.pause_id
+        )
+        kept = await conn.fetchval(
+            "SELECT paused_at FROM paused_runs WHERE pause_id = $1", second.pause_id
+        )
+    assert ended is not None and ended == kept, "one statement ended one and kept the other"
+
+
+async def test_a_resumed_approval_is_used_by_its_own_call_only_once(
+    login: WorkerLogin, side: Reviewer
+) -> None:
+    """The model reuses the approved call's id in a later response, with other arguments: that
+    call is not taken for the approved one (nor given its arguments and approval)."""
+    run_id = new_run("reuse")
+    first = await step(login, "start", "reuses_id", run_id)
+    await decide(login, first["waiting"][0], "--approve")
+    async with Signoff(side.ledger, side.store, side.pauses, SPECS) as signoff:
+        with pytest.raises(InvalidToolCall, match="other arguments"):
+            await signoff.resume(
+                build_agent(login.owner_url), first["pause_id"], deps=run_id,
+                model=scripted("reuses_id"),
+            )  # fmt: skip
+    assert await effects(side, run_id) == [("refund", REFUND)], "ran once, as approved"
+
+
+async def test_requires_approval_without_a_spec_asks_four_eyes(
+    login: WorkerLogin, side: Reviewer
+) -> None:
+    """A tool made with `requires_approval=True` and no spec: any reviewer decides, never the
+    worker that asked (not the self-confirm tier)."""
+    agent: Agent[str, str] = Agent(deps_type=str)
+
+    @agent.tool_plain(requires_approval=True)
+    async def refund(order_id: str, amount: int) -> str:
+        """Refund an order."""
+        return f"refunded {amount} on {order_id}"
+
+    run_id = new_run("four-eyes")
+    async with Signoff(side.ledger, side.store, side.pauses, policy=None) as signoff:
+        paused = await signoff.run(
+            agent, "go", run_id=run_id, deps=run_id, model=scripted("refund")
+        )
+    [approval_id] = paused.waiting
+    policy = (await side.store.get(approval_id)).policy
+    assert policy.any_reviewer and not policy.allow_self_approval
+    assert policy != ApprovalPolicy(), "not the self-confirm tier"
+
+
+@pytest.mark.parametrize("how", ["code-execution", "mcp-server-tool", "run-capability", "override"])
+async def test_native_tools_are_refused_before_anything_runs(
+    login: WorkerLogin, side: Reviewer, how: str
+) -> None:
+    """The provider runs native tools itself; they never reach the toolset Signoff wraps."""
+    run_id = new_run("native")
+    kwargs: dict[str, Any] = {}
+    agent = build_agent(login.owner_url)
+    if how == "code-execution":
+        agent = build_agent(login.owner_url, capabilities=[NativeTool(CodeExecutionTool())])
+    elif how == "mcp-server-tool":
+        files = MCPServerTool(id="files", url="https://mcp.example.invalid/files")
+        agent = build_agent(login.owner_url, capabilities=[NativeTool(files)])
+    elif how == "run-capability":
+        kwargs["capabilities"] = [NativeTool(WebFetchTool())]
+    async with Signoff(side.ledger, side.store, side.pauses, SPECS) as signoff:
+        with contextlib.ExitStack() as stack:
+            if how == "override":
+                stack.enter_context(agent.override(native_tools=[CodeExecutionTool()]))
+            with pytest.raises(UnsupportedNativeTool):
+                await signoff.run(
+                    agent, "go", run_id=run_id, deps=run_id, model=scripted("refund"), **kwargs
+                )
+    assert await side.store.find(run_id=run_id) == []
+    assert await effects(side, run_id) == []
+    assert await side.pauses.open_pause(run_id) is None
 
 
 async def test_a_killed_single_attempt_call_is_outcome_unknown_and_never_rerun(

@@ -27,6 +27,7 @@ from .errors import (
     UnboundResult,
     UngovernedRun,
     UnsupportedDeferral,
+    UnsupportedNativeTool,
 )
 from .runs import DATABASE_SETS, FRAMEWORK, Signoff, SignoffRun
 from .toolset import APPROVAL_KEY, SignoffToolset
@@ -48,4 +49,5 @@ __all__ = [
     "UngovernedRun",
     "UnknownPause",
     "UnsupportedDeferral",
+    "UnsupportedNativeTool",
 ]

@@ -11,6 +11,7 @@ __all__ = [
     "UnboundResult",
     "UngovernedRun",
     "UnsupportedDeferral",
+    "UnsupportedNativeTool",
 ]
 
 
@@ -35,13 +36,26 @@ class UnboundResult(ResumeRefused):
 
 
 class ApprovalsPending(ResumeRefused):
-    """An approval of the paused run has no final decision yet: decide it first. The pause stays
-    claimed until this worker's lease lapses (`PausedRuns(lease_seconds=...)`)."""
+    """An approval of the paused run has no final decision yet (and its time is not up): decide
+    it first. The pause is released, so a resume after the decision takes it at once."""
 
 
 class UnsupportedDeferral(SignoffError):
     """The run deferred calls Signoff does not answer (external tools, `CallDeferred`
     questions), or asked for an approval Signoff did not ask for."""
+
+
+class UnsupportedNativeTool(SignoffError, TypeError):
+    """The agent (or the run) has native tools: the model provider runs them (code execution,
+    web fetch or search, `MCPServerTool`...) and they never reach the toolset Signoff wraps.
+    Refused before the model is asked anything; nothing ran."""
+
+    def __init__(self, kinds: list[str]) -> None:
+        super().__init__(
+            f"native tools {kinds} run at the model provider, outside Signoff's ledger; give "
+            "the agent function tools (or a capability's local tool, `native=False`) instead"
+        )
+        self.kinds = kinds
 
 
 class UngovernedRun(SignoffError):

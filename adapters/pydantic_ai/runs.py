@@ -7,7 +7,12 @@ the application gets the pause id, never the state. A resume claims the pause (o
 resume raises `PauseTaken`), builds `DeferredToolResults` from the store alone (approve ->
 True, edit -> `ToolApproved(override_args=...)`, reject -> `ToolDenied(message=...)` with the
 reviewer's reason, `answered_by` = the reviewers who decided) and runs the agent on; each call
-is judged again and runs through the ledger. Anything ambiguous fails closed (`errors`).
+is judged again and runs through the ledger. Anything ambiguous fails closed (`errors`), and a
+resume that applies nothing releases the pause for the next one; a request whose time is up
+counts as decided (its expiry recorded, a denial). While the resumed run goes on its claim is
+renewed (a long resume is not taken over and run twice); a run that pauses again ends the old
+pause and keeps the new one in one statement. Agents with native tools (run by the provider,
+past the toolset) are refused.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
 from pydantic_ai.agent import AgentRunResult
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 
-from adapters.runtime import ToolSpec
+from adapters.runtime import ToolSpec, ready
 from adapters.runtime import run as run_call
 from approvals import (
     Approval,
@@ -45,8 +51,9 @@ from .errors import (
     DuplicateToolCallId,
     UnboundResult,
     UnsupportedDeferral,
+    UnsupportedNativeTool,
 )
-from .toolset import APPROVAL_KEY, Governing, Resumed, RunScope, model_text
+from .toolset import APPROVAL_KEY, Governing, Resumed, RunScope, model_text, native_kinds
 
 __all__ = ["DATABASE_SETS", "FRAMEWORK", "Signoff", "SignoffRun"]
 
@@ -121,11 +128,11 @@ class Signoff:
         await self.close()
 
     def spec(self, name: str, *, asks: bool = False) -> ToolSpec:
-        """The spec of tool `name`; `asks` (made with `requires_approval=True`): at least the
-        self-confirm approval when the spec names none."""
+        """The spec of tool `name`; `asks` (made with `requires_approval=True`): when the spec
+        names no approval, four-eyes (any reviewer the directory lists, never the requester)."""
         spec = self._by_name.get(name) or replace(self.default, name=name)
         if asks and spec.approval is None:
-            spec = replace(spec, approval=ApprovalPolicy())
+            spec = replace(spec, approval=ApprovalPolicy(any_reviewer=True))
         return spec
 
     async def run(
@@ -142,9 +149,11 @@ class Signoff:
         `requested_by` of this object); `kwargs` go to `agent.run` (`deps`, `model`, ...).
 
         Raises:
+            UnsupportedNativeTool: the agent or the run has native tools; nothing ran.
             UnsupportedDeferral: the run deferred calls Signoff does not answer.
             DuplicateToolCallId: the deferred requests repeat a call id.
         """
+        _refuse_native(agent, kwargs)
         scope = RunScope(run_id, requested_by or self.requested_by)
         result = await self._agent_run(
             agent, scope, prompt, message_history=message_history, **kwargs
@@ -156,31 +165,38 @@ class Signoff:
         `agent.run`.
 
         Raises:
+            UnsupportedNativeTool: the agent or the run has native tools; nothing ran.
             UnknownPause: no such pause.
             PauseTaken: it was resumed already, or another worker is resuming it.
             ResumeRefused: (`DuplicateToolCallId`, `UnboundResult`, `ApprovalsPending`) its
-                requests or approvals are ambiguous or not final; nothing is applied.
+                requests or approvals are ambiguous or not final; nothing is applied and the
+                pause is released for the next resume.
             UnsupportedDeferral: the resumed run deferred calls Signoff does not answer.
         """
+        _refuse_native(agent, kwargs)
         paused = await self.pauses.claim(pause_id)
-        if paused.framework != FRAMEWORK:
-            raise UnboundResult(pause_id, f"it is a {paused.framework} pause")
-        state = json.loads(paused.state)
-        messages = ModelMessagesTypeAdapter.validate_python(state["messages"])
-        requests = _REQUESTS.validate_python(state["requests"])
-        scope = RunScope(paused.run_id, str(state["requested_by"]))
-        results, resumed = await self._results(paused, messages, requests)
-        result = await self._agent_run(
-            agent,
-            replace(scope, resumed=resumed),
-            None,
-            message_history=messages,
-            deferred_tool_results=results,
-            **kwargs,
-        )
-        ended = await self._ended(result, scope)
-        await self.pauses.finish(paused)
-        return ended
+        try:
+            if paused.framework != FRAMEWORK:
+                raise UnboundResult(pause_id, f"it is a {paused.framework} pause")
+            state = json.loads(paused.state)
+            messages = ModelMessagesTypeAdapter.validate_python(state["messages"])
+            requests = _REQUESTS.validate_python(state["requests"])
+            scope = RunScope(paused.run_id, str(state["requested_by"]))
+            approvals = await self._approvals(paused, messages, requests)
+        except Exception:
+            await self.pauses.release(paused)  # nothing applied: the next resume need not wait
+            raise
+        async with self.pauses.holding(paused):  # a long run is not taken over and run twice
+            results, resumed = await self._results(paused, requests, approvals)
+            result = await self._agent_run(
+                agent,
+                replace(scope, resumed=resumed),
+                None,
+                message_history=messages,
+                deferred_tool_results=results,
+                **kwargs,
+            )
+            return await self._ended(result, scope, paused)
 
     async def _agent_run(
         self, agent: Agent[Any, Any], scope: RunScope, prompt: str | None, **kwargs: Any
@@ -192,10 +208,15 @@ class Signoff:
         capabilities = [*kwargs.pop("capabilities", ()), Governing(self, scope)]
         return await agent.run(prompt, output_type=types, capabilities=capabilities, **kwargs)
 
-    async def _ended(self, result: AgentRunResult[Any], scope: RunScope) -> SignoffRun:
-        """The run as it ended: paused (its state kept server-side) when it deferred calls."""
+    async def _ended(
+        self, result: AgentRunResult[Any], scope: RunScope, resumed: PausedRun | None = None
+    ) -> SignoffRun:
+        """The run as it ended: paused (its state kept server-side) when it deferred calls; a
+        resumed pause ends with it, or gives way to the next pause in one statement."""
         output = result.output
         if not isinstance(output, DeferredToolRequests):
+            if resumed is not None:
+                await self.pauses.finish(resumed)
             return SignoffRun(scope.run_id, result)
         if output.calls:
             names = sorted({c.tool_name for c in output.calls})
@@ -216,13 +237,17 @@ class Signoff:
             "requests": _REQUESTS.dump_python(output, mode="json"),
             "requested_by": scope.requested_by,
         }
-        pause_id = await self.pauses.pause(scope.run_id, FRAMEWORK, json.dumps(state), waiting)
+        text = json.dumps(state)
+        if resumed is None:
+            pause_id = await self.pauses.pause(scope.run_id, FRAMEWORK, text, waiting)
+        else:
+            pause_id = await self.pauses.pause_again(resumed, text, waiting)
         return SignoffRun(scope.run_id, result, pause_id, tuple(waiting))
 
-    async def _results(
+    async def _approvals(
         self, paused: PausedRun, messages: list[ModelMessage], requests: DeferredToolRequests
-    ) -> tuple[DeferredToolResults, dict[str, Resumed]]:
-        """The results of the paused calls, from the store alone, and the calls that run.
+    ) -> dict[str, Approval]:
+        """Each paused call's approval (by call id), checked and final, before any is applied.
 
         Raises:
             DuplicateToolCallId, UnboundResult, ApprovalsPending: as `resume`.
@@ -234,9 +259,7 @@ class Signoff:
         ids = [c.tool_call_id for c in requests.approvals]
         if repeated := sorted(i for i, n in Counter(ids).items() if n > 1):
             raise DuplicateToolCallId(pause_id, f"its requests repeat call ids {repeated}")
-        results = DeferredToolResults()
-        resumed: dict[str, Resumed] = {}
-        asked: list[str] = []
+        found: dict[str, Approval] = {}
         for part in requests.approvals:
             call_id = part.tool_call_id
             if calls.get(call_id) != part.tool_name:
@@ -244,11 +267,25 @@ class Signoff:
                     pause_id, f"call {call_id} ({part.tool_name}) is not in the paused response"
                 )
             approval = await self._approval(paused, requests, call_id, part.tool_name)
-            asked.append(approval.approval_id)
             if approval.status is ApprovalStatus.PENDING:
                 raise ApprovalsPending(
                     pause_id, f"approval {approval.approval_id} ({part.tool_name}) is pending"
                 )
+            found[call_id] = approval
+        if sorted(a.approval_id for a in found.values()) != sorted(paused.approval_ids):
+            raise UnboundResult(pause_id, "its approvals are not the ones it paused for")
+        return found
+
+    async def _results(
+        self, paused: PausedRun, requests: DeferredToolRequests, approvals: dict[str, Approval]
+    ) -> tuple[DeferredToolResults, dict[str, Resumed]]:
+        """The results of the paused calls, from the store's decisions alone (a refused call
+        recorded in the ledger), and the calls that run."""
+        results = DeferredToolResults()
+        resumed: dict[str, Resumed] = {}
+        for part in requests.approvals:
+            call_id = part.tool_call_id
+            approval = approvals[call_id]
             decision = await self.approvals.final_decision(approval)
             results.answered_by[call_id] = ", ".join(approval.decided_by)
             args = dict(approval.args or {})
@@ -261,8 +298,6 @@ class Signoff:
                 results.approvals[call_id] = ToolDenied(message)
                 continue
             resumed[call_id] = Resumed(approval.approval_id, args)
-        if sorted(asked) != sorted(paused.approval_ids):
-            raise UnboundResult(pause_id, "its approvals are not the ones it paused for")
         return results, resumed
 
     async def _approval(
@@ -286,6 +321,10 @@ class Signoff:
             raise UnboundResult(
                 paused.pause_id, f"approval {approval_id} is for another run, call or tool"
             )
+        if not approval.status.final and ready(approval):
+            # Due but not marked expired yet: record the expiry, a denial like any other.
+            await self.approvals.wait(approval_id, 0)
+            approval = await self.approvals.get(approval_id, reveal=True)
         return approval
 
     async def _refused(self, run_id: str, call_id: str, tool: str, approval: Approval) -> str:
@@ -302,6 +341,21 @@ class Signoff:
         if outcome.result is not None and outcome.error is None:
             return str(outcome.result)  # a reviewer's answer in place of the tool's
         return model_text(outcome, tool)
+
+
+def _refuse_native(agent: Agent[Any, Any], kwargs: dict[str, Any]) -> None:
+    """Refuse an agent (or a run) with native tools before anything runs: the provider runs
+    them, past the toolset (`Governing` refuses any that show up later in a request).
+
+    Raises:
+        UnsupportedNativeTool: there are some.
+    """
+    tools = [*agent.root_capability.get_native_tools()]
+    for capability in kwargs.get("capabilities") or ():
+        if isinstance(capability, AbstractCapability):
+            tools.extend(capability.get_native_tools())
+    if kinds := native_kinds(tools):
+        raise UnsupportedNativeTool(kinds)
 
 
 def _open_calls(pause_id: str, messages: list[ModelMessage]) -> dict[str, str]:

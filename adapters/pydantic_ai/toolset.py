@@ -11,18 +11,23 @@ reason returned to the model.
 
 A resumed call arrives approved (`ctx.tool_call_approved`): it runs only if the resume named it
 (`RunScope.resumed`: the approval the store holds for it and the arguments it was asked with),
-and is judged again first.
+and is judged again first. The resume's entry is used by that approved call only, once: a later
+call that reuses the id is a call of its own.
+
+Native tools (run by the model provider, never through a toolset) are refused before a model
+request is sent (`Governing.before_model_request`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry
 from pydantic_ai.exceptions import ToolFailed as ModelToolFailed
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -34,12 +39,19 @@ from approvals.policies import Outcome, Verdict
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, ToolCall, ToolFailed
 from ledger.errors import UnknownCall
 
-from .errors import UngovernedRun
+from .errors import UngovernedRun, UnsupportedNativeTool
 
 if TYPE_CHECKING:
     from .runs import Signoff
 
-__all__ = ["APPROVAL_KEY", "Resumed", "RunScope", "SignoffToolset", "model_text"]
+__all__ = [
+    "APPROVAL_KEY",
+    "Resumed",
+    "RunScope",
+    "SignoffToolset",
+    "model_text",
+    "native_kinds",
+]
 
 APPROVAL_KEY = "signoff_approval_id"
 """The key of a deferred call's metadata that names its approval in Signoff's store."""
@@ -61,6 +73,15 @@ class RunScope:
     run_id: str
     requested_by: str
     resumed: Mapping[str, Resumed] = field(default_factory=dict)
+    spent: set[str] = field(default_factory=set)
+    """The resumed call ids used already (each entry of `resumed` is used once)."""
+
+    def take_resumed(self, call_id: str) -> Resumed | None:
+        """The resume's entry for an approved call `call_id`, the first time only."""
+        if call_id in self.spent:
+            return None
+        self.spent.add(call_id)
+        return self.resumed.get(call_id)
 
 
 @dataclass
@@ -91,7 +112,7 @@ class SignoffToolset(WrapperToolset[Any]):
             raise UngovernedRun(f"{name} was called outside Signoff.run / Signoff.resume")
         call_id = ctx.tool_call_id
         spec = signoff.spec(name, asks=name in self.asks)
-        resumed = scope.resumed.get(call_id)
+        resumed = scope.take_resumed(call_id) if ctx.tool_call_approved else None
         if ctx.tool_call_approved and resumed is None:
             raise UngovernedRun(
                 f"call {call_id} ({name}) came approved, but not by a decision in Signoff's store"
@@ -183,3 +204,27 @@ class Governing(AbstractCapability[Any]):
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         return SignoffToolset(toolset, self.signoff, self.scope)
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Refuse native tools however they came (an override, a dynamic capability): the
+        provider would run them past the toolset.
+
+        Raises:
+            UnsupportedNativeTool: the request carries native tools.
+        """
+        if kinds := native_kinds(request_context.model_request_parameters.native_tools):
+            raise UnsupportedNativeTool(kinds)
+        return request_context
+
+
+def native_kinds(tools: Sequence[Any]) -> list[str]:
+    """The kinds of native tools among `tools` that run calls at the provider: all but tool
+    search (it only reveals the agent's own tools, which run through the toolset); a factory
+    that makes one at run time counts as such."""
+    kinds = [str(getattr(t, "kind", None) or type(t).__name__) for t in tools]
+    return [k for k in kinds if k != _TOOL_SEARCH]
+
+
+_TOOL_SEARCH = "tool_search"

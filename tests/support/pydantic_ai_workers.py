@@ -15,12 +15,13 @@ import argparse
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -61,6 +62,10 @@ SCRIPTS: dict[str, list[list[Call]]] = {
         [("c-1", "refund", REFUND)],
         [("c-2", "refund", {"order_id": "B9", "amount": 5})],
     ],
+    "reuses_id": [
+        [("c-1", "refund", REFUND)],
+        [("c-1", "refund", {"order_id": "B9", "amount": 5})],
+    ],
 }
 """Each script: the tool calls of each model response in turn; then the model answers text."""
 
@@ -94,9 +99,10 @@ def tool_results(messages: list[ModelMessage]) -> dict[str, str]:
     }
 
 
-def build_agent(url: str) -> Agent[str, str]:
-    """An ordinary Pydantic AI agent (its deps: the run id the effects are filed under)."""
-    agent: Agent[str, str] = Agent(deps_type=str)
+def build_agent(url: str, capabilities: Sequence[AbstractCapability[str]] = ()) -> Agent[str, str]:
+    """An ordinary Pydantic AI agent (its deps: the run id the effects are filed under), with
+    `capabilities` when given."""
+    agent: Agent[str, str] = Agent(deps_type=str, capabilities=list(capabilities) or None)
 
     async def record(run_id: str, tool: str, args: dict[str, Any]) -> None:
         conn = await asyncpg.connect(url)
