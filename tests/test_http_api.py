@@ -193,7 +193,9 @@ async def test_an_agent_token_is_refused_as_an_invalid_one(
     refusal looks like any other (the log alone says why)."""
     agent = await ApiTokens(db).create(unique("agent"), scope="agent", by="admin")
     approval_id = await ask(store, agent.info.reviewer)  # even where a policy names it
-    invalid = await api.client.get("/v1/approvals", headers=bearer(agent.token[:-1] + "A"))
+    # Another last letter (never the same: that would be the agent's token itself).
+    tampered = agent.token[:-1] + ("B" if agent.token.endswith("A") else "A")
+    invalid = await api.client.get("/v1/approvals", headers=bearer(tampered))
     for method, path in (
         ("GET", "/v1/approvals"),
         ("GET", f"/v1/approvals/{approval_id}"),
