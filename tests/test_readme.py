@@ -326,44 +326,28 @@ async def the_agent_file_refunded_once_after_alice_approved(ns: Namespace, given
     assert approval["consumed_by"] == f"{run}/call-refund"  # the refund used it, once
 
 
-async def the_agents_sdk_run_cancelled_once_after_alice_approved(
-    ns: Namespace, given: Given
-) -> None:
-    async with given.db.connection() as conn:
-        calls = await conn.fetch("SELECT run_id, tool, status, approved_by FROM tool_calls")
-        approvals = await conn.fetch("SELECT run_id, tool, status, consumed_by FROM approvals")
-        pauses = await conn.fetch("SELECT run_id, status FROM paused_runs")
-    [call] = calls
-    run = call["run_id"]
-    assert (call["tool"], call["status"], list(call["approved_by"])) == (
-        "cancel_order",
-        "succeeded",
-        ["alice"],
-    )
-    [approval] = approvals
-    assert (approval["run_id"], approval["status"]) == (run, "approved")
-    assert approval["consumed_by"] == f"{run}/call-1"  # the call used it, once
-    assert [(p["run_id"], p["status"]) for p in pauses] == [(run, "resumed")]
+def ran_once_after_alice_approved(tool: str) -> Callable[[Namespace, Given], Awaitable[None]]:
+    """A guide's SDK run: one call of `tool`, approved by alice, that used the approval once,
+    and the run's one pause resumed."""
 
+    async def check(ns: Namespace, given: Given) -> None:
+        async with given.db.connection() as conn:
+            calls = await conn.fetch("SELECT run_id, tool, status, approved_by FROM tool_calls")
+            approvals = await conn.fetch("SELECT run_id, status, consumed_by FROM approvals")
+            pauses = await conn.fetch("SELECT run_id, status FROM paused_runs")
+        [call] = calls
+        run = call["run_id"]
+        assert (call["tool"], call["status"], list(call["approved_by"])) == (
+            tool,
+            "succeeded",
+            ["alice"],
+        )
+        [approval] = approvals
+        assert (approval["run_id"], approval["status"]) == (run, "approved")
+        assert approval["consumed_by"] == f"{run}/call-1"  # the call used it, once
+        assert [(p["run_id"], p["status"]) for p in pauses] == [(run, "resumed")]
 
-async def the_pydantic_ai_run_refunded_once_after_alice_approved(
-    ns: Namespace, given: Given
-) -> None:
-    async with given.db.connection() as conn:
-        calls = await conn.fetch("SELECT run_id, tool, status, approved_by FROM tool_calls")
-        approvals = await conn.fetch("SELECT run_id, status, consumed_by FROM approvals")
-        pauses = await conn.fetch("SELECT run_id, status FROM paused_runs")
-    [call] = calls
-    run = call["run_id"]
-    assert (call["tool"], call["status"], list(call["approved_by"])) == (
-        "refund",
-        "succeeded",
-        ["alice"],
-    )
-    [approval] = approvals
-    assert (approval["run_id"], approval["status"]) == (run, "approved")
-    assert approval["consumed_by"] == f"{run}/call-1"  # the call used it, once
-    assert [(p["run_id"], p["status"]) for p in pauses] == [(run, "resumed")]
+    return check
 
 
 async def the_event_is_in_its_stream(ns: Namespace, given: Given) -> None:
@@ -585,10 +569,10 @@ CASES: dict[str, Case] = {
         ("db", "ring", "model", "tools", "signoff"), the_drop_in_asked_once_and_ran_the_refund
     ),
     "guides/openai-agents.md:OpenAI Agents SDK #1": Case(
-        (), the_agents_sdk_run_cancelled_once_after_alice_approved, as_script=True
+        (), ran_once_after_alice_approved("cancel_order"), as_script=True
     ),
     "guides/pydantic-ai.md:Example #1": Case(
-        (), the_pydantic_ai_run_refunded_once_after_alice_approved, as_script=True
+        (), ran_once_after_alice_approved("refund"), as_script=True
     ),
     "guides/welt.md:Welt #1": Case(
         ("db", "ring", "model", "tools", "signoff", "store", "payload", "runtime_user_id"),

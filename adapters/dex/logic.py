@@ -37,8 +37,9 @@ from adapters.runtime import (
     run,
     task_run_id,
 )
+from adapters.runtime.policy import DATABASE_SETS, point_of, specs_by_name
 from approvals import ApprovalStatus, ApprovalStore, Decision, InvalidApprovalRequest, Reviewer
-from approvals.policies import Outcome, PolicyPoint, PolicySets, Verdict
+from approvals.policies import Outcome, PolicyPoint, Verdict
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolFunction, ToolLedger
 from ledger.log import get_logger
@@ -129,16 +130,9 @@ class SignoffDex:
         Raises:
             ValueError: two tools of one name.
         """
-        names = [t.name for t in tools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tool names must be unique: {names}")
-        point: PolicyPoint | None = None
-        if isinstance(policy, PolicyPoint):
-            point = policy
-        elif policy:
-            point = PolicyPoint(PolicySets(ledger.db, ledger.ring))
-        owned = point is not None and not isinstance(policy, PolicyPoint)
-        return cls(store, ledger, {t.name: t for t in tools}, point, owned)
+        specs_by_name(t.spec for t in tools)  # one tool of a name
+        point, built = point_of(DATABASE_SETS if policy is True else policy or None, ledger)
+        return cls(store, ledger, {t.name: t for t in tools}, point, built is not None)
 
     async def close(self) -> None:
         """Close the policy decision point `of` built (never the store, the ledger or a point

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -44,6 +44,7 @@ from adapters.runtime import (
 from adapters.runtime import run as run_call
 from adapters.runtime.documents import description_of
 from adapters.runtime.hitl import decidable, hitl_decision, one_decision
+from adapters.runtime.policy import DATABASE_SETS, PolicyChoice, point_of, specs_by_name
 from approvals import (
     Approval,
     ApprovalAlreadyDecided,
@@ -55,7 +56,7 @@ from approvals import (
     InvalidApprovalRequest,
 )
 from approvals.errors import TokenError, UnknownReviewer
-from approvals.policies import Outcome, PolicyPoint, PolicySets, Verdict
+from approvals.policies import Outcome, PolicyPoint, Verdict
 from ledger.calls.model import CallContext, CallOutcome, CallStatus, Effect, ToolCall, ToolFailed
 from ledger.calls.service import ToolLedger
 from ledger.errors import UnknownCall
@@ -88,9 +89,6 @@ REQUESTED_BY = "signoff_requested_by"
 DEFERRED = "signoff_deferred_tools"
 """Set (True) in `configurable` when every tool call runs outside the graph first (a Dex
 agent session): the graph only replays outcomes the ledger has, asks nobody and runs nothing."""
-DATABASE_SETS: Literal["database"] = "database"
-"""`SignoffTools.policy`'s default: a policy decision point over the published policy sets of the
-ledger's database, built and closed by the `SignoffTools`."""
 log = get_logger(__name__)
 
 Execute = Callable[[dict[str, Any], RunnableConfig], Awaitable[ToolMessage]]
@@ -190,7 +188,7 @@ class SignoffTools:
     """The event loop the ledger's and the store's database pool belong to, when it runs in a
     thread of its own (`from_conn_string_sync` sets it): sync code (`agent.invoke`) runs the
     middleware's work there."""
-    policy: PolicyPoint | Literal["database"] | None = DATABASE_SETS
+    policy: PolicyChoice = DATABASE_SETS
     """What decides whether a call runs, asks for approval or is refused: a policy decision
     point; `DATABASE_SETS` (default) builds one over the ledger's database (with no set
     published, or a set of mode off, each tool's spec decides, as with None); None: each
@@ -199,16 +197,10 @@ class SignoffTools:
     _own_point: PolicyPoint | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
-        names = [s.name for s in self.specs]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tool names must be unique: {names}")
-        self._by_name = {s.name: s for s in self.specs}
-        if self.policy == DATABASE_SETS:
-            # Built here, not on first use: copies (`dataclasses.replace`, as the middleware
-            # makes) share this point, and closing this object closes it.
-            self.policy = self._own_point = PolicyPoint(
-                PolicySets(self.ledger.db, self.ledger.ring)
-            )
+        self._by_name = specs_by_name(self.specs)
+        # Built here, not on first use: copies (`dataclasses.replace`, as the middleware makes)
+        # share this point, and closing this object closes it.
+        self.policy, self._own_point = point_of(self.policy, self.ledger)
 
     @property
     def point(self) -> PolicyPoint | None:
@@ -255,17 +247,16 @@ class SignoffTools:
                 stack.push_async_callback(store.close)
                 ledger = ToolLedger(db, ring)
                 stack.push_async_callback(ledger.close)
-                point = PolicyPoint(PolicySets(db, ring))
-                stack.push_async_callback(point.close)
-                yield cls(
+                tools = cls(
                     ledger,
                     store,
                     specs,
                     default or ToolSpec("*"),
                     requested_by,
                     loop=asyncio.get_running_loop(),
-                    policy=point,
                 )
+                stack.push_async_callback(tools.close)  # its policy decision point
+                yield tools
 
         with held_on_loop_thread(open_tools, name="signoff-tools") as tools:
             yield tools

@@ -36,14 +36,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from agents import Agent, RunConfig, Runner, RunResult, RunState, ToolApprovalItem
 
 from adapters.runtime import ToolSpec, ready
 from adapters.runtime import run as run_call
+from adapters.runtime.policy import DATABASE_SETS, PolicyChoice, point_of, specs_by_name
 from approvals import Approval, ApprovalPolicy, ApprovalStatus, ApprovalStore, UnknownApproval
-from approvals.policies import PolicyPoint, PolicySets
+from approvals.policies import PolicyPoint
 from ledger.calls.model import CallContext, ToolCall
 from ledger.calls.service import ToolLedger
 from ledger.canonical import canonical_json
@@ -60,9 +61,6 @@ log = get_logger(__name__)
 
 FRAMEWORK = "openai_agents"
 """The framework name the pauses of this adapter carry."""
-DATABASE_SETS: Literal["database"] = "database"
-"""`SignoffAgents.policy`'s default: a policy decision point over the published policy sets of
-the ledger's database, built and closed by the `SignoffAgents`."""
 _VERSION = 1
 
 
@@ -99,19 +97,15 @@ class SignoffAgents:
     default: ToolSpec = field(default_factory=lambda: ToolSpec("*"))
     approval: ApprovalPolicy = field(default_factory=lambda: ApprovalPolicy(any_reviewer=True))
     requested_by: str = "agent"
-    policy: PolicyPoint | Literal["database"] | None = DATABASE_SETS
+    policy: PolicyChoice = DATABASE_SETS
     """A policy decision point; `DATABASE_SETS` builds one over the ledger's database (with no
     set published each tool's spec decides); None: each tool's spec alone."""
+    _by_name: dict[str, ToolSpec] = field(init=False, repr=False)
     _own_point: PolicyPoint | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
-        names = [s.name for s in self.specs]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tool names must be unique: {names}")
-        if self.policy == DATABASE_SETS:
-            self.policy = self._own_point = PolicyPoint(
-                PolicySets(self.ledger.db, self.ledger.ring)
-            )
+        self._by_name = specs_by_name(self.specs)
+        self.policy, self._own_point = point_of(self.policy, self.ledger)
 
     async def close(self) -> None:
         """Close the policy decision point this object built (nothing it was given)."""
@@ -126,8 +120,9 @@ class SignoffAgents:
 
     def _governance(self) -> Governance:
         point = self.policy if isinstance(self.policy, PolicyPoint) else None
-        specs = {s.name: s for s in self.specs}
-        return Governance(self.ledger, self.approvals, specs, self.default, point, self.approval)
+        return Governance(
+            self.ledger, self.approvals, self._by_name, self.default, point, self.approval
+        )
 
     def wrap(self, agent: Agent[Any], run_id: str, requested_by: str | None = None) -> Agent[Any]:
         """A copy of `agent` (and of the agents it hands off to) whose function tools run

@@ -21,7 +21,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
@@ -32,6 +32,7 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolApp
 
 from adapters.runtime import ToolSpec, ready
 from adapters.runtime import run as run_call
+from adapters.runtime.policy import DATABASE_SETS, PolicyChoice, point_of, specs_by_name
 from approvals import (
     Approval,
     ApprovalPolicy,
@@ -40,7 +41,7 @@ from approvals import (
     DecisionKind,
     UnknownApproval,
 )
-from approvals.policies import PolicyPoint, PolicySets
+from approvals.policies import PolicyPoint
 from ledger.calls.model import CallContext, ToolCall
 from ledger.calls.service import ToolLedger
 from ledger.log import get_logger
@@ -58,7 +59,6 @@ from .toolset import APPROVAL_KEY, Governing, Resumed, RunScope, model_text, nat
 __all__ = ["DATABASE_SETS", "FRAMEWORK", "Signoff", "SignoffRun"]
 
 FRAMEWORK = "pydantic_ai"
-DATABASE_SETS: Literal["database"] = "database"
 log = get_logger(__name__)
 
 _REQUESTS = TypeAdapter(DeferredToolRequests)
@@ -98,19 +98,13 @@ class Signoff:
     specs: Sequence[ToolSpec] = ()
     default: ToolSpec = field(default_factory=lambda: ToolSpec("*"))
     requested_by: str = "agent"
-    policy: PolicyPoint | Literal["database"] | None = DATABASE_SETS
+    policy: PolicyChoice = DATABASE_SETS
     _by_name: dict[str, ToolSpec] = field(init=False, repr=False)
     _own_point: PolicyPoint | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
-        names = [s.name for s in self.specs]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tool names must be unique: {names}")
-        self._by_name = {s.name: s for s in self.specs}
-        if self.policy == DATABASE_SETS:
-            self.policy = self._own_point = PolicyPoint(
-                PolicySets(self.ledger.db, self.ledger.ring)
-            )
+        self._by_name = specs_by_name(self.specs)
+        self.policy, self._own_point = point_of(self.policy, self.ledger)
 
     @property
     def point(self) -> PolicyPoint | None:

@@ -1,4 +1,5 @@
-"""The runtime every adapter shares (LangGraph, Dex, Welt): one tool spec, the ids, the
+"""The runtime every adapter shares (LangGraph, Dex, Welt, the MCP gateway, the OpenAI Agents
+SDK, Pydantic AI): one tool spec, the policy decision, the ids, the
 `ask -> wait -> gate -> execute` flow and the idempotent decide rule. It imports no agent
 framework, only the ledger and approvals, so each adapter is wiring around these functions.
 
@@ -20,12 +21,14 @@ an approval's JSON (the CLI's, the HTTP service's).
 
 from .decide import DecisionConflict, DecisionRecord, confirm_once, decide_once, same_decision
 from .flow import ask, await_final, ready, require_ready, run
-from .policy import governed, judge
+from .policy import DATABASE_SETS, PolicyChoice, governed, judge, point_of, specs_by_name
 from .spec import ToolSpec, effect_of_hints, task_run_id
 
 __all__ = [
+    "DATABASE_SETS",
     "DecisionConflict",
     "DecisionRecord",
+    "PolicyChoice",
     "ToolSpec",
     "ask",
     "await_final",
@@ -34,9 +37,11 @@ __all__ = [
     "effect_of_hints",
     "governed",
     "judge",
+    "point_of",
     "ready",
     "require_ready",
     "run",
     "same_decision",
+    "specs_by_name",
     "task_run_id",
 ]

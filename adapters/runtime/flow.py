@@ -123,10 +123,12 @@ async def run(
         HistoryMoved: the run kept moving while the call was judged again for
             `REJUDGE_SECONDS`.
     """
-    if verdict is not None and approval_id is not None:
-        if verdict.outcome is Outcome.ALLOW and not ready(await store.get(approval_id)):
+    if verdict is not None and approval_id is not None and _looks_at_approval(verdict):
+        approval = await store.get(approval_id)
+        if verdict.outcome is Outcome.ALLOW and not ready(approval):
             approval_id = None  # allowed outright now: the pending request is not waited for
-        verdict = await _edit_judged(store, call, approval_id, verdict, judge_again)
+        else:
+            verdict = await _edit_judged(store, call, approval, verdict, judge_again)
     deadline = datetime.now(UTC) + timedelta(seconds=REJUDGE_SECONDS)
     while True:
         gate = _gate(store, call, approval_id, verdict)
@@ -146,10 +148,19 @@ REJUDGE_SECONDS = 30.0
 each round lets at least one of the run's racing calls through."""
 
 
+def _looks_at_approval(verdict: Verdict) -> bool:
+    """Whether running under `verdict` needs the approval read first: an allow (is it final?),
+    or an enforced set's approval (was it an edit, whose arguments the set must judge?)."""
+    if verdict.outcome is Outcome.ALLOW:
+        return True
+    stamp = verdict.stamp
+    return verdict.outcome is Outcome.APPROVAL and stamp is not None and stamp.mode is Mode.ENFORCE
+
+
 async def _edit_judged(
     store: ApprovalStore,
     call: ToolCall,
-    approval_id: str | None,
+    approval: Approval,
     verdict: Verdict,
     judge_again: Callable[[ToolCall], Awaitable[Verdict]] | None,
 ) -> Verdict:
@@ -157,11 +168,8 @@ async def _edit_judged(
     the verdict on the edited arguments: the policy judged the model's (denied when there is
     nothing to judge them with)."""
     stamp = verdict.stamp
-    if approval_id is None or verdict.outcome is Outcome.DENY:
-        return verdict
     if stamp is None or stamp.mode is not Mode.ENFORCE:
         return verdict
-    approval = await store.get(approval_id)
     if approval.status is not ApprovalStatus.EDITED:
         return verdict
     decision = await store.final_decision(approval)  # the edited arguments, opened

@@ -12,24 +12,60 @@ an edit or an answer is used) and not waiting for a request still pending.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from approvals.policies import (
     CallFacts,
     Outcome,
     PolicyPoint,
+    PolicySets,
     Principal,
     RegisteredTool,
     Verdict,
     own_rule,
 )
 from ledger.calls.model import Effect, ToolCall
+from ledger.calls.service import ToolLedger
 
 from .spec import ToolSpec
 
-__all__ = ["governed", "judge"]
+__all__ = ["DATABASE_SETS", "PolicyChoice", "governed", "judge", "point_of", "specs_by_name"]
+
+DATABASE_SETS: Literal["database"] = "database"
+"""An adapter's `policy` default: a policy decision point over the published policy sets of the
+ledger's database, built and closed by the adapter (with no set published, or a set of mode
+off, each tool's spec decides)."""
+
+PolicyChoice = PolicyPoint | Literal["database"] | None
+"""How an adapter judges calls: a point it is given (its owner closes it), `DATABASE_SETS`, or
+None (each tool's spec alone, whatever is published)."""
+
+
+def point_of(
+    choice: PolicyChoice, ledger: ToolLedger
+) -> tuple[PolicyPoint | None, PolicyPoint | None]:
+    """The point calls are judged by under `choice`, and the one built here for it (which the
+    adapter closes when it closes; None when it was given one or none)."""
+    if choice == DATABASE_SETS:
+        built = PolicyPoint(PolicySets(ledger.db, ledger.ring))
+        return built, built
+    return (choice if isinstance(choice, PolicyPoint) else None), None
+
+
+def specs_by_name(specs: Iterable[ToolSpec]) -> dict[str, ToolSpec]:
+    """The specs by their tool's name.
+
+    Raises:
+        ValueError: two specs name one tool.
+    """
+    by_name: dict[str, ToolSpec] = {}
+    for spec in specs:
+        if spec.name in by_name:
+            raise ValueError(f"tool names must be unique: {spec.name!r} is named twice")
+        by_name[spec.name] = spec
+    return by_name
 
 
 async def judge(
