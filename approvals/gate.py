@@ -16,11 +16,13 @@ from ledger.calls.service import Gate
 from ledger.canonical import canonical_json
 from ledger.errors import ClaimRaced
 from ledger.keys.digests import matches
+from ledger.telemetry import Attr, span
 
 from .errors import ApprovalAlreadyDecided, DecisionForged
 from .model import Approval, DecisionKind
 from .projection import stream_of
 from .store import ApprovalStore
+from .tracing import CONSUME_SPAN, consumed
 
 __all__ = ["approval_gate", "gate_result"]
 
@@ -48,17 +50,19 @@ def approval_gate(
     """A gate that consumes `approval_id` in the intent's transaction."""
 
     async def gate(conn: asyncpg.Connection) -> GateRun | GateDeny | GateRespond:
-        try:
-            approval = await store.consume(approval_id, task_run_id, connection=conn)
-        except ApprovalAlreadyDecided as e:
-            if e.consumed_by == task_run_id:
-                # This call's intent was recorded by another process a moment ago, with this
-                # approval: look again, and replay or wait for that run.
-                raise ClaimRaced(f"approval {approval_id} was consumed by this call") from e
-            raise
-        # The binding covers the asked arguments.
-        if not await matches(store.ring, approval.args_digest, canonical_json(args)):
-            raise DecisionForged(approval_id, "it is for other arguments than this call's")
-        return gate_result(approval, args)
+        with span(CONSUME_SPAN, {Attr.APPROVAL_ID: approval_id}) as current:
+            try:
+                approval = await store.consume(approval_id, task_run_id, connection=conn)
+            except ApprovalAlreadyDecided as e:
+                if e.consumed_by == task_run_id:
+                    # This call's intent was recorded by another process a moment ago, with
+                    # this approval: look again, and replay or wait for that run.
+                    raise ClaimRaced(f"approval {approval_id} was consumed by this call") from e
+                raise
+            # The binding covers the asked arguments.
+            if not await matches(store.ring, approval.args_digest, canonical_json(args)):
+                raise DecisionForged(approval_id, "it is for other arguments than this call's")
+            consumed(current, approval)
+            return gate_result(approval, args)
 
     return gate

@@ -16,6 +16,7 @@ from ledger.keys.digests import matches
 from ledger.limits import INT8, int_problem
 from ledger.store.config import masked
 from ledger.store.notify import woken
+from ledger.telemetry import Attr, span
 
 from . import _sql
 from .context import RequestContext
@@ -40,6 +41,7 @@ from .projection import stream_of
 from .records import row_to_approval
 from .reviewers import directory_groups
 from .tokens import parse_token, sign_token, token_mac_ok
+from .tracing import WAIT_SPAN, waited
 
 __all__ = ["Reading"]
 
@@ -242,6 +244,12 @@ class Reading(StoreCore):
         Wakes on the NOTIFY sent when a decision commits in any process, and re-checks every
         `poll_interval` seconds in case the listening connection was lost.
         """
+        with span(WAIT_SPAN, {Attr.APPROVAL_ID: approval_id}) as current:
+            approval = await self._wait(approval_id, seconds)
+            waited(current, approval)
+            return approval
+
+    async def _wait(self, approval_id: str, seconds: float) -> Approval:
         listener = self._listener
         await listener.start()
         deadline = time.monotonic() + seconds

@@ -9,7 +9,8 @@
 - `/metrics`: the service's Prometheus metrics (`metrics`), for an auditor's token.
 - `/inbox`: the web inbox (`inbox`), a page over this same API, signed in by a cookie.
 - Request bodies above the service's limit are refused with 413 before they are read whole.
-- Each request is counted and timed by its route's template (`metrics.RequestMetrics`).
+- Each request is counted and timed by its route's template (`metrics.RequestMetrics`), and is
+  a server span of the caller's trace (`tracing.ServerSpans`).
 - Each request is logged once (method, path, status, time, the caller's reviewer id); never a
   header, a token or a body.
 """
@@ -29,6 +30,7 @@ from . import approvals_api, audit_api, calls_api, events_api, inbox, metrics_ap
 from .errors import install_error_handlers, problem
 from .metrics import RequestMetrics
 from .service import Service
+from .tracing import ServerSpans
 
 __all__ = ["BodyLimit", "RequestLog", "create_app"]
 
@@ -172,4 +174,5 @@ def create_app(service: Service) -> FastAPI:
     app.add_middleware(RequestMetrics, metrics=service.metrics)
     app.add_middleware(ApiNoStore)
     app.add_middleware(inbox.InboxHeaders)  # the last added is outermost: BodyLimit's 413 too
+    app.add_middleware(ServerSpans)  # outermost of all: its span covers the others
     return app

@@ -54,6 +54,7 @@ from ledger.log import get_logger
 from ledger.store.config import normalize_url
 from ledger.store.db import Database
 from ledger.store.settings import Settings
+from ledger.telemetry import Attr
 
 from . import _envelope as env
 from ._copy import copy_thread_rows
@@ -61,6 +62,7 @@ from ._envelope import CheckpointSealer
 from ._loop_thread import held_on_loop_thread
 from ._rows import RowOpener
 from .errors import UnsupportedCheckpoint
+from .tracing import READ_SPAN, WRITE_SPAN, WRITES_SPAN, checkpoint_span
 
 __all__ = ["EncryptedPostgresSaver", "encrypted_checkpointer"]
 
@@ -234,6 +236,16 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Save a checkpoint, its new channel values and its metadata, encrypted."""
+        with checkpoint_span(WRITE_SPAN, config):
+            return await self._put(config, checkpoint, metadata, new_versions)
+
+    async def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         # Serializing in a thread keeps a large state from blocking the event loop, as
         # LangGraph's saver does for its blobs. Sealing runs here, on the loop: in the thread,
         # each of its calls that let go of the GIL (the cipher, the nonce from the OS) waited
@@ -326,13 +338,14 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
             if all(w[0] in WRITES_IDX_MAP for w in writes)
             else self.INSERT_CHECKPOINT_WRITES_SQL
         )
-        serialized = await asyncio.to_thread(self._serialize_writes, writes)
-        configurable = config["configurable"]
-        place = itemgetter("thread_id", "checkpoint_ns", "checkpoint_id")(configurable)
-        async with self.ring.sealing():
-            rows = self._seal_writes((*place, task_id, task_path), serialized)
-        async with self._cursor(pipeline=True) as cur:
-            await cur.executemany(query, rows)
+        with checkpoint_span(WRITES_SPAN, config):
+            serialized = await asyncio.to_thread(self._serialize_writes, writes)
+            configurable = config["configurable"]
+            place = itemgetter("thread_id", "checkpoint_ns", "checkpoint_id")(configurable)
+            async with self.ring.sealing():
+                rows = self._seal_writes((*place, task_id, task_path), serialized)
+            async with self._cursor(pipeline=True) as cur:
+                await cur.executemany(query, rows)
 
     def _serialize_writes(
         self, writes: Sequence[tuple[str, Any]]
@@ -419,6 +432,14 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         ).result()
 
     # -- reading -----------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """A checkpoint (the latest of its thread unless the config names one), decrypted."""
+        with checkpoint_span(READ_SPAN, config) as current:
+            found = await super().aget_tuple(config)
+            if current.is_recording():
+                current.set_attribute(Attr.CHECKPOINT_FOUND, found is not None)
+            return found
 
     async def alist(
         self,

@@ -88,6 +88,7 @@ from .model import (
 from .projection import CALLS
 from .records import CallRecorder, open_call_value, outcome_of
 from .resolution import sign_resolution
+from .tracing import tool_span, traced_outcome
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "MAX_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 
@@ -250,18 +251,25 @@ class ToolLedger:
         """
         policy = policy or ToolPolicy()
         args_text = _validate(call, policy)
-        # The ring readied for the digest, and for the seals and MACs of this call.
-        async with self.ring.sealing():
-            request_digest = text_digest(self.ring, args_text)
-            while True:
-                step = await self._claim(call, policy, gate, judgment, request_digest, args_text)
-                if isinstance(step, _Replay):
-                    return step.outcome
-                if isinstance(step, _Wait):
-                    await self._wait(step.record)
-                elif isinstance(step, _Run):
-                    return await self._run(step, fn)
-                # None: a concurrent claim won the insert; look again
+        with tool_span(call, policy, judgment) as span:
+            # The ring readied for the digest, and for the seals and MACs of this call.
+            async with self.ring.sealing():
+                request_digest = text_digest(self.ring, args_text)
+                while True:
+                    step = await self._claim(
+                        call, policy, gate, judgment, request_digest, args_text
+                    )
+                    if isinstance(step, _Replay):
+                        outcome = step.outcome
+                        break
+                    if isinstance(step, _Wait):
+                        await self._wait(step.record)
+                    elif isinstance(step, _Run):
+                        outcome = await self._run(step, fn)
+                        break
+                    # None: a concurrent claim won the insert; look again
+            await traced_outcome(self.db, span, call, outcome)
+            return outcome
 
     async def get(self, run_id: str, call_id: str) -> CallRecord:
         _check_id(run_id, "run_id")

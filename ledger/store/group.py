@@ -35,6 +35,7 @@ import asyncpg
 
 from ..errors import DatabaseUnavailable
 from ..log import get_logger
+from ..telemetry import group_sent
 from .db import Database
 
 __all__ = ["GroupedCalls"]
@@ -161,6 +162,7 @@ class GroupedCalls:
         group = [s for s in group if not s.result.done()]  # callers gone while it waited
         if not group:
             return
+        group_sent(len(group))
         try:
             async with self.db.connection(conn) as typed:  # the driver's errors, typed
                 row = await typed.fetchrow(
