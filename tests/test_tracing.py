@@ -9,12 +9,15 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from adapters.langgraph import encrypted_checkpointer
 from adapters.runtime import ToolSpec
 from adapters.runtime import flow as runtime
 from approvals import ApprovalPolicy, ApprovalStore, Decision
@@ -26,6 +29,7 @@ from ledger.store import Database
 from ledger.store.settings import Settings
 from ledger.telemetry import Attr, Metric
 
+from .support.http import reviewer_service
 from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.telemetry import Captured, captured
 from .support.worker_login import worker_login
@@ -152,7 +156,7 @@ async def test_a_tool_that_may_have_acted_ends_as_outcome_unknown(site: Site) ->
 async def decided_call(site: Site, decision: Decision) -> tuple[str, str]:
     """A call asked for a four-eyes approval, waited for, decided and run; (run, tool)."""
     run, tool = run_id(), f"refund_{uuid.uuid4().hex[:6]}"
-    spec = ToolSpec(tool, Effect.SINGLE_ATTEMPT, ApprovalPolicy(approvers=("cfo",)))
+    spec = ToolSpec(tool, Effect.SINGLE_ATTEMPT, ApprovalPolicy(approvers=frozenset({"cfo"})))
     call = ToolCall(run, "c1", tool, {"card": SECRET})
     asked = await runtime.ask(site.worker, spec, call, requested_by="agent")
     pending = await runtime.await_final(site.worker, asked.approval_id, 0.01)
@@ -224,3 +228,52 @@ async def test_without_capture_nothing_records(site: Site) -> None:
     await site.ledger.execute(ToolCall(run_id(), "c1", "look", {}), looks, ToolPolicy(Effect.READ))
     assert seen == [False]
     assert capture.spans == []
+
+
+class Counted(TypedDict):
+    card: str
+    steps: int
+
+
+async def test_checkpoint_reads_and_writes_are_spans_of_their_thread(site: Site) -> None:
+    def step(state: Counted) -> dict[str, int]:
+        return {"steps": state["steps"] + 1}
+
+    builder = StateGraph(Counted)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    thread = f"thread-{uuid.uuid4().hex[:8]}"
+    async with encrypted_checkpointer(site.db, site.ledger.ring) as saver:
+        graph = builder.compile(checkpointer=saver)
+        config: RunnableConfig = {"configurable": {"thread_id": thread}}
+        with captured() as capture:
+            await graph.ainvoke({"card": SECRET, "steps": 0}, config)
+            state = await graph.aget_state(config)
+    assert state.values["steps"] == 1
+    writes = capture.named("signoff.checkpoint.write")
+    reads = capture.named("signoff.checkpoint.read")
+    assert writes and reads
+    for span in writes + reads:
+        assert attributes(span)["signoff.checkpoint.thread_id"] == thread
+    assert [attributes(r)["signoff.checkpoint.found"] for r in reads][-1] is True
+    nothing_sealed(capture.spans)
+
+
+async def test_the_service_continues_the_callers_trace(database_url: str) -> None:
+    trace_id, parent = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    async with reviewer_service(database_url) as http:
+        with captured() as capture:
+            answer = await http.get(
+                f"/v1/approvals/{uuid.uuid4()}",
+                headers={"traceparent": f"00-{trace_id}-{parent}-01"},
+            )
+    assert answer.status_code == 401  # no token: the span is there all the same
+    (span,) = [s for s in capture.spans if s.kind is SpanKind.SERVER]
+    assert span.name == "GET /v1/approvals/{approval_id}"
+    assert span.context.trace_id == int(trace_id, 16)
+    assert span.parent is not None and span.parent.span_id == int(parent, 16)
+    described = attributes(span)
+    assert described["http.route"] == "/v1/approvals/{approval_id}"
+    assert described["http.response.status_code"] == 401
+    assert [s.name for s in capture.spans] == [span.name]  # no spans of dependencies

@@ -10,7 +10,10 @@
 - `/inbox`: the web inbox (`inbox`), a page over this same API, signed in by a cookie.
 - Request bodies above the service's limit are refused with 413 before they are read whole.
 - Each request is counted and timed by its route's template (`metrics.RequestMetrics`), and is
-  a server span of the caller's trace (`tracing.ServerSpans`).
+  a server span of the caller's trace (`traceparent`): FastAPI's own OpenTelemetry
+  instrumentation, through the API (nothing records until the application installs an SDK).
+  Its log records and its spans of dependencies and endpoints are off: they carry exception
+  messages, which may quote a request's values.
 - Each request is logged once (method, path, status, time, the caller's reviewer id); never a
   header, a token or a body.
 """
@@ -30,7 +33,6 @@ from . import approvals_api, audit_api, calls_api, events_api, inbox, metrics_ap
 from .errors import install_error_handlers, problem
 from .metrics import RequestMetrics
 from .service import Service
-from .tracing import ServerSpans
 
 __all__ = ["BodyLimit", "RequestLog", "create_app"]
 
@@ -148,6 +150,7 @@ def create_app(service: Service) -> FastAPI:
         openapi_url="/v1/openapi.json",
         docs_url=None,
         redoc_url=None,
+        telemetry={"logs": False, "operation_spans": False},
     )
     app.state.service = service
     install_error_handlers(app)
@@ -174,5 +177,4 @@ def create_app(service: Service) -> FastAPI:
     app.add_middleware(RequestMetrics, metrics=service.metrics)
     app.add_middleware(ApiNoStore)
     app.add_middleware(inbox.InboxHeaders)  # the last added is outermost: BodyLimit's 413 too
-    app.add_middleware(ServerSpans)  # outermost of all: its span covers the others
     return app

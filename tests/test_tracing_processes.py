@@ -1,0 +1,126 @@
+"""Traces across processes: the MCP gateway (`signoff mcp`, its own process, with an SDK
+installed as an operator installs one) continues the client's trace from `_meta.traceparent`,
+its `tools/call` span the parent of the ledger's `execute_tool` span; and a worker with no SDK
+installed exports nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from .support.mcp_gateway import GatewaySite, gateway_site
+from .support.processes import ROOT, kek_env
+from .support.traced import SPANS_ENV
+from .support.until import until
+
+
+@pytest.fixture
+async def site(server_url: str, tmp_path: Path) -> AsyncIterator[GatewaySite]:
+    async with gateway_site(server_url, tmp_path) as made:
+        yield made
+
+
+def spans_in(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+async def test_the_gateway_continues_the_clients_trace(site: GatewaySite, tmp_path: Path) -> None:
+    spans = tmp_path / "spans.jsonl"
+    plain = site.stdio()
+    traced = StdioServerParameters(
+        command=plain.command,
+        args=["-m", "tests.support.traced", *plain.args[1:]],
+        env={**(plain.env or {}), SPANS_ENV: str(spans)},
+        cwd=plain.cwd,
+    )
+    trace_id, parent = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    meta = cast(
+        types.RequestParamsMeta,
+        {
+            "io.signoff/run": f"run-{uuid.uuid4().hex[:8]}",
+            "traceparent": f"00-{trace_id}-{parent}-01",
+        },
+    )
+    async with Client(traced, mode="2026-07-28") as client:
+        read = await client.call_tool("balance", {"account": "A1"}, meta=meta)
+        assert "A1" in read.content[0].text  # type: ignore[union-attr]
+
+        def both_ended() -> bool:
+            names = {s["name"] for s in spans_in(spans)}
+            return {"tools/call balance", "execute_tool balance"} <= names
+
+        await until(both_ended, what="the gateway's spans of the call")
+    by_name = {s["name"]: s for s in spans_in(spans)}
+    server, call = by_name["tools/call balance"], by_name["execute_tool balance"]
+    assert server["kind"] == "SERVER" and server["trace_id"] == trace_id
+    assert server["parent_span_id"] == parent
+    assert call["trace_id"] == trace_id and call["parent_span_id"] == server["span_id"]
+    assert call["attributes"]["gen_ai.tool.name"] == "balance"
+    assert call["attributes"]["signoff.call.status"] == "succeeded"
+    assert isinstance(call["attributes"]["signoff.journal.position"], int)
+    assert "A1" not in json.dumps([s["attributes"] for s in by_name.values()])
+
+
+NO_SDK = """
+import asyncio, importlib.abc, sys
+
+class NoSdk(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "opentelemetry.sdk" or name.startswith("opentelemetry.sdk."):
+            raise ModuleNotFoundError(name)
+        return None
+
+sys.meta_path.insert(0, NoSdk())
+
+from opentelemetry import trace
+from ledger.calls.model import Effect, ToolCall, ToolPolicy
+from ledger.calls.service import ToolLedger
+from ledger.keys import KeyRing
+from ledger.store import Database
+
+seen = []
+
+async def tool(args, context):
+    span = trace.get_current_span()
+    seen.append((span.is_recording(), span.get_span_context().is_valid))
+    return "ok"
+
+async def main():
+    async with await Database.connect(sys.argv[1]) as db:
+        ledger = ToolLedger(db, await KeyRing.open(db))
+        outcome = await ledger.execute(
+            ToolCall(sys.argv[2], "c1", "look", {}), tool, ToolPolicy(Effect.READ)
+        )
+        await ledger.close()
+    loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk"))
+    print(outcome.status, seen, type(trace.get_tracer_provider()).__name__, loaded)
+
+asyncio.run(main())
+"""
+
+
+def test_with_no_sdk_installed_nothing_records(database_url: str) -> None:
+    env = {**kek_env(), "PYTHONPATH": str(ROOT)}
+    env.pop("OTEL_PYTHON_TRACER_PROVIDER", None)
+    done = subprocess.run(
+        [sys.executable, "-c", NO_SDK, database_url, f"run-{uuid.uuid4().hex[:8]}"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == "succeeded [(False, False)] ProxyTracerProvider []"
