@@ -21,6 +21,12 @@ call of its database); `policy_none` the same path and point with no set publish
 own rule decides). `policy_ratio` = set / none at 8 callers (target: >= 0.9), `policy_ratio_1`
 at 1.
 
+Tracing: `traced` is `ours` with the OpenTelemetry SDK installed (every span sampled, a batch
+processor, an exporter that drops the spans: bench/tracing.py), measured in the same rounds;
+`tracing_ratio` = traced / ours at 8 callers (target: >= 0.9), `tracing_ratio_1` at 1. With no
+SDK installed the instrumentation is the API's no-op: `noop_instrumentation_us` is its cost per
+call, and `noop_share_1` that cost as a share of a call's time at 1 caller.
+
 Every figure (raw commits, ours, agent-ledger, DBOS) is measured in each of `--rounds`
 interleaved rounds, so a slow spell of the machine hits them alike; each figure is the median
 over the rounds, each ratio the median of the rounds' own ratios (`ratio_rounds` and
@@ -36,6 +42,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,10 +50,13 @@ from typing import Any
 
 from bench.common import Op, Rounds, bench_database, rate, raw_commit_rate
 from bench.policies import allowed_call, governed, publish
+from bench.tracing import installed
 from ledger.calls.model import CallContext, Effect, ToolCall, ToolPolicy
 from ledger.calls.service import ToolLedger
+from ledger.calls.tracing import tool_span
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
+from ledger.telemetry import Attr, tool_calls
 
 CALLERS = 8
 KEK = LocalKek(os.urandom(32))
@@ -73,6 +83,24 @@ async def ours(url: str, callers: int, seconds: float) -> float:
         calls = await rate(callers, seconds, caller)
         await ledger.close()
     return calls
+
+
+def noop_instrumentation_seconds(repeat: int = 20_000) -> float:
+    """What a call's instrumentation costs with no SDK installed (the API's no-op tracer and
+    meter): the span the ledger opens and closes and the count it adds, per call."""
+    call = ToolCall("bench-run", "call-1", "noop", {})
+    policy = ToolPolicy(Effect.SINGLE_ATTEMPT)
+    counted: dict[str, str | bool] = {
+        Attr.TOOL_NAME: "noop",
+        Attr.CALL_STATUS: "succeeded",
+        Attr.CALL_REPLAYED: False,
+    }
+    started = time.perf_counter()
+    for _ in range(repeat):
+        with tool_span(call, policy, None) as span:
+            tool_calls.add(1, counted)
+            span.is_recording()
+    return (time.perf_counter() - started) / repeat
 
 
 async def policy_calls(url: str, callers: int, seconds: float) -> float:
@@ -191,6 +219,8 @@ async def dbos(url: str) -> AsyncIterator[DbosProcess | None]:
 async def main(seconds: float, rounds: int) -> dict[str, Any]:
     levels = (1, CALLERS)
     measured = Rounds()
+    tracing = installed()
+    idle = noop_instrumentation_seconds()
     async with bench_database() as url, bench_database() as ruled, dbos(url) as peer_dbos:
         await publish(ruled, KEK, REVIEWER_KEK)
         for _ in range(rounds):
@@ -198,9 +228,13 @@ async def main(seconds: float, rounds: int) -> dict[str, Any]:
                 suffix = "" if n == CALLERS else f"_{n}"
                 baseline = await raw_commit_rate(url, n, seconds)
                 calls = await ours(url, n, seconds)
+                with tracing.tracing():
+                    traced = await ours(url, n, seconds)
                 measured.note(f"baseline{suffix}", baseline)
                 measured.note(f"ours{suffix}", calls)
                 measured.compare(f"ratio{suffix}", calls, baseline)
+                measured.note(f"traced{suffix}", traced)
+                measured.compare(f"tracing_ratio{suffix}", traced, calls)
                 unruled = await policy_calls(url, n, seconds)
                 under_set = await policy_calls(ruled, n, seconds)
                 measured.note(f"policy_none{suffix}", unruled)
@@ -218,6 +252,7 @@ async def main(seconds: float, rounds: int) -> dict[str, Any]:
                     measured.compare(f"dbos_workflow_ratio_{n}", calls, workflows)
                     measured.compare(f"dbos_step_ratio_{n}", calls, steps)
     figure, ratio = measured.figure, measured.ratio
+    ours_1 = figure("ours_1")
     return {
         "ours": figure("ours"),
         "baseline": figure("baseline"),
@@ -233,6 +268,14 @@ async def main(seconds: float, rounds: int) -> dict[str, Any]:
         "policy_none_1": figure("policy_none_1"),
         "policy_set_1": figure("policy_set_1"),
         "policy_ratio_1": ratio("policy_ratio_1", 3),
+        "traced": figure("traced"),
+        "tracing_ratio": ratio("tracing_ratio", 3),
+        "target_tracing_ratio": 0.9,
+        "traced_1": figure("traced_1"),
+        "tracing_ratio_1": ratio("tracing_ratio_1", 3),
+        "noop_instrumentation_us": round(idle * 1e6, 2),
+        "noop_share_1": None if ours_1 is None else round(idle * ours_1, 4),
+        "tracing_ratio_rounds": measured.spread("tracing_ratio", 3),
         "peer": figure("peer"),
         "peer_ratio": ratio("peer_ratio", 2),
         **{f"dbos_workflow_{n}": figure(f"dbos_workflow_{n}") for n in levels},
