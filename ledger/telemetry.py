@@ -27,7 +27,7 @@ from opentelemetry.util.types import AttributeValue
 
 from . import __version__
 
-__all__ = ["SCHEMA_URL", "Attr", "Metric", "failed", "group_sent", "span", "tracer"]
+__all__ = ["SCHEMA_URL", "Attr", "Metric", "failed", "span", "tracer"]
 
 SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.44.0"
 """The semantic-conventions release the attributes follow."""
@@ -119,8 +119,3 @@ def failed(current: Span, error_type: str) -> None:
     if current.is_recording():
         current.set_attribute(Attr.ERROR_TYPE, error_type)
         current.set_status(Status(StatusCode.ERROR))
-
-
-def group_sent(steps: int) -> None:
-    """One group-commit statement sent with `steps` steps."""
-    group_steps.record(steps)

@@ -354,5 +354,6 @@ async def decide(
         bound.info("decision replayed", decision=str(kind))
         return approval_document(decided.approval, args=None)
     service.metrics.decisions.labels(decision=str(kind)).inc()
+    service.metrics.approval_final(decided.approval)  # none while a quorum waits for votes
     bound.info("decided", decision=str(kind), status=str(decided.approval.status))
     return approval_document(decided.approval, args=None)

@@ -108,6 +108,8 @@ class Deliveries:
 
     noun: ClassVar[str] = "delivery"
     """What its log lines call one ("webhook": "webhook delivered")."""
+    channel: ClassVar[str] = "delivery"
+    """Its `channel` label on the service's metrics (`gauges`)."""
     kinds: ClassVar[tuple[str, ...]] = ("approval.requested",)
     """The journal events it delivers (of those `signoff_webhook_record` takes)."""
 

@@ -148,6 +148,7 @@ class EmailNotifier(Deliveries):
     """The e-mail task of one service process: `start()` it, `close()` it."""
 
     noun = "e-mail notification"
+    channel = "email"
 
     def __init__(
         self,

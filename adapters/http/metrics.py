@@ -5,6 +5,11 @@ Requests are labelled by the route's template (`/v1/approvals/{approval_id}`), n
 path: a path may carry anything and every id would be a series of its own. A request's
 duration runs until its status is sent: for an event stream, the time to open it, not how
 long it stays open.
+
+Beside what this process counts, the registry holds the gauges of the database's state
+(`gauges.DatabaseGauges`, read on a scrape), the wait of each approval a decision here made
+final, and the sizes of this process's group commits (`ledger.store.group_sizes`, listened to
+while the service is served).
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from approvals import DecisionKind
+from approvals import Approval, ApprovalPolicy, DecisionKind
 
-__all__ = ["CONTENT_TYPE", "UNROUTED", "Metrics", "RequestMetrics", "Sampler"]
+from .gauges import MAX_TOOLS, OTHER_TOOL, DatabaseGauges
+
+__all__ = ["CONTENT_TYPE", "UNROUTED", "Metrics", "RequestMetrics", "Sampler", "tier_label"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text format, as `generate_latest` writes it (every prometheus-client)."""
@@ -30,6 +37,10 @@ middleware refused it first (413 for a `Content-Length` over the limit)."""
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # From a few milliseconds (a wake on a notification) to the feed's polls and beyond.
 _DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# A person answers within seconds at best; a request may wait a day (its default expiry).
+_WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400, 172800)
+# Group commit sends at most 4 steps a group (`ledger.store.group.MOST_STEPS`); 8 shows more.
+_STEP_BUCKETS = (1, 2, 3, 4, 8)
 
 
 class Sampler(Protocol):
@@ -91,10 +102,47 @@ class Metrics:
         )
         self.horizon: Sampler | None = None
         """What refreshes the horizon gauges on a scrape (set where the service is served)."""
+        self.approval_wait = Histogram(
+            "signoff_approval_wait_seconds",
+            "From an approval's request to the decision through this service that made it "
+            "final, by tier (self_confirm, four_eyes, quorum) and tool",
+            ["tier", "tool"],
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self._wait_tools: set[str] = set()
+        self.group_commit_steps = Histogram(
+            "signoff_group_commit_steps",
+            "Steps in each group this process's group commit sent (1: a step sent alone)",
+            buckets=_STEP_BUCKETS,
+            registry=self.registry,
+        )
+        self.database = DatabaseGauges(self.registry)
+        self.database_sampler: Sampler | None = None
+        """What refreshes `database` on a scrape (set where the service is served)."""
+
+    def approval_final(self, approval: Approval) -> None:
+        """Observe how long `approval` waited, now that a decision made it final."""
+        if approval.decided_at is None or not approval.status.final:
+            return
+        tool = approval.tool
+        if tool not in self._wait_tools:
+            if len(self._wait_tools) >= MAX_TOOLS:
+                tool = OTHER_TOOL
+            else:
+                self._wait_tools.add(tool)
+        waited = (approval.decided_at - approval.requested_at).total_seconds()
+        self.approval_wait.labels(tier_label(approval.policy), tool).observe(max(waited, 0.0))
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+def tier_label(policy: ApprovalPolicy) -> str:
+    """The policy's tier (`self_confirm`, `four_eyes`), or `quorum` when it needs more than one
+    approving reviewer."""
+    return "quorum" if policy.quorum > 1 else str(policy.tier)
 
 
 def method_label(method: str) -> str:

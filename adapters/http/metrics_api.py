@@ -1,7 +1,8 @@
 """`GET /metrics`: the service's metrics (`metrics.Metrics`) in the Prometheus text format, for
 an auditor's token: a scraper sends it as `authorization: {credentials: ...}` (Prometheus'
 scrape configuration). Metrics say how busy the service is and who fails to get in; nobody
-reads them anonymously, and a reviewer's token does not."""
+reads them anonymously, and a reviewer's token does not. The gauges of the journal's horizon
+(`horizon`) and of the database's state (`gauges`) are sampled before each answer."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ async def metrics(request: Request, identity: Caller) -> Response:
     if identity.scope is not Scope.AUDITOR:
         raise ApiError(403, "forbidden", "metrics are for an auditor's token")
     metrics = service_of(request).metrics
-    if metrics.horizon is not None:
-        with contextlib.suppress(Exception):  # the gauges keep their last values
-            await metrics.horizon.sample()
+    for sampler in (metrics.horizon, metrics.database_sampler):
+        if sampler is not None:
+            with contextlib.suppress(Exception):  # the gauges keep their last values
+                await sampler.sample()
     exposition = metrics.exposition()
     return Response(exposition, media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})

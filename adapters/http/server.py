@@ -24,13 +24,14 @@ import uvicorn
 from approvals import Identity, InvalidCredential, Scope
 from approvals.identity import reviewer_id
 from approvals.reviewers import directory_groups
-from ledger.store import Database
+from ledger.store import Database, group_sizes
 from ledger.store.config import is_loopback
 from ledger.store.settings import Settings
 
 from .app import create_app
 from .auth import ApiTokenAuthenticator, Authenticator
 from .connections import bounded_protocol
+from .gauges import StateSampler
 from .horizon import HorizonWatch
 from .service import Service, ServiceMisconfigured, api_tokens, open_service
 
@@ -173,10 +174,15 @@ async def _login(service: Service) -> str:
 
 
 @asynccontextmanager
-async def _watching_horizon(service: Service) -> AsyncIterator[None]:
-    """Sample the journal's horizon while the service is served (`horizon`)."""
-    watch = HorizonWatch(service.db, service.metrics, service.db.settings.horizon_warn_seconds)
-    service.metrics.horizon = watch
+async def _measuring(service: Service) -> AsyncIterator[None]:
+    """While the service is served: sample the journal's horizon (`horizon`), read the
+    database's state on scrapes (`gauges`), and measure this process's group commits."""
+    metrics = service.metrics
+    watch = HorizonWatch(service.db, metrics, service.db.settings.horizon_warn_seconds)
+    metrics.horizon = watch
+    deliveries = [*([service.webhooks] if service.webhooks is not None else []), *service.notifiers]
+    metrics.database_sampler = StateSampler(service.db, metrics.database, deliveries)
+    unlisten = group_sizes.listen(metrics.group_commit_steps.observe)
     task = asyncio.create_task(watch.run())
     try:
         yield
@@ -184,7 +190,8 @@ async def _watching_horizon(service: Service) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        service.metrics.horizon = None
+        unlisten()
+        metrics.horizon = metrics.database_sampler = None
 
 
 @asynccontextmanager
@@ -197,7 +204,7 @@ async def running(
     task = asyncio.create_task(server.serve())
     try:
         await until_started(server, task, host, port)
-        async with _watching_horizon(service):
+        async with _measuring(service):
             yield server, bound_port(server)
     finally:
         server.should_exit = True
@@ -242,7 +249,7 @@ async def serve(
                     dev_reviewer=None if dev is None else dev.reviewer,
                 )
             )
-        async with _watching_horizon(service):
+        async with _measuring(service):
             await ended(task, host, port)
     finally:
         await service.close()

@@ -146,6 +146,7 @@ class SlackNotifier(Deliveries):
     """The Slack task of one service process: `start()` it, `close()` it."""
 
     noun = "slack notification"
+    channel = "slack"
 
     def __init__(
         self,

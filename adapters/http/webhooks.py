@@ -44,6 +44,7 @@ class Webhooks(Deliveries):
     """The webhook task of one service process: `start()` it, `close()` it."""
 
     noun = "webhook"
+    channel = "webhook"
     kinds = KINDS
 
     def __init__(

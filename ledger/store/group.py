@@ -35,7 +35,7 @@ import asyncpg
 
 from ..errors import DatabaseUnavailable
 from ..log import get_logger
-from ..telemetry import group_sent
+from . import group_sizes
 from .db import Database
 
 __all__ = ["GroupedCalls"]
@@ -162,7 +162,7 @@ class GroupedCalls:
         group = [s for s in group if not s.result.done()]  # callers gone while it waited
         if not group:
             return
-        group_sent(len(group))
+        group_sizes.sent(len(group))
         try:
             async with self.db.connection(conn) as typed:  # the driver's errors, typed
                 row = await typed.fetchrow(
