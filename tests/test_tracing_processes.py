@@ -17,9 +17,12 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from .support.mcp_gateway import GatewaySite, gateway_site
 from .support.processes import ROOT, kek_env
+from .support.telemetry import captured
 from .support.traced import SPANS_ENV
 from .support.until import until
 
@@ -46,26 +49,28 @@ async def test_the_gateway_continues_the_clients_trace(site: GatewaySite, tmp_pa
         cwd=plain.cwd,
     )
     trace_id, parent = uuid.uuid4().hex, uuid.uuid4().hex[:16]
-    meta = cast(
-        types.RequestParamsMeta,
-        {
-            "io.signoff/run": f"run-{uuid.uuid4().hex[:8]}",
-            "traceparent": f"00-{trace_id}-{parent}-01",
-        },
+    caller = NonRecordingSpan(
+        SpanContext(int(trace_id, 16), int(parent, 16), is_remote=False, trace_flags=TraceFlags(1))
     )
-    async with Client(traced, mode="2026-07-28") as client:
-        read = await client.call_tool("balance", {"account": "A1"}, meta=meta)
-        assert "A1" in read.content[0].text  # type: ignore[union-attr]
+    meta = cast(types.RequestParamsMeta, {"io.signoff/run": f"run-{uuid.uuid4().hex[:8]}"})
+    # The client's SDK opens its own span under the caller's and sends it in `_meta`.
+    with captured() as client_side, trace.use_span(caller):
+        async with Client(traced, mode="2026-07-28") as client:
+            read = await client.call_tool("balance", {"account": "A1"}, meta=meta)
+            assert "A1" in read.content[0].text  # type: ignore[union-attr]
 
-        def both_ended() -> bool:
-            names = {s["name"] for s in spans_in(spans)}
-            return {"tools/call balance", "execute_tool balance"} <= names
+            def both_ended() -> bool:
+                names = {s["name"] for s in spans_in(spans)}
+                return {"tools/call balance", "execute_tool balance"} <= names
 
-        await until(both_ended, what="the gateway's spans of the call")
+            await until(both_ended, what="the gateway's spans of the call")
+    (sent,) = client_side.named("MCP send tools/call balance")  # the SDK client's span
+    assert sent.kind is trace.SpanKind.CLIENT
+    assert sent.parent is not None and sent.parent.span_id == int(parent, 16)
     by_name = {s["name"]: s for s in spans_in(spans)}
     server, call = by_name["tools/call balance"], by_name["execute_tool balance"]
     assert server["kind"] == "SERVER" and server["trace_id"] == trace_id
-    assert server["parent_span_id"] == parent
+    assert server["parent_span_id"] == f"{sent.context.span_id:016x}"
     assert call["trace_id"] == trace_id and call["parent_span_id"] == server["span_id"]
     assert call["attributes"]["gen_ai.tool.name"] == "balance"
     assert call["attributes"]["signoff.call.status"] == "succeeded"
