@@ -31,7 +31,6 @@ from ledger.store.settings import Settings
 from .app import create_app
 from .auth import ApiTokenAuthenticator, Authenticator
 from .connections import bounded_protocol
-from .horizon import HorizonWatch
 from .service import Service, ServiceMisconfigured, api_tokens, open_service
 
 __all__ = [
@@ -175,7 +174,7 @@ async def _login(service: Service) -> str:
 @asynccontextmanager
 async def _watching_horizon(service: Service) -> AsyncIterator[None]:
     """Sample the journal's horizon while the service is served (`horizon`)."""
-    watch = HorizonWatch(service.db, service.metrics, service.db.settings.horizon_warn_seconds)
+    watch = service.horizon
     service.metrics.horizon = watch
     task = asyncio.create_task(watch.run())
     try:
