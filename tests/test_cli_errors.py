@@ -125,6 +125,8 @@ COMMANDS: dict[str, Command] = {
     "tokens create": Command(("--reviewer", "tester"), fails_on=DATABASE),
     "tokens list": Command(fails_on=DATABASE),
     "tokens revoke": Command(("0000000000000000",), fails_on=DATABASE),
+    # The doctor reports each of these conditions as a failed check, exit 1 (test_health).
+    "doctor": Command(fails_on=frozenset()),
     # The service checks everything before it listens.
     "serve": Command(("--port", "0")),
     # The gateway checks the database and its keys before it starts an upstream.
@@ -249,6 +251,33 @@ def test_a_command_under_a_bad_condition_fails_in_one_line(
     argv = [*name.split(), *args, "--database-url", places.urls[condition]]
     code, _, err = run(argv, capsys)
     assert_one_line_error(code, err, SAYS[condition])
+
+
+# The check that fails under each condition: `signoff doctor` reports, exit 1, no error line.
+DOCTOR_FAILS = {
+    DOWN: "database",
+    MISSING: "database",
+    BEHIND: "schema",
+    NO_KEK: "keys",
+    WRONG_KEK: "keys",
+}
+
+
+@pytest.mark.parametrize("condition", sorted(EVERYTHING))
+def test_the_doctor_reports_a_bad_condition_as_its_failed_check(
+    condition: str,
+    places: Places,
+    environment: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if condition == NO_KEK:
+        environment.delenv("SIGNOFF_KEK")
+    elif condition == WRONG_KEK:
+        environment.setenv("SIGNOFF_KEK", base64.b64encode(os.urandom(32)).decode())
+    code, out, err = run(["doctor", "--json", "--database-url", places.urls[condition]], capsys)
+    assert (code, err) == (1, [])
+    failed = [c["name"] for c in json.loads(out)["checks"] if c["status"] == "fail"]
+    assert failed[0] == DOCTOR_FAILS[condition], failed
 
 
 DEEP_OBJECT = '{"a": ' * 10_000 + "1" + "}" * 10_000

@@ -4,9 +4,7 @@ from services whose login has only `signoff_reviewer`, on one database."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -33,6 +31,7 @@ from ledger.store.settings import EmailSettings, Settings, SlackSettings
 from .support.http import token_for, unique
 from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.receivers import HttpReceiver, SmtpReceiver, http_receiver, smtp_receiver
+from .support.replicas import serve_replicas
 from .support.until import until
 
 PUBLIC = "https://signoff.example.com/reviews"
@@ -406,7 +405,8 @@ async def test_two_serve_processes_configured_from_the_environment_notify_once(
     store: ApprovalStore,
     db: Database,
 ) -> None:
-    """Two `signoff serve` processes, configured from the environment as an operator would."""
+    """Two `signoff serve` processes, configured from the environment as an operator would and
+    used once their `/readyz` answers 200."""
     await token_for(db, unique("ops"))  # serve refuses to start with nobody to let in
     env = {
         **kek_env(),
@@ -422,17 +422,7 @@ async def test_two_serve_processes_configured_from_the_environment_notify_once(
         "SIGNOFF_SMTP_FROM": "signoff@example.com",
         "SIGNOFF_SMTP_TO": "leads@example.com",
     }
-    command = (sys.executable, "-m", "adapters.cli", "serve", "--port", "0", "--json")
-    pipe = asyncio.subprocess.PIPE
-    processes = [
-        await asyncio.create_subprocess_exec(*command, cwd=ROOT, env=env, stdout=pipe, stderr=pipe)
-        for _ in range(2)
-    ]
-    try:
-        for process in processes:
-            assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), 60)
-            assert line, "the service exited before it listened"
+    async with serve_replicas(env) as replicas:
         links = [approval_link(PUBLIC, await refund(store, headline=("amount",))) for _ in range(3)]
         for link in links:
             await until(lambda: bool(slack_api.with_link(link) and smtp.with_link(link)))  # noqa: B023
@@ -442,11 +432,7 @@ async def test_two_serve_processes_configured_from_the_environment_notify_once(
             r["target"] for r in await delivery_rows_like(db, f"smtp://{smtp.host}:{smtp.port}/%")
         }
         await until(lambda: rows_delivered(db, email_target, 3))
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.terminate()
-        said = [(await process.communicate())[1].decode() for process in processes]
+    said = replicas.said
     for link in links:
         assert len(slack_api.with_link(link)) == 1 and len(smtp.with_link(link)) == 1
     assert all(TOKEN not in text for text in said)

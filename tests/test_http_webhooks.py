@@ -10,7 +10,6 @@ import hashlib
 import hmac
 import json
 import logging
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -39,6 +38,7 @@ from ledger.store.settings import Settings, WebhookSettings
 from .support.activity import finished
 from .support.http import ask, token_for, unique
 from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
+from .support.replicas import serve_replicas
 from .support.until import until
 
 SECRET = "whsec-test-0123456789abcdef"
@@ -413,7 +413,8 @@ async def test_two_services_on_one_database_deliver_an_approval_once(
 async def test_two_serve_processes_deliver_each_approval_once(
     reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
 ) -> None:
-    """Two `signoff serve` processes, configured from the environment as an operator would."""
+    """Two `signoff serve` processes, configured from the environment as an operator would and
+    used once their `/readyz` answers 200."""
     await token_for(db, unique("ops"))  # serve refuses to start with nobody to let in
     env = {
         **kek_env(),
@@ -422,26 +423,12 @@ async def test_two_serve_processes_deliver_each_approval_once(
         "SIGNOFF_WEBHOOK_URL": receiver.url,
         "SIGNOFF_WEBHOOK_SECRET": SECRET,
     }
-    command = (sys.executable, "-m", "adapters.cli", "serve", "--port", "0", "--json")
-    pipe = asyncio.subprocess.PIPE
-    processes = [
-        await asyncio.create_subprocess_exec(*command, cwd=ROOT, env=env, stdout=pipe, stderr=pipe)
-        for _ in range(2)
-    ]
-    try:
-        for process in processes:
-            assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), 60)
-            assert line, "the service exited before it listened"
+    async with serve_replicas(env) as replicas:
         approval_ids = [await ask(store, "alice") for _ in range(6)]
         for approval_id in approval_ids:
             await until(lambda: bool(receiver.of(for_approval(approval_id))))  # noqa: B023
         await all_recorded(db, receiver, len(approval_ids))
-    finally:
-        for process in processes:
-            if process.returncode is None:
-                process.terminate()
-        said = [(await process.communicate())[1].decode() for process in processes]
+    said = replicas.said
     for approval_id in approval_ids:
         [got] = receiver.of(for_approval(approval_id))
         assert hmac_ok(got)

@@ -103,6 +103,9 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
     defaults = Settings.from_env({"SIGNOFF_EMBEDDED_DIR": str(tmp_path / "home")})
     assert (defaults.database_url, defaults.kek, defaults.key_refresh_seconds) == (None, None, 10)
     assert defaults.embedded and defaults.embedded_kek_file == tmp_path / "home" / "kek"
+    assert defaults.horizon_ready_seconds == 120
+    ready = Settings.from_env({"SIGNOFF_HORIZON_READY_SECONDS": "0.5"}).horizon_ready_seconds
+    assert ready == 0.5
 
 
 @pytest.mark.parametrize(
@@ -111,6 +114,7 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
         ("SIGNOFF_KEY_REFRESH_SECONDS", "soon"),
         ("SIGNOFF_KEY_REFRESH_SECONDS", "-1"),
         ("SIGNOFF_KEY_REFRESH_SECONDS", "nan"),
+        ("SIGNOFF_HORIZON_READY_SECONDS", "0"),
         ("SIGNOFF_KEK", "not base64!"),
         ("SIGNOFF_KEK", b64(b"short")),
         ("SIGNOFF_KEK_FILE", "/nonexistent/signoff/kek"),

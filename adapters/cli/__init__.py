@@ -22,6 +22,7 @@ from . import (
     checkpoints,
     db,
     demo,
+    doctor,
     embedded,
     keys,
     ledger_commands,
@@ -40,6 +41,7 @@ _EXAMPLES = """\
 examples:
   signoff demo                          the main job, end to end, on the embedded server
   signoff db upgrade                    migrate the schema to head
+  signoff doctor                        check the database, schema, keys and horizon
   signoff keys new-kek --out ~/.config/signoff/kek
   signoff ledger calls --status outcome_unknown
   signoff approvals list --status pending --json
@@ -70,6 +72,7 @@ def build_parser() -> Parser:
         ),
     )
     db.register(groups)
+    doctor.register(groups)
     keys.register(groups)
     ledger_commands.register(groups)
     approvals.register(groups)

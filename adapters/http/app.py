@@ -4,8 +4,10 @@
   `calls_api` for the tool-call ledger and `audit_api` for the journal's digests and export),
   bearer-authenticated (no anonymous access: 401 with a
   `WWW-Authenticate: Bearer` challenge); its OpenAPI document at `/v1/openapi.json`.
-- `/healthz` (the process answers) and `/readyz` (the database answers), unauthenticated, for
-  load balancers and orchestrators; they reveal nothing else.
+- `/healthz` (the process answers) and `/readyz` (the health checks of `ledger.health` pass:
+  the database answers, the schema is at head, the keys open, the journal's horizon is not
+  held too long), unauthenticated, for load balancers and orchestrators; they reveal the
+  checks' names and statuses, never their details.
 - `/metrics`: the service's Prometheus metrics (`metrics`), for an auditor's token.
 - `/inbox`: the web inbox (`inbox`), a page over this same API, signed in by a cookie.
 - Request bodies above the service's limit are refused with 413 before they are read whole.
@@ -168,9 +170,13 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
-        if await service.ready():
-            return JSONResponse({"status": "ready"})
-        return problem(503, "unavailable", "the database does not answer")
+        # Names and statuses only: the details (URLs, key ids, ages) stay in the log.
+        health = await service.health()
+        checks = {c.name: c.status.value for c in health.checks}
+        if health.ok:
+            return JSONResponse({"status": "ready", "checks": checks})
+        failed = ", ".join(health.failed)
+        return problem(503, "unavailable", f"not ready: {failed}", more={"checks": checks})
 
     app.add_middleware(RequestLog)
     app.add_middleware(BodyLimit, max_bytes=service.max_body_bytes)

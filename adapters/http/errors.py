@@ -158,10 +158,18 @@ def refusal_of(error: BaseException) -> Refusal | None:
 
 
 def problem(
-    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    more: Mapping[str, object] | None = None,
 ) -> JSONResponse:
+    """The one error shape; `more`: fields of a particular refusal beside code and message."""
     return JSONResponse(
-        {"error": code, "message": message}, status_code=status, headers=dict(headers or {})
+        {**(more or {}), "error": code, "message": message},
+        status_code=status,
+        headers=dict(headers or {}),
     )
 
 

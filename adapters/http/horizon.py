@@ -5,9 +5,11 @@ streams, webhooks, exports and digests until it ends.
 
 The service samples the horizon every few seconds and on every scrape of `/metrics`: how long
 it has stood at a transaction still running (`signoff_journal_horizon_lag_seconds`, measured by
-this process, so at worst one interval short), the age of that transaction when the login may
-see it in `pg_stat_activity` (the owner, `pg_read_all_stats`), and how many events wait at or
-above it (`signoff_journal_events_behind_horizon`). Past `horizon_warn_seconds` it logs a
+this process, so at worst one interval short, or longer when the database shows more: the age
+of that transaction when the login may see it in `pg_stat_activity` (the owner,
+`pg_read_all_stats`), or how long the oldest event behind it has waited), and how many events
+wait at or above it (`signoff_journal_events_behind_horizon`). `/readyz` compares the latest
+sample with `horizon_ready_seconds` (`readiness`). Past `horizon_warn_seconds` it logs a
 warning, once per holding transaction. The database ends an idle transaction after a minute
 by default (revision 0002); a transaction that keeps running statements is bounded by nothing
 on PostgreSQL 15, which is what the warning is for.
@@ -19,6 +21,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from ledger.journal.horizon import read_horizon
 from ledger.log import get_logger
 from ledger.store import Database
 
@@ -30,17 +33,6 @@ log = get_logger(__name__)
 
 SAMPLE_SECONDS = 5.0
 """How often the service looks at the horizon between scrapes."""
-
-# xmin and xmax of a fresh snapshot (equal when no transaction holds an id), the events at or
-# above xmin (an index range on events (txid, position)), and the age of the transaction that
-# holds xmin when pg_stat_activity shows it to this login (NULL otherwise).
-_HORIZON = """
-SELECT pg_snapshot_xmin(s)::text AS xmin, pg_snapshot_xmax(s)::text AS xmax,
-       (SELECT count(*) FROM events WHERE txid >= pg_snapshot_xmin(s)) AS behind,
-       (SELECT extract(epoch FROM clock_timestamp() - min(a.xact_start))::float8
-          FROM pg_stat_activity a WHERE a.backend_xid = xid(pg_snapshot_xmin(s))) AS seen_age
-FROM pg_current_snapshot() AS s
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,21 +54,22 @@ class HorizonWatch:
         self._since = 0.0
         self._warned: int | None = None
         self._failing = False
+        self.latest: HorizonSample | None = None
+        """The last sample taken, and when (`time.monotonic()`): what `/readyz` compares."""
+        self.latest_at = -float("inf")
 
     async def sample(self) -> HorizonSample:
         """Look at the horizon now and set the metrics (and warn) from it."""
         async with self.db.connection() as conn:
-            row = await conn.fetchrow(_HORIZON)
-        xmin, xmax, behind = int(row["xmin"]), int(row["xmax"]), int(row["behind"])
+            reading = await read_horizon(conn)
+        xmin, behind, held = reading.xmin, reading.events_behind, reading.held
         now = time.monotonic()
-        held = xmin < xmax
         if not held:
             self._xmin = None
         elif xmin != self._xmin:
             self._xmin, self._since = xmin, now
         lag = now - self._since if held else 0.0
-        if held and row["seen_age"] is not None:
-            lag = max(lag, float(row["seen_age"]))
+        lag = max(lag, reading.lag_seconds)  # what the database shows of it (0: not held)
         self.metrics.horizon_lag.set(lag)
         self.metrics.events_behind_horizon.set(behind)
         if held and lag >= self.warn_seconds and self._warned != xmin:
@@ -87,7 +80,8 @@ class HorizonWatch:
                 seconds=round(lag, 1),
                 events_behind=behind,
             )
-        return HorizonSample(xmin, held, lag, behind)
+        self.latest, self.latest_at = HorizonSample(xmin, held, lag, behind), now
+        return self.latest
 
     async def run(self, every: float = SAMPLE_SECONDS) -> None:
         """Sample every `every` seconds until cancelled; a failure is logged once per outage."""

@@ -32,7 +32,6 @@ from .app import create_app
 from .auth import ApiTokenAuthenticator, Authenticator
 from .connections import bounded_protocol
 from .gauges import StateSampler
-from .horizon import HorizonWatch
 from .service import Service, ServiceMisconfigured, api_tokens, open_service
 
 __all__ = [
@@ -178,7 +177,7 @@ async def _measuring(service: Service) -> AsyncIterator[None]:
     """While the service is served: sample the journal's horizon (`horizon`), read the
     database's state on scrapes (`gauges`), and measure this process's group commits."""
     metrics = service.metrics
-    watch = HorizonWatch(service.db, metrics, service.db.settings.horizon_warn_seconds)
+    watch = service.horizon
     metrics.horizon = watch
     deliveries = [*([service.webhooks] if service.webhooks is not None else []), *service.notifiers]
     metrics.database_sampler = StateSampler(service.db, metrics.database, deliveries)

@@ -1,8 +1,9 @@
 """What one `signoff serve` process holds: its database, the reviewer side's approval store and
 tool ledger (it resolves `outcome_unknown` calls), its authenticators, its feed of approval
-changes (one LISTEN connection for all its streams), its metrics and its limit on refused
-credentials. Nothing here is state another replica needs: every answer comes from the database
-(each replica measures and limits on its own).
+changes (one LISTEN connection for all its streams), its metrics, its readiness (`readiness`:
+the health checks `/readyz` answers from) and its limit on refused credentials. Nothing here
+is state another replica needs: every answer comes from the database (each replica measures
+and limits on its own).
 
 `open_service` checks, before the service accepts a request, that it can do its job: a login
 that has `signoff_reviewer` (it decides through that role's functions) and the reviewer side's
@@ -23,6 +24,7 @@ from approvals import ApiTokens, ApprovalStore
 from ledger.audit.tree import integrate
 from ledger.calls.service import ToolLedger
 from ledger.errors import ConfigurationError
+from ledger.health import Health
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store import Database
@@ -32,11 +34,13 @@ from . import _sql as sql
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
 from .csrf import CsrfKey
 from .deliveries import Deliveries
+from .horizon import HorizonWatch
 from .limits import DEFAULT_FAILURE_LIMIT, FailureLimit, FailureLimiter
 from .live import ApprovalFeed
 from .mail import EmailNotifier
 from .metrics import Metrics
 from .oidc import JwksUnavailable, OidcVerifier
+from .readiness import Readiness
 from .slack import SlackNotifier
 from .webhooks import Webhooks
 
@@ -76,7 +80,9 @@ class Service:
     authentication: Authentication
     feed: ApprovalFeed
     ledger: ToolLedger
-    metrics: Metrics = field(default_factory=Metrics)
+    metrics: Metrics
+    horizon: HorizonWatch  # sampled while the service is served (`server`)
+    readiness: Readiness
     max_body_bytes: int = MAX_BODY_BYTES
     oidc: OidcVerifier | None = None
     keepalive_seconds: float = KEEPALIVE_SECONDS
@@ -97,13 +103,9 @@ class Service:
         """Refused credentials one client address may present before it gets 429."""
         return self.authentication.limiter.limit
 
-    async def ready(self) -> bool:
-        """Whether the database answers."""
-        try:
-            async with self.db.connection() as conn:
-                return bool(await conn.fetchval("SELECT true"))
-        except Exception:  # any failure is "not ready", whatever raised it
-            return False
+    async def health(self) -> Health:
+        """The health checks as `/readyz` answers them (`readiness`)."""
+        return await self.readiness.health()
 
     @property
     def ring(self) -> KeyRing:
@@ -185,6 +187,7 @@ async def open_service(
             found.append(OidcAuthenticator(verifier, db))
         store = ApprovalStore(db, ring)
         metrics = Metrics()
+        horizon = HorizonWatch(db, metrics, settings.horizon_warn_seconds)
         webhooks = None if settings.webhook is None else Webhooks(db, store, settings.webhook)
         service = Service(
             db=db,
@@ -195,6 +198,8 @@ async def open_service(
             feed=ApprovalFeed(db, on_delay=metrics.feed_delay.observe),
             ledger=ToolLedger(db, ring),
             metrics=metrics,
+            horizon=horizon,
+            readiness=Readiness(db, ring, horizon, settings.horizon_ready_seconds),
             max_body_bytes=max_body_bytes,
             oidc=verifier,
             webhooks=webhooks,

@@ -59,3 +59,16 @@ LIMIT $3
 """
 # The newest position handed out (committed or not): how big the journal about is.
 NEWEST_POSITION = "SELECT max(position) FROM events"
+# The horizon now: xmin and xmax of a fresh snapshot (equal when no transaction holds an id),
+# the events at or above xmin (an index range on events (txid, position)) and how long the
+# oldest of them has waited, and the age of the transaction that holds xmin when
+# pg_stat_activity shows it to this login (NULL otherwise).
+HORIZON = """
+SELECT pg_snapshot_xmin(s)::text AS xmin, pg_snapshot_xmax(s)::text AS xmax, w.behind,
+       extract(epoch FROM clock_timestamp() - w.oldest)::float8 AS waited,
+       (SELECT extract(epoch FROM clock_timestamp() - min(a.xact_start))::float8
+          FROM pg_stat_activity a WHERE a.backend_xid = xid(pg_snapshot_xmin(s))) AS seen_age
+FROM pg_current_snapshot() AS s,
+     LATERAL (SELECT count(*) AS behind, min(recorded_at) AS oldest
+              FROM events WHERE txid >= pg_snapshot_xmin(s)) AS w
+"""

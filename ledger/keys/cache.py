@@ -314,6 +314,22 @@ class KeyCache:
         )
         return _Loaded(info, material, aead, base, signer)
 
+    def unusable_active(self) -> dict[Purpose, str]:
+        """The purposes whose active key this ring cannot use, as of its last refresh, and why:
+        none is active, or it was refused (its wrapped material does not open, or its public key
+        is not its private key's). A decision key held without the reviewer KEK verifies only:
+        a worker's ring is meant to be so, and it is not listed."""
+        found: dict[Purpose, str] = {}
+        for purpose in Purpose:
+            key_id = self._active.get(purpose)
+            if key_id is None:
+                found[purpose] = f"no active {purpose} key"
+            elif key_id in self._refused:
+                found[purpose] = str(self._refused[key_id])
+            elif key_id not in self._keys:
+                found[purpose] = f"the active {purpose} key {key_id} is not loaded"
+        return found
+
     def all_keys(self) -> list[KeyInfo]:
         """Every key, retired ones included, as of the last refresh."""
         return list(self._all.values())

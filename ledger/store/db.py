@@ -34,7 +34,7 @@ from .driver_log import quiet_pool_floor
 if TYPE_CHECKING:
     from .settings import Settings
 
-__all__ = ["Database", "open_raw_connection"]
+__all__ = ["Database", "open_raw_connection", "revision_on"]
 
 log = get_logger(__name__)
 quiet_pool_floor()
@@ -99,7 +99,7 @@ class Database:
         # Fail fast with a clear error before the pool hides the cause in its own wrappers.
         probe = await open_raw_connection(url)
         try:
-            current = await _schema_revision(probe) if check_schema else None
+            current = await revision_on(probe) if check_schema else None
         except asyncpg.InsufficientPrivilegeError as e:
             raise ConfigurationError(
                 f"this role may not read the schema revision ({e}); connect as the application "
@@ -226,7 +226,9 @@ async def _reset(conn: asyncpg.Connection) -> None:
         await conn.execute("ROLLBACK")
 
 
-async def _schema_revision(conn: asyncpg.Connection) -> str | None:
+async def revision_on(conn: asyncpg.Connection) -> str | None:
+    """The alembic revision of `conn`'s database (None: not migrated); every Signoff role may
+    read it."""
     exists = await conn.fetchval("SELECT to_regclass('alembic_version') IS NOT NULL")
     if not exists:
         return None

@@ -11,7 +11,14 @@ from alembic.script import ScriptDirectory
 
 from ..errors import SchemaFromPreRelease
 
-__all__ = ["alembic_config", "downgrade", "head_revision", "refuse_pre_release", "upgrade"]
+__all__ = [
+    "alembic_config",
+    "downgrade",
+    "head_revision",
+    "is_known_revision",
+    "refuse_pre_release",
+    "upgrade",
+]
 
 
 @cache
@@ -50,6 +57,16 @@ def head_revision() -> str:
     if head is None:
         raise RuntimeError(f"no migrations found in {_folder()}")
     return head
+
+
+def is_known_revision(revision: str) -> bool:
+    """Whether `revision` is one of this code's migrations (a database at an unknown one was
+    migrated by another version of Signoff)."""
+    try:
+        script = ScriptDirectory.from_config(alembic_config("")).get_revision(revision)
+    except Exception:  # alembic's "no such revision" errors have no common base worth naming
+        return False
+    return script is not None and script.revision == revision  # alembic matches prefixes too
 
 
 def upgrade(url: str, revision: str = "head") -> None:

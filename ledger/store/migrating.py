@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from ..errors import DatabaseUnavailable, SignoffError, translate
 from . import migrate
 from .config import masked
-from .db import open_raw_connection
+from .db import open_raw_connection, revision_on
 
 __all__ = ["MigrationFailed", "migrate_database", "schema_revision", "steps_between"]
 
@@ -78,10 +78,7 @@ async def schema_revision(url: str) -> str | None:
     """The database's alembic revision (None: not migrated), with typed connection errors."""
     conn = await open_raw_connection(url)
     try:
-        if not await conn.fetchval("SELECT to_regclass('alembic_version') IS NOT NULL"):
-            return None
-        revision: str | None = await conn.fetchval("SELECT version_num FROM alembic_version")
-        return revision
+        return await revision_on(conn)
     finally:
         await conn.close()
 

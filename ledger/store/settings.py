@@ -16,6 +16,7 @@
 | `SIGNOFF_HTTP_HEADER_SECONDS`                 | `http_header_seconds` (default 10)            |
 | `SIGNOFF_HTTP_IDLE_SECONDS`                   | `http_idle_seconds` (default 15)              |
 | `SIGNOFF_HORIZON_WARN_SECONDS`                | `horizon_warn_seconds` (default 30)           |
+| `SIGNOFF_HORIZON_READY_SECONDS`               | `horizon_ready_seconds` (default 120)         |
 
 Everything else takes these values: `Database.from_settings(settings)` keeps them, and the key
 ring takes its KEK and refresh interval from its database's settings. With no URL configured the
@@ -37,7 +38,9 @@ be unique to the deployment and never change, since witnesses track a log by it.
 `http_header_seconds` and `http_idle_seconds` bound what `signoff serve` waits for from a client:
 a request head must be complete within the first, and a client waited on (for a request or the
 rest of its body) may stay silent for at most the second. `horizon_warn_seconds` is how long
-the oldest open transaction may hold back the journal's global order before the service warns.
+the oldest open transaction may hold back the journal's global order before the service warns;
+past `horizon_ready_seconds` the service answers `/readyz` with 503 and `signoff doctor` fails
+its horizon check (`ledger.health`).
 
 `webhook` (`WebhookSettings`) is where the HTTP service posts its notifications (a new approval
 request, a call whose outcome is unknown), the secret that signs them and their format.
@@ -95,6 +98,9 @@ _TREE_INTEGRATE_DEFAULT = 30.0
 _HTTP_HEADER_DEFAULT = 10.0
 _HTTP_IDLE_DEFAULT = 15.0
 _HORIZON_WARN_DEFAULT = 30.0
+# Past the database's one-minute idle-transaction limit (revision 0002): a transaction idle that
+# long is ended by the server; only one that keeps running statements holds the horizon longer.
+_HORIZON_READY_DEFAULT = 120.0
 _OIDC_DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 _OIDC_LEEWAY_DEFAULT = 30.0
 _OIDC_LEEWAY_MAX = 300.0  # clocks are kept in step; more leeway only stretches a stolen token
@@ -160,6 +166,9 @@ class Settings:
     horizon_warn_seconds: float = _HORIZON_WARN_DEFAULT
     """How long the oldest open transaction may hold back the global order before the
     service logs a warning."""
+    horizon_ready_seconds: float = _HORIZON_READY_DEFAULT
+    """How long it may hold it back before the health checks fail (`/readyz`, `signoff
+    doctor`)."""
 
     def __post_init__(self) -> None:
         if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
@@ -168,7 +177,12 @@ class Settings:
             raise ConfigurationError(
                 f"tree_integrate_seconds is {self.tree_integrate_seconds}: expected 0 or more"
             )
-        for name in ("http_header_seconds", "http_idle_seconds", "horizon_warn_seconds"):
+        for name in (
+            "http_header_seconds",
+            "http_idle_seconds",
+            "horizon_warn_seconds",
+            "horizon_ready_seconds",
+        ):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ConfigurationError(f"{name} is {value}: expected more than 0 seconds")
@@ -217,6 +231,9 @@ class Settings:
             http_idle_seconds=_positive(environ, "SIGNOFF_HTTP_IDLE_SECONDS", _HTTP_IDLE_DEFAULT),
             horizon_warn_seconds=_positive(
                 environ, "SIGNOFF_HORIZON_WARN_SECONDS", _HORIZON_WARN_DEFAULT
+            ),
+            horizon_ready_seconds=_positive(
+                environ, "SIGNOFF_HORIZON_READY_SECONDS", _HORIZON_READY_DEFAULT
             ),
         )
 
