@@ -155,6 +155,13 @@ async def test_readyz_names_the_horizon_when_a_transaction_holds_it_past_the_lim
         try:
             await holder.execute("BEGIN")
             await holder.fetchval("SELECT pg_current_xact_id()")
+            # It holds the horizon back once a later transaction commits: until then the
+            # snapshot's xmax is its own id, and nothing waits behind it.
+            later = await asyncpg.connect(keyed_url)
+            try:
+                await later.fetchval("SELECT pg_current_xact_id()")
+            finally:
+                await later.close()
             body = await ready_when(client, 503)
         finally:
             await holder.close()

@@ -21,6 +21,7 @@ from ..store import Database
 from . import _sql as sql
 from .model import CallOutcome, CallRecord, CallStatus, call_record
 from .projection import CALLS
+from .tracing import writing, written
 
 __all__ = ["CallRecorder", "open_call_value", "outcome_of"]
 
@@ -76,6 +77,7 @@ class CallRecorder:
 
         Raises:
             HistoryMoved: its policy counted the run's calls and more have started since."""
+        writing()
         return await commit(
             self._grouped if conn is None else conn,
             CALLS,
@@ -88,6 +90,7 @@ class CallRecorder:
             lease_seconds=self.lease_seconds,
             lease_token=lease_token,
             tally=tally,
+            on_written=written,
         )
 
     async def advance(
@@ -107,6 +110,7 @@ class CallRecorder:
         Raises:
             LeaseHeld: the call is running under another worker's lease that has not lapsed.
         """
+        writing()
         return await commit(
             self._grouped if conn is None else conn,
             CALLS,
@@ -117,6 +121,7 @@ class CallRecorder:
             result_sealed=sealed_result,
             lease_seconds=self.lease_seconds,
             lease_token=lease_token,
+            on_written=written,
         )
 
     async def outcome(self, row: asyncpg.Record, *, replayed: bool) -> CallOutcome:

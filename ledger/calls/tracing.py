@@ -3,15 +3,22 @@ its count in the `signoff.tool.calls` metric.
 
 The span opens once the call is known to be well formed and stays current while the tool runs,
 so the tool's own spans are its children. When it records, it ends naming the event that gave
-the call its status: that event's journal position and hash, read from the journal (one
-indexed row), the evidence `ledger verify` and a proof stand on.
+the call its status, the evidence `ledger verify` and a proof stand on: its journal position and
+hash. A call this process wrote learns them from the write itself (`signoff_commit_call` returns
+them: `written`, which reaches the span through a holder in the context, so that it crosses the
+shielded task that records an outcome); a replayed call reads them from the journal (one indexed
+row, only while a span records).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry.trace import Span
 
@@ -21,13 +28,40 @@ from ..telemetry import Attr, failed, span, tool_calls
 from .history import Judgment
 from .model import CallOutcome, CallStatus, ToolCall, ToolPolicy, call_stream
 
-__all__ = ["tool_span", "traced_outcome"]
+__all__ = ["tool_span", "traced_outcome", "writing", "written"]
 
 _OUTCOME_EVENT = """
 SELECT position, encode(hash, 'hex') FROM events
 WHERE stream_id = $1 ORDER BY version DESC LIMIT 1
 """
 _FAILED = frozenset({CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN})
+
+
+@dataclass
+class _Evidence:
+    """The last event this call's execution appended: (position, hash hex)."""
+
+    event: tuple[int, str] | None = None
+
+
+_evidence: ContextVar[_Evidence | None] = ContextVar("signoff_call_evidence", default=None)
+
+
+def writing() -> None:
+    """A write of this call is being sent: the event noted before is no longer its last (and
+    if the write's answer is lost, the span reads its event from the journal)."""
+    evidence = _evidence.get()
+    if evidence is not None:
+        evidence.event = None
+
+
+def written(result: Any) -> None:
+    """What `signoff_commit_call` returned for a write of this call (`{"position", "hash"}`),
+    kept for its span while one records."""
+    evidence = _evidence.get()
+    if evidence is not None:
+        value = json.loads(result) if isinstance(result, str) else result
+        evidence.event = (int(value["position"]), str(value["hash"]))
 
 
 @contextmanager
@@ -52,7 +86,11 @@ def tool_span(call: ToolCall, policy: ToolPolicy, judgment: Judgment | None) -> 
             if isinstance(value, str | int):
                 attributes[name] = value
     with span(f"execute_tool {call.tool}", attributes) as current:
-        yield current
+        token = _evidence.set(_Evidence() if current.is_recording() else None)
+        try:
+            yield current
+        finally:
+            _evidence.reset(token)
 
 
 async def traced_outcome(db: Database, current: Span, call: ToolCall, outcome: CallOutcome) -> None:
@@ -80,10 +118,18 @@ async def traced_outcome(db: Database, current: Span, call: ToolCall, outcome: C
         current.set_attribute(Attr.CALL_RAN_AS, outcome.call_id)
     if outcome.status in _FAILED:
         failed(current, str(outcome.status))
-    row = None
+    evidence = _evidence.get()
+    event = None if evidence is None or outcome.replayed else evidence.event
+    if event is None:
+        event = await _last_event(db, call_stream(call.run_id, outcome.call_id))
+    if event is not None:
+        current.set_attributes({Attr.JOURNAL_POSITION: event[0], Attr.EVENT_HASH: event[1]})
+
+
+async def _last_event(db: Database, stream_id: str) -> tuple[int, str] | None:
     # The outcome stands recorded: a lost connection only leaves the span without its event.
     with contextlib.suppress(DatabaseUnavailable):
         async with db.connection() as conn:
-            row = await conn.fetchrow(_OUTCOME_EVENT, call_stream(call.run_id, outcome.call_id))
-    if row is not None:
-        current.set_attributes({Attr.JOURNAL_POSITION: row[0], Attr.EVENT_HASH: row[1]})
+            row = await conn.fetchrow(_OUTCOME_EVENT, stream_id)
+            return None if row is None else (row[0], row[1])
+    return None

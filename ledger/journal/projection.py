@@ -23,7 +23,7 @@ import dataclasses
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -148,6 +148,7 @@ async def commit(
     events: Sequence[NewEvent],
     *,
     expected_version: int,
+    on_written: Callable[[Any], None] | None = None,
     **values: Any,
 ) -> R | None:
     """Append `events` to `stream_id` and write the row they fold `record` to, in one statement:
@@ -155,7 +156,9 @@ async def commit(
     projection's `grouped_writes`.
 
     `record` is the row as the caller read it (None: a new row), at `expected_version`.
-    `values` are the projection's `extras`, by name (one not given is NULL).
+    `values` are the projection's `extras`, by name (one not given is NULL). `on_written` is
+    given what the write function returned, once it wrote (what it returns is the projection's
+    to say).
 
     Returns:
         The new record; None when nothing was written: a new row met a conflict (for example
@@ -181,10 +184,14 @@ async def commit(
     parameters = (record is None, *fields, *extras, *arguments, channel)
     # A stale version (SG409) leaves the caller's `Database.connection()` as VersionConflict.
     if isinstance(conn, GroupedCalls):
-        positions = await conn.call(stream_id, parameters)
+        written = await conn.call(stream_id, parameters)
     else:
-        positions = await conn.fetchval(_statement(type(projection)), *parameters)
-    return None if positions is None else new
+        written = await conn.fetchval(_statement(type(projection)), *parameters)
+    if written is None:
+        return None
+    if on_written is not None:
+        on_written(written)
+    return new
 
 
 def grouped_writes(db: Database, projection: Projection[Any]) -> GroupedCalls:

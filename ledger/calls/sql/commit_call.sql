@@ -10,7 +10,9 @@
 -- Only that worker moves the call while its lease runs, by the server's clock; once the lease
 -- has lapsed another worker may take the call over (`call.retried`, attempts left) or settle it
 -- (`call.outcome_unknown` for a write, `call.failed` for a read, attempts spent), nothing else.
--- Refused: SQLSTATE SG432. Leases run 1 to 300 seconds. Returns NULL when it wrote nothing.
+-- Refused: SQLSTATE SG432. Leases run 1 to 300 seconds. Returns NULL when it wrote nothing,
+-- else the journal position and hash (hex) of the last event it appended, {"position", "hash"}:
+-- what a trace of the call names as its evidence.
 -- A call that starts running adds itself to its run's history (`call_tallies`): `p_tally` holds
 -- the sums of its numeric arguments and, when a policy judged it by the run's history, how many
 -- calls the run had then (`seen`); if others started since, the call is refused (SG438) and
@@ -18,7 +20,7 @@
 -- Every step of every call runs it, so its fields are typed parameters and it evaluates few
 -- PL/pgSQL expressions: PL/pgSQL prepares each one again in every transaction.
 CREATE OR REPLACE FUNCTION public.signoff_commit_call(p_insert boolean, p_run_id text, p_call_id text, p_tool text, p_effect text, p_once_per_run boolean, p_request_digest text, p_args_digest text, p_idempotency_key text, p_approval_id text, p_status text, p_attempts integer, p_worker_id text, p_result_digest text, p_resolved_by text, p_started_at timestamp with time zone, p_finished_at timestamp with time zone, p_approved_by text[], p_approval_stream text, p_args_sealed bytea, p_result_sealed bytea, p_lease_seconds double precision, p_lease_token bytea, p_tally jsonb, p_stream text, p_expected integer, p_types text[], p_data json[], p_actors text[], p_notify text)
- RETURNS bigint[]
+ RETURNS json
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'public', 'pg_temp'
@@ -258,6 +260,6 @@ BEGIN
     IF wake AND p_notify IS NOT NULL THEN
         PERFORM pg_notify(p_notify, p_stream);
     END IF;
-    RETURN positions;
+    RETURN json_build_object('position', pos, 'hash', encode(head_hash, 'hex'));
 END
 $function$;
