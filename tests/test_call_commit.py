@@ -66,13 +66,15 @@ def finish(call: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return step | changes
 
 
-async def commit(conn: asyncpg.Connection, step: dict[str, Any]) -> list[int] | None:
+async def commit(conn: asyncpg.Connection, step: dict[str, Any]) -> str | None:
+    """What the function returned: None when it wrote nothing, else the position and hash of
+    the last event it appended (json text)."""
     # Named arguments: the order of `new_call` need not be the function's.
     named = ", ".join(f"{name} => ${i}" for i, name in enumerate(step, 1))
-    positions: list[int] | None = await conn.fetchval(
+    written: str | None = await conn.fetchval(
         f"SELECT signoff_commit_call({named})", *step.values()
     )
-    return positions
+    return written
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +126,7 @@ async def test_a_call_starts_and_finishes_on_a_chain_that_verifies(
         assert (await journal.verify()).ok
     # Each write names the last event it appended: what a call's trace points at.
     for returned, event in ((started, events[0]), (after_two, events[2]), (last, events[3])):
+        assert returned is not None
         assert json.loads(returned) == {"position": event.position, "hash": event.hash.hex()}
 
 
