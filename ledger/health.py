@@ -255,14 +255,19 @@ def check_nonces(ring: KeyRing) -> Check:
     )
 
 
-def check_horizon(held: bool, lag_seconds: float, events_behind: int, limit: float) -> Check:
-    """Whether the journal's horizon has been held back for less than `limit` seconds."""
+def check_horizon(held: bool, lag_seconds: float, events_behind: int, settings: Settings) -> Check:
+    """Whether the journal's horizon has been held back for less than the settings allow: a
+    failure past `horizon_ready_seconds` when it is set, else a warning past
+    `horizon_warn_seconds` (any login may hold the horizon: see `Settings`)."""
     if not held:
         return _check(HORIZON, Status.OK, "no open transaction holds it")
-    status = Status.FAIL if lag_seconds >= limit else Status.OK
+    limit = settings.horizon_ready_seconds
+    over = Status.FAIL
+    if limit is None:
+        limit, over = settings.horizon_warn_seconds, Status.WARN
     return _check(
         HORIZON,
-        status,
+        over if lag_seconds >= limit else Status.OK,
         f"held for {lag_seconds:.0f} s by an open transaction (limit {limit:g} s), "
         f"{events_behind} event(s) waiting behind it",
     )
@@ -316,9 +321,7 @@ async def diagnose(settings: Settings) -> Health:
     async def look() -> Check:
         async with db.connection() as conn:
             reading = await read_horizon(conn)
-        return check_horizon(
-            reading.held, reading.lag_seconds, reading.events_behind, settings.horizon_ready_seconds
-        )
+        return check_horizon(reading.held, reading.lag_seconds, reading.events_behind, settings)
 
     try:
         return await check_all(

@@ -103,10 +103,8 @@ def span(
     of the current one); an exception ends it as an error whose `error.type` is the exception's
     class (its message is never recorded: it may quote a value)."""
     with tracer.start_as_current_span(
-        name, context, kind, record_exception=False, set_status_on_exception=False
+        name, context, kind, attributes, record_exception=False, set_status_on_exception=False
     ) as current:
-        if attributes and current.is_recording():
-            current.set_attributes(attributes)
         try:
             yield current
         except BaseException as e:

@@ -129,6 +129,7 @@ def test_a_plain_install_pulls_no_agent_framework_and_test_installs_every_extra(
         "tqdm",
         "jsonschema",
         "cedarpy",  # the policy decision point is core: verify and every adapter judge calls
+        "opentelemetry-api",  # spans and metrics, a no-op until the application adds an SDK
     }
     extras = project["optional-dependencies"]
     assert {"langgraph", "dex", "welt", "embedded", "demo", "test"} <= extras.keys()

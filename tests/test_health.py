@@ -143,6 +143,25 @@ async def test_readyz_names_the_schema_when_the_version_row_is_not_at_head(
         await ready_when(client, 200)
 
 
+@asynccontextmanager
+async def horizon_held(url: str, auditor: str) -> AsyncIterator[None]:
+    """An auditor's transaction holds the journal's horizon until the block ends."""
+    holder = await asyncpg.connect(auditor)
+    try:
+        await holder.execute("BEGIN")
+        await holder.fetchval("SELECT pg_current_xact_id()")
+        # It holds the horizon back once a later transaction commits: until then the
+        # snapshot's xmax is its own id, and nothing waits behind it.
+        later = await asyncpg.connect(url)
+        try:
+            await later.fetchval("SELECT pg_current_xact_id()")
+        finally:
+            await later.close()
+        yield
+    finally:
+        await holder.close()
+
+
 async def test_readyz_names_the_horizon_when_a_transaction_holds_it_past_the_limit(
     keyed_url: str,
 ) -> None:
@@ -151,23 +170,33 @@ async def test_readyz_names_the_horizon_when_a_transaction_holds_it_past_the_lim
         temporary_login(keyed_url, "signoff_auditor") as auditor,
     ):
         await ready_when(client, 200)
-        holder = await asyncpg.connect(auditor)
-        try:
-            await holder.execute("BEGIN")
-            await holder.fetchval("SELECT pg_current_xact_id()")
-            # It holds the horizon back once a later transaction commits: until then the
-            # snapshot's xmax is its own id, and nothing waits behind it.
-            later = await asyncpg.connect(keyed_url)
-            try:
-                await later.fetchval("SELECT pg_current_xact_id()")
-            finally:
-                await later.close()
+        async with horizon_held(keyed_url, auditor):
             body = await ready_when(client, 503)
-        finally:
-            await holder.close()
         assert body["checks"]["horizon"] == "fail"
         assert body["message"] == "not ready: horizon"
         await ready_when(client, 200)  # the transaction ended: ready again
+
+
+async def test_by_default_a_held_horizon_warns_and_the_service_stays_ready(
+    keyed_url: str,
+) -> None:
+    """Any login may hold the horizon: unless told to, readiness never fails for it, so one
+    login cannot take every replica out of rotation."""
+    async with (
+        served(keyed_url, horizon_warn_seconds=0.5) as client,
+        temporary_login(keyed_url, "signoff_auditor") as auditor,
+    ):
+        await ready_when(client, 200)
+        async with horizon_held(keyed_url, auditor):
+            seen: dict[str, Any] = {}
+
+            async def warns() -> bool:
+                answer = await client.get("/readyz")
+                seen.update(status=answer.status_code, body=answer.json())
+                return bool(answer.json()["checks"]["horizon"] == "warn")
+
+            await until(warns, GUARD, "/readyz warns of the horizon")
+        assert seen["status"] == 200 and seen["body"]["status"] == "ready"
 
 
 @pytest.mark.parametrize("role", ["signoff_reviewer", "signoff_app"])

@@ -103,7 +103,7 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
     defaults = Settings.from_env({"SIGNOFF_EMBEDDED_DIR": str(tmp_path / "home")})
     assert (defaults.database_url, defaults.kek, defaults.key_refresh_seconds) == (None, None, 10)
     assert defaults.embedded and defaults.embedded_kek_file == tmp_path / "home" / "kek"
-    assert defaults.horizon_ready_seconds == 120
+    assert defaults.horizon_ready_seconds is None  # readiness only warns unless asked
     ready = Settings.from_env({"SIGNOFF_HORIZON_READY_SECONDS": "0.5"}).horizon_ready_seconds
     assert ready == 0.5
 

@@ -16,15 +16,22 @@ from typing import Any, cast
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.context import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from .support.mcp_gateway import GatewaySite, gateway_site
+from adapters.mcp.errors import APPROVAL_REFUSED
+from approvals import Decision
+
+from .support.mcp_gateway import GatewaySite, approval_of, gateway_site
 from .support.processes import ROOT, kek_env
 from .support.telemetry import captured
 from .support.traced import SPANS_ENV
 from .support.until import until
+
+SECRET = "4111-1111-1111-1111"
 
 
 @pytest.fixture
@@ -39,15 +46,20 @@ def spans_in(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-async def test_the_gateway_continues_the_clients_trace(site: GatewaySite, tmp_path: Path) -> None:
-    spans = tmp_path / "spans.jsonl"
+def traced_gateway(site: GatewaySite, spans: Path) -> StdioServerParameters:
+    """`signoff mcp` over stdio with an SDK installed, writing its spans to `spans`."""
     plain = site.stdio()
-    traced = StdioServerParameters(
+    return StdioServerParameters(
         command=plain.command,
         args=["-m", "tests.support.traced", *plain.args[1:]],
         env={**(plain.env or {}), SPANS_ENV: str(spans)},
         cwd=plain.cwd,
     )
+
+
+async def test_the_gateway_continues_the_clients_trace(site: GatewaySite, tmp_path: Path) -> None:
+    spans = tmp_path / "spans.jsonl"
+    traced = traced_gateway(site, spans)
     trace_id, parent = uuid.uuid4().hex, uuid.uuid4().hex[:16]
     caller = NonRecordingSpan(
         SpanContext(int(trace_id, 16), int(parent, 16), is_remote=False, trace_flags=TraceFlags(1))
@@ -129,3 +141,43 @@ def test_with_no_sdk_installed_nothing_records(database_url: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[0] == "succeeded [(False, False)] ProxyTracerProvider []"
+
+
+async def test_a_refusal_reaches_the_trace_as_its_code_never_its_reason(
+    site: GatewaySite, tmp_path: Path
+) -> None:
+    spans = tmp_path / "spans.jsonl"
+    reason = f"card {SECRET} is flagged"
+
+    async def reviewer(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        await site.reviewer.decide(approval_of(params.url), Decision.reject(reason), "cfo")
+        return types.ElicitResult(action="accept")
+
+    # Sampled at the client (with an SDK installed in this process, a parent that is not
+    # sampled makes the gateway drop its spans too, as OpenTelemetry's default sampler does).
+    with captured():
+        await refuse(site, spans, reviewer)
+    by_name = {s["name"]: s for s in spans_in(spans)}
+    server = by_name["tools/call refund"]
+    assert server["status"] == "ERROR"
+    assert server["attributes"]["error.type"] == str(APPROVAL_REFUSED)
+    assert by_name["execute_tool refund"]["attributes"]["signoff.call.status"] == "denied"
+    assert SECRET not in spans.read_text(encoding="utf-8")
+
+
+async def refuse(site: GatewaySite, spans: Path, reviewer: Any) -> None:
+    """A refund the reviewer rejects, through the traced gateway, until its span ended."""
+    async with Client(
+        traced_gateway(site, spans), mode="2026-07-28", elicitation_callback=reviewer
+    ) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("refund", {"order_id": "A-1", "amount": 12.5})
+        assert SECRET in refused.value.message  # the client is told; the trace is not
+
+        def refused_span() -> bool:
+            return any(s["name"] == "tools/call refund" for s in spans_in(spans))
+
+        await until(refused_span, what="the refused call's server span")

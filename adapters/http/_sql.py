@@ -25,7 +25,14 @@ WHERE run_id = $1 AND call_id = $2 AND stream_id = $3
 PENDING_BY_TOOL = """
 SELECT tool, count(*) AS pending,
        extract(epoch FROM clock_timestamp() - min(requested_at))::float8 AS oldest
-FROM approvals WHERE status = 'pending' GROUP BY tool
+FROM approvals WHERE status = 'pending' AND (expires_at IS NULL OR expires_at > now())
+GROUP BY tool
+"""
+
+# Running calls whose worker stopped renewing their lease: a write among them becomes
+# outcome_unknown when some worker reaps it (`tool_calls_running_idx`).
+LAPSED_CALLS = """
+SELECT count(*) FROM tool_calls WHERE status = 'running' AND lease_until < now()
 """
 
 OUTCOME_UNKNOWN = """

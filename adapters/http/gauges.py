@@ -29,11 +29,13 @@ material is read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ledger.keys.budget import BUDGET
@@ -90,7 +92,8 @@ class StateReading:
     pending: tuple[ToolPending, ...]
     outcome_unknown: int
     outcome_unknown_oldest_seconds: float
-    recent_calls: tuple[tuple[str, str, int], ...]  # tool, status, calls
+    lapsed: int
+    recent_calls: tuple[tuple[str, str, int], ...] | None  # tool, status, calls (None: not read)
     deliveries: tuple[DeliveryState, ...]
     nonces_left: tuple[tuple[str, str, int], ...]  # key id, purpose, messages left
 
@@ -133,6 +136,11 @@ class DatabaseGauges:
         self.outcome_unknown_oldest = gauge(
             "signoff_calls_outcome_unknown_oldest_seconds",
             "How long the oldest call waiting for a resolution has been outcome_unknown (0: none)",
+        )
+        self.lapsed = gauge(
+            "signoff_calls_lapsed",
+            "Running tool calls whose worker stopped renewing their lease (a write among them "
+            "becomes outcome_unknown when reaped)",
         )
         self.recent_calls = gauge(
             "signoff_tool_calls_recent",
@@ -186,14 +194,9 @@ class DatabaseGauges:
         _set(self.pending_oldest_by_tool, {(t,): s for t, s in oldest.items()})
         self.outcome_unknown.set(reading.outcome_unknown)
         self.outcome_unknown_oldest.set(reading.outcome_unknown_oldest_seconds)
-        per_tool: dict[str, int] = defaultdict(int)
-        for tool, _, n in reading.recent_calls:
-            per_tool[tool] += n
-        named = tool_labels(per_tool)
-        calls: dict[tuple[str, ...], float] = defaultdict(float)
-        for tool, status, n in reading.recent_calls:
-            calls[(named[tool], status)] += n
-        _set(self.recent_calls, calls)
+        self.lapsed.set(reading.lapsed)
+        if reading.recent_calls is not None:
+            self._recent(reading.recent_calls)
         _set(self.deliveries_pending, {(d.channel,): d.pending for d in reading.deliveries})
         _set(
             self.deliveries_pending_oldest,
@@ -205,6 +208,16 @@ class DatabaseGauges:
             {(d.channel,): d.failed_attempts for d in reading.deliveries},
         )
         _set(self.nonces_left, {(k, p): left for k, p, left in reading.nonces_left})
+
+    def _recent(self, recent: tuple[tuple[str, str, int], ...]) -> None:
+        per_tool: dict[str, int] = defaultdict(int)
+        for tool, _, n in recent:
+            per_tool[tool] += n
+        named = tool_labels(per_tool)
+        calls: dict[tuple[str, ...], float] = defaultdict(float)
+        for tool, status, n in recent:
+            calls[(named[tool], status)] += n
+        _set(self.recent_calls, calls)
 
 
 def _set(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
@@ -266,10 +279,16 @@ class StateSampler:
             await conn.execute(sql.SAMPLE_TIMEOUT)
             pending = await conn.fetch(sql.PENDING_BY_TOOL)
             unknown = await conn.fetchrow(sql.OUTCOME_UNKNOWN)
-            calls = await conn.fetch(sql.RECENT_CALLS, self.calls_window)
+            lapsed = await conn.fetchval(sql.LAPSED_CALLS)
             targets = list(self._channels)
             deliveries = await conn.fetch(sql.DELIVERY_STATE, targets) if targets else []
             keys = await conn.fetch(sql.SEALING_KEYS)
+            # Last, in a savepoint of its own: the one read that grows with throughput may
+            # time out without taking the others' values with it.
+            calls: list[asyncpg.Record] | None = None
+            with contextlib.suppress(asyncpg.QueryCanceledError):
+                async with conn.transaction():
+                    calls = await conn.fetch(sql.RECENT_CALLS, self.calls_window)
         states = [
             DeliveryState(
                 self._channels[r["target"]],
@@ -284,7 +303,12 @@ class StateSampler:
             pending=tuple(ToolPending(r["tool"], r["pending"], r["oldest"]) for r in pending),
             outcome_unknown=unknown["waiting"],
             outcome_unknown_oldest_seconds=unknown["oldest"],
-            recent_calls=tuple((r["tool"], r["status"], r["calls"]) for r in calls),
+            lapsed=lapsed,
+            recent_calls=(
+                None
+                if calls is None
+                else tuple((r["tool"], r["status"], r["calls"]) for r in calls)
+            ),
             deliveries=_by_channel(states),
             nonces_left=tuple(
                 (r["key_id"], r["purpose"], max(0, BUDGET - r["sealed"])) for r in keys
@@ -309,3 +333,7 @@ def _by_channel(states: Sequence[DeliveryState]) -> tuple[DeliveryState, ...]:
             )
         )
     return tuple(merged[channel] for channel in sorted(merged))
+
+
+def _call_counts(rows: list[asyncpg.Record]) -> list[tuple[str, str, int]]:
+    return [(r["tool"], r["status"], r["calls"]) for r in rows]

@@ -21,11 +21,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from approvals import Approval, ApprovalPolicy, DecisionKind
+from approvals import Approval, DecisionKind
+from approvals.tracing import tier_label
 
 from .gauges import MAX_TOOLS, OTHER_TOOL, DatabaseGauges
 
-__all__ = ["CONTENT_TYPE", "UNROUTED", "Metrics", "RequestMetrics", "Sampler", "tier_label"]
+__all__ = ["CONTENT_TYPE", "UNROUTED", "Metrics", "RequestMetrics", "Sampler"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text format, as `generate_latest` writes it (every prometheus-client)."""
@@ -137,12 +138,6 @@ class Metrics:
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
-
-
-def tier_label(policy: ApprovalPolicy) -> str:
-    """The policy's tier (`self_confirm`, `four_eyes`), or `quorum` when it needs more than one
-    approving reviewer."""
-    return "quorum" if policy.quorum > 1 else str(policy.tier)
 
 
 def method_label(method: str) -> str:

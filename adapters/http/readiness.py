@@ -3,7 +3,8 @@ horizon watch, so that readiness means this process can do its work on the login
 uses.
 
 The horizon check compares the watch's latest sample (`horizon.HorizonWatch`, taken every few
-seconds and on every scrape) with `horizon_ready_seconds`; when there is none yet, or it is
+seconds and on every scrape) with the settings (`ledger.health.check_horizon`: a warning
+unless `horizon_ready_seconds` is set); when there is none yet, or it is
 stale because sampling fails, it samples now.
 
 The endpoint is unauthenticated, so the checks run at most once per `MIN_INTERVAL` however
@@ -20,6 +21,7 @@ from ledger.health import Check, Health, check_all, check_horizon
 from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store import Database
+from ledger.store.settings import Settings
 
 from .horizon import SAMPLE_SECONDS, HorizonWatch
 
@@ -35,8 +37,10 @@ _STALE = 3 * SAMPLE_SECONDS
 class Readiness:
     """One service's readiness."""
 
-    def __init__(self, db: Database, ring: KeyRing, watch: HorizonWatch, limit: float) -> None:
-        self.db, self.ring, self.watch, self.limit = db, ring, watch, limit
+    def __init__(
+        self, db: Database, ring: KeyRing, watch: HorizonWatch, settings: Settings
+    ) -> None:
+        self.db, self.ring, self.watch, self.settings = db, ring, watch, settings
         self._lock = asyncio.Lock()
         self._last: Health | None = None
         self._last_at = -float("inf")
@@ -59,7 +63,7 @@ class Readiness:
         sample = self.watch.latest
         if sample is None or time.monotonic() - self.watch.latest_at > _STALE:
             sample = await self.watch.sample()
-        return check_horizon(sample.held, sample.lag_seconds, sample.events_behind, self.limit)
+        return check_horizon(sample.held, sample.lag_seconds, sample.events_behind, self.settings)
 
     def _tell(self, health: Health) -> None:
         """Log a change of which checks fail, with their details (never shown by `/readyz`)."""

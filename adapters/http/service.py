@@ -199,7 +199,7 @@ async def open_service(
             ledger=ToolLedger(db, ring),
             metrics=metrics,
             horizon=horizon,
-            readiness=Readiness(db, ring, horizon, settings.horizon_ready_seconds),
+            readiness=Readiness(db, ring, horizon, settings),
             max_body_bytes=max_body_bytes,
             oidc=verifier,
             webhooks=webhooks,

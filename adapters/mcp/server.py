@@ -2,7 +2,8 @@
 tools under their exposed names, `tools/call` is `Gateway.call_tool`. Served over stdio (a local
 client's config file) or Streamable HTTP (shared use, bearer tokens checked by `verifier`).
 
-The middleware, outermost first: the SDK's OpenTelemetry span, `RingReady` (the key ring fresh
+The middleware, outermost first: the request's server span (`tracing.ServerSpans`, in place of
+the SDK's, whose spans carry error messages), `RingReady` (the key ring fresh
 before a requestState is opened), the SDK's `RequestStateBoundary` under `RingCodec`.
 """
 
@@ -26,6 +27,7 @@ from ledger.keys import KeyRing
 from .calls import Gateway
 from .request_state import RingCodec, ready_to_seal
 from .tasks import serve_tasks
+from .tracing import without_sdk_spans
 
 __all__ = ["STATE_SECONDS", "build_server", "serve_http", "serve_stdio"]
 
@@ -74,6 +76,7 @@ def build_server(gateway: Gateway) -> Server[Any]:
         codec=RingCodec(gateway.ring), ttl=STATE_SECONDS, bind_principal=gateway.principal_of
     )
     serve_tasks(gateway, server)
+    server.middleware = without_sdk_spans(server.middleware)
     server.middleware.append(RingReady(gateway.ring))
     server.middleware.append(RequestStateBoundary(security, default_audience=SERVER_NAME))
     return server

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -74,7 +75,10 @@ class Leases:
         key = (record.run_id, record.call_id)
         self._held[key] = _Held(record.version, token, since + self.lease_seconds)
         if self._renewer is None or self._renewer.done():
-            self._renewer = asyncio.create_task(self._renew_held(), name="signoff-leases")
+            # A context of its own: not the trace (nor the call) that happened to start it.
+            self._renewer = asyncio.create_task(
+                self._renew_held(), name="signoff-leases", context=contextvars.Context()
+            )
 
     def release(self, record: CallRecord) -> None:
         self._held.pop((record.run_id, record.call_id), None)

@@ -12,7 +12,6 @@ row, only while a span records).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,13 +21,15 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
-from ..errors import DatabaseUnavailable
+from ..log import get_logger
 from ..store import Database
-from ..telemetry import Attr, failed, span, tool_calls
+from ..telemetry import Attr, approval_wait, failed, span, tool_calls
 from .history import Judgment
 from .model import CallOutcome, CallStatus, ToolCall, ToolPolicy, call_stream
 
-__all__ = ["tool_span", "traced_outcome", "writing", "written"]
+__all__ = ["approval_waited", "tool_span", "traced_outcome", "writing", "written"]
+
+log = get_logger(__name__)
 
 _OUTCOME_EVENT = """
 SELECT position, encode(hash, 'hex') FROM events
@@ -39,9 +40,11 @@ _FAILED = frozenset({CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN})
 
 @dataclass
 class _Evidence:
-    """The last event this call's execution appended: (position, hash hex)."""
+    """What this call's execution learnt for its span and metrics: the last event it appended
+    (position, hash hex), and how long the approval it consumed waited (seconds, tier)."""
 
     event: tuple[int, str] | None = None
+    approval_wait: tuple[float, str] | None = None
 
 
 _evidence: ContextVar[_Evidence | None] = ContextVar("signoff_call_evidence", default=None)
@@ -57,11 +60,24 @@ def writing() -> None:
 
 def written(result: Any) -> None:
     """What `signoff_commit_call` returned for a write of this call (`{"position", "hash"}`),
-    kept for its span while one records."""
+    kept for its span. It runs after the write committed: whatever it is given, it never
+    raises (an answer it cannot read leaves the span to read the journal)."""
     evidence = _evidence.get()
-    if evidence is not None:
+    if evidence is None:
+        return
+    try:
         value = json.loads(result) if isinstance(result, str) else result
         evidence.event = (int(value["position"]), str(value["hash"]))
+    except (TypeError, ValueError, KeyError, IndexError):
+        evidence.event = None
+
+
+def approval_waited(seconds: float, tier: str) -> None:
+    """The call consumed an approval that waited `seconds` for its decision: observed with the
+    call's outcome, once its intent committed (a rolled-back consumption is consumed again)."""
+    evidence = _evidence.get()
+    if evidence is not None:
+        evidence.approval_wait = (seconds, tier)
 
 
 @contextmanager
@@ -86,7 +102,7 @@ def tool_span(call: ToolCall, policy: ToolPolicy, judgment: Judgment | None) -> 
             if isinstance(value, str | int):
                 attributes[name] = value
     with span(f"execute_tool {call.tool}", attributes) as current:
-        token = _evidence.set(_Evidence() if current.is_recording() else None)
+        token = _evidence.set(_Evidence())
         try:
             yield current
         finally:
@@ -94,7 +110,12 @@ def tool_span(call: ToolCall, policy: ToolPolicy, judgment: Judgment | None) -> 
 
 
 async def traced_outcome(db: Database, current: Span, call: ToolCall, outcome: CallOutcome) -> None:
-    """Count the call, and end its span with its outcome and the event that recorded it."""
+    """Count the call (and its approval's wait), and end its span with its outcome and the
+    event that recorded it."""
+    evidence = _evidence.get()
+    if evidence is not None and evidence.approval_wait is not None and not outcome.replayed:
+        seconds, tier = evidence.approval_wait
+        approval_wait.record(seconds, {Attr.APPROVAL_TIER: tier, Attr.TOOL_NAME: call.tool})
     tool_calls.add(
         1,
         {
@@ -118,7 +139,6 @@ async def traced_outcome(db: Database, current: Span, call: ToolCall, outcome: C
         current.set_attribute(Attr.CALL_RAN_AS, outcome.call_id)
     if outcome.status in _FAILED:
         failed(current, str(outcome.status))
-    evidence = _evidence.get()
     event = None if evidence is None or outcome.replayed else evidence.event
     if event is None:
         event = await _last_event(db, call_stream(call.run_id, outcome.call_id))
@@ -127,9 +147,11 @@ async def traced_outcome(db: Database, current: Span, call: ToolCall, outcome: C
 
 
 async def _last_event(db: Database, stream_id: str) -> tuple[int, str] | None:
-    # The outcome stands recorded: a lost connection only leaves the span without its event.
-    with contextlib.suppress(DatabaseUnavailable):
+    # The outcome stands recorded: whatever fails here only leaves the span without its event.
+    try:
         async with db.connection() as conn:
             row = await conn.fetchrow(_OUTCOME_EVENT, stream_id)
-            return None if row is None else (row[0], row[1])
-    return None
+    except Exception as e:
+        log.debug("call span without its event", stream_id=stream_id, error_type=type(e).__name__)
+        return None
+    return None if row is None else (row[0], row[1])

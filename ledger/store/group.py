@@ -27,6 +27,7 @@ stream must not wait, while open, for writes made on their own (an append withou
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -106,7 +107,11 @@ class GroupedCalls:
 
     def _start_sender(self) -> None:
         self._sending += 1
-        task = asyncio.get_running_loop().create_task(self._drain(), name="signoff-group-commit")
+        # A context of its own: it sends other callers' steps, not the trace of the one that
+        # started it.
+        task = asyncio.get_running_loop().create_task(
+            self._drain(), name="signoff-group-commit", context=contextvars.Context()
+        )
         self._tasks.add(task)
         task.add_done_callback(self._sender_done)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 import weakref
 from collections import defaultdict
@@ -96,7 +97,9 @@ class _Connection:
         self.users += 1
         self.channels.update(channels)
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._keep_listening(), name=f"listen:{self.name}")
+            self._task = asyncio.create_task(  # shared: no caller's context (its trace)
+                self._keep_listening(), name=f"listen:{self.name}", context=contextvars.Context()
+            )
             return
         async with self._lock:  # connected already (or connecting): listen on what is new
             connection = self._connection

@@ -16,7 +16,7 @@
 | `SIGNOFF_HTTP_HEADER_SECONDS`                 | `http_header_seconds` (default 10)            |
 | `SIGNOFF_HTTP_IDLE_SECONDS`                   | `http_idle_seconds` (default 15)              |
 | `SIGNOFF_HORIZON_WARN_SECONDS`                | `horizon_warn_seconds` (default 30)           |
-| `SIGNOFF_HORIZON_READY_SECONDS`               | `horizon_ready_seconds` (default 120)         |
+| `SIGNOFF_HORIZON_READY_SECONDS`               | `horizon_ready_seconds` (default: none)       |
 
 Everything else takes these values: `Database.from_settings(settings)` keeps them, and the key
 ring takes its KEK and refresh interval from its database's settings. With no URL configured the
@@ -38,9 +38,11 @@ be unique to the deployment and never change, since witnesses track a log by it.
 `http_header_seconds` and `http_idle_seconds` bound what `signoff serve` waits for from a client:
 a request head must be complete within the first, and a client waited on (for a request or the
 rest of its body) may stay silent for at most the second. `horizon_warn_seconds` is how long
-the oldest open transaction may hold back the journal's global order before the service warns;
-past `horizon_ready_seconds` the service answers `/readyz` with 503 and `signoff doctor` fails
-its horizon check (`ledger.health`).
+the oldest open transaction may hold back the journal's global order before the service warns
+and the health checks warn (`ledger.health`); only when `horizon_ready_seconds` is set does a
+hold past it fail them (`/readyz` answers 503, `signoff doctor` fails). It is not set by default:
+any login may hold the horizon, and failing readiness for it takes every replica out of
+rotation at once, which stops reviewers deciding.
 
 `webhook` (`WebhookSettings`) is where the HTTP service posts its notifications (a new approval
 request, a call whose outcome is unknown), the secret that signs them and their format.
@@ -100,7 +102,6 @@ _HTTP_IDLE_DEFAULT = 15.0
 _HORIZON_WARN_DEFAULT = 30.0
 # Past the database's one-minute idle-transaction limit (revision 0002): a transaction idle that
 # long is ended by the server; only one that keeps running statements holds the horizon longer.
-_HORIZON_READY_DEFAULT = 120.0
 _OIDC_DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 _OIDC_LEEWAY_DEFAULT = 30.0
 _OIDC_LEEWAY_MAX = 300.0  # clocks are kept in step; more leeway only stretches a stolen token
@@ -166,9 +167,9 @@ class Settings:
     horizon_warn_seconds: float = _HORIZON_WARN_DEFAULT
     """How long the oldest open transaction may hold back the global order before the
     service logs a warning."""
-    horizon_ready_seconds: float = _HORIZON_READY_DEFAULT
+    horizon_ready_seconds: float | None = None
     """How long it may hold it back before the health checks fail (`/readyz`, `signoff
-    doctor`)."""
+    doctor`); None: they only warn, past `horizon_warn_seconds`."""
 
     def __post_init__(self) -> None:
         if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
@@ -184,6 +185,8 @@ class Settings:
             "horizon_ready_seconds",
         ):
             value = getattr(self, name)
+            if value is None and name == "horizon_ready_seconds":
+                continue  # not set: the horizon check only warns
             if not math.isfinite(value) or value <= 0:
                 raise ConfigurationError(f"{name} is {value}: expected more than 0 seconds")
         if not math.isfinite(self.key_refresh_seconds) or self.key_refresh_seconds < 0:
@@ -232,9 +235,7 @@ class Settings:
             horizon_warn_seconds=_positive(
                 environ, "SIGNOFF_HORIZON_WARN_SECONDS", _HORIZON_WARN_DEFAULT
             ),
-            horizon_ready_seconds=_positive(
-                environ, "SIGNOFF_HORIZON_READY_SECONDS", _HORIZON_READY_DEFAULT
-            ),
+            horizon_ready_seconds=_positive_or_none(environ, "SIGNOFF_HORIZON_READY_SECONDS"),
         )
 
     @property
@@ -382,6 +383,11 @@ def _positive(environ: Mapping[str, str], name: str, default: float) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise ConfigurationError(f"{name} is {text!r}: expected a number of seconds above 0")
     return seconds
+
+
+def _positive_or_none(environ: Mapping[str, str], name: str) -> float | None:
+    text = environ.get(name)
+    return None if text is None or not text.strip() else _positive(environ, name, 0.0)
 
 
 def _refresh(text: str | None) -> float:

@@ -33,6 +33,8 @@ class JsonLines(SpanExporter):
                 "parent_span_id": None if parent is None else f"{parent.span_id:016x}",
                 "attributes": dict(span.attributes or {}),
                 "status": span.status.status_code.name,
+                "description": span.status.description,
+                "events": [[e.name, dict(e.attributes or {})] for e in span.events],
             }
             self.out.write(json.dumps(line, default=str) + "\n")
         self.out.flush()
