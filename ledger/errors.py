@@ -46,6 +46,7 @@ __all__ = [
     "NonceBudgetExhausted",
     "NotInDigest",
     "PermissionDenied",
+    "PoolerModeUnsupported",
     "ProjectionError",
     "PublicKeyMismatch",
     "PublicKeyUnrecorded",
@@ -74,6 +75,24 @@ class SignoffError(Exception):
 
 class ConfigurationError(SignoffError):
     """A setting (database URL, key file, ...) is missing or malformed."""
+
+
+class PoolerModeUnsupported(ConfigurationError):
+    """The database URL leads through a connection pooler that hands one client's statements to
+    several server sessions (PgBouncer's `pool_mode = transaction` or `statement`). Signoff keeps
+    state in a server session (each process's LISTEN, asyncpg's prepared statements), so it needs
+    session pooling; it refuses before it reads or writes anything. `mode` is what the pooler
+    showed: "transaction" (sessions handed between clients) or "statement" (no transaction
+    block allowed)."""
+
+    def __init__(self, target: str, mode: str) -> None:
+        super().__init__(
+            f"{target} leads through a connection pooler in {mode} mode; Signoff needs session "
+            "pooling (pool_mode = session), as its LISTEN/NOTIFY listeners and prepared "
+            "statements live in one server session: use a session-mode pool or connect directly"
+        )
+        self.target = target
+        self.mode = mode
 
 
 _REGISTRY: dict[str, type[DatabaseError]] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,7 @@ from tests.support.scratch import migrated_template, scratch_database
 from .support.directory import list_reviewers
 from .support.embedded_homes import remove_session_base, servers_left
 from .support.forks import stop_fork_server
+from .support.pooler import pgbouncer
 from .support.processes import REVIEWER_KEK_ENV, TEST_KEK
 
 # The session decides approvals too: every database's settings (and every child) carry the
@@ -97,6 +98,19 @@ async def fresh_database_url(server_url: str) -> AsyncIterator[str]:
     """A database of its own, for tests that damage or reshape it."""
     async with scratch_database(server_url, prefix="signoff_test") as url:
         yield url
+
+
+@pytest.fixture(params=["direct", "pgbouncer-session"])
+async def route(
+    request: pytest.FixtureRequest, server_url: str
+) -> AsyncIterator[Callable[[str], str]]:
+    """How the processes of a multi-process test reach the server: directly, or through
+    PgBouncer in session mode (each process's URL goes through `route`); the test runs both."""
+    if request.param == "direct":
+        yield lambda url: url
+        return
+    async with pgbouncer(server_url, "session") as through:
+        yield through
 
 
 @pytest.fixture(scope="session")

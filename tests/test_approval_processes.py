@@ -1,5 +1,7 @@
 """Approvals across real OS processes on a real database: consume races, token replay, waking
-on a decision from the CLI, the CLI itself, and a waiter surviving a database restart."""
+on a decision from the CLI, the CLI itself, and a waiter surviving a database restart. The
+workers log in with only `signoff_app`; the race and the wake-up run directly and through
+PgBouncer in session mode (`route`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +20,20 @@ from approvals import NOTIFY_CHANNEL, ApprovalStatus, ApprovalStore, Decision
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database, migrate
 from ledger.store.embedded import ensure_server, stop_server
+from ledger.store.logins import temporary_login
 from tests.support.directory import list_reviewers
 from tests.support.scratch import scratch_database
 
 from .support.activity import listeners
 from .support.embedded_homes import private_home
-from .support.processes import TEST_KEK, finish, kek_env, run_cli, start_program
+from .support.processes import TEST_KEK, finish, kek_env, run_cli, start_program, worker_env
 from .support.until import until
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:
-    """Start `python -m tests.support.approval_workers ARGS...` with the KEK in its environment."""
-    return await start_program("tests.support.approval_workers", *args, env=kek_env())
+    """Start `python -m tests.support.approval_workers ARGS...` with a worker's KEK in its
+    environment (not the reviewer side's)."""
+    return await start_program("tests.support.approval_workers", *args, env=worker_env())
 
 
 async def _more(count: Awaitable[int], than: int) -> bool:
@@ -65,6 +69,13 @@ async def database_url(server_url: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture(scope="module")
+async def worker_url(database_url: str, store: ApprovalStore) -> AsyncIterator[str]:
+    """A login on it with only `signoff_app` (after the owner made the data keys)."""
+    async with temporary_login(database_url, "signoff_app") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 async def store(database_url: str) -> AsyncIterator[ApprovalStore]:
     db = await Database.connect(database_url)
     approval_store = ApprovalStore(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
@@ -88,13 +99,13 @@ async def ask(store: ApprovalStore, run_id: str | None = None) -> tuple[str, dic
 
 
 async def test_eight_processes_race_to_consume_one_decision(
-    store: ApprovalStore, database_url: str
+    store: ApprovalStore, worker_url: str, route: Callable[[str], str]
 ) -> None:
     approval_id, _ = await ask(store)
     await store.decide(approval_id, Decision.approve(), "alice")
     start_at = time.time() + 3.0
     racers = [
-        await start("consume", database_url, approval_id, f"task-{i}", str(start_at))
+        await start("consume", route(worker_url), approval_id, f"task-{i}", str(start_at))
         for i in range(8)
     ]
     results = [last_json(out) for out in await asyncio.gather(*(finish(p) for p in racers))]
@@ -129,12 +140,13 @@ async def test_token_replayed_in_another_process_is_refused(
 
 
 async def test_wait_in_one_process_wakes_on_cli_decision_in_another(
-    store: ApprovalStore, database_url: str
+    store: ApprovalStore, database_url: str, worker_url: str, route: Callable[[str], str]
 ) -> None:
     approval_id, _ = await ask(store)
     async with store.db.connection() as conn:
         before = await listeners(conn, NOTIFY_CHANNEL)
-        waiter = await start("wait", database_url, approval_id, "60")
+        # No poll within its 60 s: only the decision's notification can wake it in time.
+        waiter = await start("wait", route(worker_url), approval_id, "60", "3600")
         assert waiter.stdout is not None
         ready = await asyncio.wait_for(waiter.stdout.readline(), 60)
         assert ready.strip() == b"ready"
@@ -144,7 +156,7 @@ async def test_wait_in_one_process_wakes_on_cli_decision_in_another(
         )
     decided = await run_cli(
         "approvals", "decide", approval_id, "--approve", "--by", "bob", "--json",
-        database_url=database_url, env=kek_env(),
+        database_url=route(database_url), env=kek_env(),
     )  # fmt: skip
     assert decided.code == 0, decided.stderr
     assert json.loads(decided.stdout)["status"] == "approved"

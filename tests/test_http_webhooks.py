@@ -411,15 +411,19 @@ async def test_two_services_on_one_database_deliver_an_approval_once(
 
 
 async def test_two_serve_processes_deliver_each_approval_once(
-    reviewer_url: str, receiver: Receiver, store: ApprovalStore, db: Database
+    reviewer_url: str,
+    receiver: Receiver,
+    store: ApprovalStore,
+    db: Database,
+    route: Callable[[str], str],
 ) -> None:
     """Two `signoff serve` processes, configured from the environment as an operator would and
-    used once their `/readyz` answers 200."""
+    used once their `/readyz` answers 200; directly, and through a session pooler."""
     await token_for(db, unique("ops"))  # serve refuses to start with nobody to let in
     env = {
         **kek_env(),
         "PYTHONPATH": str(ROOT),
-        "SIGNOFF_DATABASE_URL": reviewer_url,
+        "SIGNOFF_DATABASE_URL": route(reviewer_url),
         "SIGNOFF_WEBHOOK_URL": receiver.url,
         "SIGNOFF_WEBHOOK_SECRET": SECRET,
     }

@@ -6,7 +6,9 @@ import asyncio
 import json
 import signal
 import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -24,8 +26,9 @@ from ledger.errors import (
 from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek, Purpose
 from ledger.store import Database
+from ledger.store.logins import temporary_login
 
-from .support.processes import TEST_KEK, finish, kek_env, start_program
+from .support.processes import TEST_KEK, finish, start_program, worker_env
 
 READ, WRITE, IDEMPOTENT = (
     ToolPolicy(Effect.READ),
@@ -41,6 +44,15 @@ async def side_effects(db: Database) -> None:
             "CREATE TABLE IF NOT EXISTS side_effects "
             "(run_id text, call_id text, pid int, attempt int)"
         )
+
+
+@pytest.fixture(scope="module")
+async def worker_url(database_url: str, db: Database, side_effects: None) -> AsyncIterator[str]:
+    """A login with only `signoff_app`, which may also record the test tool's side effects."""
+    async with temporary_login(database_url, "signoff_app") as url:
+        async with db.connection() as conn:  # the name is ours: [a-z0-9_]
+            await conn.execute(f"GRANT INSERT ON side_effects TO {urlsplit(url).username}")
+        yield url
 
 
 def new_run() -> str:
@@ -310,17 +322,18 @@ async def start_call(
         str(effect),
         str(sleep),
         str(lease),
-        env=kek_env(),
+        env=worker_env(),
     )
 
 
-@pytest.mark.usefixtures("side_effects", "ring")
+@pytest.mark.usefixtures("ring")
 async def test_eight_processes_reach_the_same_call_and_it_runs_once(
-    database_url: str, db: Database
+    worker_url: str, db: Database, route: Callable[[str], str]
 ) -> None:
+    """Eight worker processes, on a worker's login, directly or through a session pooler."""
     run = new_run()
     workers = [
-        await start_call(database_url, run, Effect.SINGLE_ATTEMPT, sleep=0.5) for _ in range(8)
+        await start_call(route(worker_url), run, Effect.SINGLE_ATTEMPT, sleep=0.5) for _ in range(8)
     ]
     outcomes = [json.loads((await finish(w)).splitlines()[-1]) for w in workers]
     assert await runs_of(db, run) == 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -30,6 +31,7 @@ from ..log import get_logger
 from . import migrate
 from .config import masked
 from .driver_log import quiet_pool_floor
+from .pooling import require_session_pooling
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -48,10 +50,11 @@ def _closed(conn: asyncpg.Connection) -> bool:
         return True
 
 
-async def open_raw_connection(url: str) -> asyncpg.Connection:
-    """A dedicated asyncpg connection (for LISTEN and the like), with errors translated."""
+async def open_raw_connection(url: str, *, statement_cache_size: int = 100) -> asyncpg.Connection:
+    """A dedicated asyncpg connection (for LISTEN and the like), with errors translated;
+    `statement_cache_size=0` prepares no named statement (asyncpg's default caches 100)."""
     try:
-        return await asyncpg.connect(url)
+        return await asyncpg.connect(url, statement_cache_size=statement_cache_size)
     except (TimeoutError, OSError) as e:
         raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
     except asyncpg.PostgresError as e:  # unknown database, bad credentials, too many clients
@@ -86,8 +89,13 @@ class Database:
         """Open a pool to `url` (a plain `postgresql://` URL), with `settings` (default: the
         environment's, for this URL: `Settings.from_env(database_url=url)`).
 
+        The probe connection first checks that no pooler shares server sessions between
+        clients (`ledger.store.pooling`): one round trip when connected directly.
+
         Raises:
             ConfigurationError: the URL is malformed.
+            PoolerModeUnsupported: the URL leads through a pooler in transaction or statement
+                mode (Signoff needs session pooling).
             DatabaseUnavailable: the server is down or refuses us.
             SchemaOutOfDate: the schema is not at this code's revision (`check_schema`).
             SchemaFromPreRelease: the database was made by a pre-release schema.
@@ -97,8 +105,12 @@ class Database:
 
             settings = Settings.from_env(database_url=url)
         # Fail fast with a clear error before the pool hides the cause in its own wrappers.
-        probe = await open_raw_connection(url)
+        # The probe caches no statement: behind a transaction pooler a cached one would run on
+        # another server session, before the check below could say why.
+        uncached = partial(open_raw_connection, url, statement_cache_size=0)
+        probe = await uncached()
         try:
+            await require_session_pooling(probe, masked(url), uncached)
             current = await revision_on(probe) if check_schema else None
         except asyncpg.InsufficientPrivilegeError as e:
             raise ConfigurationError(

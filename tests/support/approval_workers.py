@@ -20,9 +20,9 @@ from ledger.store import Database
 
 
 @asynccontextmanager
-async def opened(url: str) -> AsyncIterator[ApprovalStore]:
+async def opened(url: str, poll_interval: float = 0.5) -> AsyncIterator[ApprovalStore]:
     async with await Database.connect(url, pool_size=2) as db:
-        store = ApprovalStore(db, await KeyRing.open(db))
+        store = ApprovalStore(db, await KeyRing.open(db), poll_interval=poll_interval)
         try:
             yield store
         finally:
@@ -62,8 +62,10 @@ async def redeem(url: str, token: str, call: str, task_run_id: str) -> None:
         report(result="consumed" if approval.consumed else "verified", status=approval.status)
 
 
-async def wait(url: str, approval_id: str, seconds: float) -> None:
-    async with opened(url) as store:
+async def wait(url: str, approval_id: str, seconds: float, poll_interval: float) -> None:
+    """Wait up to `seconds`, reading the database again every `poll_interval` seconds and
+    whenever notified (a poll interval longer than `seconds`: only a notification wakes it)."""
+    async with opened(url, poll_interval) as store:
         await store.get(approval_id)
         print("ready", flush=True)
         started = time.monotonic()
@@ -82,8 +84,8 @@ def main() -> None:
         url, token, call, task_run_id = args
         asyncio.run(redeem(url, token, call, task_run_id))
     elif name == "wait":
-        url, approval_id, seconds = args
-        asyncio.run(wait(url, approval_id, float(seconds)))
+        url, approval_id, seconds, poll_interval = args
+        asyncio.run(wait(url, approval_id, float(seconds), float(poll_interval)))
     else:
         raise SystemExit(f"unknown worker {name!r}")
 

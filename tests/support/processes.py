@@ -29,6 +29,12 @@ def kek_env() -> dict[str, str]:
     return {**os.environ, **REVIEWER_KEK_ENV, "SIGNOFF_KEK": base64.b64encode(TEST_KEK).decode()}
 
 
+def worker_env() -> dict[str, str]:
+    """`kek_env()` as an agent worker holds it: the KEK, never the reviewer side's (an empty
+    variable counts as unset, and overrides this process's own)."""
+    return {**kek_env(), "SIGNOFF_REVIEWER_KEK": ""}
+
+
 async def start_program(
     module: str, *args: str, env: dict[str, str] | None = None
 ) -> asyncio.subprocess.Process:
