@@ -50,6 +50,7 @@ __all__ = [
     "ProjectionError",
     "PublicKeyMismatch",
     "PublicKeyUnrecorded",
+    "ReadOnlyDatabase",
     "ResultNotSerializable",
     "ResultTampered",
     "ReviewerKekMissing",
@@ -244,6 +245,24 @@ class AppendOnlyViolation(DatabaseError, code="SG403"):
             _described(error, sqlstate),
             table=table if isinstance(table, str) else None,
             operation=operation if isinstance(operation, str) else None,
+        )
+
+
+class ReadOnlyDatabase(DatabaseError, code="25006"):
+    """A write reached a database that takes none: a hot standby (it only replays the
+    primary's changes), or a connection made read-only, such as the pool of
+    `SIGNOFF_READ_DATABASE_URL`. Nothing was written: writes go to the primary."""
+
+    def __init__(self, message: str, *, target: str | None = None) -> None:
+        super().__init__(message)
+        self.target = target
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        return cls(
+            f"{target} takes no writes (a hot standby or a read-only connection): "
+            f"{_described(error, sqlstate)}; writes go to the primary (SIGNOFF_DATABASE_URL)",
+            target=target,
         )
 
 

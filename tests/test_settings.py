@@ -89,6 +89,16 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
         {"SIGNOFF_DATABASE_URL": "postgresql://a@h/d"}, database_url="postgresql://b@h/e"
     )
     assert given.database_url == "postgresql://b@h/e"  # a command line's URL wins
+    reads = Settings.from_env({"SIGNOFF_READ_DATABASE_URL": "postgres+asyncpg://r@standby/d"})
+    assert reads.read_database_url == "postgresql://r@standby/d"
+    assert reads.database_url is None, "a read URL is never where writes go"
+    assert (
+        Settings.from_env(
+            {"SIGNOFF_READ_DATABASE_URL": "postgresql://r@a/d"},
+            read_database_url="postgresql://r@b/d",
+        ).read_database_url
+        == "postgresql://r@b/d"
+    )
 
     kek_file = tmp_path / "kek"
     kek_file.write_text(b64(key) + "\n")
@@ -120,6 +130,7 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
         ("SIGNOFF_KEK_FILE", "/nonexistent/signoff/kek"),
         ("SIGNOFF_DATABASE_URL", "mysql://app@db.internal/signoff"),
         ("DATABASE_URL", "http://db.internal/"),
+        ("SIGNOFF_READ_DATABASE_URL", "mysql://app@standby/signoff"),
     ],
 )
 def test_a_malformed_value_is_a_configuration_error_that_names_its_variable(

@@ -21,6 +21,7 @@ __all__ = [
     "JSON_MAX_DEPTH",
     "Parser",
     "add_global_options",
+    "add_read_option",
     "all_parsers",
     "identifier",
     "json_object",
@@ -72,6 +73,17 @@ def add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         type=str.upper,
         choices=LOG_LEVELS,
         help="log level, on stderr (default: WARNING)",
+    )
+
+
+def add_read_option(parser: argparse.ArgumentParser) -> None:
+    """`--read-database-url`, on the commands that only read (verify, export, proofs)."""
+    parser.add_argument(
+        "--read-database-url",
+        type=text,
+        metavar="URL",
+        help="read from this hot standby of the database, read-only, and say how far behind "
+        "it is (default: $SIGNOFF_READ_DATABASE_URL, else the database itself)",
     )
 
 

@@ -10,6 +10,7 @@ import io
 import json
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 from ledger.audit.export import export_events
 from ledger.audit.queries import (
@@ -27,8 +28,8 @@ from ledger.journal.reader import newest_position
 from ledger.keys import KeyRing
 from ledger.store import Database
 
-from .arguments import identifier, position, positive_int, text
-from .context import open_database
+from .arguments import add_read_option, identifier, position, positive_int, text
+from .context import lag_of, open_database, open_reading_database
 from .output import add_json_flag, csv_cell, emit, safe
 from .progress import progress_bar, shows_progress
 
@@ -103,6 +104,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     formats = calls.add_mutually_exclusive_group()
     formats.add_argument("--json", action="store_true", help="print JSON for machines")
     formats.add_argument("--csv", action="store_true", help="print CSV for spreadsheets")
+    add_read_option(calls)
     calls.set_defaults(run=lambda a: asyncio.run(_calls(a)))
 
     show = commands.add_parser("show", help="the whole story of one call", epilog=_SHOW_EXAMPLES)
@@ -139,6 +141,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     export.add_argument(
         "--json", action="store_true", help="the same JSONL (accepted like on every command)"
     )
+    add_read_option(export)
     export.set_defaults(run=lambda a: asyncio.run(_export(a)))
 
     resolve = commands.add_parser(
@@ -172,7 +175,7 @@ async def _calls(args: argparse.Namespace) -> int:
         approved_by=args.approved_by,
         limit=args.limit,
     )
-    async with open_database(args) as db:
+    async with open_reading_database(args) as db:
         rows = [call_summary(call) for call, _ in await find_calls(db, where)]
     if args.csv:
         out = io.StringIO()
@@ -191,7 +194,10 @@ async def _calls(args: argparse.Namespace) -> int:
         f"{r['status']:<16} {safe(', '.join(r['approved_by']) or '-'):<16} {r['started_at']}"
         for r in rows
     ]
-    emit(args, "\n".join(lines), {"calls": rows})
+    data: dict[str, Any] = {"calls": rows}
+    if (lag := lag_of(args)) is not None:
+        data["standby"] = lag.to_dict()
+    emit(args, "\n".join(lines), data)
     return 0
 
 
@@ -243,7 +249,7 @@ def _story_text(story: CallStory, revealed: bool) -> str:
 
 
 async def _export(args: argparse.Namespace) -> int:
-    async with open_database(args) as db:
+    async with open_reading_database(args) as db:
         total = await _events_after(db, args.after) if shows_progress(args) else None
         with progress_bar(args, "exporting", total=total) as advance:
             async for exported in export_events(db, after=args.after):

@@ -35,8 +35,8 @@ from ledger.keys import KeyRing
 from ledger.store import Database
 
 from . import calls, witness
-from .arguments import position, positive_int
-from .context import open_database, settings_of
+from .arguments import add_read_option, position, positive_int
+from .context import lag_of, open_database, open_reading_database, settings_of
 from .output import add_json_flag, emit, read_document, safe
 from .progress import Progress, progress_bar, shows_progress
 
@@ -57,6 +57,10 @@ _TRUSTING_THE_DATABASE = (
     "warning: no --public-keys: the signing keys come from this database (its journal's records, "
     "checked against data_keys); pin them with `signoff keys export-public` and pass "
     "--public-keys FILE"
+)
+_STANDBY_BEHIND = (
+    "read from a standby that was behind the primary: it may not have replayed the digest's "
+    "events yet; check against the primary, or once the standby has caught up"
 )
 _DIGEST_EXAMPLES = """\
 examples:
@@ -116,6 +120,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="check every event, as without --since-digest (which it ignores)",
     )
     add_json_flag(verify)
+    add_read_option(verify)
     verify.set_defaults(run=_verify)
 
     integrate = commands.add_parser(
@@ -172,6 +177,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     prove.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
     add_json_flag(prove)
+    add_read_option(prove)
     prove.set_defaults(run=lambda a: asyncio.run(_prove(a)))
 
     consistency = commands.add_parser(
@@ -181,6 +187,7 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     consistency.add_argument("new", type=Path, metavar="NEW", help="the later digest file")
     consistency.add_argument("--out", type=Path, metavar="FILE", help="write here, not to stdout")
     add_json_flag(consistency)
+    add_read_option(consistency)
     consistency.set_defaults(run=lambda a: asyncio.run(_consistency(a)))
 
     witness.register_vkey(commands)
@@ -225,6 +232,8 @@ def _verify(args: argparse.Namespace) -> int:
         "resumed": None if report.resumed is None else asdict(report.resumed),
         "problems": problems,
     }
+    if (lag := lag_of(args)) is not None:
+        data["standby"] = lag.to_dict()
     if check is not None:
         digest = check.digest
         if check.ok:
@@ -234,6 +243,8 @@ def _verify(args: argparse.Namespace) -> int:
             )
         else:
             text += "\ndigest DOES NOT MATCH: " + "; ".join(map(safe, check.problems))
+            if _behind(args):
+                text += f"\n  {_STANDBY_BEHIND}"
         data["ok"] = report.ok and check.ok
         data["digest"] = {
             "ok": check.ok,
@@ -336,7 +347,7 @@ async def _verify_ledger(args: argparse.Namespace) -> tuple[LedgerReport, Digest
     since = _read_digest(args.since_digest) if args.since_digest and not args.full else None
     keys = _read_keys(args.public_keys) if args.public_keys else None
     refused: list[str] = []  # signing keys the database's records do not vouch for: findings
-    async with open_database(args) as db:
+    async with open_reading_database(args) as db:
         if (digest is not None or since is not None) and keys is None:
             # the KEK's errors before the long part
             ring = await KeyRing.open(db, create_missing=False)
@@ -448,10 +459,10 @@ async def _export_tiles(args: argparse.Namespace) -> int:
 async def _prove(args: argparse.Namespace) -> int:
     digest = _read_digest(args.digest)
     try:
-        async with open_database(args) as db:
+        async with open_reading_database(args) as db:
             proof = await prove_inclusion(db, args.position, digest)
     except DigestMismatch as e:
-        return _mismatch(e)
+        return _mismatch(e, args)
     text = (
         f"event at position {args.position} is leaf {proof.leaf_index} of the "
         f"{digest.tree_size} events in {safe(args.digest)}: proof written to {safe(args.out)}"
@@ -462,10 +473,10 @@ async def _prove(args: argparse.Namespace) -> int:
 async def _consistency(args: argparse.Namespace) -> int:
     old, new = _read_digest(args.old), _read_digest(args.new)
     try:
-        async with open_database(args) as db:
+        async with open_reading_database(args) as db:
             proof = await prove_consistency(db, old, new)
     except DigestMismatch as e:
-        return _mismatch(e)
+        return _mismatch(e, args)
     text = (
         f"the {new.tree_size} events of {safe(args.new)} extend the {old.tree_size} of "
         f"{safe(args.old)}: proof ({len(proof.proof)} hashes) written to {safe(args.out)}"
@@ -480,14 +491,26 @@ def _deliver(args: argparse.Namespace, document: str, text: str, data: dict[str,
         print(document, end="")
         return 0
     _write(args.out, document)
+    if (lag := lag_of(args)) is not None:
+        data = {**data, "standby": lag.to_dict()}
     emit(args, text, {**data, "out": str(args.out)})
     return 0
 
 
-def _mismatch(error: DigestMismatch) -> int:
-    """A database that no longer matches a digest is a finding, not a usage error: exit 1."""
-    print(f"TAMPERED: {safe(error)}", file=sys.stderr)
+def _mismatch(error: DigestMismatch, args: argparse.Namespace | None = None) -> int:
+    """A database that no longer matches a digest is a finding, not a usage error: exit 1.
+    Read from a standby that was behind, it may only not have replayed the digest's events."""
+    if args is not None and _behind(args):
+        print(f"NOT PROVEN: {safe(error)}; {_STANDBY_BEHIND}", file=sys.stderr)
+    else:
+        print(f"TAMPERED: {safe(error)}", file=sys.stderr)
     return 1
+
+
+def _behind(args: argparse.Namespace) -> bool:
+    """Whether the command read a standby that had not caught up with the primary."""
+    lag = lag_of(args)
+    return lag is not None and not lag.caught_up
 
 
 def _read_digest(path: Path) -> Digest:

@@ -35,6 +35,7 @@ from approvals import (
     Approval,
     ApprovalAlreadyDecided,
     ApprovalStatus,
+    ApprovalStore,
     Decision,
     DecisionNotAllowed,
     Identity,
@@ -52,6 +53,7 @@ from .errors import ApiError, reason, refusal_of
 from .revealing import revealed_document
 from .service import Service
 from .shapes import approval_document, decision_from_body
+from .standby import reading_store
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
@@ -178,9 +180,11 @@ def _cursor_of(text: str | None) -> PageCursor | None:
     return when, approval_id
 
 
-async def _visible(service: Service, identity: Identity, approval_id: str) -> Approval:
+async def _visible(
+    service: Service, identity: Identity, approval_id: str, store: ApprovalStore | None = None
+) -> Approval:
     try:
-        approval = await service.store.get(approval_id)
+        approval = await (store or service.store).get(approval_id)
     except (UnknownApproval, InvalidApprovalRequest) as e:
         raise ApiError(404, "not_found", f"no approval {approval_id}") from e
     if not may_see(identity, approval):
@@ -209,6 +213,7 @@ def _statuses(text: str) -> tuple[ApprovalStatus, ...]:
 )
 async def listing(
     request: Request,
+    response: Response,
     identity: Caller,
     status: Annotated[
         str,
@@ -225,10 +230,10 @@ async def listing(
     cursor: Annotated[str | None, Query(max_length=1000)] = None,
 ) -> dict[str, Any]:
     statuses = _statuses(status)  # malformed names and cursors: 422 by the error table
-    service = service_of(request)
+    store = await reading_store(request, response, identity)  # a reviewer's: the primary
     reviewer = identity.reviewer if identity.may_decide else None
     if statuses == (ApprovalStatus.PENDING,):
-        page, after = await service.store.pending_page(
+        page, after = await store.pending_page(
             reviewer=reviewer,
             run_id=run_id,
             tool=tool,
@@ -237,7 +242,7 @@ async def listing(
             limit=limit,
         )
     else:
-        page, after = await service.store.history_page(
+        page, after = await store.history_page(
             statuses,
             reviewer=reviewer,
             run_id=run_id,
@@ -251,8 +256,12 @@ async def listing(
 
 
 @router.get("/{approval_id}", summary="One approval, when its policy admits the caller")
-async def one(request: Request, approval_id: str, identity: Caller) -> dict[str, Any]:
-    return approval_document(await _visible(service_of(request), identity, approval_id), args=None)
+async def one(
+    request: Request, response: Response, approval_id: str, identity: Caller
+) -> dict[str, Any]:
+    store = await reading_store(request, response, identity)
+    approval = await _visible(service_of(request), identity, approval_id, store)
+    return approval_document(approval, args=None)
 
 
 @router.post(

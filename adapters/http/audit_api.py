@@ -6,13 +6,16 @@ its C2SP checkpoint when the log has an origin; `/checkpoint` returns just that 
 proofs as `ledger prove` and `ledger consistency` do, exported events as `ledger export` does.
 A proof is of a digest the caller holds, so the digest goes in the request body (a proof asks
 nothing of the digest but its tree; the verifier checks its signature).
+
+With a hot standby configured, proofs and the export read it (`standby`); a digest or a
+checkpoint is taken on the primary: it integrates the stored tree and signs.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,6 +34,7 @@ from ledger.log import get_logger
 
 from .approvals_api import Caller, service_of
 from .errors import ApiError
+from .standby import reading_database
 
 __all__ = ["MAX_EXPORT", "router"]
 
@@ -99,12 +103,15 @@ class InclusionRequest(BaseModel):
     "/proofs/inclusion",
     summary="Proof that one event is in a digest (`signoff_inclusion_proof: 1`)",
 )
-async def inclusion(request: Request, body: InclusionRequest, identity: Caller) -> dict[str, Any]:
+async def inclusion(
+    request: Request, response: Response, body: InclusionRequest, identity: Caller
+) -> dict[str, Any]:
     _auditor(identity)
     of = _digest(body.digest, "digest")
     service = service_of(request)
     async with service.journal_scans:
-        proof = await prove_inclusion(service.db, body.position, of)
+        db = await reading_database(request, response, identity)
+        proof = await prove_inclusion(db, body.position, of)
     return proof.to_dict()
 
 
@@ -121,19 +128,21 @@ class ConsistencyRequest(BaseModel):
     "(`signoff_consistency_proof: 1`)",
 )
 async def consistency(
-    request: Request, body: ConsistencyRequest, identity: Caller
+    request: Request, response: Response, body: ConsistencyRequest, identity: Caller
 ) -> dict[str, Any]:
     _auditor(identity)
     old, new = _digest(body.old, "old"), _digest(body.new, "new")
     service = service_of(request)
     async with service.journal_scans:
-        proof = await prove_consistency(service.db, old, new)
+        db = await reading_database(request, response, identity)
+        proof = await prove_consistency(db, old, new)
     return proof.to_dict()
 
 
 @router.get("/export", summary="Journal events in the global order, as `ledger export` writes")
 async def export(
     request: Request,
+    response: Response,
     identity: Caller,
     after: Annotated[
         int, Query(ge=0, le=INT8[1], description="after the event at this position (0: start)")
@@ -142,9 +151,10 @@ async def export(
 ) -> dict[str, Any]:
     _auditor(identity)
     events: list[dict[str, Any]] = []
+    db = await reading_database(request, response, identity)
     try:
         # One batch of `limit`; the export holds no connection between its events.
-        async for event in export_events(service_of(request).db, after=after, batch_size=limit):
+        async for event in export_events(db, after=after, batch_size=limit):
             events.append(event.to_dict())
             if len(events) == limit:
                 break

@@ -8,7 +8,8 @@ anything is shown; with a
 client's request id (`Idempotency-Key`, or `request_id` in the body), a retry records nothing
 new. A reviewer lists the calls whose outcome is unknown and resolves them as the token's
 reviewer, signed by the service (`ToolLedger.resolve`); it reads nothing else here, and an
-auditor resolves none.
+auditor resolves none. An auditor's listing and stories read the hot standby when one is
+configured (`standby`); a reveal is recorded, so it is the primary's.
 
 Run and call ids may hold '/', so they travel as query parameters or body fields, never in the
 path. A call is shown as `signoff ledger calls --json` shows it; a story as `ledger show --json`.
@@ -50,6 +51,7 @@ from .approvals_api import (
 )
 from .errors import ApiError
 from .service import Service
+from .standby import reading_database
 
 __all__ = ["router"]
 
@@ -107,6 +109,7 @@ def _names(**values: str | None) -> None:
 @router.get("", summary="Tool calls, oldest first (a reviewer: only status=outcome_unknown)")
 async def calls(
     request: Request,
+    response: Response,
     identity: Caller,
     run_id: Annotated[str | None, Query(max_length=_ID)] = None,
     tool: Annotated[str | None, Query(max_length=_ID)] = None,
@@ -135,7 +138,8 @@ async def calls(
         after=_cursor_of(cursor),
     )
     service = service_of(request)
-    found = [call for call, _ in await find_calls(service.db, where)]
+    db = await reading_database(request, response, identity)  # a reviewer's: the primary
+    found = [call for call, _ in await find_calls(db, where)]
     page = found[:limit]
     more = len(found) > limit
     # A reviewer's page leaves out the calls it may not resolve: it may be short while a
@@ -164,10 +168,12 @@ async def _may_resolve(service: Service, identity: Identity, call: CallRecord) -
     "/story",
     summary="One call's record and events (auditors; reviewers its approval admits; no arguments)",
 )
-async def story(request: Request, identity: Caller, run_id: Id, call_id: Id) -> dict[str, Any]:
+async def story(
+    request: Request, response: Response, identity: Caller, run_id: Id, call_id: Id
+) -> dict[str, Any]:
     _names(run_id=run_id, call_id=call_id)
     service = service_of(request)
-    found = await call_story(service.db, run_id, call_id)
+    found = await call_story(await reading_database(request, response, identity), run_id, call_id)
     if identity.may_decide and not await _approval_admits(service, identity, found.call):
         raise ApiError(
             403, "forbidden", "a reviewer reads the story of a call its approval's policy admits"

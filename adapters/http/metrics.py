@@ -121,6 +121,9 @@ class Metrics:
         self.database = DatabaseGauges(self.registry)
         self.database_sampler: Sampler | None = None
         """What refreshes `database` on a scrape (set where the service is served)."""
+        self.standby: Sampler | None = None
+        """What measures the standby's lag on a scrape, in a service that reads from one
+        (`standby.StandbyWatch`, which adds its gauges to this registry)."""
 
     def approval_final(self, approval: Approval) -> None:
         """Observe how long `approval` waited, now that a decision made it final."""

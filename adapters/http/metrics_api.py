@@ -2,7 +2,8 @@
 an auditor's token: a scraper sends it as `authorization: {credentials: ...}` (Prometheus'
 scrape configuration). Metrics say how busy the service is and who fails to get in; nobody
 reads them anonymously, and a reviewer's token does not. The gauges of the journal's horizon
-(`horizon`) and of the database's state (`gauges`) are sampled before each answer."""
+(`horizon`), of the database's state (`gauges`) and of a standby's lag (`standby`) are sampled
+before each answer."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ async def metrics(request: Request, identity: Caller) -> Response:
     if identity.scope is not Scope.AUDITOR:
         raise ApiError(403, "forbidden", "metrics are for an auditor's token")
     metrics = service_of(request).metrics
-    for sampler in (metrics.horizon, metrics.database_sampler):
+    for sampler in (metrics.horizon, metrics.database_sampler, metrics.standby):
         if sampler is not None:
             with contextlib.suppress(Exception):  # the gauges keep their last values
                 await sampler.sample()

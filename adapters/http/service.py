@@ -10,7 +10,8 @@ that has `signoff_reviewer` (it decides through that role's functions) and the r
 KEK (it signs decisions). What is missing is named in one line. With `settings.webhook`, the
 service also posts webhook notifications (`webhooks.Webhooks`), and with `settings.slack` and
 `settings.email` it tells reviewers of new requests in Slack (`slack.SlackNotifier`) and by
-e-mail (`mail.EmailNotifier`), from when it is opened until it is closed.
+e-mail (`mail.EmailNotifier`), from when it is opened until it is closed. With
+`settings.read_database_url`, auditors' reads go to that hot standby (`standby`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store import Database
 from ledger.store.settings import Settings
+from ledger.store.standby import open_standby
 
 from . import _sql as sql
 from .auth import ApiTokenAuthenticator, Authentication, Authenticator, OidcAuthenticator
@@ -42,6 +44,7 @@ from .metrics import Metrics
 from .oidc import JwksUnavailable, OidcVerifier
 from .readiness import Readiness
 from .slack import SlackNotifier
+from .standby import StandbyWatch
 from .webhooks import Webhooks
 
 log = get_logger(__name__)
@@ -97,6 +100,9 @@ class Service:
     # Set when the server begins to stop: event streams never end by themselves, so each ends
     # itself on this (the client reconnects elsewhere) instead of being cut mid-response.
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # The hot standby auditors read from (`standby`), and the approvals as it holds them.
+    standby: StandbyWatch | None = None
+    standby_store: ApprovalStore | None = None
 
     @property
     def failure_limit(self) -> FailureLimit:
@@ -124,6 +130,10 @@ class Service:
         await self.feed.close()
         await self.ledger.close()
         await self.store.close()
+        if self.standby_store is not None:
+            await self.standby_store.close()
+        if self.standby is not None:
+            await self.standby.reads.close()
         await self.db.close()
 
 
@@ -209,6 +219,11 @@ async def open_service(
         await db.close()
         raise
     try:
+        if settings.read_database_url is not None:
+            reads = await open_standby(settings, pool_size=max(2, pool_size // 2))
+            service.standby = StandbyWatch(reads, db, metrics.registry)
+            service.standby_store = ApprovalStore(reads, ring)
+            metrics.standby = service.standby
         for task in ([webhooks] if webhooks is not None else []) + service.notifiers:
             await task.start()
     except BaseException:

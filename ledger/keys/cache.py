@@ -251,6 +251,8 @@ class KeyCache:
     async def _reserve(self, conn: asyncpg.Connection) -> None:
         """Reserve the blocks of nonces this process runs low on (a statement of its own,
         committed at once: it never waits for the caller's transaction)."""
+        if self.db.read_only:  # a standby's ring opens and verifies; nothing is sealed there
+            return
         wanted = self.nonces.wanted(self._sealing_keys())
         if not wanted:
             return

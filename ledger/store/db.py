@@ -70,12 +70,17 @@ class Database:
     Use `await Database.from_settings(settings)`, `await Database.connect(url)` or
     `await Database.from_env()`; `await db.close()` at the end (or `async with`). `settings` are
     the ones it was opened with: the key ring takes its KEK and refresh interval from them.
+    `read_only`: every transaction on it is read-only (a hot standby's pool,
+    `ledger.store.standby`), so a write fails with `ReadOnlyDatabase` wherever the URL points.
     """
 
-    def __init__(self, url: str, pool: asyncpg.Pool, settings: Settings) -> None:
+    def __init__(
+        self, url: str, pool: asyncpg.Pool, settings: Settings, *, read_only: bool = False
+    ) -> None:
         self.url = url
         self.pool = pool
         self.settings = settings
+        self.read_only = read_only
 
     @classmethod
     async def connect(
@@ -85,9 +90,11 @@ class Database:
         pool_size: int = 10,
         check_schema: bool = True,
         settings: Settings | None = None,
+        read_only: bool = False,
     ) -> Database:
         """Open a pool to `url` (a plain `postgresql://` URL), with `settings` (default: the
-        environment's, for this URL: `Settings.from_env(database_url=url)`).
+        environment's, for this URL: `Settings.from_env(database_url=url)`); with `read_only`,
+        every transaction on its connections is read-only (`default_transaction_read_only`).
 
         The probe connection first checks that no pooler shares server sessions between
         clients (`ledger.store.pooling`): one round trip when connected directly.
@@ -136,11 +143,12 @@ class Database:
                 reset=_reset,
                 # No idle timer per release (a call_later and its cancel on every checkout).
                 max_inactive_connection_lifetime=0,
+                server_settings={"default_transaction_read_only": "on"} if read_only else None,
             )
         except (TimeoutError, OSError, asyncpg.PostgresError) as e:
             raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
-        log.debug("database pool opened", url=masked(url), pool_size=pool_size)
-        return cls(url, pool, settings)
+        log.debug("database pool opened", url=masked(url), pool_size=pool_size, read_only=read_only)
+        return cls(url, pool, settings, read_only=read_only)
 
     @classmethod
     async def from_settings(cls, settings: Settings, **options: Any) -> Database:

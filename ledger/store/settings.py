@@ -3,6 +3,7 @@
 | variable                                      | setting                                       |
 |-----------------------------------------------|-----------------------------------------------|
 | `SIGNOFF_DATABASE_URL`, else `DATABASE_URL`   | `database_url` (None: the embedded server)    |
+| `SIGNOFF_READ_DATABASE_URL`                   | `read_database_url` (None: reads go there too)|
 | `SIGNOFF_KEK`, else `SIGNOFF_KEK_FILE`        | `kek` (base64 of 32 bytes, or a file of it)   |
 | `SIGNOFF_REVIEWER_KEK`, else `..._KEK_FILE`   | `reviewer_kek` (the reviewer side only)       |
 | `SIGNOFF_KEY_REFRESH_SECONDS`                 | `key_refresh_seconds` (default 10)            |
@@ -22,6 +23,11 @@ Everything else takes these values: `Database.from_settings(settings)` keeps the
 ring takes its KEK and refresh interval from its database's settings. With no URL configured the
 database is the embedded server of `embedded_home`, and the KEK (unless one is configured) is that
 home's `kek` file. A configured URL never selects a KEK file, whatever it looks like.
+
+`read_database_url` is a hot standby of that database: the auditors' reads (`ledger verify`,
+`ledger export`, proofs, the auditor endpoints of `signoff serve`) go there, read-only, and
+say how far behind the primary it is (`ledger.store.standby`); every write still goes to
+`database_url`.
 
 The reviewer KEK wraps the key that signs decisions. Only the reviewer side (the HTTP service,
 the admin CLI) is given it; agent workers run without it and only verify. It has no embedded
@@ -145,6 +151,8 @@ class Settings:
     """
 
     database_url: str | None = None
+    read_database_url: str | None = None
+    """A hot standby of `database_url` that auditors read from (None: they read the primary)."""
     kek: LocalKek | None = field(default=None, repr=False)
     reviewer_kek: LocalKek | None = field(default=None, repr=False)
     key_refresh_seconds: float = _REFRESH_DEFAULT
@@ -174,6 +182,8 @@ class Settings:
     def __post_init__(self) -> None:
         if self.database_url is not None:  # as psql takes it, or SQLAlchemy's
             object.__setattr__(self, "database_url", normalize_url(self.database_url))
+        if self.read_database_url is not None:
+            object.__setattr__(self, "read_database_url", normalize_url(self.read_database_url))
         if not math.isfinite(self.tree_integrate_seconds) or self.tree_integrate_seconds < 0:
             raise ConfigurationError(
                 f"tree_integrate_seconds is {self.tree_integrate_seconds}: expected 0 or more"
@@ -208,15 +218,21 @@ class Settings:
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] = os.environ, *, database_url: str | None = None
+        cls,
+        environ: Mapping[str, str] = os.environ,
+        *,
+        database_url: str | None = None,
+        read_database_url: str | None = None,
     ) -> Settings:
-        """The settings of `environ`; `database_url` (a command line's) wins over its URL.
+        """The settings of `environ`; `database_url` and `read_database_url` (a command
+        line's) win over its URLs.
 
         Raises:
             ConfigurationError: a value is malformed; the message names its variable.
         """
         return cls(
             database_url=_url(environ, database_url),
+            read_database_url=_url(environ, read_database_url, ("SIGNOFF_READ_DATABASE_URL",)),
             kek=_kek(environ),
             reviewer_kek=_kek(environ, "SIGNOFF_REVIEWER_KEK"),
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),
@@ -258,10 +274,14 @@ class Settings:
         return embedded.ensure_server(self.embedded_home)
 
 
-def _url(environ: Mapping[str, str], given: str | None) -> str | None:
+def _url(
+    environ: Mapping[str, str],
+    given: str | None,
+    names: tuple[str, ...] = ("SIGNOFF_DATABASE_URL", "DATABASE_URL"),
+) -> str | None:
     if given:
         return normalize_url(given)
-    for name in ("SIGNOFF_DATABASE_URL", "DATABASE_URL"):
+    for name in names:
         if url := environ.get(name):
             try:
                 return normalize_url(url)
