@@ -42,16 +42,16 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncConnection, AsyncPipeline
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, OperationalError
 from psycopg.errors import UndefinedTable
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ledger.errors import SchemaOutOfDate
+from ledger.errors import DatabaseUnavailable, SchemaOutOfDate, SignoffError, translate
 from ledger.keys import KeyRing
 from ledger.log import get_logger
-from ledger.store.config import normalize_url
+from ledger.store.config import masked, normalize_url
 from ledger.store.db import Database
 from ledger.store.settings import Settings
 from ledger.telemetry import Attr
@@ -122,6 +122,19 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         self.sealer = CheckpointSealer(ring, self.serde)
         self._rows = RowOpener(self.sealer, self.serde, allow_plaintext)
         self._list_page_size = list_page_size
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        """LangGraph's cursor, with a lost connection typed as everywhere else in Signoff:
+        `DatabaseUnavailable` (a failover, a restart, a pool that found no server in time),
+        never psycopg's own error."""
+        try:
+            async with super()._cursor(pipeline=pipeline) as cur:
+                yield cur
+        except OperationalError as e:
+            if (typed := _lost(e, self.conn)) is None:
+                raise
+            raise typed from e
 
     @property
     def allow_plaintext(self) -> bool:
@@ -579,6 +592,19 @@ async def encrypted_checkpointer(
         kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
     ) as pool:
         yield EncryptedPostgresSaver(pool, ring, allow_plaintext=allow_plaintext)
+
+
+def _lost(
+    error: OperationalError,
+    conn: AsyncConnection[DictRow] | AsyncConnectionPool[AsyncConnection[DictRow]],
+) -> SignoffError | None:
+    """The typed error for psycopg's `error`: by its SQLSTATE when it has one (the registry's
+    rule), else a connection that failed or dropped (psycopg gives those none)."""
+    dsn = conn.conninfo if isinstance(conn, AsyncConnectionPool) else conn.info.dsn
+    target = masked(dsn) if isinstance(dsn, str) and "://" in dsn else "the checkpoint database"
+    if error.sqlstate is not None:
+        return translate(error, target=target)
+    return DatabaseUnavailable(target, str(error).splitlines()[0] if str(error) else "lost")
 
 
 async def _checkpoint_tables_ready(db: Database) -> None:

@@ -48,11 +48,16 @@ def _closed(conn: asyncpg.Connection) -> bool:
         return True
 
 
+# No host of a multi-host URL is what `target_session_attrs` asks for: during a failover, the
+# standbys answer and none is the primary yet. Unavailable, like a server that is down.
+_NO_TARGET = asyncpg.TargetServerAttributeNotMatched
+
+
 async def open_raw_connection(url: str) -> asyncpg.Connection:
     """A dedicated asyncpg connection (for LISTEN and the like), with errors translated."""
     try:
         return await asyncpg.connect(url)
-    except (TimeoutError, OSError) as e:
+    except (TimeoutError, OSError, _NO_TARGET) as e:
         raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
     except asyncpg.PostgresError as e:  # unknown database, bad credentials, too many clients
         reason = f"{e} (SQLSTATE {e.sqlstate})"
@@ -125,7 +130,7 @@ class Database:
                 # No idle timer per release (a call_later and its cancel on every checkout).
                 max_inactive_connection_lifetime=0,
             )
-        except (TimeoutError, OSError, asyncpg.PostgresError) as e:
+        except (TimeoutError, OSError, asyncpg.PostgresError, _NO_TARGET) as e:
             raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
         log.debug("database pool opened", url=masked(url), pool_size=pool_size)
         return cls(url, pool, settings)
@@ -168,8 +173,9 @@ class Database:
             return
         try:
             conn = await self.pool.acquire()
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-            # Connecting failed: the server is down, starting up or refusing us.
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, _NO_TARGET) as e:
+            # Connecting failed: the server is down, starting up or refusing us, or (several
+            # hosts) none of them is the primary yet.
             raise self._unavailable(e) from e
         try:
             yield conn
