@@ -88,7 +88,7 @@ from .model import (
 from .projection import CALLS
 from .records import CallRecorder, open_call_value, outcome_of
 from .resolution import sign_resolution
-from .tracing import tool_span, traced_outcome
+from .tracing import committed_event, tool_span, traced_outcome
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "MAX_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 
@@ -268,6 +268,8 @@ class ToolLedger:
                         outcome = await self._run(step, fn)
                         break
                     # None: a concurrent claim won the insert; look again
+            if not outcome.replayed and (event := committed_event()) is not None:
+                self.db.fence.saw(*event)  # checked on every new connection from now on
             await traced_outcome(self.db, span, call, outcome)
             return outcome
 

@@ -30,6 +30,7 @@ from ..log import get_logger
 from . import migrate
 from .config import masked
 from .driver_log import quiet_pool_floor
+from .fence import HistoryFence
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -72,12 +73,17 @@ class Database:
     Use `await Database.from_settings(settings)`, `await Database.connect(url)` or
     `await Database.from_env()`; `await db.close()` at the end (or `async with`). `settings` are
     the ones it was opened with: the key ring takes its KEK and refresh interval from them.
+    `fence` keeps what this process saw committed, checked on every new connection
+    (`ledger.store.fence`: a database that lost it raises `HistoryLost`).
     """
 
-    def __init__(self, url: str, pool: asyncpg.Pool, settings: Settings) -> None:
+    def __init__(
+        self, url: str, pool: asyncpg.Pool, settings: Settings, fence: HistoryFence
+    ) -> None:
         self.url = url
         self.pool = pool
         self.settings = settings
+        self.fence = fence
 
     @classmethod
     async def connect(
@@ -121,11 +127,13 @@ class Database:
             expected = migrate.head_revision()
             if current != expected:
                 raise SchemaOutOfDate(current, expected)
+        fence = HistoryFence(masked(url))
         try:
             pool = await asyncpg.create_pool(
                 url,
                 min_size=min(2, pool_size),
                 max_size=pool_size,
+                init=fence.check,
                 reset=_reset,
                 # No idle timer per release (a call_later and its cancel on every checkout).
                 max_inactive_connection_lifetime=0,
@@ -133,7 +141,7 @@ class Database:
         except (TimeoutError, OSError, asyncpg.PostgresError, _NO_TARGET) as e:
             raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
         log.debug("database pool opened", url=masked(url), pool_size=pool_size)
-        return cls(url, pool, settings)
+        return cls(url, pool, settings, fence)
 
     @classmethod
     async def from_settings(cls, settings: Settings, **options: Any) -> Database:
@@ -171,6 +179,8 @@ class Database:
                     raise
                 raise typed from e
             return
+        if self.fence.lost is not None:  # this database lost what we saw committed: refuse
+            raise self.fence.lost
         try:
             conn = await self.pool.acquire()
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, _NO_TARGET) as e:

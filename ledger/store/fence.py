@@ -1,0 +1,61 @@
+"""What a process saw committed, checked whenever it opens a new database connection.
+
+A failover to a standby that had not received the primary's last commits (asynchronous
+replication, or a promotion that ignored the lag) gives clients a database without them, and
+nothing in PostgreSQL says so. A Signoff call that was recorded there is then unknown to the
+ledger: asked again, it would run again, and an approval it consumed could be consumed again.
+
+A process that had those commits acknowledged knows better: the fence keeps the journal
+position and chain hash of the last events its calls committed (the outcome event of each
+call it ran, the newest `KEEP`), and every new pooled connection (after a lost connection,
+every one is new) first checks that the database still holds them, hash for hash. If one is
+missing or different, the connection is refused with `HistoryLost`, and so is every later use
+of the database in this process. WAL is one ordered stream: a server that holds the newest of
+a process's acknowledged commits holds every earlier one, so checking the newest few covers
+all of them; several are kept because commits of concurrent calls are acknowledged in an
+order that is not quite the WAL's.
+
+A process started afterwards has seen nothing and cannot tell; a digest taken before does
+(`signoff ledger verify --digest`). The check costs one query per new connection, none per
+statement.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import asyncpg
+
+from ..errors import HistoryLost
+
+__all__ = ["HistoryFence"]
+
+KEEP = 64  # the newest acknowledged events checked on each new connection
+
+_HELD = "SELECT position, encode(hash, 'hex') FROM events WHERE position = ANY($1::bigint[])"
+
+
+class HistoryFence:
+    """The newest events this process saw committed; `check` on every new connection."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target  # the masked URL, for the error
+        self._seen: deque[tuple[int, str]] = deque(maxlen=KEEP)
+        self.lost: HistoryLost | None = None  # once found, for good
+
+    def saw(self, position: int, hash_hex: str) -> None:
+        """An event of this process's that is committed (its transaction acknowledged)."""
+        self._seen.append((position, hash_hex))
+
+    async def check(self, conn: asyncpg.Connection) -> None:
+        """Raise `HistoryLost` unless `conn`'s database holds every event kept."""
+        if self.lost is not None:
+            raise self.lost
+        seen = list(self._seen)
+        if not seen:
+            return
+        held = {row[0]: row[1] for row in await conn.fetch(_HELD, [p for p, _ in seen])}
+        missing = sorted(p for p, h in seen if held.get(p) != h)
+        if missing:
+            self.lost = HistoryLost(self.target, missing)
+            raise self.lost
