@@ -73,6 +73,21 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _remove_segments(segments: dict[int, int]) -> None:
+    """Remove the shared memory segments that killed postmasters left: each only while it is
+    still the one that postmaster made and nothing is attached (a restarted server removes
+    its old one itself)."""
+    try:
+        rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except OSError:
+        return
+    for row in rows:
+        fields = row.split()  # key shmid perms size cpid lpid nattch ...
+        shmid, creator, attached = int(fields[1]), int(fields[4]), int(fields[6])
+        if segments.get(shmid) == creator and attached == 0:
+            subprocess.run(["ipcrm", "-m", str(shmid)], check=False, capture_output=True)
+
+
 @dataclass
 class Node:
     name: str
@@ -96,6 +111,13 @@ class Node:
         except (OSError, ValueError, IndexError):
             return None
 
+    def shared_memory(self) -> int | None:
+        """The id of the postmaster's System V segment (postmaster.pid, line 7: key and id)."""
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().splitlines()[6].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
 
 class Cluster:
     """etcd and three Patroni nodes in `root`; `url` reaches the primary, whichever it is."""
@@ -108,6 +130,7 @@ class Cluster:
         self.etcd: subprocess.Popen[bytes] | None = None
         self.nodes = [Node(f"pg{i}", free_port(), free_port(), root / f"pg{i}") for i in range(3)]
         self._logs: list[TextIO] = []
+        self._segments: dict[int, int] = {}  # System V segment id -> the postmaster that made it
 
     # -- where to connect -------------------------------------------------------------------
 
@@ -201,6 +224,7 @@ class Cluster:
                 self.etcd.wait()
             for log in self._logs:
                 log.close()
+            _remove_segments(self._segments)
 
     def kill(self, node: Node) -> None:
         """Lose `node` as a machine is lost: SIGKILL its Patroni, its postmaster and every
@@ -209,6 +233,8 @@ class Cluster:
         if node.process is not None and node.process.poll() is None:
             node.process.kill()
         pid = node.postmaster_pid()
+        if pid is not None and (segment := node.shared_memory()) is not None:
+            self._segments[segment] = pid  # a killed server leaves it behind
         if pid is not None and _alive(pid):
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
