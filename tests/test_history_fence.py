@@ -13,7 +13,9 @@ from typing import Any
 
 import asyncpg
 import pytest
+from langchain_core.runnables import RunnableConfig
 
+from adapters.langgraph import EncryptedPostgresSaver, encrypted_checkpointer
 from ledger.calls import CallContext, ToolCall, ToolLedger, ToolPolicy
 from ledger.errors import DatabaseUnavailable, HistoryLost
 from ledger.keys import KeyRing, LocalKek
@@ -67,6 +69,8 @@ async def test_a_database_without_the_calls_it_saw_is_refused(server_url: str, u
     db = await Database.connect(url, pool_size=2)
     ring = await KeyRing.open(db, LocalKek(TEST_KEK))
     ledger = ToolLedger(db, ring)
+    checkpoints = encrypted_checkpointer(db, ring, max_size=1)
+    saver = await checkpoints.__aenter__()
     runs: list[str] = []
 
     async def refund(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
@@ -82,6 +86,7 @@ async def test_a_database_without_the_calls_it_saw_is_refused(server_url: str, u
         await ledger.execute(call, refund, ToolPolicy())
         assert runs == ["c0", "c1"]
         await _swap(server_url, name, older)
+        await refused_by_the_checkpointer(saver)
         with pytest.raises(HistoryLost) as caught:
             await ledger.execute(call, refund, ToolPolicy())
         assert runs == ["c0", "c1"], "the lost call ran again"
@@ -90,9 +95,29 @@ async def test_a_database_without_the_calls_it_saw_is_refused(server_url: str, u
             async with db.connection() as conn:
                 await conn.fetchval("SELECT 1")
     finally:
+        await checkpoints.__aexit__(None, None, None)
         await ledger.close()
         await db.close()
         await _admin(server_url, f'DROP DATABASE IF EXISTS "{older}" WITH (FORCE)')
+
+
+async def refused_by_the_checkpointer(saver: EncryptedPostgresSaver) -> None:
+    """The checkpointer's own connections (psycopg) are checked too: it refuses before the
+    library's pool has met the database again (its first try may meet the dead connection)."""
+    config: RunnableConfig = {"configurable": {"thread_id": "fence", "checkpoint_ns": ""}}
+    refused: list[HistoryLost] = []
+
+    async def answered() -> bool:
+        try:
+            await saver.aget_tuple(config)
+        except DatabaseUnavailable:
+            return False
+        except HistoryLost as e:
+            refused.append(e)
+        return True
+
+    await until(answered, 30, "the checkpointer's answer")
+    assert refused, "the checkpointer read a database that lost what this process saw"
 
 
 async def _swap_copy(server_url: str, name: str, copy: str) -> None:

@@ -179,8 +179,7 @@ class Database:
                     raise
                 raise typed from e
             return
-        if self.fence.lost is not None:  # this database lost what we saw committed: refuse
-            raise self.fence.lost
+        self.fence.refuse_if_lost()  # this database lost what we saw committed: refuse
         try:
             conn = await self.pool.acquire()
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, _NO_TARGET) as e:
