@@ -31,6 +31,7 @@ __all__ = [
     "DigestMismatch",
     "EmbeddedServerError",
     "EventNotPermitted",
+    "HistoryLost",
     "HistoryMoved",
     "InvalidEvent",
     "InvalidJson",
@@ -354,6 +355,26 @@ class SchemaFromPreRelease(SignoffError):
             "be upgraded: recreate the database, then run `signoff db upgrade`"
         )
         self.current = current
+
+
+class HistoryLost(SignoffError):
+    """The database no longer holds events this process saw committed: it is not the history
+    the process wrote to (a failover promoted a standby that had not received them, or a
+    restore from an older backup). The process refuses every further use of the database, so
+    nothing whose outcome it can no longer prove is run or consumed again; an operator
+    decides (`signoff ledger verify --digest` with a digest taken before shows what is gone).
+    """
+
+    def __init__(self, target: str, missing: list[int]) -> None:
+        shown = ", ".join(str(p) for p in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        super().__init__(
+            f"the database at {target} no longer holds events this process saw committed "
+            f"(positions {shown}): committed transactions were lost (a failover to a standby "
+            "behind the primary?); refusing to go on: check with `signoff ledger verify "
+            "--digest` and restart the process once an operator has decided"
+        )
+        self.target = target
+        self.missing = missing
 
 
 class EmbeddedServerError(SignoffError):

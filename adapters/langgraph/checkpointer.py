@@ -42,17 +42,24 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncConnection, AsyncPipeline
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, OperationalError
 from psycopg.errors import UndefinedTable
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ledger.errors import SchemaOutOfDate
+from ledger.errors import (
+    DatabaseUnavailable,
+    HistoryLost,
+    SchemaOutOfDate,
+    SignoffError,
+    translate,
+)
 from ledger.keys import KeyRing
 from ledger.log import get_logger
-from ledger.store.config import normalize_url
+from ledger.store.config import masked, normalize_url
 from ledger.store.db import Database
+from ledger.store.fence import HELD_PSYCOPG, HistoryFence
 from ledger.store.settings import Settings
 from ledger.telemetry import Attr
 
@@ -116,12 +123,32 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
         allow_plaintext: bool = False,
         serde: SerializerProtocol | None = None,
         list_page_size: int = 100,
+        fence: HistoryFence | None = None,
     ) -> None:
         super().__init__(conn, pipe=pipe, serde=serde)
         self.ring = ring
+        self._fence = fence
         self.sealer = CheckpointSealer(ring, self.serde)
         self._rows = RowOpener(self.sealer, self.serde, allow_plaintext)
         self._list_page_size = list_page_size
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        """LangGraph's cursor, with a lost connection typed as everywhere else in Signoff:
+        `DatabaseUnavailable` (a failover, a restart, a pool that found no server in time),
+        never psycopg's own error. With a `fence` (`encrypted_checkpointer`), nothing is
+        written to or read from a database that lost what this process saw committed."""
+        if self._fence is not None:
+            self._fence.refuse_if_lost()
+        try:
+            async with super()._cursor(pipeline=pipeline) as cur:
+                if self._fence is not None:  # a new connection may have found it lost
+                    self._fence.refuse_if_lost()
+                yield cur
+        except OperationalError as e:
+            if (typed := _lost(e, self.conn)) is None:
+                raise
+            raise typed from e
 
     @property
     def allow_plaintext(self) -> bool:
@@ -570,6 +597,21 @@ async def encrypted_checkpointer(
     await _checkpoint_tables_ready(db)
     # autocommit and dict rows: what LangGraph's saver expects. prepare_threshold=0 is what
     # LangGraph's own from_conn_string uses.
+    fence = db.fence
+
+    async def checked(conn: AsyncConnection[DictRow]) -> None:
+        """A new connection, checked as the database's own are (`ledger.store.fence`). A
+        lost history marks the fence, and the saver refuses before using the connection:
+        raising here would only make the pool try again until its timeout."""
+
+        async def held(positions: list[int]) -> list[tuple[Any, ...]]:
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(HELD_PSYCOPG, (positions,))
+                return await cur.fetchall()
+
+        with suppress(HistoryLost):
+            await fence.check_with(held)
+
     async with AsyncConnectionPool(
         normalize_url(db.url),
         min_size=1,
@@ -577,8 +619,22 @@ async def encrypted_checkpointer(
         open=False,
         connection_class=AsyncConnection[DictRow],
         kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
+        configure=checked,
     ) as pool:
-        yield EncryptedPostgresSaver(pool, ring, allow_plaintext=allow_plaintext)
+        yield EncryptedPostgresSaver(pool, ring, allow_plaintext=allow_plaintext, fence=fence)
+
+
+def _lost(
+    error: OperationalError,
+    conn: AsyncConnection[DictRow] | AsyncConnectionPool[AsyncConnection[DictRow]],
+) -> SignoffError | None:
+    """The typed error for psycopg's `error`: by its SQLSTATE when it has one (the registry's
+    rule), else a connection that failed or dropped (psycopg gives those none)."""
+    dsn = conn.conninfo if isinstance(conn, AsyncConnectionPool) else conn.info.dsn
+    target = masked(dsn) if isinstance(dsn, str) and "://" in dsn else "the checkpoint database"
+    if error.sqlstate is not None:
+        return translate(error, target=target)
+    return DatabaseUnavailable(target, str(error).splitlines()[0] if str(error) else "lost")
 
 
 async def _checkpoint_tables_ready(db: Database) -> None:

@@ -35,7 +35,10 @@ BY_ID_CHECKED = (
     f"SELECT {COLUMNS}, {_STREAM_COLUMN} FROM tool_calls t WHERE run_id = $1 AND call_id = $2"
 )
 # Locks are taken by the database's functions (FOR UPDATE needs rights no worker has).
-BY_ID_FOR_UPDATE = f"SELECT {COLUMNS}, {_STREAM_COLUMN} FROM signoff_lock_call($1, $2) t"
+# With the lease's token hash: a claim whose answer was lost finds its own lease by it.
+BY_ID_FOR_UPDATE = (
+    f"SELECT {COLUMNS}, {_STREAM_COLUMN}, t.lease_token_hash FROM signoff_lock_call($1, $2) t"
+)
 STREAM = "SELECT version, type, data::text, actor FROM events WHERE stream_id = $1 ORDER BY version"
 ONCE_PER_RUN_FOR_UPDATE = f"SELECT {COLUMNS} FROM signoff_lock_once_per_run($1, $2)"
 

@@ -43,6 +43,29 @@ def new_token() -> bytes:
     return secrets.token_bytes(32)
 
 
+class Backoff:
+    """The pauses between tries of a step that met a lost connection: the first short, each
+    doubled up to a longest, none past `seconds` from the first failure."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.tries = 0
+        self._wait = _FIRST_RETRY_SECONDS
+        self._first: float | None = None
+
+    def pause(self) -> float | None:
+        """How long to wait before the next try; None: the time is up, give up."""
+        now = time.monotonic()
+        if self._first is None:
+            self._first = now
+        self.tries += 1
+        left = self._first + self.seconds - now
+        if left <= 0:
+            return None
+        pause, self._wait = min(self._wait, left), min(self._wait * 2, _LONGEST_RETRY_SECONDS)
+        return pause
+
+
 @dataclass(frozen=True)
 class _Held:
     """A call running here: the version and token its lease is renewed with, and until when

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -69,7 +70,7 @@ from ..store import Database
 from ..store.notify import Listener, woken
 from . import _sql as sql
 from .history import Judgment, tally_of
-from .leases import MAX_LEASE_SECONDS, Leases, new_token
+from .leases import MAX_LEASE_SECONDS, Backoff, Leases, new_token
 from .model import (
     CallContext,
     CallOutcome,
@@ -88,7 +89,7 @@ from .model import (
 from .projection import CALLS
 from .records import CallRecorder, open_call_value, outcome_of
 from .resolution import sign_resolution
-from .tracing import tool_span, traced_outcome
+from .tracing import committed_event, tool_span, traced_outcome
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "MAX_LEASE_SECONDS", "Gate", "ToolFunction", "ToolLedger"]
 
@@ -129,6 +130,9 @@ class _Facts:
     judgment: Judgment | None
     request_digest: str
     args_text: str
+    # This `execute`'s lease token, for the call it starts or takes over: a try whose answer
+    # was lost (the database lost under it) finds its own lease on the row and goes on.
+    token: bytes = field(repr=False)
 
 
 def _now() -> str:
@@ -254,20 +258,30 @@ class ToolLedger:
         with tool_span(call, policy, judgment) as span:
             # The ring readied for the digest, and for the seals and MACs of this call.
             async with self.ring.sealing():
-                request_digest = text_digest(self.ring, args_text)
+                facts = _Facts(
+                    policy, judgment, text_digest(self.ring, args_text), args_text, new_token()
+                )
+                retrying = Backoff(self.lease_seconds)
                 while True:
-                    step = await self._claim(
-                        call, policy, gate, judgment, request_digest, args_text
-                    )
+                    try:
+                        step = await self._claim(call, gate, facts)
+                        if isinstance(step, _Wait):
+                            await self._wait(step.record)
+                            continue
+                    except DatabaseUnavailable as e:
+                        # Safe to try again: nothing ran yet, and an intent that committed
+                        # though its answer was lost carries this try's token (`_claim_locked`).
+                        await self._claim_again(call, retrying, e)
+                        continue
                     if isinstance(step, _Replay):
                         outcome = step.outcome
                         break
-                    if isinstance(step, _Wait):
-                        await self._wait(step.record)
-                    elif isinstance(step, _Run):
+                    if isinstance(step, _Run):
                         outcome = await self._run(step, fn)
                         break
                     # None: a concurrent claim won the insert; look again
+            if not outcome.replayed and (event := committed_event()) is not None:
+                self.db.fence.saw(*event)  # checked on every new connection from now on
             await traced_outcome(self.db, span, call, outcome)
             return outcome
 
@@ -417,16 +431,27 @@ class ToolLedger:
 
     # -- claiming --------------------------------------------------------------------------
 
-    async def _claim(
-        self,
-        call: ToolCall,
-        policy: ToolPolicy,
-        gate: Gate | None,
-        judgment: Judgment | None,
-        request_digest: str,
-        args_text: str,
-    ) -> _Step | None:
-        facts = _Facts(policy, judgment, request_digest, args_text)
+    async def _claim_again(
+        self, call: ToolCall, retrying: Backoff, error: DatabaseUnavailable
+    ) -> None:
+        """Pause before claiming `call` again after a lost connection, while a lease would
+        run; past that, raise `error`."""
+        pause = retrying.pause()
+        bound = log.bind(run_id=call.run_id, call_id=call.call_id, tries=retrying.tries)
+        if pause is None:
+            bound.error(
+                "call not claimed: the database stayed unreachable",
+                error_type="DatabaseUnavailable",
+            )
+            raise error
+        bound.warning(
+            "claiming the call failed; retrying",
+            retry_in=round(pause, 3),
+            error_type=type(error).__name__,
+        )
+        await asyncio.sleep(pause)
+
+    async def _claim(self, call: ToolCall, gate: Gate | None, facts: _Facts) -> _Step | None:
         if gate is None:  # the common case: one statement, committed on its own
             step = await self._start(None, call, facts, GateRun(call.args))
             if step is not None:
@@ -465,14 +490,20 @@ class ToolLedger:
         if record.status.final:
             return _Replay(await self.records.outcome(row, replayed=True))
         if not row["lapsed"]:
+            if row.get("lease_token_hash") == hashlib.sha256(facts.token).digest():
+                # This execute's own start (or take-over), committed though its answer was
+                # lost: the tool has not run; run it under that lease.
+                log.info(
+                    "call claimed before its answer was lost",
+                    run_id=record.run_id,
+                    call_id=record.call_id,
+                )
+                return _Run(record, await self._recorded_args(record, row), facts.token)
             await conn.execute(sql.ADD_WAITER, record.run_id, record.call_id)
             return _Wait(record)
         if record.attempts >= record.effect.max_attempts:
             return _Replay(await self._give_up(conn, record))
-        args_text = await open_call_value(self.ring, record.stream_id, "args", row["args_sealed"])
-        if not await matches(self.ring, record.args_digest, args_text):  # the stream's digest
-            self._refuse(record, ("args_sealed",))
-        args = json.loads(args_text)
+        args = await self._recorded_args(record, row)
         data = {
             "attempt": record.attempts + 1,
             "worker_id": self.worker_id,
@@ -480,7 +511,7 @@ class ToolLedger:
             "reason": "the previous worker stopped renewing its lease",
             "at": _now(),
         }
-        token = new_token()  # the lease is this worker's now: a token of its own
+        token = facts.token  # the lease is this worker's now: a token of its own
         retried = await self.records.advance(
             conn, record, [NewEvent("call.retried", data, self.worker_id)], lease_token=token
         )
@@ -493,6 +524,15 @@ class ToolLedger:
             attempt=retried.attempts,
         )
         return _Run(retried, args, token)
+
+    async def _recorded_args(self, record: CallRecord, row: asyncpg.Record) -> dict[str, Any]:
+        """The arguments the call runs with, as its row seals them (a reviewer's edit too),
+        checked against its stream's digest."""
+        args_text = await open_call_value(self.ring, record.stream_id, "args", row["args_sealed"])
+        if not await matches(self.ring, record.args_digest, args_text):  # the stream's digest
+            self._refuse(record, ("args_sealed",))
+        args: dict[str, Any] = json.loads(args_text)
+        return args
 
     async def _confirmed(
         self, conn: asyncpg.Connection, row: asyncpg.Record, *, locked: bool = True
@@ -581,7 +621,7 @@ class ToolLedger:
             kind = "call.denied" if isinstance(decision, GateDeny) else "call.responded"
             data = {"approval_id": decision.approval_id, "result_digest": digest, "at": _now()}
             events.append(NewEvent(kind, data, actor=self.worker_id))
-        token = new_token() if isinstance(decision, GateRun) else None
+        token = facts.token if isinstance(decision, GateRun) else None
         tally = tally_of(args, facts.judgment)
         record = await self.records.insert(
             conn, stream, events, sealed_args, sealed_result, token, tally

@@ -72,6 +72,12 @@ def written(result: Any) -> None:
         evidence.event = None
 
 
+def committed_event() -> tuple[int, str] | None:
+    """The position and hash of the call's last write, once `execute` has it committed."""
+    evidence = _evidence.get()
+    return None if evidence is None else evidence.event
+
+
 def approval_waited(seconds: float, tier: str) -> None:
     """The call consumed an approval that waited `seconds` for its decision: observed with the
     call's outcome, once its intent committed (a rolled-back consumption is consumed again)."""

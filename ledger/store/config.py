@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import quote, urlsplit, urlunsplit
-
-from sqlalchemy.engine import make_url
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
 
@@ -38,6 +36,10 @@ def resolve_url(explicit: str | None = None) -> str:
 
 def normalize_url(url: str) -> str:
     """Accept the URLs psql takes (and SQLAlchemy's `postgresql+driver://`); return a libpq URL.
+
+    Several hosts are one server with standbys, tried in order, as libpq and asyncpg both
+    take them: `postgresql://u@h1:5432,h2:5432/db?target_session_attrs=read-write` connects
+    to whichever is the primary now (what a failover needs).
 
     Raises:
         ConfigurationError: not a PostgreSQL URL.
@@ -77,10 +79,19 @@ _SECRET_PARAMETERS = {"password", "sslpassword"}
 
 def masked(url: str) -> str:
     """The URL with any password hidden (in the authority or the query), fit for logs and
-    error messages; an unparsable one is not shown at all."""
+    error messages; an unparsable one is not shown at all. Parsed here rather than by a URL
+    library: a multi-host authority (`h1:5432,h2:5432`) has no single port to parse."""
     try:
-        parsed = make_url(url)
-    except Exception:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
         return "<unparsable database URL>"
-    hidden = {k: "***" for k in parsed.query if k.lower() in _SECRET_PARAMETERS}
-    return parsed.update_query_dict(hidden).render_as_string(hide_password=True)
+    if parts.scheme.partition("+")[0] not in _SCHEMES:
+        return "<unparsable database URL>"
+    login, at, authority = parts.netloc.rpartition("@")
+    user, colon, _password = login.partition(":")
+    netloc = f"{user}{':***' if colon else ''}{at}{authority}"
+    shown = [(k, "***" if k.lower() in _SECRET_PARAMETERS else v) for k, v in query]
+    return urlunsplit(
+        (parts.scheme, netloc, parts.path, urlencode(shown, safe="*/,:"), parts.fragment)
+    )

@@ -31,6 +31,7 @@ from ..log import get_logger
 from . import migrate
 from .config import masked
 from .driver_log import quiet_pool_floor
+from .fence import HistoryFence
 from .pooling import require_session_pooling
 
 if TYPE_CHECKING:
@@ -50,12 +51,17 @@ def _closed(conn: asyncpg.Connection) -> bool:
         return True
 
 
+# No host of a multi-host URL is what `target_session_attrs` asks for: during a failover, the
+# standbys answer and none is the primary yet. Unavailable, like a server that is down.
+_NO_TARGET = asyncpg.TargetServerAttributeNotMatched
+
+
 async def open_raw_connection(url: str, *, statement_cache_size: int = 100) -> asyncpg.Connection:
     """A dedicated asyncpg connection (for LISTEN and the like), with errors translated;
     `statement_cache_size=0` prepares no named statement (asyncpg's default caches 100)."""
     try:
         return await asyncpg.connect(url, statement_cache_size=statement_cache_size)
-    except (TimeoutError, OSError) as e:
+    except (TimeoutError, OSError, _NO_TARGET) as e:
         raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
     except asyncpg.PostgresError as e:  # unknown database, bad credentials, too many clients
         reason = f"{e} (SQLSTATE {e.sqlstate})"
@@ -72,15 +78,24 @@ class Database:
     the ones it was opened with: the key ring takes its KEK and refresh interval from them.
     `read_only`: every transaction on it is read-only (a hot standby's pool,
     `ledger.store.standby`), so a write fails with `ReadOnlyDatabase` wherever the URL points.
+    `fence` keeps what this process saw committed, checked on every new connection
+    (`ledger.store.fence`: a database that lost it raises `HistoryLost`).
     """
 
     def __init__(
-        self, url: str, pool: asyncpg.Pool, settings: Settings, *, read_only: bool = False
+        self,
+        url: str,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        fence: HistoryFence,
+        *,
+        read_only: bool = False,
     ) -> None:
         self.url = url
         self.pool = pool
         self.settings = settings
         self.read_only = read_only
+        self.fence = fence
 
     @classmethod
     async def connect(
@@ -135,20 +150,22 @@ class Database:
             expected = migrate.head_revision()
             if current != expected:
                 raise SchemaOutOfDate(current, expected)
+        fence = HistoryFence(masked(url))
         try:
             pool = await asyncpg.create_pool(
                 url,
                 min_size=min(2, pool_size),
                 max_size=pool_size,
+                init=fence.check,
                 reset=_reset,
                 # No idle timer per release (a call_later and its cancel on every checkout).
                 max_inactive_connection_lifetime=0,
                 server_settings={"default_transaction_read_only": "on"} if read_only else None,
             )
-        except (TimeoutError, OSError, asyncpg.PostgresError) as e:
+        except (TimeoutError, OSError, asyncpg.PostgresError, _NO_TARGET) as e:
             raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
         log.debug("database pool opened", url=masked(url), pool_size=pool_size, read_only=read_only)
-        return cls(url, pool, settings, read_only=read_only)
+        return cls(url, pool, settings, fence, read_only=read_only)
 
     @classmethod
     async def from_settings(cls, settings: Settings, **options: Any) -> Database:
@@ -186,10 +203,12 @@ class Database:
                     raise
                 raise typed from e
             return
+        self.fence.refuse_if_lost()  # this database lost what we saw committed: refuse
         try:
             conn = await self.pool.acquire()
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-            # Connecting failed: the server is down, starting up or refusing us.
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, _NO_TARGET) as e:
+            # Connecting failed: the server is down, starting up or refusing us, or (several
+            # hosts) none of them is the primary yet.
             raise self._unavailable(e) from e
         try:
             yield conn

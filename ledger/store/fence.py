@@ -1,0 +1,78 @@
+"""What a process saw committed, checked whenever it opens a new database connection.
+
+A failover to a standby that had not received the primary's last commits (asynchronous
+replication, or a promotion that ignored the lag) gives clients a database without them, and
+nothing in PostgreSQL says so. A Signoff call that was recorded there is then unknown to the
+ledger: asked again, it would run again, and an approval it consumed could be consumed again.
+
+A process that had those commits acknowledged knows better: the fence keeps the journal
+position and chain hash of the last events its calls committed (the outcome event of each
+call it ran, the newest `KEEP`), and every new pooled connection (after a lost connection,
+every one is new, and the checkpointer's too) first checks that the database still holds
+them, hash for hash. If one is
+missing or different, the connection is refused with `HistoryLost`, and so is every later use
+of the database in this process. WAL is one ordered stream: a server that holds the newest of
+a process's acknowledged commits holds every earlier one, so checking the newest few covers
+all of them; several are kept because commits of concurrent calls are acknowledged in an
+order that is not quite the WAL's.
+
+A process started afterwards has seen nothing and cannot tell; a digest taken before does
+(`signoff ledger verify --digest`). The check costs one query per new connection, none per
+statement.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import asyncpg
+
+from ..errors import HistoryLost
+
+__all__ = ["HELD", "HELD_PSYCOPG", "HistoryFence"]
+
+KEEP = 64  # the newest acknowledged events checked on each new connection
+
+# What the server holds of the positions kept: asyncpg's parameters, and psycopg's (the
+# LangGraph checkpointer's connections are checked too).
+HELD = "SELECT position, encode(hash, 'hex') FROM events WHERE position = ANY($1::bigint[])"
+HELD_PSYCOPG = HELD.replace("$1", "%s")
+
+Held = Callable[[list[int]], Awaitable[Iterable[Sequence[Any]]]]
+
+
+class HistoryFence:
+    """The newest events this process saw committed; `check` on every new connection."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target  # the masked URL, for the error
+        self._seen: deque[tuple[int, str]] = deque(maxlen=KEEP)
+        self.lost: HistoryLost | None = None  # once found, for good
+
+    def saw(self, position: int, hash_hex: str) -> None:
+        """An event of this process's that is committed (its transaction acknowledged)."""
+        self._seen.append((position, hash_hex))
+
+    def refuse_if_lost(self) -> None:
+        """Raise `HistoryLost` once any connection found the history lost."""
+        if self.lost is not None:
+            raise self.lost
+
+    async def check(self, conn: asyncpg.Connection) -> None:
+        """Raise `HistoryLost` unless `conn`'s database holds every event kept."""
+        await self.check_with(lambda positions: conn.fetch(HELD, positions))
+
+    async def check_with(self, held: Held) -> None:
+        """`check`, with `held(positions)` giving the (position, hash hex) rows the server
+        holds of them (for another driver's connection)."""
+        self.refuse_if_lost()
+        seen = list(self._seen)
+        if not seen:
+            return
+        found = {row[0]: row[1] for row in await held([p for p, _ in seen])}
+        missing = sorted(p for p, h in seen if found.get(p) != h)
+        if missing:
+            self.lost = HistoryLost(self.target, missing)
+            raise self.lost

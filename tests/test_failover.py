@@ -1,0 +1,42 @@
+"""A primary lost under load, on a three-node Patroni cluster with synchronous replication
+(`bench/failover`, one round): no acknowledged call, decision or checkpoint lost, no approval
+consumed twice, no single-attempt call run twice, `ledger verify` and a digest signed before
+the failover intact and consistent with one after, and no driver traceback in any process.
+
+It needs Debian's `patroni` and `etcd-server` and PostgreSQL 15's server binaries; without
+them it is skipped, unless SIGNOFF_REQUIRE_FAILOVER=1 (CI sets it), then it fails.
+SIGNOFF_REQUIRE_FAILOVER=0 skips it (CI runs it in one of its two suites only)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench.failover.cluster import installed
+from bench.failover.run import run_sync
+
+pytestmark = [pytest.mark.failover, pytest.mark.timeout(420)]
+
+
+def require_cluster_tools() -> None:
+    wanted = os.environ.get("SIGNOFF_REQUIRE_FAILOVER")
+    if wanted == "0":
+        pytest.skip("SIGNOFF_REQUIRE_FAILOVER=0")
+    if (missing := installed()) is not None:
+        if wanted:
+            pytest.fail(f"SIGNOFF_REQUIRE_FAILOVER is set and {missing} is missing")
+        pytest.skip(f"no {missing} (apt-get install patroni etcd-server)")
+
+
+async def test_a_synchronous_failover_loses_nothing_and_resumes_on_the_new_primary() -> None:
+    require_cluster_tools()
+    [failover, checks] = await run_sync(rounds=1, workers=1, steady=3.0)
+    assert checks["problems"] == []
+    assert checks["ok"]
+    assert failover["promoted"] != failover["killed"]
+    assert failover["downtime_s"] > 1, "the load never met the lost primary"
+    assert failover["calls_per_s_after"] > 0
+    counts = checks["checks"]
+    assert counts["calls_acknowledged"] > 0 and counts["approvals_decided"] > 0
+    assert counts["checkpoints"] > 0

@@ -1,0 +1,117 @@
+"""Multi-host database URLs (`postgresql://u@h1:p1,h2:p2/db?target_session_attrs=read-write`),
+as a failover cluster is reached: both drivers (asyncpg for the library, psycopg for the
+checkpointer) take the first host that is up and is what the URL asks for, and when none is,
+or a connection drops, the caller meets `DatabaseUnavailable`, never a driver's own error."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+
+from adapters.langgraph import encrypted_checkpointer
+from ledger.errors import DatabaseUnavailable
+from ledger.keys import KeyRing, LocalKek
+from ledger.store import Database
+from ledger.store.config import masked, normalize_url
+from ledger.store.db import open_raw_connection
+from ledger.store.settings import Settings
+
+from .support.processes import TEST_KEK
+from .support.scratch import scratch_database
+
+MULTI = "postgresql://app:hunter2@db1.example:5432,db2.example:5433,db3.example:5434/signoff"
+
+
+def test_a_multi_host_url_is_kept_as_given() -> None:
+    url = f"{MULTI}?target_session_attrs=read-write"
+    assert normalize_url(url) == url
+    assert normalize_url(url.replace("postgresql://", "postgresql+asyncpg://")) == url
+    assert Settings.from_env({}, database_url=url).database_url == url
+
+
+def test_a_multi_host_url_is_masked_with_every_host() -> None:
+    shown = masked(f"{MULTI}?target_session_attrs=read-write&password=hunter3")
+    assert "hunter2" not in shown and "hunter3" not in shown
+    assert shown == (
+        "postgresql://app:***@db1.example:5432,db2.example:5433,db3.example:5434/signoff"
+        "?target_session_attrs=read-write&password=***"
+    )
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def hosts_first(url: str, *extra: str, attrs: str = "read-write") -> str:
+    """`url` with `extra` hosts tried before its own, and `target_session_attrs=attrs`."""
+    parts = urlsplit(url)
+    login, _, host = parts.netloc.rpartition("@")
+    netloc = f"{login}@" * bool(login) + ",".join([*extra, host])
+    query = "&".join(q for q in (parts.query, f"target_session_attrs={attrs}") if q)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+@pytest.fixture(scope="module")
+async def own_url(server_url: str) -> AsyncIterator[str]:
+    """A database of this module's own: a test below ends every connection to it."""
+    async with scratch_database(server_url, prefix="signoff_multi") as url:
+        yield url
+
+
+async def test_both_drivers_skip_a_host_that_is_down(own_url: str) -> None:
+    url = hosts_first(own_url, f"127.0.0.1:{closed_port()}", f"127.0.0.1:{closed_port()}")
+    async with await Database.connect(url, pool_size=2) as db:
+        async with db.transaction() as conn:
+            assert await conn.fetchval("SELECT NOT pg_is_in_recovery()")
+        ring = await KeyRing.open(db, LocalKek(TEST_KEK))
+        async with encrypted_checkpointer(db, ring, max_size=2) as saver:
+            config: RunnableConfig = {
+                "configurable": {"thread_id": uuid.uuid4().hex, "checkpoint_ns": ""}
+            }
+            stored = await saver.aput(config, empty_checkpoint(), {}, {})
+            found = await saver.aget_tuple(stored)
+            assert found is not None and found.config == stored
+
+
+async def test_no_host_of_the_kind_asked_for_is_database_unavailable(own_url: str) -> None:
+    """What a failover looks like from the client: the standbys answer, none is the primary
+    yet (here: the one server is a primary, and the URL asks for a standby)."""
+    url = hosts_first(own_url, attrs="standby")
+    with pytest.raises(DatabaseUnavailable, match="target attribute") as caught:
+        await open_raw_connection(url)
+    assert "hunter" not in str(caught.value)
+    with pytest.raises(DatabaseUnavailable):
+        await Database.connect(url, pool_size=1)
+
+
+async def test_a_checkpoint_connection_lost_is_database_unavailable(own_url: str) -> None:
+    async with await Database.connect(own_url, pool_size=2) as db:
+        ring = await KeyRing.open(db, LocalKek(TEST_KEK))
+        async with encrypted_checkpointer(db, ring, max_size=1) as saver:
+            config: RunnableConfig = {
+                "configurable": {"thread_id": uuid.uuid4().hex, "checkpoint_ns": ""}
+            }
+            stored = await saver.aput(config, empty_checkpoint(), {}, {})
+            killer = await open_raw_connection(own_url)
+            try:  # every other session on this database: the saver's pooled connection too
+                ended = await killer.fetchval(
+                    "SELECT count(*) FROM ("
+                    " SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()) t"
+                )
+            finally:
+                await killer.close()
+            assert ended >= 1
+            with pytest.raises(DatabaseUnavailable):
+                await saver.aget_tuple(stored)
+            assert await saver.aget_tuple(stored) is not None  # the pool replaced it
