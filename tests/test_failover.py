@@ -35,8 +35,9 @@ async def test_a_synchronous_failover_loses_nothing_and_resumes_on_the_new_prima
     assert checks["problems"] == []
     assert checks["ok"]
     assert failover["promoted"] != failover["killed"]
-    assert failover["downtime_s"] > 1, "the load never met the lost primary"
-    assert failover["calls_per_s_after"] > 0
+    # The load ran on both sides of the failover: acknowledged on the old primary, then on the
+    # promoted one.
+    assert failover["calls_per_s_before"] > 0 and failover["calls_per_s_after"] > 0
     counts = checks["checks"]
     assert counts["calls_acknowledged"] > 0 and counts["approvals_decided"] > 0
     assert counts["checkpoints"] > 0

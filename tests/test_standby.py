@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import asyncpg
 import httpx
 import pytest
 
@@ -26,12 +27,13 @@ from approvals import ApprovalPolicy, ApprovalStore, Decision
 from ledger.audit.digest import take_digest
 from ledger.calls.model import CallContext, CallStatus, ToolCall
 from ledger.calls.service import ToolLedger
-from ledger.errors import ReadOnlyDatabase
+from ledger.errors import DatabaseUnavailable, ReadOnlyDatabase
 from ledger.journal import Journal, NewEvent
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database, migrate
 from ledger.store.config import with_login
 from ledger.store.db import open_raw_connection
+from ledger.store.fence import HistoryFence
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
 from ledger.store.standby import open_standby, standby_lag
@@ -353,3 +355,29 @@ async def test_digests_and_reviewers_stay_on_the_primary(
     )
     assert queue.status_code == 200, queue.text
     assert LAG_HEADER not in queue.headers
+
+
+async def test_a_fence_that_reaches_a_lagging_standby_waits_rather_than_refuses(
+    scene: Scene,
+) -> None:
+    """A connection that lands on a standby (a multi-host URL without `read-write`, an endpoint
+    that pointed at a reader during a failover) may find the newest commits missing only
+    because the standby is behind: unavailable, never `HistoryLost` for good."""
+    primary = await asyncpg.connect(scene.pair.primary_url)
+    try:
+        newest = await primary.fetchrow(
+            "SELECT position, encode(hash, 'hex') AS hash FROM events "
+            "ORDER BY position DESC LIMIT 1"
+        )
+        fence = HistoryFence("the test's cluster")
+        fence.saw(newest["position"], newest["hash"])
+        await fence.check(primary)  # the primary holds it
+    finally:
+        await primary.close()
+    standby = await asyncpg.connect(scene.pair.standby_url)
+    try:
+        with pytest.raises(DatabaseUnavailable, match="standby"):
+            await fence.check(standby)
+    finally:
+        await standby.close()
+    assert fence.lost is None  # nothing latched: the next connection may reach the primary

@@ -59,7 +59,7 @@ from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store.config import masked, normalize_url
 from ledger.store.db import Database
-from ledger.store.fence import HELD_PSYCOPG, HistoryFence
+from ledger.store.fence import HELD_PSYCOPG, IN_RECOVERY, HistoryFence
 from ledger.store.settings import Settings
 from ledger.telemetry import Attr
 
@@ -609,8 +609,14 @@ async def encrypted_checkpointer(
                 await cur.execute(HELD_PSYCOPG, (positions,))
                 return await cur.fetchall()
 
+        async def standby() -> bool:
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(IN_RECOVERY)
+                row = await cur.fetchone()
+            return bool(row and row[0])
+
         with suppress(HistoryLost):
-            await fence.check_with(held)
+            await fence.check_with(held, standby)
 
     async with AsyncConnectionPool(
         normalize_url(db.url),

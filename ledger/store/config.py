@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
@@ -75,12 +76,17 @@ def with_login(url: str, user: str, password: str) -> str:
 
 
 _SECRET_PARAMETERS = {"password", "sslpassword"}
+_PASSWORD = re.compile(r"^([a-z0-9+.-]+://[^:/?#@]*):.*@", re.IGNORECASE | re.DOTALL)
 
 
 def masked(url: str) -> str:
     """The URL with any password hidden (in the authority or the query), fit for logs and
     error messages; an unparsable one is not shown at all. Parsed here rather than by a URL
     library: a multi-host authority (`h1:5432,h2:5432`) has no single port to parse."""
+    # The password first, before any parsing: libpq takes `#`, `/` or `?` in it, which would
+    # otherwise end the authority early and leave the password in the path, the query or the
+    # fragment (shown). It runs from the first `:` after the user to the last `@`.
+    url = _PASSWORD.sub(r"\g<1>:***@", url, count=1)
     try:
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
@@ -92,6 +98,9 @@ def masked(url: str) -> str:
     user, colon, _password = login.partition(":")
     netloc = f"{user}{':***' if colon else ''}{at}{authority}"
     shown = [(k, "***" if k.lower() in _SECRET_PARAMETERS else v) for k, v in query]
-    return urlunsplit(
+    text = urlunsplit(
         (parts.scheme, netloc, parts.path, urlencode(shown, safe="*/,:"), parts.fragment)
     )
+    if not netloc:  # a socket URL (`postgresql:///db?host=/run`) keeps its empty authority
+        text = f"{parts.scheme}://{text.removeprefix(parts.scheme + ':')}"
+    return text

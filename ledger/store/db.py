@@ -151,16 +151,21 @@ class Database:
             if current != expected:
                 raise SchemaOutOfDate(current, expected)
         fence = HistoryFence(masked(url))
+
+        async def init(conn: asyncpg.Connection) -> None:
+            if read_only:  # a SET, not a startup parameter, which PgBouncer would refuse
+                await conn.execute("SET default_transaction_read_only = on")
+            await fence.check(conn)
+
         try:
             pool = await asyncpg.create_pool(
                 url,
                 min_size=min(2, pool_size),
                 max_size=pool_size,
-                init=fence.check,
+                init=init,
                 reset=_reset,
                 # No idle timer per release (a call_later and its cancel on every checkout).
                 max_inactive_connection_lifetime=0,
-                server_settings={"default_transaction_read_only": "on"} if read_only else None,
             )
         except (TimeoutError, OSError, asyncpg.PostgresError, _NO_TARGET) as e:
             raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e

@@ -29,9 +29,9 @@ from typing import Any
 
 import asyncpg
 
-from ..errors import HistoryLost
+from ..errors import DatabaseUnavailable, HistoryLost
 
-__all__ = ["HELD", "HELD_PSYCOPG", "HistoryFence"]
+__all__ = ["HELD", "HELD_PSYCOPG", "IN_RECOVERY", "HistoryFence"]
 
 KEEP = 64  # the newest acknowledged events checked on each new connection
 
@@ -39,6 +39,7 @@ KEEP = 64  # the newest acknowledged events checked on each new connection
 # LangGraph checkpointer's connections are checked too).
 HELD = "SELECT position, encode(hash, 'hex') FROM events WHERE position = ANY($1::bigint[])"
 HELD_PSYCOPG = HELD.replace("$1", "%s")
+IN_RECOVERY = "SELECT pg_is_in_recovery()"
 
 Held = Callable[[list[int]], Awaitable[Iterable[Sequence[Any]]]]
 
@@ -62,17 +63,34 @@ class HistoryFence:
 
     async def check(self, conn: asyncpg.Connection) -> None:
         """Raise `HistoryLost` unless `conn`'s database holds every event kept."""
-        await self.check_with(lambda positions: conn.fetch(HELD, positions))
 
-    async def check_with(self, held: Held) -> None:
+        async def standby() -> bool:
+            return bool(await conn.fetchval(IN_RECOVERY))
+
+        await self.check_with(lambda positions: conn.fetch(HELD, positions), standby)
+
+    async def check_with(self, held: Held, standby: Callable[[], Awaitable[bool]]) -> None:
         """`check`, with `held(positions)` giving the (position, hash hex) rows the server
-        holds of them (for another driver's connection)."""
+        holds of them and `standby()` whether it is in recovery (for another driver's
+        connection).
+
+        Raises:
+            HistoryLost: the primary lacks an event kept; from now on, every check raises it.
+            DatabaseUnavailable: the connection reached a standby (a multi-host URL without
+                `target_session_attrs=read-write`, an endpoint that pointed at a reader during
+                a failover), which may only be behind: not a loss, nothing is latched.
+        """
         self.refuse_if_lost()
         seen = list(self._seen)
         if not seen:
             return
         found = {row[0]: row[1] for row in await held([p for p, _ in seen])}
         missing = sorted(p for p, h in seen if found.get(p) != h)
-        if missing:
-            self.lost = HistoryLost(self.target, missing)
-            raise self.lost
+        if not missing:
+            return
+        if await standby():
+            raise DatabaseUnavailable(
+                self.target, "reached a standby, not the primary (it may only be behind)"
+            )
+        self.lost = HistoryLost(self.target, missing)
+        raise self.lost

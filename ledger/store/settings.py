@@ -150,8 +150,8 @@ class Settings:
     configured (then only the embedded server has one: its home's `kek` file).
     """
 
-    database_url: str | None = None
-    read_database_url: str | None = None
+    database_url: str | None = field(default=None, repr=False)  # it may carry a password
+    read_database_url: str | None = field(default=None, repr=False)
     """A hot standby of `database_url` that auditors read from (None: they read the primary)."""
     kek: LocalKek | None = field(default=None, repr=False)
     reviewer_kek: LocalKek | None = field(default=None, repr=False)

@@ -20,6 +20,7 @@ standby: its reads are current (0 s behind).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -166,8 +167,9 @@ async def standby_lag(reader: Database, primary: Database | str | None = None) -
 async def _primary_lsn(primary: Database | str) -> tuple[str | None, str | None]:
     """The primary's current WAL position, or None and why it is not known."""
     try:
-        async with _connected(primary) as conn:
-            lsn: str = await conn.fetchval(_PRIMARY, timeout=_PRIMARY_SECONDS)
+        # Bounded as a whole: waiting for a pool slot or a connection counts too.
+        async with asyncio.timeout(_PRIMARY_SECONDS), _connected(primary) as conn:
+            lsn: str = await conn.fetchval(_PRIMARY)
     except asyncpg.ObjectNotInPrerequisiteStateError:  # "recovery is in progress"
         return None, "is itself a standby"
     except Exception as e:  # unreachable, refusing, too slow: the standby's own measure stands
