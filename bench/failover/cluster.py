@@ -307,6 +307,9 @@ class Cluster:
             "wal_keep_size": "256MB",
             "wal_log_hints": "on",  # pg_rewind brings a lost primary back as a standby
             "unix_socket_directories": str(node.home),
+            # Dynamic shared memory in the data folder, not /dev/shm: a node killed and never
+            # restarted leaves nothing behind when its folder goes.
+            "dynamic_shared_memory_type": "mmap",
         }
         dcs: dict[str, Any] = {
             "ttl": TTL,

@@ -492,7 +492,19 @@ class ToolLedger:
         if not row["lapsed"]:
             if row.get("lease_token_hash") == hashlib.sha256(facts.token).digest():
                 # This execute's own start (or take-over), committed though its answer was
-                # lost: the tool has not run; run it under that lease.
+                # lost: the tool has not run; run it under that lease, renewed first (it ran
+                # from the lost commit, and the renewal's commit waits for a synchronous
+                # standby as any write does: the intent is replicated before the tool runs).
+                renewed = await conn.fetchval(
+                    sql.RENEW,
+                    [record.run_id],
+                    [record.call_id],
+                    [record.version],
+                    [facts.token],
+                    self.lease_seconds,
+                )
+                if renewed != 1:
+                    raise ClaimRaced  # taken over meanwhile: look again
                 log.info(
                     "call claimed before its answer was lost",
                     run_id=record.run_id,
