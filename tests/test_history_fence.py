@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -64,7 +65,7 @@ async def _swap(server_url: str, name: str, older: str) -> None:
 
 
 async def test_a_database_without_the_calls_it_saw_is_refused(server_url: str, url: str) -> None:
-    name = url.rsplit("/", 1)[1]
+    name = urlsplit(url).path.lstrip("/")
     older = f"{name}_older"
     db = await Database.connect(url, pool_size=2)
     ring = await KeyRing.open(db, LocalKek(TEST_KEK))

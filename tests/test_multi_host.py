@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 from langchain_core.runnables import RunnableConfig
@@ -56,11 +56,16 @@ def closed_port() -> int:
 
 
 def hosts_first(url: str, *extra: str, attrs: str = "read-write") -> str:
-    """`url` with `extra` hosts tried before its own, and `target_session_attrs=attrs`."""
+    """`url` with `extra` hosts tried before its own, and `target_session_attrs=attrs`. A
+    socket URL's `host` and `port` (the embedded server's) become its entry in the list, its
+    folder percent-encoded, as both drivers read it."""
     parts = urlsplit(url)
     login, _, host = parts.netloc.rpartition("@")
+    params = dict(parse_qsl(parts.query))
+    if not host:
+        host = f"{quote(params.pop('host'), safe='')}:{params.pop('port', '5432')}"
     netloc = f"{login}@" * bool(login) + ",".join([*extra, host])
-    query = "&".join(q for q in (parts.query, f"target_session_attrs={attrs}") if q)
+    query = urlencode({**params, "target_session_attrs": attrs})
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
