@@ -32,10 +32,10 @@ from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.logins import temporary_login
 
-from .support.http import bearer, token_for, unique
+from .support.http import ask_tool, bearer, token_for, unique
 from .support.inbox import free_port, token_of
 from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
-from .support.service_load import ask, done, outcome_unknown
+from .support.service_load import done, outcome_unknown
 from .support.until import until
 
 DASHBOARD = ROOT / "docs" / "pages" / "operations" / "grafana-dashboard.json"
@@ -218,13 +218,18 @@ async def load(url: str, owner: Database, store: ApprovalStore, ledger: ToolLedg
     await ReviewerDirectory(owner).add(cas, [], by="admin")
     tokens = {who: await token_for(owner, who) for who in (ann, bob, cas)}
     decisions = [
-        (await ask(store, "wire", ApprovalPolicy(approvers=frozenset({ann, bob}), quorum=2)), ann),
-        (await ask(store, "refund", ApprovalPolicy(approvers=frozenset({ann}))), ann),
-        (await ask(store, "lookup", ApprovalPolicy()), cas),
+        (
+            await ask_tool(
+                store, "wire", ApprovalPolicy(approvers=frozenset({ann, bob}), quorum=2)
+            ),
+            ann,
+        ),
+        (await ask_tool(store, "refund", ApprovalPolicy(approvers=frozenset({ann}))), ann),
+        (await ask_tool(store, "lookup", ApprovalPolicy()), cas),
     ]
     decisions.insert(1, (decisions[0][0], bob))  # the quorum's second vote
     for tool in ("refund", "wire"):  # left pending
-        await ask(store, tool, ApprovalPolicy(approvers=frozenset({ann})))
+        await ask_tool(store, tool, ApprovalPolicy(approvers=frozenset({ann})))
     async with httpx.AsyncClient(base_url=url, timeout=GUARD) as client:
         for approval_id, who in decisions:
             decided = await client.post(

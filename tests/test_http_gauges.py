@@ -24,10 +24,10 @@ from ledger.store import Database, group_sizes
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings, WebhookSettings
 
-from .support.http import token_for, unique
+from .support.http import ask_tool, token_for, unique
 from .support.inbox import free_port
 from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
-from .support.service_load import ask, done, outcome_unknown
+from .support.service_load import done, outcome_unknown
 from .support.until import until
 
 GUARD = 60  # seconds before a stuck step fails instead of hanging
@@ -118,8 +118,8 @@ async def test_the_gauges_show_what_the_database_holds(fresh_database_url: str) 
         assert value(empty, "signoff_delivery_failed_attempts", channel="webhook") == 0
 
         refunds = ApprovalPolicy(approvers=frozenset({"rita"}))
-        await ask(s.store, "refund", refunds)
-        await ask(s.store, "wire", refunds)
+        await ask_tool(s.store, "refund", refunds)
+        await ask_tool(s.store, "wire", refunds)
         await s.ledger.execute(ToolCall(unique("gauge"), "c1", "lookup", {}), done)
         await outcome_unknown(s.ledger, "refund")
 
@@ -176,7 +176,7 @@ async def test_a_scrape_between_samples_gets_the_last_and_a_failed_one_keeps_it(
         first = await s.scrape()
         assert value(first, "signoff_approvals_pending") == 0
         policy = ApprovalPolicy(approvers=frozenset({"rita"}))
-        await ask(s.store, "refund", policy)
+        await ask_tool(s.store, "refund", policy)
         cached = await s.scrape()  # within the interval: the database is not read again
         assert value(cached, "signoff_approvals_pending") == 0
         assert value(await s.fresh(), "signoff_approvals_pending") == 1
@@ -186,7 +186,7 @@ async def test_a_scrape_between_samples_gets_the_last_and_a_failed_one_keeps_it(
         async with s.owner.connection() as conn:
             await conn.execute("REVOKE SELECT ON approvals FROM signoff_reviewer")
         try:
-            await ask(s.store, "refund", policy)
+            await ask_tool(s.store, "refund", policy)
             kept = await s.fresh()
             assert value(kept, "signoff_approvals_pending") == 1
             assert value(kept, "signoff_gauge_sample_failures_total") == 1
@@ -205,11 +205,11 @@ async def test_the_wait_is_observed_once_a_decision_makes_an_approval_final(
         ann, bob, cas, dee = (unique(n) for n in ("ann", "bob", "cas", "dee"))
         await ReviewerDirectory(s.owner).add(dee, [], by="admin")
         tokens = {who: await token_for(s.owner, who) for who in (ann, bob, cas, dee)}
-        quorum = await ask(
+        quorum = await ask_tool(
             s.store, "wire", ApprovalPolicy(approvers=frozenset({ann, bob}), quorum=2)
         )
-        four_eyes = await ask(s.store, "refund", ApprovalPolicy(approvers=frozenset({cas})))
-        self_confirm = await ask(s.store, "lookup", ApprovalPolicy())
+        four_eyes = await ask_tool(s.store, "refund", ApprovalPolicy(approvers=frozenset({cas})))
+        self_confirm = await ask_tool(s.store, "lookup", ApprovalPolicy())
 
         async def decide(approval_id: str, who: str) -> None:
             response = await s.client.post(

@@ -39,6 +39,7 @@ from .support.activity import finished
 from .support.http import ask, token_for, unique
 from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.replicas import serve_replicas
+from .support.service_load import dies_running
 from .support.until import until
 
 SECRET = "whsec-test-0123456789abcdef"
@@ -341,18 +342,7 @@ async def test_a_call_that_becomes_outcome_unknown_is_delivered(
         try:
             async with webhook_service(reviewer_url, hook(receiver)):
                 call = ToolCall(unique("wh"), "c1", "refund", {"amount": 9}, turn_id="t1")
-                started = asyncio.Event()
-
-                async def hangs(args: dict[str, Any], context: CallContext) -> str:
-                    started.set()
-                    await asyncio.sleep(3600)
-                    return "never"
-
-                task = asyncio.ensure_future(ledger.execute(call, hangs))
-                await started.wait()
-                task.cancel()  # the worker dies with the call running; its lease lapses
-                with pytest.raises(asyncio.CancelledError):
-                    await task
+                await dies_running(ledger, call)  # its lease lapses
                 await asyncio.sleep(1.2)  # what is tested: the lease lapses by the server's clock
 
                 async def never(args: dict[str, Any], context: CallContext) -> str:

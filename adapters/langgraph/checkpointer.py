@@ -264,35 +264,26 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
     ) -> RunnableConfig:
         """Save a checkpoint, its new channel values and its metadata, encrypted."""
         with checkpoint_span(WRITE_SPAN, config):
-            return await self._put(config, checkpoint, metadata, new_versions)
-
-    async def _put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        # Serializing in a thread keeps a large state from blocking the event loop, as
-        # LangGraph's saver does for its blobs. Sealing runs here, on the loop: in the thread,
-        # each of its calls that let go of the GIL (the cipher, the nonce from the OS) waited
-        # for the loop to give it back, so a checkpoint's seals took 150 us instead of 20.
-        serialized = await asyncio.to_thread(
-            self._serialize_put, config, checkpoint, metadata, new_versions
-        )
-        async with self.ring.sealing():
-            row, rows = self._seal_put(serialized)
-        async with self._cursor(pipeline=True) as cur:
-            if rows:
-                await cur.executemany(self.UPSERT_CHECKPOINT_BLOBS_SQL, rows)
-            await cur.execute(self.UPSERT_CHECKPOINTS_SQL, row)
-        return {
-            "configurable": {
-                "thread_id": config["configurable"]["thread_id"],
-                "checkpoint_ns": serialized.ns,
-                "checkpoint_id": serialized.checkpoint_id,
+            # Serializing in a thread keeps a large state from blocking the event loop, as
+            # LangGraph's saver does for its blobs. Sealing runs here, on the loop: in the thread,
+            # each of its calls that let go of the GIL (the cipher, the nonce from the OS) waited
+            # for the loop to give it back, so a checkpoint's seals took 150 us instead of 20.
+            serialized = await asyncio.to_thread(
+                self._serialize_put, config, checkpoint, metadata, new_versions
+            )
+            async with self.ring.sealing():
+                row, rows = self._seal_put(serialized)
+            async with self._cursor(pipeline=True) as cur:
+                if rows:
+                    await cur.executemany(self.UPSERT_CHECKPOINT_BLOBS_SQL, rows)
+                await cur.execute(self.UPSERT_CHECKPOINTS_SQL, row)
+            return {
+                "configurable": {
+                    "thread_id": config["configurable"]["thread_id"],
+                    "checkpoint_ns": serialized.ns,
+                    "checkpoint_id": serialized.checkpoint_id,
+                }
             }
-        }
 
     def _serialize_put(
         self,

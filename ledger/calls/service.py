@@ -267,6 +267,7 @@ class ToolLedger:
                         step = await self._claim(call, gate, facts)
                         if isinstance(step, _Wait):
                             await self._wait(step.record)
+                            retrying = Backoff(self.lease_seconds)  # the database answered
                             continue
                     except DatabaseUnavailable as e:
                         # Safe to try again: nothing ran yet, and an intent that committed

@@ -57,13 +57,18 @@ async def token_for(db: Database, reviewer: str, scope: str = "reviewer") -> dic
 
 async def ask(store: ApprovalStore, *approvers: str) -> str:
     """A pending refund that `approvers` may decide; its id."""
+    return await ask_tool(store, "refund", ApprovalPolicy(approvers=frozenset(approvers)))
+
+
+async def ask_tool(store: ApprovalStore, tool: str, policy: ApprovalPolicy) -> str:
+    """A new pending request for `tool` under `policy` (a run of its own); its id."""
     approval = await store.request(
         run_id=unique("http"),
-        tool="refund",
+        tool=tool,
         args={"amount": 120},
         call_id="c1",
         requested_by="support-agent",
-        policy=ApprovalPolicy(approvers=frozenset(approvers)),
+        policy=policy,
     )
     return approval.approval_id
 
