@@ -489,6 +489,11 @@ async def test_deliveries_are_written_only_through_their_functions_and_audited_b
     async with webhook_service(reviewer_url, hook(receiver)):
         approval_id = await ask(store, "alice")
         await until(lambda: bool(receiver.of(for_approval(approval_id))))
+
+        async def attempt_recorded() -> bool:  # the receiver answers before it is recorded
+            return [r["attempts"] for r in await delivery_rows(db, receiver.url)] == [1]
+
+        await until(attempt_recorded, what="the delivery's attempt recorded")
     [row] = await delivery_rows(db, receiver.url)
     reviewer = await asyncpg.connect(reviewer_url)
     try:
