@@ -357,24 +357,46 @@ class SchemaFromPreRelease(SignoffError):
         self.current = current
 
 
-class HistoryLost(SignoffError):
-    """The database no longer holds events this process saw committed: it is not the history
-    the process wrote to (a failover promoted a standby that had not received them, or a
-    restore from an older backup). The process refuses every further use of the database, so
-    nothing whose outcome it can no longer prove is run or consumed again; an operator
-    decides (`signoff ledger verify --digest` with a digest taken before shows what is gone).
+class HistoryLost(DatabaseError, code="SG410"):
+    """Committed history was lost: the database no longer holds events that were committed (a
+    failover promoted a standby that had not received them, or a restore went back to an
+    earlier time). Nothing whose outcome can no longer be proven is run or consumed again:
+
+    - a process that saw the lost events committed finds it on its next connection
+      (`ledger.store.fence`), reports it to the database and refuses every further use of it
+      (`missing` names the positions it lacks);
+    - while the loss is open, the database starts no tool call and takes none over, for any
+      process, old or new (SQLSTATE SG410, raised before anything is written).
+
+    An operator accounts for the lost calls and settles the loss (`signoff db history`).
     """
 
-    def __init__(self, target: str, missing: list[int]) -> None:
-        shown = ", ".join(str(p) for p in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        super().__init__(
-            f"the database at {target} no longer holds events this process saw committed "
-            f"(positions {shown}): committed transactions were lost (a failover to a standby "
-            "behind the primary?); refusing to go on: check with `signoff ledger verify "
-            "--digest` and restart the process once an operator has decided"
-        )
+    def __init__(self, message: str, *, target: str | None = None, missing: list[int]) -> None:
+        super().__init__(message)
         self.target = target
         self.missing = missing
+
+    @classmethod
+    def seen(cls, target: str, missing: list[int]) -> HistoryLost:
+        """This process saw the events at `missing` committed; the database lacks them."""
+        shown = ", ".join(str(p) for p in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        return cls(
+            f"the database at {target} no longer holds events this process saw committed "
+            f"(positions {shown}): committed transactions were lost (a failover to a standby "
+            "behind the primary?); refusing to go on: the loss is recorded, see `signoff db "
+            "history`, and restart the process once an operator has settled it",
+            target=target,
+            missing=missing,
+        )
+
+    @classmethod
+    def from_driver(cls, error: BaseException, sqlstate: str, target: str) -> DatabaseError:
+        return cls(
+            f"{_described(error, sqlstate)}: an operator accounts for the lost calls and "
+            "settles the loss (`signoff db history`)",
+            target=target,
+            missing=[],
+        )
 
 
 class EmbeddedServerError(SignoffError):

@@ -64,6 +64,8 @@ COMMANDS: dict[str, Command] = {
     "db upgrade": Command(fails_on=CONNECTING),
     "db downgrade": Command(fails_on=CONNECTING),
     "db current": Command(fails_on=CONNECTING),
+    "db history record": Command(("--reason", "found"), fails_on=DATABASE),
+    "db history settle": Command(("--reason", "settled"), fails_on=DATABASE),
     "keys init": Command(),
     "keys list": Command(),
     "keys rotate": Command(("checkpoint",)),

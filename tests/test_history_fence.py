@@ -7,6 +7,7 @@ before its last calls (the connections are ended, as a failover ends them)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,12 +19,14 @@ from langchain_core.runnables import RunnableConfig
 
 from adapters.langgraph import EncryptedPostgresSaver, encrypted_checkpointer
 from ledger.calls import CallContext, ToolCall, ToolLedger, ToolPolicy
-from ledger.errors import DatabaseUnavailable, HistoryLost
+from ledger.errors import DatabaseUnavailable, HistoryLost, PermissionDenied, SignoffError
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.db import open_raw_connection
+from ledger.store.history import open_loss, settle_loss
+from ledger.store.logins import temporary_login
 
-from .support.processes import TEST_KEK
+from .support.processes import TEST_KEK, run_cli
 from .support.scratch import scratch_database, with_database
 from .support.until import until
 
@@ -67,8 +70,23 @@ async def _swap(server_url: str, name: str, older: str) -> None:
 async def test_a_database_without_the_calls_it_saw_is_refused(server_url: str, url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     older = f"{name}_older"
-    db = await Database.connect(url, pool_size=2)
-    ring = await KeyRing.open(db, LocalKek(TEST_KEK))
+    async with await Database.connect(url) as owner:  # the owner makes the data keys
+        await KeyRing.open(owner, LocalKek(TEST_KEK))
+    async with temporary_login(url, "signoff_app") as worker_url:
+        try:
+            await _lose_and_settle(server_url, url, worker_url, name, older)
+        finally:
+            await _admin(server_url, f'DROP DATABASE IF EXISTS "{older}" WITH (FORCE)')
+
+
+async def _lose_and_settle(
+    server_url: str, url: str, worker_url: str, name: str, older: str
+) -> None:
+    """A worker sees its calls committed, the database loses the last one: the worker refuses
+    and records the loss; a process started afterwards is refused by the database until the
+    owner settles the loss."""
+    db = await Database.connect(worker_url, pool_size=2)
+    ring = await KeyRing.open(db, LocalKek(TEST_KEK), create_missing=False)
     ledger = ToolLedger(db, ring)
     checkpoints = encrypted_checkpointer(db, ring, max_size=1)
     saver = await checkpoints.__aenter__()
@@ -79,11 +97,11 @@ async def test_a_database_without_the_calls_it_saw_is_refused(server_url: str, u
         return {"refunded": args["amount"]}
 
     run_id = f"fence-{uuid.uuid4().hex[:8]}"
+    call = ToolCall(run_id, "c1", "refund", {"amount": 2})
     try:
         await ledger.execute(ToolCall(run_id, "c0", "refund", {"amount": 1}), refund, ToolPolicy())
         # The backup: taken while nobody is connected, before the call that it will lack.
         await _swap_copy(server_url, name, older)
-        call = ToolCall(run_id, "c1", "refund", {"amount": 2})
         await ledger.execute(call, refund, ToolPolicy())
         assert runs == ["c0", "c1"]
         await _swap(server_url, name, older)
@@ -99,7 +117,70 @@ async def test_a_database_without_the_calls_it_saw_is_refused(server_url: str, u
         await checkpoints.__aexit__(None, None, None)
         await ledger.close()
         await db.close()
-        await _admin(server_url, f'DROP DATABASE IF EXISTS "{older}" WITH (FORCE)')
+
+    listed = await run_cli("db", "history", "--json", database_url=url)
+    assert listed.code == 1, listed.stderr  # a loss is open
+    [loss] = json.loads(listed.stdout)["losses"]
+    assert loss["open"] and loss["missing"], loss
+    assert loss["found_by"] == urlsplit(worker_url).username
+
+    # A process started afterwards has seen nothing, and the database refuses it.
+    async with await Database.connect(worker_url) as fresh:
+        later = ToolLedger(
+            fresh, await KeyRing.open(fresh, LocalKek(TEST_KEK), create_missing=False)
+        )
+        try:
+            for again in (call, ToolCall(run_id, "c2", "refund", {"amount": 3})):
+                with pytest.raises(HistoryLost, match="SG410"):
+                    await later.execute(again, refund, ToolPolicy())
+            assert runs == ["c0", "c1"], "a call started while the loss was open"
+            with pytest.raises(PermissionDenied):  # only the owner settles
+                await settle_loss(fresh, "not mine to settle")
+
+            settled = await run_cli(
+                "db", "history", "settle", "--reason", "c1 checked by hand", database_url=url
+            )
+            assert settled.code == 0, settled.stderr
+            assert "settled" in settled.stdout and "c1 checked by hand" in settled.stdout
+            outcome = await later.execute(call, refund, ToolPolicy())
+            assert str(outcome.status) == "succeeded"
+            assert runs == ["c0", "c1", "c1"], "settled: the lost call is unknown, and runs"
+        finally:
+            await later.close()
+    again = await run_cli("db", "history", "settle", "--reason", "twice", database_url=url)
+    assert again.code == 2 and again.stderr.count("\n") == 1, again.stderr
+    assert "no loss of committed history is open" in again.stderr
+
+
+async def test_an_operator_records_a_loss_found_another_way(url: str) -> None:
+    """A loss no running process saw (every worker restarted before it reconnected) is found
+    by a digest taken before; the owner records it and no call starts until it is settled."""
+    async with await Database.connect(url) as db:
+        ring = await KeyRing.open(db, LocalKek(TEST_KEK))
+        ledger = ToolLedger(db, ring)
+        ran: list[str] = []
+
+        async def tool(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+            ran.append(context.call_id)
+            return {}
+
+        run_id = f"fence-{uuid.uuid4().hex[:8]}"
+        try:
+            recorded = await run_cli(
+                "db", "history", "record", "--reason", "the 03:00 digest fails", database_url=url
+            )
+            assert recorded.code == 0, recorded.stderr
+            assert (await open_loss(db)) is not None
+            with pytest.raises(HistoryLost):
+                await ledger.execute(ToolCall(run_id, "c0", "noop", {}), tool, ToolPolicy())
+            assert ran == []
+            with pytest.raises(SignoffError, match="reason"):
+                await settle_loss(db, "  ")
+            assert (await settle_loss(db, "nothing was lost after all")).settled_by
+            await ledger.execute(ToolCall(run_id, "c0", "noop", {}), tool, ToolPolicy())
+            assert ran == ["c0"]
+        finally:
+            await ledger.close()
 
 
 async def refused_by_the_checkpointer(saver: EncryptedPostgresSaver) -> None:

@@ -1,4 +1,4 @@
-"""`signoff db ...`: schema migrations."""
+"""`signoff db ...`: schema migrations, and losses of committed history (`.history`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ledger.store import migrate
 from ledger.store.config import masked
 from ledger.store.migrating import migrate_database, schema_revision, steps_between
 
+from . import history
 from .arguments import identifier
 from .context import settings_of
 from .output import add_json_flag, emit
@@ -60,6 +61,8 @@ def register(groups: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     current = commands.add_parser("current", help="show the schema revision")
     add_json_flag(current)
     current.set_defaults(run=_current)
+
+    history.register(commands)
 
 
 def _upgrade(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ from ledger.keys import KeyRing
 from ledger.log import get_logger
 from ledger.store.config import masked, normalize_url
 from ledger.store.db import Database
-from ledger.store.fence import HELD_PSYCOPG, IN_RECOVERY, HistoryFence
+from ledger.store.fence import HELD_PSYCOPG, IN_RECOVERY, REPORT_PSYCOPG, HistoryFence
 from ledger.store.settings import Settings
 from ledger.telemetry import Attr
 
@@ -600,14 +600,20 @@ async def encrypted_checkpointer(
                 await cur.execute(HELD_PSYCOPG, (positions,))
                 return await cur.fetchall()
 
-        async def standby() -> bool:
+        async def value(query: str, *params: object) -> object:
             async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(IN_RECOVERY)
+                await cur.execute(query, params or None)
                 row = await cur.fetchone()
-            return bool(row and row[0])
+            return row[0] if row else None
+
+        async def standby() -> bool:
+            return bool(await value(IN_RECOVERY))
+
+        async def report(positions: list[int], hashes: list[str]) -> object:
+            return await value(REPORT_PSYCOPG, positions, hashes)
 
         with suppress(HistoryLost):
-            await fence.check_with(held, standby)
+            await fence.check_with(held, standby, report)
 
     async with AsyncConnectionPool(
         normalize_url(db.url),

@@ -6,19 +6,20 @@ nothing in PostgreSQL says so. A Signoff call that was recorded there is then un
 ledger: asked again, it would run again, and an approval it consumed could be consumed again.
 
 A process that had those commits acknowledged knows better: the fence keeps the journal
-position and chain hash of the last events its calls committed (the outcome event of each
-call it ran, the newest `KEEP`), and every new pooled connection (after a lost connection,
-every one is new, and the checkpointer's too) first checks that the database still holds
-them, hash for hash. If one is
-missing or different, the connection is refused with `HistoryLost`, and so is every later use
-of the database in this process. WAL is one ordered stream: a server that holds the newest of
-a process's acknowledged commits holds every earlier one, so checking the newest few covers
-all of them; several are kept because commits of concurrent calls are acknowledged in an
-order that is not quite the WAL's.
+position and chain hash of the last events its calls committed (the outcome event of each call
+it ran, the newest `KEEP`), and every new pooled connection (after a lost connection, every one
+is new, and the checkpointer's too) first checks that the database still holds them, hash for
+hash. If one is missing or different, the loss is reported to the database (`history_losses`,
+`ledger.store.history`: while it is open, no process starts a call, this one or one started
+later) and the connection is refused with `HistoryLost`, as is every later use of the database
+in this process. WAL is one ordered stream: a server that holds the newest of a process's
+acknowledged commits holds every earlier one, so checking the newest few covers all of them;
+several are kept because commits of concurrent calls are acknowledged in an order that is not
+quite the WAL's.
 
-A process started afterwards has seen nothing and cannot tell; a digest taken before does
-(`signoff ledger verify --digest`). The check costs one query per new connection, none per
-statement.
+A process started afterwards has seen nothing and cannot tell by itself: the database's record
+of the loss tells it, and a digest taken before shows what is gone (`signoff ledger verify
+--digest`). The check costs one query per new connection, none per statement.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ from typing import Any
 import asyncpg
 
 from ..errors import DatabaseUnavailable, HistoryLost
+from ..log import get_logger
 
-__all__ = ["HELD", "HELD_PSYCOPG", "IN_RECOVERY", "HistoryFence"]
+__all__ = ["HELD", "HELD_PSYCOPG", "IN_RECOVERY", "REPORT", "REPORT_PSYCOPG", "HistoryFence"]
+
+log = get_logger(__name__)
 
 KEEP = 64  # the newest acknowledged events checked on each new connection
 
@@ -40,8 +44,12 @@ KEEP = 64  # the newest acknowledged events checked on each new connection
 HELD = "SELECT position, encode(hash, 'hex') FROM events WHERE position = ANY($1::bigint[])"
 HELD_PSYCOPG = HELD.replace("$1", "%s")
 IN_RECOVERY = "SELECT pg_is_in_recovery()"
+# The loss, reported (checked by the database against its own events) for every process to see.
+REPORT = "SELECT signoff_report_history_lost($1::bigint[], $2::text[])"
+REPORT_PSYCOPG = REPORT.replace("$1", "%s").replace("$2", "%s")
 
 Held = Callable[[list[int]], Awaitable[Iterable[Sequence[Any]]]]
+Report = Callable[[list[int], list[str]], Awaitable[object]]
 
 
 class HistoryFence:
@@ -67,12 +75,17 @@ class HistoryFence:
         async def standby() -> bool:
             return bool(await conn.fetchval(IN_RECOVERY))
 
-        await self.check_with(lambda positions: conn.fetch(HELD, positions), standby)
+        async def report(positions: list[int], hashes: list[str]) -> object:
+            return await conn.fetchval(REPORT, positions, hashes)
 
-    async def check_with(self, held: Held, standby: Callable[[], Awaitable[bool]]) -> None:
+        await self.check_with(lambda positions: conn.fetch(HELD, positions), standby, report)
+
+    async def check_with(
+        self, held: Held, standby: Callable[[], Awaitable[bool]], report: Report
+    ) -> None:
         """`check`, with `held(positions)` giving the (position, hash hex) rows the server
-        holds of them and `standby()` whether it is in recovery (for another driver's
-        connection).
+        holds of them, `standby()` whether it is in recovery and `report(positions, hashes)`
+        recording the loss (for another driver's connection).
 
         Raises:
             HistoryLost: the primary lacks an event kept; from now on, every check raises it.
@@ -92,5 +105,12 @@ class HistoryFence:
             raise DatabaseUnavailable(
                 self.target, "reached a standby, not the primary (it may only be behind)"
             )
-        self.lost = HistoryLost(self.target, missing)
+        self.lost = HistoryLost.seen(self.target, missing)
+        lost = [(p, h) for p, h in seen if p in set(missing)]
+        try:
+            await report([p for p, _ in lost], [h for _, h in lost])
+        except Exception as e:  # the refusal stands whether or not the report went through
+            log.error("history loss not recorded", error=type(e).__name__, missing=missing[:5])
+        else:
+            log.error("history loss recorded", missing=missing[:5])
         raise self.lost

@@ -10,9 +10,10 @@
 -- Only that worker moves the call while its lease runs, by the server's clock; once the lease
 -- has lapsed another worker may take the call over (`call.retried`, attempts left) or settle it
 -- (`call.outcome_unknown` for a write, `call.failed` for a read, attempts spent), nothing else.
--- Refused: SQLSTATE SG432. Leases run 1 to 300 seconds. Returns NULL when it wrote nothing,
--- else the journal position and hash (hex) of the last event it appended, {"position", "hash"}:
--- what a trace of the call names as its evidence.
+-- Refused: SQLSTATE SG432. Leases run 1 to 300 seconds. While a loss of committed history is
+-- open (`history_losses`), no call starts or is taken over: SG410. Returns NULL when it wrote
+-- nothing, else the journal position and hash (hex) of the last event it appended,
+-- {"position", "hash"}: what a trace of the call names as its evidence.
 -- A call that starts running adds itself to its run's history (`call_tallies`): `p_tally` holds
 -- the sums of its numeric arguments and, when a policy judged it by the run's history, how many
 -- calls the run had then (`seen`); if others started since, the call is refused (SG438) and
@@ -109,6 +110,15 @@ BEGIN
         RAISE EXCEPTION 'a new call starts its own stream with call.started'
             USING ERRCODE = 'SG422',
                   DETAIL = json_build_object('stream_id', p_stream, 'type', p_types[1])::text;
+    END IF;
+    -- No call starts, nor runs again, while a loss of committed history is open: the lost
+    -- history may have run it, or consumed its approval (`history_losses`).
+    IF p_status = 'running' AND EXISTS (SELECT FROM history_losses WHERE settled_at IS NULL) THEN
+        RAISE EXCEPTION 'committed history was lost and is not settled: call % does not start',
+                p_stream
+                USING ERRCODE = 'SG410',
+                      HINT = 'an operator settles it: signoff db history',
+                      DETAIL = json_build_object('stream_id', p_stream)::text;
     END IF;
     -- A later step moves only a running call, or resolves an `outcome_unknown` one: a finished
     -- call never runs again, whatever it is given.
