@@ -7,6 +7,7 @@ before its last calls (the connections are ended, as a failover ends them)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -147,9 +148,9 @@ async def _lose_and_settle(
             assert runs == ["c0", "c1", "c1"], "settled: the lost call is unknown, and runs"
         finally:
             await later.close()
-    again = await run_cli("db", "history", "settle", "--reason", "twice", database_url=url)
-    assert again.code == 2 and again.stderr.count("\n") == 1, again.stderr
-    assert "no loss of committed history is open" in again.stderr
+    twice = await run_cli("db", "history", "settle", "--reason", "twice", database_url=url)
+    assert twice.code == 2 and twice.stderr.count("\n") == 1, twice.stderr
+    assert "no loss of committed history is open" in twice.stderr
 
 
 async def test_an_operator_records_a_loss_found_another_way(url: str) -> None:
@@ -253,3 +254,47 @@ async def test_a_reconnect_to_the_same_history_goes_on(url: str) -> None:
             assert done == ["succeeded"]
         finally:
             await ledger.close()
+
+
+async def test_outcomes_met_by_a_lost_history_are_refused(server_url: str, url: str) -> None:
+    """The history is lost while tools run: recording their outcomes (group commits, the
+    second queued behind the first) meets the lost history on a new connection, and each
+    `execute` raises `HistoryLost`, not a cancellation."""
+    name = urlsplit(url).path.lstrip("/")
+    older = f"{name}_older"
+    db = await Database.connect(url, pool_size=4)
+    ledger = ToolLedger(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
+    run_id = f"fence-{uuid.uuid4().hex[:8]}"
+    swapped = asyncio.Event()
+    running: list[str] = []
+
+    async def noop(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+        return {}
+
+    async def after_the_loss(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+        running.append(context.call_id)
+        await swapped.wait()
+        return {}
+
+    async def lose_history() -> None:
+        await until(lambda: len(running) == 2, 30, "both tools running")
+        await _swap(server_url, name, older)
+        swapped.set()
+
+    try:
+        await ledger.execute(ToolCall(run_id, "c0", "noop", {}), noop, ToolPolicy())
+        await _swap_copy(server_url, name, older)  # lacks c1
+        await ledger.execute(ToolCall(run_id, "c1", "noop", {}), noop, ToolPolicy())
+        answers = await asyncio.gather(
+            *(
+                ledger.execute(ToolCall(run_id, c, "wait", {}), after_the_loss, ToolPolicy())
+                for c in ("c2", "c3")
+            ),
+            lose_history(),
+            return_exceptions=True,
+        )
+        assert [type(a).__name__ for a in answers[:2]] == ["HistoryLost", "HistoryLost"], answers
+    finally:
+        await ledger.close()
+        await db.close()
+        await _admin(server_url, f'DROP DATABASE IF EXISTS "{older}" WITH (FORCE)')

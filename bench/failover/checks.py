@@ -46,7 +46,8 @@ def read_acks(out: Path) -> Acks:
 
 async def database_problems(url: str, acks: Acks) -> list[str]:
     """No acknowledged call, decision or checkpoint missing; no approval consumed twice; no
-    single-attempt call run twice (by the tool's own log); every approval consumed."""
+    single-attempt call run twice (by the tool's own log); every approval consumed; no loss of
+    committed history recorded."""
     problems: list[str] = []
     conn = await asyncpg.connect(url)
     try:
@@ -66,6 +67,7 @@ async def database_problems(url: str, acks: Acks) -> list[str]:
             (r["thread_id"], r["checkpoint_id"])
             for r in await conn.fetch("SELECT thread_id, checkpoint_id FROM checkpoints")
         }
+        losses = await conn.fetch("SELECT loss_id, found_by, missing FROM history_losses")
     finally:
         await conn.close()
     recorded = {(r["run_id"], r["call_id"]): r for r in rows}
@@ -96,6 +98,10 @@ async def database_problems(url: str, acks: Acks) -> list[str]:
         if r["attempts"] > 1
     ]
     problems += [f"approval {a} left {s}, unused" for a, (s, used) in approvals.items() if not used]
+    problems += [
+        f"loss {r['loss_id']} of {len(r['missing'])} events recorded by {r['found_by']}"
+        for r in losses
+    ]
     return problems
 
 

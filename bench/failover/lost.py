@@ -8,9 +8,11 @@ time, and what Signoff does about it.
 4. The primary is lost (SIGKILL of the node); the standbys come back and one is promoted
    (`maximum_lag_on_failover` lets a standby that far behind be promoted): the commits of
    step 2 are gone.
-5. What Signoff then says and does: `ledger verify --digest` with the digest of step 3, plain
-   `ledger verify`, the acknowledged work now missing, and a lost call executed again by a new
-   process (as a LangGraph run resumed from an older checkpoint would ask for it).
+5. What Signoff then says and does: the workers that saw the lost commits refuse and record
+   the loss (`signoff db history`); `ledger verify --digest` with the digest of step 3, plain
+   `ledger verify`, the acknowledged work now missing; a lost call asked for again by a new
+   process (as a LangGraph run resumed from an older checkpoint would ask for it) is refused
+   while the loss is open; once an operator settles it, calls start again.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ async def lost_commits(workers: int = 2, *, keep: bool = False) -> list[dict[str
         out = made.root.parent / "out"
         out.mkdir()
         async with rig(made, out, options) as r:
-            await asyncio.sleep(3)
+            await until(lambda: len(r.acks().of("call")) >= ALONE_CALLS, 120, "calls replicated")
             primary = made.leader()
             assert primary is not None
             standbys = [n for n in made.nodes if n is not primary]
@@ -69,13 +71,19 @@ async def lost_commits(workers: int = 2, *, keep: bool = False) -> list[dict[str
                 return len(served | {f["run"] for f in acks.of("refused")}) >= flows
 
             await until(settled, 180, "every flow served again or refused")
-            await asyncio.sleep(3)
+            recorded = await r.cli("db", "history", "--json")
             acks = r.acks()
             lost_calls = [
                 c for c in acks.of("call") if cut_at < c["t"] < killed_at and not c["replayed"]
             ]
             rerun = (
                 await _again(r.worker_env, r.worker_url, out, lost_calls[0]) if lost_calls else {}
+            )
+            settled_by_operator = await r.cli(
+                "db", "history", "settle", "--reason", "lost calls accounted for"
+            )
+            after = (
+                await _again(r.worker_env, r.worker_url, out, lost_calls[-1]) if lost_calls else {}
             )
         acks = r.acks()
         problems = await database_problems(r.owner_url, acks)
@@ -96,12 +104,24 @@ async def lost_commits(workers: int = 2, *, keep: bool = False) -> list[dict[str
             "verify_exit": plain.code,
             "live_flows_refused": len(acks.of("refused")),
             "lost_calls_approvals_now": approvals,
+            "history_losses": _losses(recorded.stdout),
             "executed_again": rerun,
+            "settle_exit": settled_by_operator.code,
+            "executed_after_settling": after,
             "problems": problems[:20] + stderr_problems(r.said),
         }
     )
     detected = with_digest.code == 1 and "digest" in named.lower()
-    lines.append({"mode": "async", "lost_commits_detected": detected, "ok": detected})
+    refused = rerun.get("answer", {}).get("refused") == "HistoryLost" and not rerun["tool_ran"]
+    lines.append(
+        {
+            "mode": "async",
+            "lost_commits_detected": detected,
+            "loss_recorded": recorded.code == 1,
+            "lost_call_refused": refused,
+            "ok": detected and recorded.code == 1 and refused and settled_by_operator.code == 0,
+        }
+    )
     return lines
 
 
@@ -153,6 +173,17 @@ async def _approvals_now(url: str, approval_ids: list[str | None]) -> dict[str, 
         state = found.get(approval_id, "missing")
         counts[state] = counts.get(state, 0) + 1
     return counts
+
+
+def _losses(listed: str) -> list[dict[str, Any]]:
+    """`signoff db history --json`, shortened: who found each loss, how many positions."""
+    try:
+        losses = json.loads(listed)["losses"]
+    except (ValueError, KeyError):
+        return [{"unreadable": listed[-300:]}]
+    return [
+        {"found_by": x["found_by"], "missing": len(x["missing"]), "open": x["open"]} for x in losses
+    ]
 
 
 def _first_line(text: str, marker: str) -> str | None:

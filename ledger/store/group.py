@@ -132,7 +132,7 @@ class GroupedCalls:
         try:
             async with self.db.connection() as conn:
                 await self._send(conn, [step])
-        except DatabaseUnavailable as e:  # no connection came, or it was lost (settled)
+        except Exception as e:  # no connection came (unavailable, a lost history), or lost
             _settle([step], error=e)
 
     def _take(self) -> list[_Step]:
@@ -152,8 +152,8 @@ class GroupedCalls:
                             await self._send(conn, group)
                             if not (group := self._take()):
                                 break
-                except DatabaseUnavailable as e:  # no connection came, or it was lost
-                    _settle(group, error=e)
+                except Exception as e:  # no connection came (unavailable, a lost history),
+                    _settle(group, error=e)  # or it was lost: the callers get the error
                     group = []
                 # Steps that came while the connection went back, or past HELD_GROUPS.
                 group = group or self._take()
