@@ -6,7 +6,6 @@ import asyncio
 import logging.config
 from functools import partial
 
-import asyncpg
 from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -14,7 +13,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from ledger.store import migrate
-from ledger.store.config import resolve_url
+from ledger.store.config import HOST_CONNECT_SECONDS, resolve_url
+from ledger.store.db import connect_each_host
 
 # Concurrent `upgrade`s (several workers starting at once) take turns instead of racing.
 MIGRATION_LOCK = 0x5167_0FF0
@@ -54,7 +54,14 @@ async def _run_online() -> None:
     url = config.attributes.get("signoff_url") or resolve_url()
     # A migration may wait its turn and rewrite large tables: the database's default statement
     # timeout (revision 0002, for every login's sessions) is not for it.
-    connect = partial(asyncpg.connect, url, server_settings={"statement_timeout": "0"})
+    # Each host of a multi-host URL within its own timeout (`connect_each_host`).
+    seconds = config.attributes.get("signoff_host_seconds", HOST_CONNECT_SECONDS)
+    connect = partial(
+        connect_each_host,
+        url,
+        host_seconds=seconds,
+        server_settings={"statement_timeout": "0"},
+    )
     engine = create_async_engine("postgresql+asyncpg://", async_creator=connect, poolclass=NullPool)
     try:
         async with engine.connect() as connection:

@@ -73,11 +73,13 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
             "SIGNOFF_KEK": b64(key),
             "SIGNOFF_KEY_REFRESH_SECONDS": "0.5",
             "SIGNOFF_EMBEDDED_DIR": str(tmp_path / "home"),
+            "SIGNOFF_HOST_CONNECT_SECONDS": "2.5",
         }
     )
     assert settings.database_url == "postgresql://app@db.internal/signoff"
     assert settings.kek is not None and settings.kek.kek_id == LocalKek(key).kek_id
     assert settings.key_refresh_seconds == 0.5
+    assert settings.host_connect_seconds == 2.5
     assert settings.embedded_home == tmp_path / "home"
     assert not settings.embedded and settings.embedded_kek_file is None
     assert b64(key) not in repr(settings) and settings.kek.kek_id not in repr(settings)
@@ -109,11 +111,14 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
     assert direct.database_url == "postgresql://a@h/d"
     with pytest.raises(ConfigurationError, match="key_refresh_seconds"):
         Settings(key_refresh_seconds=-1.0)
+    with pytest.raises(ConfigurationError, match="host_connect_seconds"):
+        Settings(host_connect_seconds=0.0)
 
     defaults = Settings.from_env({"SIGNOFF_EMBEDDED_DIR": str(tmp_path / "home")})
     assert (defaults.database_url, defaults.kek, defaults.key_refresh_seconds) == (None, None, 10)
     assert defaults.embedded and defaults.embedded_kek_file == tmp_path / "home" / "kek"
     assert defaults.horizon_ready_seconds is None  # readiness only warns unless asked
+    assert defaults.host_connect_seconds == 10
     ready = Settings.from_env({"SIGNOFF_HORIZON_READY_SECONDS": "0.5"}).horizon_ready_seconds
     assert ready == 0.5
 
@@ -125,6 +130,9 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
         ("SIGNOFF_KEY_REFRESH_SECONDS", "-1"),
         ("SIGNOFF_KEY_REFRESH_SECONDS", "nan"),
         ("SIGNOFF_HORIZON_READY_SECONDS", "0"),
+        ("SIGNOFF_HOST_CONNECT_SECONDS", "0"),
+        ("SIGNOFF_HOST_CONNECT_SECONDS", "soon"),
+        ("SIGNOFF_HOST_CONNECT_SECONDS", "inf"),
         ("SIGNOFF_KEK", "not base64!"),
         ("SIGNOFF_KEK", b64(b"short")),
         ("SIGNOFF_KEK_FILE", "/nonexistent/signoff/kek"),

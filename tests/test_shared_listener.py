@@ -177,7 +177,9 @@ async def test_a_serve_process_holds_one_listen_connection_and_every_waiter_wake
 def test_listeners_of_one_database_share_a_connection_and_others_do_not() -> None:
     one, other = object.__new__(Database), object.__new__(Database)
     one.url = other.url = "postgresql://nobody@127.0.0.1/none"
+    one.settings = other.settings = Settings(host_connect_seconds=3.0)
     a, b = Listener.shared(one, "x"), Listener.shared(one, "y")
     assert a._shared is b._shared
+    assert a._shared.host_seconds == 3.0  # the database's settings'
     assert Listener.shared(other, "x")._shared is not a._shared
     assert Listener(one.url, "x")._shared is not a._shared

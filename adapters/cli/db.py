@@ -74,22 +74,27 @@ def _downgrade(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace, *, down: bool) -> int:
-    url = settings_of(args).resolve_url()
+    settings = settings_of(args)
+    url, seconds = settings.resolve_url(), settings.host_connect_seconds
     total = None
     if shows_progress(args):
-        total = steps_between(asyncio.run(schema_revision(url)), args.revision, down=down)
+        current = asyncio.run(schema_revision(url, host_seconds=seconds))
+        total = steps_between(current, args.revision, down=down)
     verb = "downgrading" if down else "upgrading"
     with progress_bar(args, f"{verb} schema", total=total, unit="step") as advance:
-        migrate_database(url, args.revision, down=down, on_step=lambda: advance(1))
-    return _report(args, url, "downgraded" if down else "upgraded")
+        migrate_database(
+            url, args.revision, down=down, on_step=lambda: advance(1), host_seconds=seconds
+        )
+    return _report(args, url, "downgraded" if down else "upgraded", seconds)
 
 
 def _current(args: argparse.Namespace) -> int:
-    return _report(args, settings_of(args).resolve_url(), "at")
+    settings = settings_of(args)
+    return _report(args, settings.resolve_url(), "at", settings.host_connect_seconds)
 
 
-def _report(args: argparse.Namespace, url: str, verb: str) -> int:
-    revision = asyncio.run(schema_revision(url))
+def _report(args: argparse.Namespace, url: str, verb: str, seconds: float) -> int:
+    revision = asyncio.run(schema_revision(url, host_seconds=seconds))
     head = migrate.head_revision()
     emit(
         args,

@@ -17,6 +17,7 @@ settings (the KEK of `SIGNOFF_KEK` / `SIGNOFF_KEK_FILE`, never from the connecti
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
@@ -57,7 +58,7 @@ from ledger.errors import (
 )
 from ledger.keys import KeyRing
 from ledger.log import get_logger
-from ledger.store.config import masked, normalize_url
+from ledger.store.config import host_urls, masked, normalize_url
 from ledger.store.db import Database
 from ledger.store.fence import HELD_PSYCOPG, IN_RECOVERY, REPORT_PSYCOPG, HistoryFence
 from ledger.store.settings import Settings
@@ -197,7 +198,11 @@ class EncryptedPostgresSaver(AsyncPostgresSaver):
                 stack.push_async_callback(db.close)
                 ring = await KeyRing.open(db)
             conn = await AsyncConnection.connect(
-                conn_string, autocommit=True, prepare_threshold=0, row_factory=dict_row
+                conn_string,
+                autocommit=True,
+                prepare_threshold=0,
+                row_factory=dict_row,
+                **_per_host(conn_string, ring.db.settings),
             )
             await stack.enter_async_context(conn)
             pipe = await stack.enter_async_context(conn.pipeline()) if pipeline else None
@@ -621,10 +626,24 @@ async def encrypted_checkpointer(
         max_size=max_size,
         open=False,
         connection_class=AsyncConnection[DictRow],
-        kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": 0},
+        kwargs={
+            "autocommit": True,
+            "row_factory": dict_row,
+            "prepare_threshold": 0,
+            **_per_host(db.url, db.settings),
+        },
         configure=checked,
     ) as pool:
         yield EncryptedPostgresSaver(pool, ring, allow_plaintext=allow_plaintext, fence=fence)
+
+
+def _per_host(url: str, settings: Settings) -> dict[str, Any]:
+    """libpq's `connect_timeout` for a multi-host URL: per host, as `host_connect_seconds`
+    means (whole seconds; libpq takes less than 2 as 2, and 0 as no limit at all). Given to
+    psycopg, not in the URL: asyncpg would pass it to the server, which refuses it."""
+    if len(host_urls(url)) == 1:
+        return {}
+    return {"connect_timeout": max(2, math.ceil(settings.host_connect_seconds))}
 
 
 def _lost(

@@ -207,7 +207,9 @@ def _threads(approvals: Sequence[Approval]) -> list[tuple[RunnableConfig, set[st
 @asynccontextmanager
 async def _resuming(store: ApprovalStore, thread_id: str) -> AsyncIterator[bool]:
     """Whether this process may resume `thread_id` now; held until the block ends."""
-    conn = await open_raw_connection(store.db.url)
+    conn = await open_raw_connection(
+        store.db.url, host_seconds=store.db.settings.host_connect_seconds
+    )
     try:
         yield bool(await conn.fetchval(_sql.TRY_LOCK_THREAD, f"signoff.resume:{thread_id}"))
     finally:

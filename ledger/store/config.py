@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import (
+    parse_qsl,
+    quote,
+    unquote,
+    unquote_plus,
+    urlencode,
+    urlsplit,
+    urlunsplit,
+)
 
 from ..errors import ConfigurationError
 
 __all__ = [
+    "HOST_CONNECT_SECONDS",
     "configured_url",
+    "host_urls",
     "is_loopback",
     "masked",
     "normalize_url",
@@ -18,6 +28,10 @@ __all__ = [
 ]
 
 _SCHEMES = {"postgresql", "postgres"}
+
+HOST_CONNECT_SECONDS = 10.0
+"""How long a connection to one host of a multi-host URL may take by default, before the next
+host is tried (`Settings.host_connect_seconds`)."""
 
 
 def configured_url(explicit: str | None = None) -> str | None:
@@ -54,6 +68,47 @@ def normalize_url(url: str) -> str:
     if driver not in ("", "asyncpg", "psycopg", "psycopg2"):
         raise ConfigurationError(f"unsupported driver {driver!r} in database URL")
     return urlunsplit(("postgresql", *parts[1:]))
+
+
+def host_urls(url: str) -> list[tuple[str, str]]:
+    """Each host of a multi-host URL as a URL of its own, in order, with a name for messages:
+    `h1:p1,h2:p2` in the authority, or `?host=a,b&port=p1,p2` (a port alone is every host's).
+    Everything else in the URL is kept as written. A URL with one host (or none, or ports that
+    do not pair with its hosts: asyncpg then says why) is one item, the URL itself.
+
+    asyncpg reads the same two forms, the authority's hosts first (it then ignores the
+    query's), and bounds the whole list by one timeout: a caller tries these one by one."""
+    head, _, fragment = url.partition("#")
+    rest, question, query = head.partition("?")
+    scheme, slashes, after = rest.partition("://")
+    netloc, slash, path = after.partition("/")
+    login, at, hostspec = netloc.rpartition("@")
+    if not slashes:
+        return [(url, "")]
+    tail = f"{slash}{path}{question}{query}{'#' * bool(fragment)}{fragment}"
+    if hostspec:
+        hosts = hostspec.split(",")
+        if len(hosts) < 2 or not all(hosts):
+            return [(url, hostspec)]
+        return [(f"{scheme}://{login}{at}{host}{tail}", unquote(host)) for host in hosts]
+    items = [item for item in query.split("&") if item]
+    values: dict[str, str] = {}
+    for item in items:  # the last of a repeated parameter counts, as asyncpg reads them
+        key, _, value = item.partition("=")
+        values[unquote_plus(key)] = unquote_plus(value)
+    hosts = values.get("host", "").split(",")
+    ports = values["port"].split(",") if "port" in values else []
+    if len(hosts) < 2 or not all(hosts) or len(ports) not in (0, 1, len(hosts)):
+        return [(url, values.get("host", ""))]
+    kept = [i for i in items if unquote_plus(i.partition("=")[0]) not in ("host", "port")]
+    found = []
+    for index, host in enumerate(hosts):
+        port = ports[0] if len(ports) == 1 else ports[index] if ports else None
+        own = {"host": host} if port is None else {"host": host, "port": port}
+        params = "&".join([*kept, urlencode(own, safe="/:[]")])
+        link = f"{scheme}://{netloc}{slash}{path}?{params}{'#' * bool(fragment)}{fragment}"
+        found.append((link, host if port is None else f"{host}:{port}"))
+    return found
 
 
 def is_loopback(host: str) -> bool:

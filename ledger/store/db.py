@@ -5,6 +5,10 @@ connection, prepared statements, one round trip each. Measured here, SQLAlchemy'
 (its greenlet hop and checkout events) cost about 80 us of client CPU per checkout on 2 cores
 shared with the server, a third of a tool call's budget.
 
+A multi-host URL (a failover cluster's) is tried one host at a time, each within the settings'
+`host_connect_seconds` (`connect_each_host`): asyncpg bounds the whole list by one timeout, so
+a first host that accepts connections and never answers would use it all.
+
 Connections go back to the pool as they are: Signoff keeps no session state on them (advisory
 locks are per transaction), so the reset round trip asyncpg would make on every release is
 skipped; a connection returned inside a transaction is rolled back.
@@ -13,10 +17,12 @@ skipped; a connection returned inside a transaction is rolled back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 import asyncpg
 
@@ -29,7 +35,7 @@ from ..errors import (
 )
 from ..log import get_logger
 from . import migrate
-from .config import masked
+from .config import HOST_CONNECT_SECONDS, host_urls, masked
 from .driver_log import quiet_pool_floor
 from .fence import HistoryFence
 from .pooling import require_session_pooling
@@ -37,7 +43,7 @@ from .pooling import require_session_pooling
 if TYPE_CHECKING:
     from .settings import Settings
 
-__all__ = ["Database", "open_raw_connection", "revision_on"]
+__all__ = ["Database", "connect_each_host", "open_raw_connection", "revision_on"]
 
 log = get_logger(__name__)
 quiet_pool_floor()
@@ -54,13 +60,89 @@ def _closed(conn: asyncpg.Connection) -> bool:
 # No host of a multi-host URL is what `target_session_attrs` asks for: during a failover, the
 # standbys answer and none is the primary yet. Unavailable, like a server that is down.
 _NO_TARGET = asyncpg.TargetServerAttributeNotMatched
+# What asyncpg tries the next host of a multi-host URL after (OSError: timeouts too).
+_NEXT_HOST = (OSError, asyncpg.CannotConnectNowError, _NO_TARGET)
 
 
-async def open_raw_connection(url: str, *, statement_cache_size: int = 100) -> asyncpg.Connection:
+async def connect_each_host(
+    url: str, *, host_seconds: float = HOST_CONNECT_SECONDS, **options: Any
+) -> asyncpg.Connection:
+    """`asyncpg.connect(url, **options)`, but the hosts of a multi-host URL one at a time, each
+    within `host_seconds`: the first that answers and is what `target_session_attrs` asks for
+    wins, as in asyncpg. A URL with one host is asyncpg's alone (with `options`' `timeout`, or
+    its own); with several, each host's bound replaces that `timeout` of the whole list.
+
+    Raises:
+        OSError: no host answered (the message names each host and why).
+        asyncpg.TargetServerAttributeNotMatched: hosts answered, none is what was asked for.
+        asyncpg.PostgresError: a host refused us (bad credentials, no such database), as
+            asyncpg raises it without trying the next; or the last host cannot take
+            connections now (starting up, shutting down), with every host's reason.
+    """
+    hosts = host_urls(url)
+    if len(hosts) == 1:
+        return await asyncpg.connect(url, **options)
+    options.pop("timeout", None)
+    wanted = options.get("target_session_attrs") or _target_of(url)
+    if wanted == "prefer-standby":  # asyncpg keeps any host that answered when none is one
+        options["target_session_attrs"] = "standby"
+    failed: list[tuple[str, str, BaseException]] = []
+    for link, name in hosts:
+        try:
+            return await asyncpg.connect(link, timeout=host_seconds, **options)
+        except _NEXT_HOST as e:
+            failed.append((link, name, e))
+    if wanted == "prefer-standby":
+        options["target_session_attrs"] = "any"
+        for link, _, error in failed:
+            if isinstance(error, _NO_TARGET):
+                with contextlib.suppress(*_NEXT_HOST):
+                    return await asyncpg.connect(link, timeout=host_seconds, **options)
+    raise _none_of(failed, wanted, host_seconds) from failed[-1][2]
+
+
+def _target_of(url: str) -> str | None:
+    query = url.partition("#")[0].partition("?")[2]
+    found = [value for key, value in parse_qsl(query) if key == "target_session_attrs"]
+    return found[-1] if found else None
+
+
+def _none_of(
+    failed: list[tuple[str, str, BaseException]], wanted: str | None, seconds: float
+) -> Exception:
+    """One error for every host tried, of the last one's kind (a server's keeps its SQLSTATE),
+    with every host's reason on one line."""
+
+    def why(error: BaseException) -> str:
+        if isinstance(error, TimeoutError):
+            return f"no answer within {seconds:g} s"
+        if isinstance(error, _NO_TARGET):
+            return f"not what target_session_attrs={wanted} asks for"
+        return " ".join((str(error) or type(error).__name__).split())
+
+    reasons = "; ".join(f"{name}: {why(error)}" for _, name, error in failed)
+    last = failed[-1][2]
+    message = f"none of {len(failed)} hosts could be used ({reasons})"
+    combined: Exception
+    if all(isinstance(error, _NO_TARGET) for _, _, error in failed):
+        combined = _NO_TARGET(f"no host matches the target attribute {wanted!r} ({reasons})")
+    elif isinstance(last, asyncpg.PostgresError):
+        combined = type(last)(message)  # its class carries the SQLSTATE
+    else:
+        combined = ConnectionError(message)
+    return combined
+
+
+async def open_raw_connection(
+    url: str, *, statement_cache_size: int = 100, host_seconds: float = HOST_CONNECT_SECONDS
+) -> asyncpg.Connection:
     """A dedicated asyncpg connection (for LISTEN and the like), with errors translated;
-    `statement_cache_size=0` prepares no named statement (asyncpg's default caches 100)."""
+    `statement_cache_size=0` prepares no named statement (asyncpg's default caches 100);
+    `host_seconds`: how long each host of a multi-host URL may take (`connect_each_host`)."""
     try:
-        return await asyncpg.connect(url, statement_cache_size=statement_cache_size)
+        return await connect_each_host(
+            url, host_seconds=host_seconds, statement_cache_size=statement_cache_size
+        )
     except (TimeoutError, OSError, _NO_TARGET) as e:
         raise DatabaseUnavailable(masked(url), str(e) or type(e).__name__) from e
     except asyncpg.PostgresError as e:  # unknown database, bad credentials, too many clients
@@ -129,7 +211,8 @@ class Database:
         # Fail fast with a clear error before the pool hides the cause in its own wrappers.
         # The probe caches no statement: behind a transaction pooler a cached one would run on
         # another server session, before the check below could say why.
-        uncached = partial(open_raw_connection, url, statement_cache_size=0)
+        seconds = settings.host_connect_seconds
+        uncached = partial(open_raw_connection, url, statement_cache_size=0, host_seconds=seconds)
         probe = await uncached()
         try:
             await require_session_pooling(probe, masked(url), uncached)
@@ -157,9 +240,14 @@ class Database:
                 await conn.execute("SET default_transaction_read_only = on")
             await fence.check(conn)
 
+        # Several hosts: each tried in turn, within its own timeout (a URL with one is asyncpg's).
+        each_host = {}
+        if len(host_urls(url)) > 1:
+            each_host["connect"] = partial(connect_each_host, host_seconds=seconds)
         try:
             pool = await asyncpg.create_pool(
                 url,
+                **each_host,
                 min_size=min(2, pool_size),
                 max_size=pool_size,
                 init=init,

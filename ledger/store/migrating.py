@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import DatabaseUnavailable, SignoffError, translate
 from . import migrate
-from .config import masked
+from .config import HOST_CONNECT_SECONDS, masked
 from .db import open_raw_connection, revision_on
 
 __all__ = ["MigrationFailed", "migrate_database", "schema_revision", "steps_between"]
@@ -32,16 +32,24 @@ class MigrationFailed(SignoffError):
 
 
 def migrate_database(
-    url: str, revision: str, *, down: bool = False, on_step: Callable[[], None] | None = None
+    url: str,
+    revision: str,
+    *,
+    down: bool = False,
+    on_step: Callable[[], None] | None = None,
+    host_seconds: float = HOST_CONNECT_SECONDS,
 ) -> None:
-    """`alembic upgrade` (or `downgrade`) to `revision`; `on_step` after each step applied.
+    """`alembic upgrade` (or `downgrade`) to `revision`; `on_step` after each step applied;
+    `host_seconds` for each host of a multi-host URL (`Settings.host_connect_seconds`).
 
     Raises:
         DatabaseUnavailable: the server is down, the database missing, or the connection lost.
         MigrationFailed: an unknown revision, or a statement of a migration failed.
     """
-    asyncio.run(schema_revision(url))  # the typed errors of connecting, before alembic's
+    # The typed errors of connecting, before alembic's.
+    asyncio.run(schema_revision(url, host_seconds=host_seconds))
     config = migrate.alembic_config(url)
+    config.attributes["signoff_host_seconds"] = host_seconds
     if on_step is not None:
         config.attributes["on_version_apply"] = lambda **_: on_step()
     try:
@@ -74,9 +82,9 @@ def _translated(url: str, revision: str, error: Any, raised: Exception) -> Signo
     )
 
 
-async def schema_revision(url: str) -> str | None:
+async def schema_revision(url: str, *, host_seconds: float = HOST_CONNECT_SECONDS) -> str | None:
     """The database's alembic revision (None: not migrated), with typed connection errors."""
-    conn = await open_raw_connection(url)
+    conn = await open_raw_connection(url, host_seconds=host_seconds)
     try:
         return await revision_on(conn)
     finally:

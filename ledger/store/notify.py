@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from ..log import get_logger
+from .config import HOST_CONNECT_SECONDS
 from .db import open_raw_connection
 
 if TYPE_CHECKING:
@@ -72,9 +73,12 @@ class _Connection:
     may carry the same stream id: a new approval's and its decision's), and runs while any
     listener is started."""
 
-    def __init__(self, url: str, reconnect_delay: float) -> None:
+    def __init__(
+        self, url: str, reconnect_delay: float, host_seconds: float = HOST_CONNECT_SECONDS
+    ) -> None:
         self.url = url
         self.reconnect_delay = reconnect_delay
+        self.host_seconds = host_seconds  # per host of a multi-host URL
         self.channels: set[str] = set()
         self.users = 0  # started listeners
         self._events: defaultdict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
@@ -197,7 +201,7 @@ class _Connection:
             connection: asyncpg.Connection | None = None
             try:
                 async with self._lock:
-                    connection = await open_raw_connection(self.url)
+                    connection = await open_raw_connection(self.url, host_seconds=self.host_seconds)
                     connection.add_termination_listener(self._terminated)
                     self._listened = set()
                     await self._listen(connection)
@@ -274,7 +278,9 @@ class Listener:
         (connected when the first listener of it starts, closed when the last one closes)."""
         connection = _SHARED.get(db)
         if connection is None:
-            connection = _SHARED[db] = _Connection(db.url, reconnect_delay=0.25)
+            connection = _SHARED[db] = _Connection(
+                db.url, reconnect_delay=0.25, host_seconds=db.settings.host_connect_seconds
+            )
         return cls(db.url, *channels, connection=connection)
 
     async def start(self) -> None:

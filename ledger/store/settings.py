@@ -4,6 +4,7 @@
 |-----------------------------------------------|-----------------------------------------------|
 | `SIGNOFF_DATABASE_URL`, else `DATABASE_URL`   | `database_url` (None: the embedded server)    |
 | `SIGNOFF_READ_DATABASE_URL`                   | `read_database_url` (None: reads go there too)|
+| `SIGNOFF_HOST_CONNECT_SECONDS`                | `host_connect_seconds` (default 10)           |
 | `SIGNOFF_KEK`, else `SIGNOFF_KEK_FILE`        | `kek` (base64 of 32 bytes, or a file of it)   |
 | `SIGNOFF_REVIEWER_KEK`, else `..._KEK_FILE`   | `reviewer_kek` (the reviewer side only)       |
 | `SIGNOFF_KEY_REFRESH_SECONDS`                 | `key_refresh_seconds` (default 10)            |
@@ -28,6 +29,13 @@ home's `kek` file. A configured URL never selects a KEK file, whatever it looks 
 `ledger export`, proofs, the auditor endpoints of `signoff serve`) go there, read-only, and
 say how far behind the primary it is (`ledger.store.standby`); every write still goes to
 `database_url`.
+
+`host_connect_seconds` is how long a connection to one host of a multi-host URL (a cluster's,
+`postgresql://u@h1,h2,h3/db?target_session_attrs=read-write`) may take before the next host is
+tried, for both drivers: a `Database`'s connections and `signoff db`'s
+(`ledger.store.db.connect_each_host`), and the LangGraph checkpointer's (libpq's
+`connect_timeout`, whole seconds, at least 2). A URL with one host keeps each driver's own
+limit.
 
 The reviewer KEK wraps the key that signs decisions. Only the reviewer side (the HTTP service,
 the admin CLI) is given it; agent workers run without it and only verify. It has no embedded
@@ -72,7 +80,7 @@ from urllib.parse import urlsplit
 from ..audit.checkpoint import MalformedNote, check_key_name
 from ..errors import ConfigurationError
 from ..keys.kek import LocalKek
-from .config import is_loopback, normalize_url
+from .config import HOST_CONNECT_SECONDS, is_loopback, normalize_url
 from .notifier_settings import SMTP_SECURITY, EmailSettings, SlackSettings, public_url
 
 __all__ = [
@@ -153,6 +161,8 @@ class Settings:
     database_url: str | None = field(default=None, repr=False)  # it may carry a password
     read_database_url: str | None = field(default=None, repr=False)
     """A hot standby of `database_url` that auditors read from (None: they read the primary)."""
+    host_connect_seconds: float = HOST_CONNECT_SECONDS
+    """How long connecting to one host of a multi-host URL may take before the next is tried."""
     kek: LocalKek | None = field(default=None, repr=False)
     reviewer_kek: LocalKek | None = field(default=None, repr=False)
     key_refresh_seconds: float = _REFRESH_DEFAULT
@@ -189,6 +199,7 @@ class Settings:
                 f"tree_integrate_seconds is {self.tree_integrate_seconds}: expected 0 or more"
             )
         for name in (
+            "host_connect_seconds",
             "http_header_seconds",
             "http_idle_seconds",
             "horizon_warn_seconds",
@@ -233,6 +244,9 @@ class Settings:
         return cls(
             database_url=_url(environ, database_url),
             read_database_url=_url(environ, read_database_url, ("SIGNOFF_READ_DATABASE_URL",)),
+            host_connect_seconds=_positive(
+                environ, "SIGNOFF_HOST_CONNECT_SECONDS", HOST_CONNECT_SECONDS
+            ),
             kek=_kek(environ),
             reviewer_kek=_kek(environ, "SIGNOFF_REVIEWER_KEK"),
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),

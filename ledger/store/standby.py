@@ -31,15 +31,17 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from ..errors import ConfigurationError
-from .config import masked
-from .db import Database
+from .config import host_urls, masked
+from .db import Database, connect_each_host
 
 if TYPE_CHECKING:
     from .settings import Settings
 
 __all__ = ["StandbyLag", "open_standby", "seconds_or_nan", "standby_lag"]
 
-_PRIMARY_SECONDS = 5.0  # a primary that does not answer within this is reported, not awaited
+# A primary that does not answer within this (per host of a multi-host URL) is reported, not
+# awaited.
+_PRIMARY_SECONDS = 5.0
 
 _STANDBY = """
 SELECT pg_is_in_recovery() AS standby,
@@ -166,9 +168,11 @@ async def standby_lag(reader: Database, primary: Database | str | None = None) -
 
 async def _primary_lsn(primary: Database | str) -> tuple[str | None, str | None]:
     """The primary's current WAL position, or None and why it is not known."""
+    # Bounded as a whole: waiting for a pool slot or a connection counts too; a URL's hosts are
+    # tried in turn, each within the bound.
+    hosts = 1 if isinstance(primary, Database) else len(host_urls(primary))
     try:
-        # Bounded as a whole: waiting for a pool slot or a connection counts too.
-        async with asyncio.timeout(_PRIMARY_SECONDS), _connected(primary) as conn:
+        async with asyncio.timeout(_PRIMARY_SECONDS * hosts), _connected(primary) as conn:
             lsn: str = await conn.fetchval(_PRIMARY)
     except asyncpg.ObjectNotInPrerequisiteStateError:  # "recovery is in progress"
         return None, "is itself a standby"
@@ -184,7 +188,7 @@ async def _connected(primary: Database | str) -> AsyncIterator[asyncpg.Connectio
         async with primary.connection() as conn:
             yield conn
         return
-    conn = await asyncpg.connect(primary, timeout=_PRIMARY_SECONDS)
+    conn = await connect_each_host(primary, host_seconds=_PRIMARY_SECONDS, timeout=_PRIMARY_SECONDS)
     try:
         yield conn
     finally:
