@@ -50,12 +50,20 @@ def _current_revision(connection: Connection) -> str | None:
     return None if revision is None else str(revision)
 
 
+async def _connect(url: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(url)
+    # A migration may wait its turn and rewrite large tables: the database's default statement
+    # timeout (revision 0002, for every login's sessions) is not for it. A SET, not a startup
+    # parameter, which PgBouncer refuses ("unsupported startup parameter").
+    await conn.execute("SET statement_timeout = 0")
+    return conn
+
+
 async def _run_online() -> None:
     url = config.attributes.get("signoff_url") or resolve_url()
-    # A migration may wait its turn and rewrite large tables: the database's default statement
-    # timeout (revision 0002, for every login's sessions) is not for it.
-    connect = partial(asyncpg.connect, url, server_settings={"statement_timeout": "0"})
-    engine = create_async_engine("postgresql+asyncpg://", async_creator=connect, poolclass=NullPool)
+    engine = create_async_engine(
+        "postgresql+asyncpg://", async_creator=partial(_connect, url), poolclass=NullPool
+    )
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run)

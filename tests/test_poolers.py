@@ -15,8 +15,8 @@ import pytest
 
 from ledger.errors import DatabaseUnavailable, PoolerModeUnsupported
 from ledger.keys import KeyRing, LocalKek
-from ledger.store import Database, pooling
-from ledger.store.db import open_raw_connection
+from ledger.store import Database, migrate, pooling
+from ledger.store.db import open_raw_connection, revision_on
 from ledger.store.logins import temporary_login
 from tests.support.scratch import scratch_database
 
@@ -166,3 +166,27 @@ async def test_a_session_pool_with_no_server_left_is_said_to_be_full_not_refused
             assert await conn.fetchval("SELECT 1") == 1
         finally:
             await conn.close()
+
+
+async def schema_at(url: str) -> str | None:
+    conn = await open_raw_connection(url)
+    try:
+        return await revision_on(conn)
+    finally:
+        await conn.close()
+
+
+async def test_the_db_commands_migrate_through_a_session_pooler(
+    server_url: str, fresh_database_url: str
+) -> None:
+    """Migrations work through a session pool: alembic's connection asks PgBouncer for no
+    startup parameter it refuses (its statement timeout is a SET)."""
+    head = migrate.head_revision()
+    async with pgbouncer(server_url, "session") as through:
+        url = through(fresh_database_url)
+        down = await run_cli("db", "downgrade", database_url=url)
+        assert down.code == 0, down
+        assert await schema_at(fresh_database_url) not in (head, None)  # one step down
+        up = await run_cli("db", "upgrade", database_url=url)
+        assert up.code == 0, up
+    assert await schema_at(fresh_database_url) == head
