@@ -116,6 +116,9 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
     assert defaults.horizon_ready_seconds is None  # readiness only warns unless asked
     ready = Settings.from_env({"SIGNOFF_HORIZON_READY_SECONDS": "0.5"}).horizon_ready_seconds
     assert ready == 0.5
+    assert defaults.pooler_check, "the pooler check is on unless turned off"
+    assert not Settings.from_env({"SIGNOFF_POOLER_CHECK": " OFF "}).pooler_check
+    assert Settings.from_env({"SIGNOFF_POOLER_CHECK": "on"}).pooler_check
 
 
 @pytest.mark.parametrize(
@@ -125,6 +128,7 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
         ("SIGNOFF_KEY_REFRESH_SECONDS", "-1"),
         ("SIGNOFF_KEY_REFRESH_SECONDS", "nan"),
         ("SIGNOFF_HORIZON_READY_SECONDS", "0"),
+        ("SIGNOFF_POOLER_CHECK", "no"),
         ("SIGNOFF_KEK", "not base64!"),
         ("SIGNOFF_KEK", b64(b"short")),
         ("SIGNOFF_KEK_FILE", "/nonexistent/signoff/kek"),

@@ -1,4 +1,8 @@
-"""`signoff db ...`: schema migrations."""
+"""`signoff db ...`: schema migrations.
+
+Each command first refuses a pooler that hands server sessions between clients, as every other
+command does (`schema_revision`), unless the settings turn that check off.
+"""
 
 from __future__ import annotations
 
@@ -71,13 +75,17 @@ def _downgrade(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace, *, down: bool) -> int:
-    url = settings_of(args).resolve_url()
+    settings = settings_of(args)
+    url = settings.resolve_url()
     total = None
     if shows_progress(args):
-        total = steps_between(asyncio.run(schema_revision(url)), args.revision, down=down)
+        current = asyncio.run(schema_revision(url, settings=settings))
+        total = steps_between(current, args.revision, down=down)
     verb = "downgrading" if down else "upgrading"
     with progress_bar(args, f"{verb} schema", total=total, unit="step") as advance:
-        migrate_database(url, args.revision, down=down, on_step=lambda: advance(1))
+        migrate_database(
+            url, args.revision, down=down, on_step=lambda: advance(1), settings=settings
+        )
     return _report(args, url, "downgraded" if down else "upgraded")
 
 
@@ -86,7 +94,7 @@ def _current(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, url: str, verb: str) -> int:
-    revision = asyncio.run(schema_revision(url))
+    revision = asyncio.run(schema_revision(url, settings=settings_of(args)))
     head = migrate.head_revision()
     emit(
         args,

@@ -4,6 +4,7 @@
 |-----------------------------------------------|-----------------------------------------------|
 | `SIGNOFF_DATABASE_URL`, else `DATABASE_URL`   | `database_url` (None: the embedded server)    |
 | `SIGNOFF_READ_DATABASE_URL`                   | `read_database_url` (None: reads go there too)|
+| `SIGNOFF_POOLER_CHECK`                        | `pooler_check` (default on; `off` skips it)   |
 | `SIGNOFF_KEK`, else `SIGNOFF_KEK_FILE`        | `kek` (base64 of 32 bytes, or a file of it)   |
 | `SIGNOFF_REVIEWER_KEK`, else `..._KEK_FILE`   | `reviewer_kek` (the reviewer side only)       |
 | `SIGNOFF_KEY_REFRESH_SECONDS`                 | `key_refresh_seconds` (default 10)            |
@@ -28,6 +29,10 @@ home's `kek` file. A configured URL never selects a KEK file, whatever it looks 
 `ledger export`, proofs, the auditor endpoints of `signoff serve`) go there, read-only, and
 say how far behind the primary it is (`ledger.store.standby`); every write still goes to
 `database_url`.
+
+`pooler_check` off skips the connect-time check that refuses a connection pooler sharing server
+sessions between clients (`ledger.store.pooling`), for a pooler or proxy it wrongly refuses;
+whoever turns it off vouches that each client keeps its server session (a warning says so).
 
 The reviewer KEK wraps the key that signs decisions. Only the reviewer side (the HTTP service,
 the admin CLI) is given it; agent workers run without it and only verify. It has no embedded
@@ -153,6 +158,9 @@ class Settings:
     database_url: str | None = field(default=None, repr=False)  # it may carry a password
     read_database_url: str | None = field(default=None, repr=False)
     """A hot standby of `database_url` that auditors read from (None: they read the primary)."""
+    pooler_check: bool = True
+    """Whether connecting refuses a pooler that shares server sessions between clients
+    (`ledger.store.pooling`); False: the operator vouches for the pooler, and it is not asked."""
     kek: LocalKek | None = field(default=None, repr=False)
     reviewer_kek: LocalKek | None = field(default=None, repr=False)
     key_refresh_seconds: float = _REFRESH_DEFAULT
@@ -233,6 +241,7 @@ class Settings:
         return cls(
             database_url=_url(environ, database_url),
             read_database_url=_url(environ, read_database_url, ("SIGNOFF_READ_DATABASE_URL",)),
+            pooler_check=_on_off(environ, "SIGNOFF_POOLER_CHECK", default=True),
             kek=_kek(environ),
             reviewer_kek=_kek(environ, "SIGNOFF_REVIEWER_KEK"),
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),
@@ -288,6 +297,16 @@ def _url(
             except ConfigurationError as e:
                 raise ConfigurationError(f"{name}: {e}") from e
     return None
+
+
+def _on_off(environ: Mapping[str, str], name: str, *, default: bool) -> bool:
+    """A switch: `on` or `off` (any case); unset or empty: `default`."""
+    text = (environ.get(name) or "").strip()
+    if not text:
+        return default
+    if text.lower() not in ("on", "off"):
+        raise ConfigurationError(f"{name} is {text!r}: expected on or off")
+    return text.lower() == "on"
 
 
 def _kek(environ: Mapping[str, str], name: str = "SIGNOFF_KEK") -> LocalKek | None:
