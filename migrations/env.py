@@ -6,6 +6,7 @@ import asyncio
 import logging.config
 from functools import partial
 
+import asyncpg
 from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
@@ -50,18 +51,20 @@ def _current_revision(connection: Connection) -> str | None:
     return None if revision is None else str(revision)
 
 
+async def _connect(url: str, host_seconds: float) -> asyncpg.Connection:
+    conn = await connect_each_host(url, host_seconds=host_seconds)
+    # A migration may wait its turn and rewrite large tables: the database's default statement
+    # timeout (revision 0002, for every login's sessions) is not for it. A SET, not a startup
+    # parameter, which PgBouncer refuses ("unsupported startup parameter").
+    await conn.execute("SET statement_timeout = 0")
+    return conn
+
+
 async def _run_online() -> None:
     url = config.attributes.get("signoff_url") or resolve_url()
-    # A migration may wait its turn and rewrite large tables: the database's default statement
-    # timeout (revision 0002, for every login's sessions) is not for it.
     # Each host of a multi-host URL within its own timeout (`connect_each_host`).
     seconds = config.attributes.get("signoff_host_seconds", HOST_CONNECT_SECONDS)
-    connect = partial(
-        connect_each_host,
-        url,
-        host_seconds=seconds,
-        server_settings={"statement_timeout": "0"},
-    )
+    connect = partial(_connect, url, seconds)
     engine = create_async_engine("postgresql+asyncpg://", async_creator=connect, poolclass=NullPool)
     try:
         async with engine.connect() as connection:

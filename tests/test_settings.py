@@ -121,6 +121,9 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
     assert defaults.host_connect_seconds == 10
     ready = Settings.from_env({"SIGNOFF_HORIZON_READY_SECONDS": "0.5"}).horizon_ready_seconds
     assert ready == 0.5
+    assert defaults.pooler_check, "the pooler check is on unless turned off"
+    assert not Settings.from_env({"SIGNOFF_POOLER_CHECK": " OFF "}).pooler_check
+    assert Settings.from_env({"SIGNOFF_POOLER_CHECK": "on"}).pooler_check
 
 
 @pytest.mark.parametrize(
@@ -133,6 +136,7 @@ def test_the_settings_read_every_variable(tmp_path: Path) -> None:
         ("SIGNOFF_HOST_CONNECT_SECONDS", "0"),
         ("SIGNOFF_HOST_CONNECT_SECONDS", "soon"),
         ("SIGNOFF_HOST_CONNECT_SECONDS", "inf"),
+        ("SIGNOFF_POOLER_CHECK", "no"),
         ("SIGNOFF_KEK", "not base64!"),
         ("SIGNOFF_KEK", b64(b"short")),
         ("SIGNOFF_KEK_FILE", "/nonexistent/signoff/kek"),

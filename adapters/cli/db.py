@@ -1,4 +1,8 @@
-"""`signoff db ...`: schema migrations, and losses of committed history (`.history`)."""
+"""`signoff db ...`: schema migrations, and losses of committed history (`.history`).
+
+Each migration command first refuses a pooler that hands server sessions between clients, as
+every other command does (`schema_revision`), unless the settings turn that check off.
+"""
 
 from __future__ import annotations
 
@@ -75,26 +79,25 @@ def _downgrade(args: argparse.Namespace) -> int:
 
 def _migrate(args: argparse.Namespace, *, down: bool) -> int:
     settings = settings_of(args)
-    url, seconds = settings.resolve_url(), settings.host_connect_seconds
+    url = settings.resolve_url()
     total = None
     if shows_progress(args):
-        current = asyncio.run(schema_revision(url, host_seconds=seconds))
+        current = asyncio.run(schema_revision(url, settings=settings))
         total = steps_between(current, args.revision, down=down)
     verb = "downgrading" if down else "upgrading"
     with progress_bar(args, f"{verb} schema", total=total, unit="step") as advance:
         migrate_database(
-            url, args.revision, down=down, on_step=lambda: advance(1), host_seconds=seconds
+            url, args.revision, down=down, on_step=lambda: advance(1), settings=settings
         )
-    return _report(args, url, "downgraded" if down else "upgraded", seconds)
+    return _report(args, url, "downgraded" if down else "upgraded")
 
 
 def _current(args: argparse.Namespace) -> int:
-    settings = settings_of(args)
-    return _report(args, settings.resolve_url(), "at", settings.host_connect_seconds)
+    return _report(args, settings_of(args).resolve_url(), "at")
 
 
-def _report(args: argparse.Namespace, url: str, verb: str, seconds: float) -> int:
-    revision = asyncio.run(schema_revision(url, host_seconds=seconds))
+def _report(args: argparse.Namespace, url: str, verb: str) -> int:
+    revision = asyncio.run(schema_revision(url, settings=settings_of(args)))
     head = migrate.head_revision()
     emit(
         args,

@@ -125,7 +125,8 @@ def run_demo(
     if settings is None:
         settings = Settings.from_env(database_url=database_url)
     url = settings.resolve_url()  # starts the embedded server if that is the database
-    migrate_database(url, "head")  # blocking (alembic runs its own event loop): before ours
+    # Blocking (alembic runs its own event loop): before ours.
+    migrate_database(url, "head", settings=settings)
     wait_for = wait if inbox else None
     try:
         return asyncio.run(

@@ -215,7 +215,9 @@ class Database:
         uncached = partial(open_raw_connection, url, statement_cache_size=0, host_seconds=seconds)
         probe = await uncached()
         try:
-            await require_session_pooling(probe, masked(url), uncached)
+            await require_session_pooling(
+                probe, masked(url), uncached, enabled=settings.pooler_check
+            )
             current = await revision_on(probe) if check_schema else None
         except asyncpg.InsufficientPrivilegeError as e:
             raise ConfigurationError(

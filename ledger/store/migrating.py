@@ -5,13 +5,20 @@ Alembic runs in this process and connects through SQLAlchemy, so a server that i
 missing database or a statement that fails would surface as raw driver and SQLAlchemy
 exceptions. A probe connection first turns the common cases into `DatabaseUnavailable`; what
 fails later is translated here, at one boundary.
+
+The probe also refuses a pooler that hands server sessions between clients, as
+`Database.connect` does (`ledger.store.pooling`): alembic's advisory lock is held by a session,
+across the transactions of a migration, and one that moves to another client mid-way would
+leave the lock there, or release another's. `Settings.pooler_check` off skips that check here
+too.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from alembic import command
@@ -21,8 +28,12 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import DatabaseUnavailable, SignoffError, translate
 from . import migrate
-from .config import HOST_CONNECT_SECONDS, masked
+from .config import masked
 from .db import open_raw_connection, revision_on
+from .pooling import require_session_pooling
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = ["MigrationFailed", "migrate_database", "schema_revision", "steps_between"]
 
@@ -37,19 +48,22 @@ def migrate_database(
     *,
     down: bool = False,
     on_step: Callable[[], None] | None = None,
-    host_seconds: float = HOST_CONNECT_SECONDS,
+    settings: Settings | None = None,
 ) -> None:
-    """`alembic upgrade` (or `downgrade`) to `revision`; `on_step` after each step applied;
-    `host_seconds` for each host of a multi-host URL (`Settings.host_connect_seconds`).
+    """`alembic upgrade` (or `downgrade`) to `revision`; `on_step` after each step applied.
+    `settings` as for `schema_revision` (and each host of a multi-host URL within its
+    `host_connect_seconds`).
 
     Raises:
+        PoolerModeUnsupported: `url` leads through a pooler in transaction or statement mode.
         DatabaseUnavailable: the server is down, the database missing, or the connection lost.
         MigrationFailed: an unknown revision, or a statement of a migration failed.
     """
-    # The typed errors of connecting, before alembic's.
-    asyncio.run(schema_revision(url, host_seconds=host_seconds))
+    # The typed errors of connecting, and the pooler's check, before alembic's.
+    settings = _settings(url, settings)
+    asyncio.run(schema_revision(url, settings=settings))
     config = migrate.alembic_config(url)
-    config.attributes["signoff_host_seconds"] = host_seconds
+    config.attributes["signoff_host_seconds"] = settings.host_connect_seconds
     if on_step is not None:
         config.attributes["on_version_apply"] = lambda **_: on_step()
     try:
@@ -82,11 +96,40 @@ def _translated(url: str, revision: str, error: Any, raised: Exception) -> Signo
     )
 
 
-async def schema_revision(url: str, *, host_seconds: float = HOST_CONNECT_SECONDS) -> str | None:
-    """The database's alembic revision (None: not migrated), with typed connection errors."""
-    conn = await open_raw_connection(url, host_seconds=host_seconds)
+def _settings(url: str, settings: Settings | None) -> Settings:
+    """`settings`, else the environment's for `url` (as `Database.connect` takes them)."""
+    if settings is not None:
+        return settings
+    from .settings import Settings  # imported late: settings import the key modules
+
+    return Settings.from_env(database_url=url)
+
+
+async def schema_revision(url: str, *, settings: Settings | None = None) -> str | None:
+    """The database's alembic revision (None: not migrated), with typed connection errors,
+    once the connection is known not to go through a pooler that shares server sessions
+    (unless `settings.pooler_check` is off; `settings` default: the environment's).
+
+    Raises:
+        PoolerModeUnsupported: `url` leads through a pooler in transaction or statement mode.
+        DatabaseUnavailable: the server is down, refuses us, or the pooler gave no session.
+    """
+    settings = _settings(url, settings)
+    # Uncached, as the check needs (see `Database.connect`).
+    uncached = partial(
+        open_raw_connection,
+        url,
+        statement_cache_size=0,
+        host_seconds=settings.host_connect_seconds,
+    )
+    conn = await uncached()
     try:
+        await require_session_pooling(conn, masked(url), uncached, enabled=settings.pooler_check)
         return await revision_on(conn)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as e:  # lost, refused
+        if (typed := translate(e, target=masked(url), connection_closed=conn.is_closed())) is None:
+            raise
+        raise typed from e
     finally:
         await conn.close()
 

@@ -32,6 +32,11 @@ transaction pooler busy with other clients, the sessions may by chance be handed
 as a session pooler would keep them, and a pooler that forwards PostgreSQL's own login key
 while multiplexing sessions would be taken for a direct connection (PgBouncer, Odyssey, PgCat
 and Supavisor all make their own). Such a setup is not refused here and fails later.
+
+The operator may turn the check off (`SIGNOFF_POOLER_CHECK=off`, `Settings.pooler_check`) for a
+pooler it wrongly refuses, such as a proxy that pins a client to one server session once the
+client keeps state in it. Then nothing is asked, and a warning says once per process and
+database that the operator vouches for the pooler.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from ..errors import DatabaseUnavailable, PoolerModeUnsupported
+from ..log import get_logger
 
 __all__ = ["require_session_pooling"]
 
@@ -50,22 +56,37 @@ __all__ = ["require_session_pooling"]
 HANDOUT_SECONDS = 10.0
 _PROTOCOL_VIOLATION = "08P01"  # what PgBouncer answers a transaction block in statement mode
 
+log = get_logger(__name__)
+_unchecked: set[str] = set()  # the targets warned about: once each, not on every connect
+
 
 async def require_session_pooling(
     probe: asyncpg.Connection,
     target: str,
     connect: Callable[[], Awaitable[asyncpg.Connection]],
+    *,
+    enabled: bool = True,
 ) -> None:
     """Raise unless `probe` reaches PostgreSQL directly or through a session-mode pooler.
 
     `probe` and the connections `connect` opens must not cache statements (asyncpg's
     `statement_cache_size=0`): a cached statement reused on another server session is exactly
-    what this looks for. `target` is the masked URL, for errors.
+    what this looks for. `target` is the masked URL, for errors and the log. Not `enabled`
+    (`Settings.pooler_check` off): nothing is asked, and a warning is logged once per target.
 
     Raises:
         PoolerModeUnsupported: a pooler shares server sessions between clients.
         DatabaseUnavailable: the pooler gave a second connection no server session in time.
     """
+    if not enabled:
+        if target not in _unchecked:
+            _unchecked.add(target)
+            log.warning(
+                "connection pooler check turned off (SIGNOFF_POOLER_CHECK=off): the operator "
+                "vouches that each client keeps its server session",
+                target=target,
+            )
+        return
     pid = await _backend_pid(probe)
     if pid == probe.get_server_pid():
         return  # PostgreSQL's own key: nothing in between that would answer for it

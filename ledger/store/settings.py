@@ -5,6 +5,7 @@
 | `SIGNOFF_DATABASE_URL`, else `DATABASE_URL`   | `database_url` (None: the embedded server)    |
 | `SIGNOFF_READ_DATABASE_URL`                   | `read_database_url` (None: reads go there too)|
 | `SIGNOFF_HOST_CONNECT_SECONDS`                | `host_connect_seconds` (default 10)           |
+| `SIGNOFF_POOLER_CHECK`                        | `pooler_check` (default on; `off` skips it)   |
 | `SIGNOFF_KEK`, else `SIGNOFF_KEK_FILE`        | `kek` (base64 of 32 bytes, or a file of it)   |
 | `SIGNOFF_REVIEWER_KEK`, else `..._KEK_FILE`   | `reviewer_kek` (the reviewer side only)       |
 | `SIGNOFF_KEY_REFRESH_SECONDS`                 | `key_refresh_seconds` (default 10)            |
@@ -36,6 +37,10 @@ tried, for both drivers: a `Database`'s connections and `signoff db`'s
 (`ledger.store.db.connect_each_host`), and the LangGraph checkpointer's (libpq's
 `connect_timeout`, whole seconds, at least 2). A URL with one host keeps each driver's own
 limit.
+
+`pooler_check` off skips the connect-time check that refuses a connection pooler sharing server
+sessions between clients (`ledger.store.pooling`), for a pooler or proxy it wrongly refuses;
+whoever turns it off vouches that each client keeps its server session (a warning says so).
 
 The reviewer KEK wraps the key that signs decisions. Only the reviewer side (the HTTP service,
 the admin CLI) is given it; agent workers run without it and only verify. It has no embedded
@@ -163,6 +168,9 @@ class Settings:
     """A hot standby of `database_url` that auditors read from (None: they read the primary)."""
     host_connect_seconds: float = HOST_CONNECT_SECONDS
     """How long connecting to one host of a multi-host URL may take before the next is tried."""
+    pooler_check: bool = True
+    """Whether connecting refuses a pooler that shares server sessions between clients
+    (`ledger.store.pooling`); False: the operator vouches for the pooler, and it is not asked."""
     kek: LocalKek | None = field(default=None, repr=False)
     reviewer_kek: LocalKek | None = field(default=None, repr=False)
     key_refresh_seconds: float = _REFRESH_DEFAULT
@@ -247,6 +255,7 @@ class Settings:
             host_connect_seconds=_positive(
                 environ, "SIGNOFF_HOST_CONNECT_SECONDS", HOST_CONNECT_SECONDS
             ),
+            pooler_check=_on_off(environ, "SIGNOFF_POOLER_CHECK", default=True),
             kek=_kek(environ),
             reviewer_kek=_kek(environ, "SIGNOFF_REVIEWER_KEK"),
             key_refresh_seconds=_refresh(environ.get("SIGNOFF_KEY_REFRESH_SECONDS")),
@@ -302,6 +311,16 @@ def _url(
             except ConfigurationError as e:
                 raise ConfigurationError(f"{name}: {e}") from e
     return None
+
+
+def _on_off(environ: Mapping[str, str], name: str, *, default: bool) -> bool:
+    """A switch: `on` or `off` (any case); unset or empty: `default`."""
+    text = (environ.get(name) or "").strip()
+    if not text:
+        return default
+    if text.lower() not in ("on", "off"):
+        raise ConfigurationError(f"{name} is {text!r}: expected on or off")
+    return text.lower() == "on"
 
 
 def _kek(environ: Mapping[str, str], name: str = "SIGNOFF_KEK") -> LocalKek | None:
