@@ -253,7 +253,8 @@ async def run_rounds(r: Rig, options: Options) -> tuple[list[dict[str, Any]], Pa
     """The rounds, with a digest signed before the first; returns the rounds' lines and the
     digest's path."""
     pre = r.out / "digest-before.json"
-    await asyncio.sleep(1)
+    # The digest covers some of the load: once a call was acknowledged, not after a fixed time.
+    await until(lambda: bool(r.acks().of("call")), 120, "a call acknowledged before the digest")
     signed = await r.cli("ledger", "digest", "--out", str(pre))
     if signed.code != 0:
         raise RuntimeError(f"ledger digest failed: {signed.stderr}")
