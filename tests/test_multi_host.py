@@ -5,7 +5,6 @@ or a connection drops, the caller meets `DatabaseUnavailable`, never a driver's 
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -22,6 +21,7 @@ from ledger.store.config import masked, normalize_url
 from ledger.store.db import open_raw_connection
 from ledger.store.settings import Settings
 
+from .support.ports import free_ports
 from .support.processes import TEST_KEK
 from .support.scratch import scratch_database
 
@@ -47,14 +47,6 @@ def test_a_multi_host_url_is_masked_with_every_host() -> None:
     )
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def hosts_first(url: str, *extra: str, attrs: str = "read-write") -> str:
     """`url` with `extra` hosts tried before its own, and `target_session_attrs=attrs`. A
     socket URL's `host` and `port` (the embedded server's) become its entry in the list, its
@@ -77,7 +69,8 @@ async def own_url(server_url: str) -> AsyncIterator[str]:
 
 
 async def test_both_drivers_skip_a_host_that_is_down(own_url: str) -> None:
-    url = hosts_first(own_url, f"127.0.0.1:{closed_port()}", f"127.0.0.1:{closed_port()}")
+    down = [f"127.0.0.1:{port}" for port in free_ports(2)]  # nothing listens on either
+    url = hosts_first(own_url, *down)
     async with await Database.connect(url, pool_size=2) as db:
         async with db.transaction() as conn:
             assert await conn.fetchval("SELECT NOT pg_is_in_recovery()")

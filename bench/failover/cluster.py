@@ -18,7 +18,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from tests.support.ports import free_ports
 
 __all__ = ["PG_BIN", "Cluster", "Node", "cluster", "installed"]
 
@@ -46,13 +47,6 @@ def installed() -> str | None:
     if not (PG_BIN / "postgres").exists():
         missing.append(str(PG_BIN / "postgres"))
     return ", ".join(missing) or None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _alive(pid: int) -> bool:
@@ -126,9 +120,12 @@ class Cluster:
         self.root = root
         self.synchronous = synchronous
         self.user = pwd.getpwnam(SERVICE_USER) if os.geteuid() == 0 else None
-        self.etcd_port, self.etcd_peer = free_port(), free_port()
+        ports = free_ports(8)  # distinct: etcd's two, then each node's server and REST API
+        self.etcd_port, self.etcd_peer = ports[:2]
         self.etcd: subprocess.Popen[bytes] | None = None
-        self.nodes = [Node(f"pg{i}", free_port(), free_port(), root / f"pg{i}") for i in range(3)]
+        self.nodes = [
+            Node(f"pg{i}", ports[2 + 2 * i], ports[3 + 2 * i], root / f"pg{i}") for i in range(3)
+        ]
         self._logs: list[TextIO] = []
         self._segments: dict[int, int] = {}  # System V segment id -> the postmaster that made it
 
