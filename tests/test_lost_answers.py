@@ -10,8 +10,9 @@ the database's owner made the keys and reads what was recorded."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from ledger.store.settings import Settings
 
 from .support.cutting_proxy import CuttingProxy, cutting_proxy
 from .support.processes import TEST_KEK
+from .support.until import until
 from .support.worker_login import WorkerLogin, worker_login
 
 WRITE = ToolPolicy()  # a single-attempt write
@@ -75,4 +77,85 @@ async def test_a_claim_whose_answer_was_lost_runs_the_call_once(
             assert [e.type for e in events] == ["call.started", "call.succeeded"]
         finally:
             await ledger.close()
+            await db.close()
+
+
+class ClaimRetries(logging.Handler):
+    """The `tries` of each claim retry the ledger logs: how many failures its backoff had
+    counted when it logged it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.tries: list[int] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "claiming the call failed; retrying":
+            self.tries.append(record.__dict__["tries"])
+
+
+@pytest.fixture
+def claim_retries() -> Iterator[ClaimRetries]:
+    logger = logging.getLogger("signoff.ledger.calls.service")
+    handler = ClaimRetries()
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+
+
+async def test_a_claim_that_was_answered_gives_a_later_outage_a_fresh_backoff(
+    login: WorkerLogin, owner: Database, claim_retries: ClaimRetries
+) -> None:
+    """One `execute` meets two lost connections with an answered claim between them: the second
+    outage's retries start afresh (their pauses and their deadline, a lease from it), rather
+    than going on from the first's as if the database had never answered in between."""
+    call = ToolCall(f"lost-{uuid.uuid4().hex[:8]}", "c1", "refund", {"amount": 120})
+    started, release = asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+
+    async def held(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+        runs.append("holder")
+        started.set()
+        await release.wait()
+        return {"refunded": args["amount"]}
+
+    async def again(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+        runs.append("waiter")
+        return {"refunded": args["amount"]}
+
+    settings = Settings(database_url=login.url, kek=LocalKek(TEST_KEK))
+    async with (
+        await Database.connect(login.url, pool_size=2, settings=settings) as holder_db,
+        cutting_proxy(login.url) as proxy,
+    ):
+        holder = ToolLedger(holder_db, await KeyRing.open(holder_db), lease_seconds=30)
+        db = await worker_db(proxy)
+        ledger = ToolLedger(db, await KeyRing.open(db), lease_seconds=30, poll_interval=0.05)
+        holding = asyncio.create_task(holder.execute(call, held, WRITE))
+        tasks = [holding]
+        try:
+            await asyncio.wait_for(started.wait(), 60)  # another worker runs the call
+            # Lost: the answer of this execute's claim (a second try then finds the call held
+            # and waits for it), then that of the wait's first look at the call.
+            proxy.arm(b"signoff_commit_call", b"FROM tool_calls WHERE run_id = $1 AND call_id")
+            waiting = asyncio.create_task(ledger.execute(call, again, WRITE))
+            tasks.append(waiting)
+            await until(lambda: len(claim_retries.tries) == 2, 60, "two claim retries")
+            assert proxy.cuts == 2
+            release.set()
+            outcome = await asyncio.wait_for(waiting, 60)
+            assert (outcome.status, outcome.result, outcome.replayed) == (
+                CallStatus.SUCCEEDED,
+                {"refunded": 120},
+                True,
+            )
+            assert (await holding).status is CallStatus.SUCCEEDED
+            assert runs == ["holder"]
+            assert claim_retries.tries == [1, 1], "the backoff went on across an answer"
+        finally:
+            release.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await ledger.close()
+            await holder.close()
             await db.close()
