@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from approvals import ApprovalPolicy, ApprovalStore, Decision, approval_gate
 from ledger.calls import CallContext, CallStatus, ToolCall, ToolLedger, ToolPolicy
 from ledger.calls.model import call_stream
 from ledger.journal import Journal
@@ -25,7 +26,7 @@ from ledger.store import Database
 from ledger.store.settings import Settings
 
 from .support.cutting_proxy import CuttingProxy, cutting_proxy
-from .support.processes import TEST_KEK
+from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.until import until
 from .support.worker_login import WorkerLogin, worker_login
 
@@ -158,4 +159,65 @@ async def test_a_claim_that_was_answered_gives_a_later_outage_a_fresh_backoff(
             await asyncio.gather(*tasks, return_exceptions=True)
             await ledger.close()
             await holder.close()
+            await db.close()
+
+
+async def test_a_gated_claim_whose_commit_answer_was_lost_runs_once_and_consumes_once(
+    login: WorkerLogin, owner: Database
+) -> None:
+    """A call an approval allows is claimed in one transaction with the approval's
+    consumption (`approval_gate`). Its COMMIT's answer lost, the claim is tried again, finds
+    its own intent and runs the tool once; the gate does not run again, and the approval stays
+    consumed once, by this call."""
+    reviewer_settings = Settings(
+        database_url=login.owner_url,
+        kek=LocalKek(TEST_KEK),
+        reviewer_kek=LocalKek(TEST_REVIEWER_KEK),
+    )
+    async with (
+        await Database.connect(login.owner_url, pool_size=2, settings=reviewer_settings) as rdb,
+        cutting_proxy(login.url) as proxy,
+    ):
+        reviewer = ApprovalStore(rdb, await KeyRing.open(rdb))
+        db = await worker_db(proxy)
+        ring = await KeyRing.open(db)
+        store, ledger = ApprovalStore(db, ring), ToolLedger(db, ring, lease_seconds=30)
+        runs: list[int] = []
+
+        async def refund(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+            runs.append(context.attempt)
+            return {"refunded": args["amount"]}
+
+        call = ToolCall(f"lost-{uuid.uuid4().hex[:8]}", "c1", "refund", {"amount": 120})
+        task_run = f"{call.run_id}/{call.call_id}"
+        try:
+            asked = await store.request(
+                run_id=call.run_id,
+                tool=call.tool,
+                args=call.args,
+                call_id=call.call_id,
+                requested_by="agent",
+                policy=ApprovalPolicy(approvers=frozenset({"rita"})),
+            )
+            await reviewer.decide(asked.approval_id, Decision.approve(), "rita")
+            gate = approval_gate(store, asked.approval_id, task_run, call.args)
+            proxy.arm(b"COMMIT;")  # the claim's transaction: its intent and the consumption
+            outcome = await asyncio.wait_for(ledger.execute(call, refund, WRITE, gate=gate), 60)
+            assert proxy.cuts == 1, "the claim's commit answer was not lost"
+            assert (outcome.status, outcome.result, runs) == (
+                CallStatus.SUCCEEDED,
+                {"refunded": 120},
+                [1],
+            )
+            journal = Journal(owner)
+            events = await journal.read_stream(call_stream(call.run_id, call.call_id))
+            assert [e.type for e in events] == ["call.started", "call.succeeded"]
+            assert events[0].data["approval_id"] == asked.approval_id
+            approval_events = await journal.read_stream(events[0].data["approval_stream"])
+            assert [e.type for e in approval_events].count("approval.consumed") == 1
+            assert (await reviewer.get(asked.approval_id)).consumed_by == task_run
+        finally:
+            await ledger.close()
+            await store.close()
+            await reviewer.close()
             await db.close()

@@ -1,6 +1,7 @@
 """A TCP proxy on loopback in front of PostgreSQL that can lose answers: armed with a marker,
-it lets the first statement whose text holds the marker run to its end on the server (until
-the server is ready for the next query: an autocommit statement has committed), then ends the
+it lets the first statement whose text holds the marker (a prepared one, or a simple query
+such as a transaction's `COMMIT;`) run to its end on the server (until the server is ready
+for the next query: an autocommit statement, or that COMMIT, has committed), then ends the
 connection without passing the answer on. What a client sees when the server fails over right
 after committing its write. Armed with several markers, it loses one answer for each, in turn.
 Connect through it with `sslmode=disable` (it reads the protocol).
@@ -18,7 +19,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 __all__ = ["CuttingProxy", "cutting_proxy"]
 
 _READY = b"Z"  # ReadyForQuery
-_PARSE, _EXECUTE = b"P", b"E"
+_PARSE, _EXECUTE, _QUERY = b"P", b"E", b"Q"
 
 
 class CuttingProxy:
@@ -71,9 +72,10 @@ class CuttingProxy:
                     message, buffer = buffer[:size], buffer[size:]
                     kind = message[:1] if started else b""
                     started = True
-                    if kind == _PARSE and self.markers and self.markers[0] in message:
+                    if kind in (_PARSE, _QUERY) and self.markers and self.markers[0] in message:
                         del self.markers[0]
-                        state["parsed"] = True
+                        # A simple query's answer is the next; a prepared one's, its execution's.
+                        state["cutting" if kind == _QUERY else "parsed"] = True
                     elif kind == _EXECUTE and state["parsed"]:
                         state["parsed"], state["cutting"] = False, True
                     up_writer.write(message)
