@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tests.support.ports import free_ports
+from tests.support.until import blocking_until
 
-__all__ = ["PG_BIN", "Cluster", "Node", "cluster", "installed"]
+__all__ = ["LOOK", "PG_BIN", "Cluster", "Node", "cluster", "installed"]
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SCOPE = "signoff-failover"
@@ -39,6 +40,9 @@ SERVICE_USER = "postgres"  # who runs the servers when we are root
 # Leader key TTL and loop: a lost primary's key lapses within ~10 s (Patroni requires
 # loop_wait + 2 * retry_timeout <= ttl).
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 10, 1, 4
+# Seconds between two looks while waiting: each asks Patroni or reads every process's log, on
+# the machine the load runs on.
+LOOK = 0.1
 
 
 def installed() -> str | None:
@@ -185,7 +189,11 @@ class Cluster:
             ],
             "etcd.log",
         )
-        self._until(lambda: self._http(f"{client}/health") is not None, 30, "etcd answers")
+
+        def etcd_up() -> bool:
+            return self._http(f"{client}/health") is not None
+
+        blocking_until(etcd_up, 30, "etcd answers", step=LOOK)
         for node in self.nodes:
             self._mkdir(node.home)
             node.config.write_text(json.dumps(self._config(node), indent=2))  # YAML reads JSON
@@ -241,7 +249,7 @@ class Cluster:
         if node.process is not None:
             node.process.wait()
         if pid is not None:
-            self._until(lambda: not _alive(pid), 30, f"{node.name} is gone")
+            blocking_until(lambda: not _alive(pid), 30, f"{node.name} is gone", step=LOOK)
 
     # -- what Patroni says ------------------------------------------------------------------
 
@@ -275,7 +283,7 @@ class Cluster:
                 found.append(leader)
             return bool(found)
 
-        self._until(elected, within, "a leader")
+        blocking_until(elected, within, "a leader", step=LOOK)
         return found[0]
 
     def wait_replicas(self, within: float, count: int = 2) -> None:
@@ -293,7 +301,7 @@ class Cluster:
             sync = any(m.get("role") == "sync_standby" for m in members)
             return len(standbys) >= count and (sync or not self.synchronous)
 
-        self._until(streaming, within, f"{count} standbys streaming")
+        blocking_until(streaming, within, f"{count} standbys streaming", step=LOOK)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -361,14 +369,6 @@ class Cluster:
                 return answer
         except (OSError, ValueError, urllib.error.URLError):
             return None
-
-    @staticmethod
-    def _until(ok: Any, within: float, what: str) -> None:
-        deadline = time.monotonic() + within
-        while not ok():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {what} within {within:g} s")
-            time.sleep(0.1)
 
 
 @contextmanager
