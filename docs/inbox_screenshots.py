@@ -22,8 +22,9 @@ from ledger.store import Database, resolve_url
 from ledger.store.logins import temporary_login
 from tests.support.browser import DESKTOP, MOBILE, launched, open_inbox, sign_in, violations
 from tests.support.http import token_for
-from tests.support.inbox import free_port, serve, token_of
+from tests.support.inbox import serve, token_of
 from tests.support.inbox_scenes import a_refund, a_team, an_email
+from tests.support.ports import free_port
 from tests.support.processes import TEST_KEK, TEST_REVIEWER_KEK
 from tests.support.scratch import migrated_template, scratch_database
 

@@ -33,7 +33,8 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 
 from .support.http import ask_tool, bearer, token_for, unique
-from .support.inbox import free_port, token_of
+from .support.inbox import token_of
+from .support.ports import free_port
 from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .support.service_load import done, outcome_unknown
 from .support.until import until

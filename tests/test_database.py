@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import asyncpg
 import pytest
@@ -12,16 +11,10 @@ from ledger import ConfigurationError, DatabaseUnavailable, SchemaFromPreRelease
 from ledger.store import Database, migrate
 from ledger.store.config import configured_url, normalize_url
 from tests.support.pg_tools import schema_of
+from tests.support.ports import free_port
 from tests.support.scratch import scratch_database, with_database
 
 from .support.processes import run_cli
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_plain_and_sqlalchemy_urls_are_accepted() -> None:

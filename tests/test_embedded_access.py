@@ -22,6 +22,7 @@ from ledger.store.embedded import PG_USER, _locked, _Server, ensure_server, stop
 from ledger.store.logins import temporary_login
 
 from .support.embedded_homes import private_home
+from .support.ports import free_port
 
 # Variables the server may hold that are not PostgreSQL's own: what `_minimal_env` passes, and
 # what the shell pg_ctl starts the postmaster with sets itself.
@@ -87,12 +88,6 @@ def _tcp_listeners(pid: int) -> list[str]:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_the_server_never_sees_the_callers_environment(started: tuple[Path, str]) -> None:
     """The KEK in the caller's environment: not in the postmaster's, nor in what its superuser
     reads with COPY ... FROM PROGRAM, nor any other variable of the caller's."""
@@ -119,7 +114,7 @@ async def test_tcp_is_refused_even_when_the_data_folder_is_started_by_hand(home:
     await asyncio.to_thread(stop_server, home)
 
     srv = _Server(home)
-    port = _free_port()
+    port = free_port()
     by_hand = ("-w", "-o", f"-k '{home / 'run'}' -p {port}", "-D", str(home / "data"))
     srv.run_cmd("pg_ctl", *by_hand, "-l", str(srv.logfile), "start", as_server=True)
     try:

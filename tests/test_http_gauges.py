@@ -25,7 +25,7 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings, WebhookSettings
 
 from .support.http import ask_tool, token_for, unique
-from .support.inbox import free_port
+from .support.ports import free_port
 from .support.processes import TEST_KEK, TEST_REVIEWER_KEK
 from .support.service_load import done, outcome_unknown
 from .support.until import until

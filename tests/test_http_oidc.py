@@ -9,7 +9,6 @@ import hashlib
 import hmac
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +33,8 @@ from adapters.http.oidc import (
 )
 from ledger import ConfigurationError
 from ledger.store.settings import OidcSettings, Settings
+
+from .support.ports import free_port
 
 ISSUER = "https://idp.example.test/realms/signoff"
 AUDIENCE = "signoff"
@@ -531,17 +532,10 @@ async def test_fetching_the_jwks_does_not_block_the_event_loop(
     assert (await task).reviewer == "ada"
 
 
-def unused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 async def test_a_jwks_url_that_is_down_is_a_typed_error(
     rsa_key: Signer, verifier: Verifier, clock: Clock
 ) -> None:
-    url = f"http://127.0.0.1:{unused_port()}/certs"
+    url = f"http://127.0.0.1:{free_port()}/certs"
     v = verifier(jwks=url)
     assert v.keys_held == 0
     with pytest.raises(JwksUnavailable, match="cannot be reached") as caught:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 import time
 import uuid
@@ -26,6 +25,7 @@ from ledger.store.logins import temporary_login
 from ledger.store.settings import OidcSettings, Settings
 
 from .support.http import ask, bearer, every_pending, unique
+from .support.ports import free_port
 from .support.processes import ROOT, TEST_KEK, TEST_REVIEWER_KEK, kek_env
 from .test_http_oidc import AUDIENCE, ISSUER, Signer, jwks
 
@@ -172,17 +172,10 @@ async def test_the_agent_group_is_refused_as_an_invalid_token(
     assert (await store.get(approval_id)).status.value == "pending"
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 async def test_a_jwks_that_cannot_be_had_is_503_and_api_tokens_still_work(
     database_url: str, ring: KeyRing, signer: Signer, db: Database
 ) -> None:
-    down = f"http://127.0.0.1:{closed_port()}/certs"
+    down = f"http://127.0.0.1:{free_port()}/certs"
     created = await ApiTokens(db).create(unique("bob"), by="admin")
     async for served in serving(database_url, oidc_settings(down)):
         response = await served.client.get("/v1/approvals", headers=bearer(signer.token()))

@@ -32,8 +32,9 @@ from .support.browser import (
     sign_in,
 )
 from .support.http import token_for, unique
-from .support.inbox import Served, free_port, serve, served, token_of
+from .support.inbox import Served, serve, served, token_of
 from .support.inbox_scenes import REFUND_ARGS, a_refund, a_team, an_email
+from .support.ports import free_port
 from .support.processes import TEST_KEK
 from .support.scratch import scratch_database
 

@@ -8,7 +8,6 @@ for `host_connect_seconds` only, then the next host is tried."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -26,6 +25,7 @@ from ledger.store.db import open_raw_connection
 from ledger.store.notify import Listener
 from ledger.store.settings import Settings
 
+from .support.ports import free_port, free_ports
 from .support.processes import TEST_KEK
 from .support.scratch import scratch_database
 
@@ -69,14 +69,6 @@ def test_each_host_of_a_url_is_a_url_of_its_own() -> None:
     assert [url for url, _ in host_urls(mismatched)] == [mismatched]
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def hosts_first(url: str, *extra: str, attrs: str = "read-write") -> str:
     """`url` with `extra` hosts tried before its own, and `target_session_attrs=attrs`. A
     socket URL's `host` and `port` (the embedded server's) become its entry in the list, its
@@ -99,7 +91,8 @@ async def own_url(server_url: str) -> AsyncIterator[str]:
 
 
 async def test_both_drivers_skip_a_host_that_is_down(own_url: str) -> None:
-    url = hosts_first(own_url, f"127.0.0.1:{closed_port()}", f"127.0.0.1:{closed_port()}")
+    down = [f"127.0.0.1:{port}" for port in free_ports(2)]  # nothing listens on either
+    url = hosts_first(own_url, *down)
     async with await Database.connect(url, pool_size=2) as db:
         async with db.transaction() as conn:
             assert await conn.fetchval("SELECT NOT pg_is_in_recovery()")
@@ -249,7 +242,7 @@ async def test_every_host_silent_is_database_unavailable_naming_each(own_url: st
 
 async def test_the_first_host_of_the_kind_asked_for_wins(own_url: str) -> None:
     spec = urlsplit(hosts_first(own_url)).netloc.rpartition("@")[2]  # the server, as listed
-    refused = f"127.0.0.1:{closed_port()}"
+    refused = f"127.0.0.1:{free_port()}"
     with pytest.raises(DatabaseUnavailable, match="no host matches the target attribute"):
         await open_raw_connection(hosts_first(own_url, spec, attrs="standby"))
     with pytest.raises(DatabaseUnavailable, match=f"{refused}: .*standby asks for"):

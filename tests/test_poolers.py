@@ -24,7 +24,7 @@ from ledger.store.config import masked
 from ledger.store.db import open_raw_connection, revision_on
 from ledger.store.logins import temporary_login
 from ledger.store.settings import Settings
-from tests.support.scratch import scratch_database
+from tests.support.scratch import event_count, scratch_database
 
 from .support.pooler import pgbouncer
 from .support.processes import TEST_KEK, kek_env, run_cli
@@ -121,15 +121,6 @@ async def test_a_session_pooler_is_not_taken_for_one_that_shares_sessions(
                     assert await conn.fetchval("SELECT count(*) FROM events") >= 0
         finally:
             await asyncio.gather(*(db.close() for db in databases))
-
-
-async def event_count(url: str) -> int:
-    conn = await open_raw_connection(url)
-    try:
-        count: int = await conn.fetchval("SELECT count(*) FROM events")
-        return count
-    finally:
-        await conn.close()
 
 
 async def test_the_command_refuses_a_transaction_pooler_in_one_line_and_writes_nothing(

@@ -40,6 +40,7 @@ from ledger.store.standby import open_standby, standby_lag
 
 from .support.http import token_for
 from .support.processes import TEST_KEK, TEST_REVIEWER_KEK, kek_env, run_cli
+from .support.scratch import event_count
 from .support.standby import Pair, missing_binaries, primary_and_standby, replayed
 from .support.until import until
 
@@ -57,15 +58,6 @@ class Scene:
     replayed_events: int  # the events the standby holds
     primary_events: int  # the events the primary holds: one more
     position: int  # an event in the digest
-
-
-async def _count(url: str) -> int:
-    conn = await open_raw_connection(url)
-    try:
-        count: int = await conn.fetchval("SELECT count(*) FROM events")
-        return count
-    finally:
-        await conn.close()
 
 
 async def _refund(args: dict[str, Any], context: CallContext) -> str:
@@ -133,8 +125,8 @@ async def scene(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Scene
                 )
                 newer = await take_digest(db, ring)
                 (folder / "newer.json").write_text(newer.to_json())
-                replayed_events = await _count(pair.standby_url)
-                primary_events = await _count(pair.primary_url)
+                replayed_events = await event_count(pair.standby_url)
+                primary_events = await event_count(pair.primary_url)
                 assert primary_events == replayed_events + 1
                 yield Scene(
                     pair,
@@ -252,7 +244,7 @@ async def test_a_library_write_through_the_read_database_is_refused(
     assert refused.value.sqlstate == "25006"
     assert "\n" not in str(refused.value)
     assert "takes no writes" in str(refused.value)
-    assert await _count(scene.pair.primary_url) == scene.primary_events, "nothing written"
+    assert await event_count(scene.pair.primary_url) == scene.primary_events, "nothing written"
 
 
 async def test_the_lag_without_the_primary_is_the_last_replayed_commits_age(
@@ -347,7 +339,7 @@ async def test_digests_and_reviewers_stay_on_the_primary(
 ) -> None:
     taken = await service.get("/v1/ledger/digest", headers=tokens["auditor"])
     assert taken.status_code == 200, taken.text
-    on_primary = await _count(scene.pair.primary_url)
+    on_primary = await event_count(scene.pair.primary_url)
     assert taken.json()["tree_size"] == on_primary > scene.replayed_events, "the primary's"
     assert LAG_HEADER not in taken.headers
     queue = await service.get(

@@ -18,7 +18,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["PG_BIN", "Cluster", "Node", "cluster", "installed"]
+from tests.support.ports import free_ports
+from tests.support.until import blocking_until
+
+__all__ = ["LOOK", "PG_BIN", "Cluster", "Node", "cluster", "installed"]
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SCOPE = "signoff-failover"
@@ -38,6 +40,9 @@ SERVICE_USER = "postgres"  # who runs the servers when we are root
 # Leader key TTL and loop: a lost primary's key lapses within ~10 s (Patroni requires
 # loop_wait + 2 * retry_timeout <= ttl).
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 10, 1, 4
+# Seconds between two looks while waiting: each asks Patroni or reads every process's log, on
+# the machine the load runs on.
+LOOK = 0.1
 
 
 def installed() -> str | None:
@@ -46,13 +51,6 @@ def installed() -> str | None:
     if not (PG_BIN / "postgres").exists():
         missing.append(str(PG_BIN / "postgres"))
     return ", ".join(missing) or None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _alive(pid: int) -> bool:
@@ -126,9 +124,12 @@ class Cluster:
         self.root = root
         self.synchronous = synchronous
         self.user = pwd.getpwnam(SERVICE_USER) if os.geteuid() == 0 else None
-        self.etcd_port, self.etcd_peer = free_port(), free_port()
+        ports = free_ports(8)  # distinct: etcd's two, then each node's server and REST API
+        self.etcd_port, self.etcd_peer = ports[:2]
         self.etcd: subprocess.Popen[bytes] | None = None
-        self.nodes = [Node(f"pg{i}", free_port(), free_port(), root / f"pg{i}") for i in range(3)]
+        self.nodes = [
+            Node(f"pg{i}", ports[2 + 2 * i], ports[3 + 2 * i], root / f"pg{i}") for i in range(3)
+        ]
         self._logs: list[TextIO] = []
         self._segments: dict[int, int] = {}  # System V segment id -> the postmaster that made it
 
@@ -188,7 +189,11 @@ class Cluster:
             ],
             "etcd.log",
         )
-        self._until(lambda: self._http(f"{client}/health") is not None, 30, "etcd answers")
+
+        def etcd_up() -> bool:
+            return self._http(f"{client}/health") is not None
+
+        blocking_until(etcd_up, 30, "etcd answers", step=LOOK)
         for node in self.nodes:
             self._mkdir(node.home)
             node.config.write_text(json.dumps(self._config(node), indent=2))  # YAML reads JSON
@@ -244,7 +249,7 @@ class Cluster:
         if node.process is not None:
             node.process.wait()
         if pid is not None:
-            self._until(lambda: not _alive(pid), 30, f"{node.name} is gone")
+            blocking_until(lambda: not _alive(pid), 30, f"{node.name} is gone", step=LOOK)
 
     # -- what Patroni says ------------------------------------------------------------------
 
@@ -278,7 +283,7 @@ class Cluster:
                 found.append(leader)
             return bool(found)
 
-        self._until(elected, within, "a leader")
+        blocking_until(elected, within, "a leader", step=LOOK)
         return found[0]
 
     def wait_replicas(self, within: float, count: int = 2) -> None:
@@ -296,7 +301,7 @@ class Cluster:
             sync = any(m.get("role") == "sync_standby" for m in members)
             return len(standbys) >= count and (sync or not self.synchronous)
 
-        self._until(streaming, within, f"{count} standbys streaming")
+        blocking_until(streaming, within, f"{count} standbys streaming", step=LOOK)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -364,14 +369,6 @@ class Cluster:
                 return answer
         except (OSError, ValueError, urllib.error.URLError):
             return None
-
-    @staticmethod
-    def _until(ok: Any, within: float, what: str) -> None:
-        deadline = time.monotonic() + within
-        while not ok():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no {what} within {within:g} s")
-            time.sleep(0.1)
 
 
 @contextmanager

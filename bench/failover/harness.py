@@ -31,12 +31,13 @@ from ledger.store import Database
 from ledger.store.logins import temporary_login
 from tests.support.processes import ROOT, CliResult, run_cli
 from tests.support.replicas import serve_replicas
+from tests.support.until import until
 
 from .checks import Acks, database_problems, read_acks
-from .cluster import Cluster, Node
+from .cluster import LOOK, Cluster, Node
 from .load import REVIEWER
 
-__all__ = ["Options", "Rig", "final_checks", "program", "rig", "run_rounds", "until"]
+__all__ = ["Options", "Rig", "final_checks", "program", "rig", "run_rounds"]
 
 Process = asyncio.subprocess.Process
 
@@ -185,14 +186,6 @@ async def rig(cluster: Cluster, out: Path, options: Options) -> AsyncIterator[Ri
 # -- rounds ----------------------------------------------------------------------------------
 
 
-async def until(ok: Any, within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not ok():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {within:g} s")
-        await asyncio.sleep(0.1)
-
-
 def _outage(acks: Acks, since: float) -> tuple[float, float]:
     """The longest time no call was acknowledged after `since`: the last call acknowledged
     before it and the first after (the library absorbs much of a failover, so the callers'
@@ -225,7 +218,7 @@ async def failover_round(r: Rig, number: int, options: Options) -> dict[str, Any
     def served_again() -> bool:
         return any(c["t"] > elected_at for c in r.acks().of("call"))
 
-    await until(served_again, 120, "a call acknowledged on the new primary")
+    await until(served_again, 120, "a call acknowledged on the new primary", step=LOOK)
     last_ok, first_ok = _outage(r.acks(), killed_at - 1)
     errors = [u for u in r.acks().of("unavailable") if u["t"] >= killed_at and "run" in u]
     await asyncio.sleep(options.steady)
@@ -253,7 +246,8 @@ async def run_rounds(r: Rig, options: Options) -> tuple[list[dict[str, Any]], Pa
     """The rounds, with a digest signed before the first; returns the rounds' lines and the
     digest's path."""
     pre = r.out / "digest-before.json"
-    await asyncio.sleep(1)
+    # The digest covers some of the load: once a call was acknowledged, not after a fixed time.
+    await until(lambda: bool(r.acks().of("call")), 120, "a call acknowledged first", step=LOOK)
     signed = await r.cli("ledger", "digest", "--out", str(pre))
     if signed.code != 0:
         raise RuntimeError(f"ledger digest failed: {signed.stderr}")

@@ -25,9 +25,11 @@ from typing import Any
 
 import asyncpg
 
+from tests.support.until import until
+
 from .checks import database_problems, stderr_problems
-from .cluster import cluster
-from .harness import Options, program, rig, until
+from .cluster import LOOK, cluster
+from .harness import Options, program, rig
 
 __all__ = ["lost_commits"]
 
@@ -52,7 +54,7 @@ async def lost_commits(workers: int = 2, *, keep: bool = False) -> list[dict[str
             def alone() -> bool:
                 return sum(float(c["t"]) > cut_at for c in r.acks().of("call")) >= ALONE_CALLS
 
-            await until(alone, 120, f"{ALONE_CALLS} calls on the primary alone")
+            await until(alone, 120, f"{ALONE_CALLS} calls on the primary alone", step=LOOK)
             pre = out / "digest-before.json"
             signed = await r.cli("ledger", "digest", "--out", str(pre))
             if signed.code != 0:
@@ -70,7 +72,7 @@ async def lost_commits(workers: int = 2, *, keep: bool = False) -> list[dict[str
                 served = {c["run"] for c in acks.of("call") if c["t"] > killed_at}
                 return len(served | {f["run"] for f in acks.of("refused")}) >= flows
 
-            await until(settled, 180, "every flow served again or refused")
+            await until(settled, 180, "every flow served again or refused", step=LOOK)
             recorded = await r.cli("db", "history", "--json")
             acks = r.acks()
             lost_calls = [

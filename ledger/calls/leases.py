@@ -45,7 +45,8 @@ def new_token() -> bytes:
 
 class Backoff:
     """The pauses between tries of a step that met a lost connection: the first short, each
-    doubled up to a longest, none past `seconds` from the first failure."""
+    doubled up to a longest, none past `seconds` from the first failure (nor past an `until`
+    the step names). `tries` counts the failures."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -53,13 +54,15 @@ class Backoff:
         self._wait = _FIRST_RETRY_SECONDS
         self._first: float | None = None
 
-    def pause(self) -> float | None:
-        """How long to wait before the next try; None: the time is up, give up."""
+    def pause(self, until: float | None = None) -> float | None:
+        """How long to wait before the next try; None: the time is up, give up. `until`: a
+        time on the monotonic clock no try may start after (a lease's end)."""
         now = time.monotonic()
         if self._first is None:
             self._first = now
         self.tries += 1
-        left = self._first + self.seconds - now
+        end = self._first + self.seconds
+        left = (end if until is None else min(end, until)) - now
         if left <= 0:
             return None
         pause, self._wait = min(self._wait, left), min(self._wait * 2, _LONGEST_RETRY_SECONDS)
@@ -131,37 +134,36 @@ class Leases:
     ) -> CallRecord | None:
         bound = log.bind(run_id=record.run_id, call_id=record.call_id)
         key = (record.run_id, record.call_id)
-        wait, tries, first = _FIRST_RETRY_SECONDS, 0, time.monotonic()
+        retrying = Backoff(MAX_LEASE_SECONDS)  # no lease runs longer, however often renewed
         while True:
-            tries += 1
             try:
                 done = await self.records.advance(None, record, [event], sealed, lease_token=token)
             except DatabaseUnavailable as e:
                 held = self._held.get(key)
-                now = time.monotonic()
-                left = (held.runs_until if held is not None else first) - now
-                if left <= 0 or now - first > MAX_LEASE_SECONDS:
+                # Not held (released meanwhile): no lease to try again under.
+                pause = retrying.pause(held.runs_until if held is not None else 0.0)
+                if pause is None:
                     bound.error(
                         "outcome not recorded: the database stayed unreachable while the lease "
                         "ran; the call will be settled as its effect allows",
-                        tries=tries,
+                        tries=retrying.tries,
                         error_type=type(e).__name__,
                     )
                     raise
-                pause = min(wait, left)
                 bound.warning(
                     "recording the outcome failed; retrying while the lease runs",
-                    tries=tries,
+                    tries=retrying.tries,
                     retry_in=round(pause, 3),
                     error_type=type(e).__name__,
                 )
                 await asyncio.sleep(pause)
-                wait = min(wait * 2, _LONGEST_RETRY_SECONDS)
                 continue
-            if tries > 1:
+            if retrying.tries:
                 if done is None:
                     done = await self._recorded_before(record, event)
-                bound.info("outcome write retried", tries=tries, recorded=done is not None)
+                bound.info(
+                    "outcome write retried", tries=retrying.tries + 1, recorded=done is not None
+                )
             return done
 
     async def _recorded_before(self, record: CallRecord, event: NewEvent) -> CallRecord | None:

@@ -265,9 +265,12 @@ class ToolLedger:
                 while True:
                     try:
                         step = await self._claim(call, gate, facts)
+                        # The database answered (and an earlier try's claim that committed was
+                        # found): a later outage, in the wait or the next claim, gets a whole
+                        # lease again.
+                        retrying = Backoff(self.lease_seconds)
                         if isinstance(step, _Wait):
                             await self._wait(step.record)
-                            retrying = Backoff(self.lease_seconds)  # the database answered
                             continue
                     except DatabaseUnavailable as e:
                         # Safe to try again: nothing ran yet, and an intent that committed

@@ -1,8 +1,10 @@
-"""A TCP proxy on loopback in front of PostgreSQL that can lose one answer: armed with a marker,
-it lets the first statement whose text holds the marker run to its end on the server (until
-the server is ready for the next query: an autocommit statement has committed), then ends the
+"""A TCP proxy on loopback in front of PostgreSQL that can lose answers: armed with a marker,
+it lets the first statement whose text holds the marker (a prepared one, or a simple query
+such as a transaction's `COMMIT;`) run to its end on the server (until the server is ready
+for the next query: an autocommit statement, or that COMMIT, has committed), then ends the
 connection without passing the answer on. What a client sees when the server fails over right
-after committing its write. Connect through it with `sslmode=disable` (it reads the protocol).
+after committing its write. Armed with several markers, it loses one answer for each, in turn.
+Connect through it with `sslmode=disable` (it reads the protocol).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 __all__ = ["CuttingProxy", "cutting_proxy"]
 
 _READY = b"Z"  # ReadyForQuery
-_PARSE, _EXECUTE = b"P", b"E"
+_PARSE, _EXECUTE, _QUERY = b"P", b"E", b"Q"
 
 
 class CuttingProxy:
@@ -31,8 +33,9 @@ class CuttingProxy:
         self.upstream = (parts.hostname or "127.0.0.1", port)
         self.login, self.path = parts.netloc.rpartition("@")[0], parts.path
         self.port = 0
-        self.marker: bytes | None = None
+        self.markers: list[bytes] = []  # the next answer to lose: the first's
         self.cut = asyncio.Event()  # set once an answer was lost
+        self.cuts = 0  # answers lost since armed
 
     @property
     def url(self) -> str:
@@ -41,9 +44,12 @@ class CuttingProxy:
         query = urlencode({"sslmode": "disable"})
         return urlunsplit(("postgresql", netloc, self.path, query, ""))
 
-    def arm(self, marker: bytes) -> None:
-        self.marker = marker
+    def arm(self, *markers: bytes) -> None:
+        """Lose the answer of the next statement holding the first marker; after it, of the
+        next holding the second; and so on."""
+        self.markers = list(markers)
         self.cut.clear()
+        self.cuts = 0
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.socket is not None:
@@ -66,8 +72,10 @@ class CuttingProxy:
                     message, buffer = buffer[:size], buffer[size:]
                     kind = message[:1] if started else b""
                     started = True
-                    if kind == _PARSE and self.marker is not None and self.marker in message:
-                        self.marker, state["parsed"] = None, True
+                    if kind in (_PARSE, _QUERY) and self.markers and self.markers[0] in message:
+                        del self.markers[0]
+                        # A simple query's answer is the next; a prepared one's, its execution's.
+                        state["cutting" if kind == _QUERY else "parsed"] = True
                     elif kind == _EXECUTE and state["parsed"]:
                         state["parsed"], state["cutting"] = False, True
                     up_writer.write(message)
@@ -87,6 +95,7 @@ class CuttingProxy:
                         break
                     kind, buffer = buffer[:1], buffer[size:]
                     if kind == _READY:
+                        self.cuts += 1
                         self.cut.set()
                         return
 

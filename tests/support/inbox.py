@@ -5,7 +5,6 @@ in through `POST /inbox/session`."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -78,13 +77,6 @@ async def sign_in(client: httpx.AsyncClient, token: str, **headers: str) -> Sess
 def token_of(headers: dict[str, str]) -> str:
     """The token of `support.http.token_for`'s headers."""
     return headers["Authorization"].removeprefix("Bearer ")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def serve(url: str, port: int) -> asyncio.subprocess.Process:

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
-from .inbox import free_port
+from .ports import free_port
 from .until import until
 
 __all__ = ["MODES", "pgbouncer", "pgbouncer_binary"]

@@ -5,7 +5,6 @@ it got and answering with the failures it is told to, in turn."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,8 @@ from typing import Any, cast
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from .ports import free_port
 
 __all__ = ["HttpReceiver", "Mail", "SmtpReceiver", "http_receiver", "smtp_receiver"]
 
@@ -127,19 +128,12 @@ class SmtpReceiver:
         return "250 OK"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 @contextmanager
 def smtp_receiver(*, credentials: tuple[str, str] | None = None) -> Iterator[SmtpReceiver]:
     """An `SmtpReceiver` on a loopback port, in a thread of its own, for the block's time; it
     offers no STARTTLS. With `credentials`, it takes AUTH (over the plain connection, as a
     server on this machine may) and records each login tried."""
-    state = SmtpReceiver("127.0.0.1", _free_port())
+    state = SmtpReceiver("127.0.0.1", free_port())
     options: dict[str, Any] = {}
     if credentials is not None:
 

@@ -21,7 +21,7 @@ import asyncpg
 from ledger.store import migrate
 from ledger.store.db import open_raw_connection
 
-__all__ = ["migrated_template", "scratch_database", "template_of", "with_database"]
+__all__ = ["event_count", "migrated_template", "scratch_database", "template_of", "with_database"]
 
 # The server URL -> the name of its migrated template, while `migrated_template` is open.
 _templates: dict[str, str] = {}
@@ -34,6 +34,16 @@ def with_database(url: str, name: str) -> str:
     """`url` pointing at database `name` instead."""
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+async def event_count(url: str) -> int:
+    """How many events the database of `url` holds (on a standby too: it only reads)."""
+    conn = await open_raw_connection(url)
+    try:
+        count: int = await conn.fetchval("SELECT count(*) FROM events")
+        return count
+    finally:
+        await conn.close()
 
 
 async def _execute(server_url: str, statement: str) -> None:

@@ -14,7 +14,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +23,7 @@ from pathlib import Path
 from ledger.store.db import open_raw_connection
 
 from .embedded_homes import kill_servers_in, new_base
+from .ports import free_ports
 from .until import until
 
 __all__ = ["BIN", "Pair", "missing_binaries", "primary_and_standby"]
@@ -60,16 +60,6 @@ def missing_binaries() -> str | None:
     """Why the pair cannot be made on this machine (None: it can)."""
     missing = [tool for tool in _TOOLS if not (BIN / tool).is_file()]
     return f"no {', '.join(missing)} in {BIN}" if missing else None
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports free now (held together while chosen, so no two are
-    the same)."""
-    with contextlib.ExitStack() as held:
-        probes = [held.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def _server_user() -> pwd.struct_passwd | None:
@@ -122,7 +112,7 @@ def _make(folder: Path, user: pwd.struct_passwd | None) -> tuple[int, int]:
     sockets = _folder(folder / "sockets", user)
     owner = _folder(folder / "servers", user)
     primary, standby = owner / "primary", owner / "standby"
-    primary_port, standby_port = _free_ports(2)
+    primary_port, standby_port = free_ports(2)
     initdb = ("-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
     _run(user, "initdb", "-D", str(primary), *initdb, cwd=owner)
     with (primary / "postgresql.conf").open("a") as conf:

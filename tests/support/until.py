@@ -17,10 +17,15 @@ _STEP = 0.05  # seconds between two looks
 
 
 async def until(
-    condition: Callable[[], bool | Awaitable[bool]], seconds: float = 20.0, what: str = ""
+    condition: Callable[[], bool | Awaitable[bool]],
+    seconds: float = 20.0,
+    what: str = "",
+    *,
+    step: float = _STEP,
 ) -> None:
     """Return once `condition()` holds (a plain or an async callable, such as a query); fail
-    the test when it has not within `seconds`, naming `what` was awaited."""
+    the test when it has not within `seconds`, naming `what` was awaited. `step`: the seconds
+    between two looks (longer for a costly look, as the failover bench's reading its logs)."""
     deadline = time.monotonic() + seconds
     while True:
         held = condition()
@@ -30,13 +35,15 @@ async def until(
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {seconds} s: {what or 'the condition'}")
-        await asyncio.sleep(_STEP)
+        await asyncio.sleep(step)
 
 
-def blocking_until(condition: Callable[[], bool], seconds: float = 20.0, what: str = "") -> None:
+def blocking_until(
+    condition: Callable[[], bool], seconds: float = 20.0, what: str = "", *, step: float = _STEP
+) -> None:
     """`until` for code outside an event loop: blocks the thread while it waits."""
     deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {seconds} s: {what or 'the condition'}")
-        time.sleep(_STEP)
+        time.sleep(step)
