@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from adapters.http.metrics import Metrics
+from adapters.http.standby import lag_gauges
 from approvals import ApprovalPolicy, ApprovalStore, ReviewerDirectory
 from ledger.calls.model import ToolCall
 from ledger.calls.service import ToolLedger
@@ -73,9 +74,11 @@ def query_of(expr: str) -> str:
 
 
 def exposed() -> dict[str, set[str]]:
-    """Each metric family of the service: the names its samples carry."""
+    """Each metric family of the service, a standby's included: the names its samples carry."""
     found: dict[str, set[str]] = {}
-    for family in Metrics().registry.collect():
+    registry = Metrics().registry
+    lag_gauges(registry)
+    for family in registry.collect():
         suffixes = _SUFFIXES.get(family.type, ("",))
         found[family.name] = {family.name + s for s in suffixes}
     return found
@@ -126,11 +129,13 @@ async def stop(process: asyncio.subprocess.Process) -> None:
 @asynccontextmanager
 async def signoff_serve(database_url: str, folder: Path) -> AsyncIterator[str]:
     """`signoff serve` in a process of its own, with a webhook nobody answers (its backlog and
-    failures grow); its base URL."""
+    failures grow) and the same database as its read URL (not a standby: its lag gauges say 0);
+    its base URL."""
     env = {
         **kek_env(),
         "PYTHONPATH": str(ROOT),
         "SIGNOFF_DATABASE_URL": database_url,
+        "SIGNOFF_READ_DATABASE_URL": database_url,
         "SIGNOFF_WEBHOOK_URL": f"http://127.0.0.1:{free_port()}/hook",
         "SIGNOFF_WEBHOOK_SECRET": uuid.uuid4().hex,
     }

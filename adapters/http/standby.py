@@ -29,6 +29,7 @@ __all__ = [
     "LAG_BYTES_HEADER",
     "LAG_HEADER",
     "StandbyWatch",
+    "lag_gauges",
     "reading_database",
     "reading_store",
 ]
@@ -41,23 +42,28 @@ LAG_BYTES_HEADER = "Signoff-Replica-Lag-Bytes"
 answer)."""
 
 
+def lag_gauges(registry: CollectorRegistry) -> tuple[Gauge, Gauge]:
+    """The standby's two gauges (seconds, bytes), registered in `registry`."""
+    seconds = Gauge(
+        "signoff_read_replica_lag_seconds",
+        "How far behind the primary the standby auditors read from is, at most (0: caught "
+        "up; NaN: unknown)",
+        registry=registry,
+    )
+    wal = Gauge(
+        "signoff_read_replica_lag_bytes",
+        "Bytes of the primary's WAL the standby had not replayed (NaN: the primary did not answer)",
+        registry=registry,
+    )
+    return seconds, wal
+
+
 class StandbyWatch:
     """The standby's lag, measured against the primary, and its gauges."""
 
     def __init__(self, reads: Database, primary: Database, registry: CollectorRegistry) -> None:
         self.reads, self.primary = reads, primary
-        self.seconds = Gauge(
-            "signoff_read_replica_lag_seconds",
-            "How far behind the primary the standby auditors read from is, at most (0: caught "
-            "up; NaN: unknown)",
-            registry=registry,
-        )
-        self.bytes = Gauge(
-            "signoff_read_replica_lag_bytes",
-            "Bytes of the primary's WAL the standby had not replayed (NaN: the primary did not "
-            "answer)",
-            registry=registry,
-        )
+        self.seconds, self.bytes = lag_gauges(registry)
         self.latest: StandbyLag | None = None
 
     async def sample(self) -> StandbyLag:
