@@ -38,6 +38,15 @@ async def url(server_url: str) -> AsyncIterator[str]:
         yield made
 
 
+@pytest.fixture
+async def worker_url(url: str) -> AsyncIterator[str]:
+    """A login on `url` with only `signoff_app` (the owner made the data keys first)."""
+    async with await Database.connect(url) as owner:
+        await KeyRing.open(owner, LocalKek(TEST_KEK))
+    async with temporary_login(url, "signoff_app") as login:
+        yield login
+
+
 async def _admin(server_url: str, *statements: str) -> None:
     admin = await open_raw_connection(with_database(server_url, "postgres"))
     try:
@@ -68,16 +77,15 @@ async def _swap(server_url: str, name: str, older: str) -> None:
     await _admin(server_url, f'DROP DATABASE "{gone}" WITH (FORCE)')
 
 
-async def test_a_database_without_the_calls_it_saw_is_refused(server_url: str, url: str) -> None:
+async def test_a_database_without_the_calls_it_saw_is_refused(
+    server_url: str, url: str, worker_url: str
+) -> None:
     name = urlsplit(url).path.lstrip("/")
     older = f"{name}_older"
-    async with await Database.connect(url) as owner:  # the owner makes the data keys
-        await KeyRing.open(owner, LocalKek(TEST_KEK))
-    async with temporary_login(url, "signoff_app") as worker_url:
-        try:
-            await _lose_and_settle(server_url, url, worker_url, name, older)
-        finally:
-            await _admin(server_url, f'DROP DATABASE IF EXISTS "{older}" WITH (FORCE)')
+    try:
+        await _lose_and_settle(server_url, url, worker_url, name, older)
+    finally:
+        await _admin(server_url, f'DROP DATABASE IF EXISTS "{older}" WITH (FORCE)')
 
 
 async def _lose_and_settle(
@@ -153,12 +161,12 @@ async def _lose_and_settle(
     assert "no loss of committed history is open" in twice.stderr
 
 
-async def test_an_operator_records_a_loss_found_another_way(url: str) -> None:
+async def test_an_operator_records_a_loss_found_another_way(url: str, worker_url: str) -> None:
     """A loss no running process saw (every worker restarted before it reconnected) is found
     by a digest taken before; the owner records it and no call starts until it is settled."""
-    async with await Database.connect(url) as db:
-        ring = await KeyRing.open(db, LocalKek(TEST_KEK))
-        ledger = ToolLedger(db, ring)
+    async with await Database.connect(url) as db, await Database.connect(worker_url) as worker:
+        ring = await KeyRing.open(worker, LocalKek(TEST_KEK), create_missing=False)
+        ledger = ToolLedger(worker, ring)
         ran: list[str] = []
 
         async def tool(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
@@ -220,10 +228,10 @@ async def _swap_copy(server_url: str, name: str, copy: str) -> None:
     await until(copied, 30, "a copy of the database")
 
 
-async def test_a_reconnect_to_the_same_history_goes_on(url: str) -> None:
+async def test_a_reconnect_to_the_same_history_goes_on(url: str, worker_url: str) -> None:
     """The check on a new connection finds what it saw: calls go on as before."""
-    async with await Database.connect(url, pool_size=1) as db:
-        ring = await KeyRing.open(db, LocalKek(TEST_KEK))
+    async with await Database.connect(worker_url, pool_size=1) as db:
+        ring = await KeyRing.open(db, LocalKek(TEST_KEK), create_missing=False)
         ledger = ToolLedger(db, ring)
 
         async def tool(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
@@ -256,14 +264,16 @@ async def test_a_reconnect_to_the_same_history_goes_on(url: str) -> None:
             await ledger.close()
 
 
-async def test_outcomes_met_by_a_lost_history_are_refused(server_url: str, url: str) -> None:
+async def test_outcomes_met_by_a_lost_history_are_refused(
+    server_url: str, url: str, worker_url: str
+) -> None:
     """The history is lost while tools run: recording their outcomes (group commits, the
     second queued behind the first) meets the lost history on a new connection, and each
     `execute` raises `HistoryLost`, not a cancellation."""
     name = urlsplit(url).path.lstrip("/")
     older = f"{name}_older"
-    db = await Database.connect(url, pool_size=4)
-    ledger = ToolLedger(db, await KeyRing.open(db, LocalKek(TEST_KEK)))
+    db = await Database.connect(worker_url, pool_size=4)
+    ledger = ToolLedger(db, await KeyRing.open(db, LocalKek(TEST_KEK), create_missing=False))
     run_id = f"fence-{uuid.uuid4().hex[:8]}"
     swapped = asyncio.Event()
     running: list[str] = []
