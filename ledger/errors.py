@@ -377,14 +377,21 @@ class HistoryLost(DatabaseError, code="SG410"):
         self.missing = missing
 
     @classmethod
-    def seen(cls, target: str, missing: list[int]) -> HistoryLost:
-        """This process saw the events at `missing` committed; the database lacks them."""
+    def seen(cls, target: str, missing: list[int], loss_id: int | None) -> HistoryLost:
+        """This process saw the events at `missing` committed; the database lacks them, and
+        recorded the loss as `loss_id` (None: it did not, see the log)."""
         shown = ", ".join(str(p) for p in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        recorded = (
+            f"recorded as loss {loss_id}"
+            if loss_id is not None
+            else "not recorded by the database (a loss of these events was settled already, "
+            "or the report failed: see the log; `signoff db history record` records one)"
+        )
         return cls(
             f"the database at {target} no longer holds events this process saw committed "
             f"(positions {shown}): committed transactions were lost (a failover to a standby "
-            "behind the primary?); refusing to go on: the loss is recorded, see `signoff db "
-            "history`, and restart the process once an operator has settled it",
+            f"behind the primary?); refusing to go on: {recorded}; restart the process once "
+            "an operator has settled it (`signoff db history`)",
             target=target,
             missing=missing,
         )

@@ -377,6 +377,23 @@ async def test_a_reviewer_login_without_its_kek_cannot_record_unsigned_evidence(
     assert (await setting.store.get(approval.approval_id)).status is ApprovalStatus.PENDING
 
 
+async def test_a_resolution_leaves_a_call_succeeded_or_failed_only(setting: Setting) -> None:
+    """A reviewer's login cannot resolve a call back to running (its lease of its own, its
+    attempts reset): the database takes only `succeeded` or `failed`."""
+    record = await _outcome_unknown(setting)
+    conn = await _raw(setting.reviewer)
+    try:
+        for status in ("running", "outcome_unknown", "denied"):
+            resolved = _resolved("bob", status=status, signature=GARBAGE)
+            # 22023 for `running`: the database first asks a running call for a lease token.
+            assert await _refused(_resolve(conn, record, resolved)) in ("SG422", "22023"), status
+    finally:
+        await conn.close()
+    assert (await setting.ledger.get(record.run_id, record.call_id)).status is (
+        CallStatus.OUTCOME_UNKNOWN
+    )
+
+
 async def test_a_reviewer_logins_garbage_signatures_pass_the_database_and_fail_verify(
     setting: Setting,
 ) -> None:

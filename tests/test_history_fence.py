@@ -24,6 +24,7 @@ from ledger.errors import DatabaseUnavailable, HistoryLost, PermissionDenied, Si
 from ledger.keys import KeyRing, LocalKek
 from ledger.store import Database
 from ledger.store.db import open_raw_connection
+from ledger.store.fence import REPORT
 from ledger.store.history import open_loss, settle_loss
 from ledger.store.logins import temporary_login
 
@@ -119,6 +120,7 @@ async def _lose_and_settle(
             await ledger.execute(call, refund, ToolPolicy())
         assert runs == ["c0", "c1"], "the lost call ran again"
         assert "no longer holds events this process saw committed" in str(caught.value)
+        assert "recorded as loss" in str(caught.value)
         with pytest.raises(HistoryLost):  # and everything else, from now on
             async with db.connection() as conn:
                 await conn.fetchval("SELECT 1")
@@ -154,6 +156,16 @@ async def _lose_and_settle(
             outcome = await later.execute(call, refund, ToolPolicy())
             assert str(outcome.status) == "succeeded"
             assert runs == ["c0", "c1", "c1"], "settled: the lost call is unknown, and runs"
+            # The same report again (a process from before that reconnects) opens nothing.
+            owner = await open_raw_connection(url)
+            try:
+                seen = await owner.fetchrow("SELECT missing, hashes FROM history_losses")
+            finally:
+                await owner.close()
+            async with fresh.connection() as conn:
+                assert await conn.fetchval(REPORT, seen["missing"], seen["hashes"]) is None
+            assert await later.execute(ToolCall(run_id, "c3", "refund", {"amount": 4}), refund)
+
         finally:
             await later.close()
     twice = await run_cli("db", "history", "settle", "--reason", "twice", database_url=url)
@@ -180,6 +192,10 @@ async def test_an_operator_records_a_loss_found_another_way(url: str, worker_url
             )
             assert recorded.code == 0, recorded.stderr
             assert (await open_loss(db)) is not None
+            down = await run_cli("db", "downgrade", database_url=url)
+            assert down.code == 2 and "settle it" in down.stderr, down.stderr
+            twice = await run_cli("db", "history", "record", "--reason", "again", database_url=url)
+            assert twice.code == 0 and "this reason was not recorded" in twice.stdout
             with pytest.raises(HistoryLost):
                 await ledger.execute(ToolCall(run_id, "c0", "noop", {}), tool, ToolPolicy())
             assert ran == []
@@ -308,3 +324,43 @@ async def test_outcomes_met_by_a_lost_history_are_refused(
         await ledger.close()
         await db.close()
         await _admin(server_url, f'DROP DATABASE IF EXISTS "{older}" WITH (FORCE)')
+
+
+async def test_a_workers_report_is_checked_and_names_its_login(url: str, worker_url: str) -> None:
+    """What a worker's login can do with the report: name a position and the hash it saw.
+    Malformed, it is refused; naming an event as it is, nothing is recorded; naming a wrong
+    hash opens a loss in the worker's name (a denial of service the trust model allows)."""
+    owner = await open_raw_connection(url)
+    worker = await open_raw_connection(worker_url)
+    try:
+        async with await Database.connect(worker_url) as db:
+            ledger = ToolLedger(
+                db, await KeyRing.open(db, LocalKek(TEST_KEK), create_missing=False)
+            )
+            try:
+                await ledger.execute(ToolCall("attack", "c0", "noop", {}), _noop, ToolPolicy())
+            finally:
+                await ledger.close()
+        position, hash_hex = await owner.fetchrow(
+            "SELECT position, encode(hash, 'hex') FROM events ORDER BY position DESC LIMIT 1"
+        )
+        for positions, hashes in (([1], ["zz"]), ([None], [None]), ([1, 2], ["0" * 64])):
+            with pytest.raises(asyncpg.InvalidParameterValueError):
+                await worker.fetchval(REPORT, positions, hashes)
+        assert await worker.fetchval(REPORT, [position], [hash_hex]) is None
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):  # no reading of the losses
+            await worker.fetchval("SELECT count(*) FROM history_losses")
+        opened = await worker.fetchval(REPORT, [position], ["0" * 64])
+        row = await owner.fetchrow("SELECT loss_id, found_by, missing FROM history_losses")
+        assert (row["loss_id"], row["found_by"], row["missing"]) == (
+            opened,
+            urlsplit(worker_url).username,
+            [position],
+        )
+    finally:
+        await worker.close()
+        await owner.close()
+
+
+async def _noop(args: dict[str, Any], context: CallContext) -> dict[str, Any]:
+    return {}

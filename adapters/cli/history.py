@@ -88,8 +88,13 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 async def _change(args: argparse.Namespace) -> int:
-    change = record_loss if args.action == "record" else settle_loss
     async with open_database(args) as db:
-        loss = await change(db, args.reason)
-    emit(args, _described(loss), _data(loss))
+        if args.action == "settle":
+            loss, created = await settle_loss(db, args.reason), True
+        else:
+            loss, created = await record_loss(db, args.reason)
+    text = _described(loss)
+    if not created:
+        text = f"{text}\nalready open: this reason was not recorded"
+    emit(args, text, {**_data(loss), "recorded_now": created})
     return 0

@@ -247,6 +247,9 @@ class ToolLedger:
             UnknownKey, DecryptionFailed: a recorded value cannot be opened.
             HistoryMoved: the judgment counted the run's calls and more have started since;
                 nothing was written (judge the call again).
+            HistoryLost: committed history was lost (`ledger.store.history`): this process saw
+                it, or a loss is open and the call neither starts nor runs again (its
+                approval is not consumed).
             Whatever the gate raises (an approval still pending, or used by another call).
 
         Cancelling the task while the tool runs leaves the call running until its lease lapses

@@ -44,7 +44,8 @@ KEEP = 64  # the newest acknowledged events checked on each new connection
 HELD = "SELECT position, encode(hash, 'hex') FROM events WHERE position = ANY($1::bigint[])"
 HELD_PSYCOPG = HELD.replace("$1", "%s")
 IN_RECOVERY = "SELECT pg_is_in_recovery()"
-# The loss, reported (checked by the database against its own events) for every process to see.
+# The loss, reported (checked by the database against its own events) for every process to
+# see: the open loss's id, or NULL when the database recorded nothing new.
 REPORT = "SELECT signoff_report_history_lost($1::bigint[], $2::text[])"
 REPORT_PSYCOPG = REPORT.replace("$1", "%s").replace("$2", "%s")
 
@@ -105,12 +106,14 @@ class HistoryFence:
             raise DatabaseUnavailable(
                 self.target, "reached a standby, not the primary (it may only be behind)"
             )
-        self.lost = HistoryLost.seen(self.target, missing)
         lost = [(p, h) for p, h in seen if p in set(missing)]
+        loss_id: int | None = None
         try:
-            await report([p for p, _ in lost], [h for _, h in lost])
+            answer = await report([p for p, _ in lost], [h for _, h in lost])
         except Exception as e:  # the refusal stands whether or not the report went through
-            log.error("history loss not recorded", error=type(e).__name__, missing=missing[:5])
+            log.error("history loss not recorded", error_type=type(e).__name__, missing=missing)
         else:
-            log.error("history loss recorded", missing=missing[:5])
+            loss_id = answer if isinstance(answer, int) else None
+            log.error("history loss found", loss_id=loss_id, missing=missing)
+        self.lost = HistoryLost.seen(self.target, missing, loss_id)
         raise self.lost

@@ -23,6 +23,8 @@ __all__ = ["HistoryLoss", "NoOpenLoss", "losses", "open_loss", "record_loss", "s
 log = get_logger(__name__)
 
 _COLUMNS = "loss_id, found_at, found_by, missing, reason, settled_at, settled_by, settlement"
+# A column list with `hashes` left out: what a process saw is evidence for the database's own
+# check of later reports, not for people.
 REASON_LIMIT = 2000
 
 
@@ -71,25 +73,28 @@ async def open_loss(db: Database) -> HistoryLoss | None:
     return None if row is None else HistoryLoss.from_row(row)
 
 
-async def record_loss(db: Database, reason: str) -> HistoryLoss:
+async def record_loss(db: Database, reason: str) -> tuple[HistoryLoss, bool]:
     """Open a loss found another way than by a process's fence (a digest that no longer
-    verifies, a restore): from now on no call starts. The loss already open, if one is."""
+    verifies, a restore): from now on no call starts. The open loss, and whether it is this
+    one (False: one was open already, and `reason` is not recorded)."""
     text = _reason(reason)
     async with db.transaction() as conn:
         row = await conn.fetchrow(
-            "INSERT INTO history_losses (found_by, missing, reason)"
-            " VALUES (session_user, '{}', $1)"
+            "INSERT INTO history_losses (found_by, missing, hashes, reason)"
+            " VALUES (session_user, '{}', '{}', $1)"
             " ON CONFLICT ((true)) WHERE settled_at IS NULL DO NOTHING"
             f" RETURNING {_COLUMNS}",
             text,
         )
+        created = row is not None
         if row is None:
             row = await conn.fetchrow(
                 f"SELECT {_COLUMNS} FROM history_losses WHERE settled_at IS NULL"
             )
     loss = HistoryLoss.from_row(row)
-    log.warning("history loss recorded", loss_id=loss.loss_id)
-    return loss
+    if created:
+        log.warning("history loss recorded", loss_id=loss.loss_id)
+    return loss, created
 
 
 async def settle_loss(db: Database, settlement: str) -> HistoryLoss:

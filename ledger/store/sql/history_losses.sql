@@ -5,14 +5,17 @@
 -- open, signoff_commit_call starts no call (SG410): a call the lost history had run, or whose
 -- approval it had consumed, is unknown to the ledger and would run again. An operator settles
 -- it (`signoff db history settle`) once the lost calls are accounted for. One loss is open at a
--- time; every report of it while it is open adds nothing.
+-- time; every report of it while it is open adds nothing. A worker's login can open one (its
+-- login is recorded): a way to stop every call until the owner settles it, as its trust allows.
 CREATE TABLE public.history_losses (
     loss_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     found_at timestamp with time zone NOT NULL DEFAULT clock_timestamp(),
     found_by text NOT NULL,
     -- Journal positions the reporter saw committed that the database lacks or holds with
-    -- another hash (empty when an operator recorded the loss).
+    -- another hash, and the hashes (hex) it saw there (both empty when an operator recorded
+    -- the loss): a report of the same again, once settled, opens nothing.
     missing bigint[] NOT NULL,
+    hashes text[] NOT NULL,
     reason text NOT NULL,
     settled_at timestamp with time zone,
     settled_by text,

@@ -11,7 +11,8 @@
 -- has lapsed another worker may take the call over (`call.retried`, attempts left) or settle it
 -- (`call.outcome_unknown` for a write, `call.failed` for a read, attempts spent), nothing else.
 -- Refused: SQLSTATE SG432. Leases run 1 to 300 seconds. While a loss of committed history is
--- open (`history_losses`), no call starts or is taken over: SG410. Returns NULL when it wrote
+-- open (`history_losses`), no call starts, runs again or is taken over: SG410. A resolution
+-- leaves a call succeeded or failed, nothing else. Returns NULL when it wrote
 -- nothing, else the journal position and hash (hex) of the last event it appended,
 -- {"position", "hash"}: what a trace of the call names as its evidence.
 -- A call that starts running adds itself to its run's history (`call_tallies`): `p_tally` holds
@@ -78,7 +79,8 @@ BEGIN
         WHEN 'call.outcome_unknown' THEN 'outcome_unknown'
         WHEN 'call.denied' THEN 'denied'
         WHEN 'call.responded' THEN 'responded'
-        WHEN 'call.resolved' THEN p_data[n]->>'status'
+        WHEN 'call.resolved' THEN CASE WHEN p_data[n]->>'status' IN ('succeeded', 'failed')
+            THEN p_data[n]->>'status' END
     END) OR p_insert AND (p_expected <> 0 OR p_types[1] IS DISTINCT FROM 'call.started'
                 OR p_stream IS DISTINCT FROM 'call:'
                     || replace(replace(p_run_id, '%', '%25'), '/', '%2F') || '/'
@@ -91,7 +93,8 @@ BEGIN
         WHEN 'call.outcome_unknown' THEN 'outcome_unknown'
         WHEN 'call.denied' THEN 'denied'
         WHEN 'call.responded' THEN 'responded'
-        WHEN 'call.resolved' THEN p_data[n]->>'status'
+        WHEN 'call.resolved' THEN CASE WHEN p_data[n]->>'status' IN ('succeeded', 'failed')
+            THEN p_data[n]->>'status' END
     END) THEN
             RAISE EXCEPTION 'a % event leaves call % %, not %', p_types[n], p_stream,
                     coalesce((CASE p_types[n]
@@ -102,7 +105,8 @@ BEGIN
         WHEN 'call.outcome_unknown' THEN 'outcome_unknown'
         WHEN 'call.denied' THEN 'denied'
         WHEN 'call.responded' THEN 'responded'
-        WHEN 'call.resolved' THEN p_data[n]->>'status'
+        WHEN 'call.resolved' THEN CASE WHEN p_data[n]->>'status' IN ('succeeded', 'failed')
+            THEN p_data[n]->>'status' END
     END), 'unchanged'), coalesce(p_status, 'null')
                 USING ERRCODE = 'SG422',
                       DETAIL = json_build_object('stream_id', p_stream, 'type', p_types[n])::text;
@@ -114,8 +118,8 @@ BEGIN
     -- No call starts, nor runs again, while a loss of committed history is open: the lost
     -- history may have run it, or consumed its approval (`history_losses`).
     IF p_status = 'running' AND EXISTS (SELECT FROM history_losses WHERE settled_at IS NULL) THEN
-        RAISE EXCEPTION 'committed history was lost and is not settled: call % does not start',
-                p_stream
+        RAISE EXCEPTION 'committed history was lost and is not settled: call % does not start '
+                'nor run again', p_stream
                 USING ERRCODE = 'SG410',
                       HINT = 'an operator settles it: signoff db history',
                       DETAIL = json_build_object('stream_id', p_stream)::text;
