@@ -43,7 +43,7 @@ async def lost_commits(workers: int = 2, *, keep: bool = False) -> list[dict[str
         out = made.root.parent / "out"
         out.mkdir()
         async with rig(made, out, options) as r:
-            await until(lambda: len(r.acks().of("call")) >= ALONE_CALLS, 120, "calls replicated")
+            await until(lambda: len(r.acks().of("call")) >= ALONE_CALLS, 120, "calls acknowledged")
             primary = made.leader()
             assert primary is not None
             standbys = [n for n in made.nodes if n is not primary]
