@@ -22,9 +22,9 @@ __all__ = ["HistoryLoss", "NoOpenLoss", "losses", "open_loss", "record_loss", "s
 
 log = get_logger(__name__)
 
+# Every column but `hashes`: what a process saw there serves the database's own check of later
+# reports, not people.
 _COLUMNS = "loss_id, found_at, found_by, missing, reason, settled_at, settled_by, settlement"
-# A column list with `hashes` left out: what a process saw is evidence for the database's own
-# check of later reports, not for people.
 REASON_LIMIT = 2000
 
 
