@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 
 from approvals import ApprovalStatus, Decision
 from ledger.keys import Purpose
+from ledger.store.history import record_loss, settle_loss
 
 from .support.mcp_gateway import GatewaySite, approval_of, gateway_site, opens_links, url_of
 from .support.until import until
@@ -278,3 +279,21 @@ async def test_an_answer_sent_before_being_asked_is_asked_for_again(site: Gatewa
     assert isinstance(first, types.InputRequiredResult)
     assert url_of(first).startswith("http://inbox.test/inbox/approvals/")
     assert site.executions() == []
+
+
+async def test_a_call_while_a_loss_of_history_is_open_is_refused_and_nothing_runs(
+    site: GatewaySite,
+) -> None:
+    """The gateway's calls are the database's to refuse while committed history is lost and
+    not settled (`signoff db history`): the client is told why, the upstream never called."""
+    site.write_config()
+    await record_loss(site.owner, "a failover lost commits")
+    async with Client(site.stdio(), mode=MODERN) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("balance", {"account": "A1"})
+        assert refused.value.data["reason"] == "history_lost"
+        assert "signoff db history" in refused.value.message
+        await settle_loss(site.owner, "nothing was lost after all")
+        read = await client.call_tool("balance", {"account": "A1"})
+    assert "A1" in read.content[0].text  # type: ignore[union-attr]
+    assert len(site.executions("balance")) == 1
